@@ -1,0 +1,152 @@
+"""The site config: one TOML file an admin owns.
+
+Its path is ``$BOOTSEER_CONFIG`` or ``/etc/bootseer/config.toml``. A missing file
+means the defaults; a bad one raises :class:`ConfigError` naming the key::
+
+    >>> cfg = SiteConfig.from_mapping({"store": {"uri": "file:///shared/bootseer"}})
+    >>> cfg.store.uri
+    'file:///shared/bootseer'
+
+Every section is a frozen dataclass below; its fields and defaults are the
+reference for the file (the README lists them too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bootseer.errors import ConfigError
+
+DEFAULT_PATH = Path("/etc/bootseer/config.toml")
+ENV_VAR = "BOOTSEER_CONFIG"
+
+
+@dataclass(frozen=True)
+class StoreSection:
+    # file:///shared/bootseer or s3://bucket/prefix?endpoint_override=host:port&scheme=http
+    uri: str = "file:///var/lib/bootseer/store"
+    # S3 only; empty means anonymous access (SeaweedFS without an identity file allows it).
+    access_key: str = ""
+    secret_key: str = ""
+
+
+@dataclass(frozen=True)
+class PathsSection:
+    run_dir: Path = Path("/run/bootseer")  # per-job state on the node; read by the SPANK plugin
+    cache_dir: Path = Path("/var/cache/bootseer")  # node-local caches (blocks, snapshots)
+    log_dir: Path = Path("/var/log/bootseer")  # one log per node, lines tagged with the job id
+
+
+@dataclass(frozen=True)
+class HooksSection:
+    strict: bool = False  # a failed step fails the prolog (Slurm then drains the node)
+    prolog_deadline: float = 90.0  # seconds for all prolog steps together
+    epilog_deadline: float = 90.0
+    # Per-step deadlines in seconds; a step without an entry gets the hook's deadline.
+    step_deadlines: dict[str, float] = field(default_factory=dict)
+    # Fault injection for tests and drills: "STEP:raise" or "STEP:hang".
+    failpoints: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    store: StoreSection = field(default_factory=StoreSection)
+    paths: PathsSection = field(default_factory=PathsSection)
+    hooks: HooksSection = field(default_factory=HooksSection)
+    source: Path | None = None  # the file it came from, for messages
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], source: Path | None = None) -> SiteConfig:
+        cfg = _build(cls, data, prefix="", skip={"source"})
+        return dataclasses.replace(cfg, source=source)
+
+    def deadline(self, hook: str, step: str) -> float:
+        whole = self.hooks.prolog_deadline if hook == "prolog" else self.hooks.epilog_deadline
+        return min(self.hooks.step_deadlines.get(step, whole), whole)
+
+
+def config_path() -> Path:
+    return Path(os.environ.get(ENV_VAR) or DEFAULT_PATH)
+
+
+def load_config(path: Path | None = None) -> SiteConfig:
+    """Read the site config; a missing file at the default path gives the defaults."""
+    explicit = path is not None or bool(os.environ.get(ENV_VAR))
+    path = path or config_path()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"site config {path} does not exist (set by ${ENV_VAR})") from None
+        return SiteConfig()
+    except OSError as exc:
+        raise ConfigError(f"cannot read site config {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return SiteConfig.from_mapping(data, source=path)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def _build(cls: type[Any], data: Mapping[str, Any], prefix: str, skip: set[str] = set()) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"[{prefix.rstrip('.')}] must be a table")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls) if f.name not in skip}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        known = ", ".join(sorted(fields))
+        raise ConfigError(f"unknown key {prefix}{unknown[0]!s} (known here: {known})")
+    values = {name: _convert(hints[name], data[name], prefix + name) for name in data}
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, key: str) -> Any:
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return _build(hint, value, prefix=key + ".")
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(args[0], value, key)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key} must be a list, not {type(value).__name__}")
+        return [_convert(item, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a table, not {type(value).__name__}")
+        return {str(k): _convert(item, v, f"{key}.{k}") for k, v in value.items()}
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, not {value!r}")
+        return value
+    if hint in (int, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key} must be a number, not {value!r}")
+        if hint is int and not isinstance(value, int):
+            raise ConfigError(f"{key} must be a whole number, not {value!r}")
+        if value < 0:
+            raise ConfigError(f"{key} must not be negative, not {value!r}")
+        return hint(value)
+    if hint is Path:
+        if not isinstance(value, str) or not value.startswith("/"):
+            raise ConfigError(f"{key} must be an absolute path, not {value!r}")
+        return Path(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} must be a string, not {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported type {hint!r}")  # a bug in a section's declaration

@@ -1,0 +1,127 @@
+"""Run one hook's steps in parallel, each under its deadline, and account for each.
+
+A step that raises or overruns is logged and skipped; the job starts the ordinary
+way. Only in strict mode does a failed step fail the hook (and Slurm then drains the
+node and requeues the job, which is what a site that chose strict mode wants).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+import traceback
+from dataclasses import asdict, dataclass
+
+from bootseer.config import SiteConfig
+from bootseer.context import JobContext
+from bootseer.errors import BootseerError
+from bootseer.hooks.jobdir import JobDir
+from bootseer.hooks.log import HookLog
+from bootseer.hooks.steps import StepCall, StepResult, StepSpec, steps_for
+
+
+@dataclass
+class StepOutcome:
+    """One step's account: what ends up in the log, steps.json and the phase records."""
+
+    step: str
+    outcome: str  # ok, failed, skipped, timed_out
+    start: float  # wall-clock seconds since the epoch
+    end: float
+    bytes: int = 0
+    detail: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class HookRun:
+    outcomes: list[StepOutcome]
+    env: dict[str, str]
+    abandoned: bool  # a step thread is still running past its deadline
+
+    @property
+    def failed(self) -> bool:
+        return any(o.outcome in ("failed", "timed_out") for o in self.outcomes)
+
+
+def _failpoint(cfg: SiteConfig, step: str) -> None:
+    for fp in cfg.hooks.failpoints:
+        name, _, action = fp.partition(":")
+        if name != step:
+            continue
+        if action == "raise":
+            raise RuntimeError(f"failpoint {fp} (site config hooks.failpoints)")
+        if action == "hang":
+            time.sleep(3600)
+
+
+def _run_one(spec: StepSpec, call: StepCall) -> StepResult:
+    _failpoint(call.cfg, spec.name)
+    return spec.load()(call)
+
+
+def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: HookLog) -> HookRun:
+    specs = steps_for(hook, ctx)
+    if not specs:
+        log("no steps asked for")
+        return HookRun([], {}, abandoned=False)
+    started = {s.name: (time.time(), time.monotonic()) for s in specs}
+    pool = cf.ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix=f"{hook}-step")
+    futures: dict[cf.Future[StepResult], StepSpec] = {}
+    deadlines = {}
+    for spec in specs:
+        deadline = time.monotonic() + cfg.deadline(hook, spec.name)
+        deadlines[spec.name] = deadline
+        call = StepCall(ctx=ctx, cfg=cfg, job=job, log=log, deadline=deadline)
+        futures[pool.submit(_run_one, spec, call)] = spec
+
+    outcomes: list[StepOutcome] = []
+    env: dict[str, str] = {}
+    pending = set(futures)
+    while pending:
+        next_deadline = min(deadlines[futures[f].name] for f in pending)
+        done, pending = cf.wait(
+            pending, timeout=max(0.0, next_deadline - time.monotonic()),
+            return_when=cf.FIRST_COMPLETED,
+        )
+        for fut in done:
+            spec = futures[fut]
+            outcomes.append(_account(spec, fut, started[spec.name][0], log, env))
+        now = time.monotonic()
+        for fut in [f for f in pending if deadlines[futures[f].name] <= now]:
+            spec = futures[fut]
+            pending.discard(fut)
+            secs = cfg.deadline(hook, spec.name)
+            outcomes.append(StepOutcome(spec.name, "timed_out", started[spec.name][0], time.time(),
+                                        detail=f"no result within its deadline of {secs:g}s"))
+            log(f"step={spec.name} outcome=timed_out deadline={secs:g}s: skipped, job starts without it")
+    abandoned = any(not f.done() for f in futures)
+    pool.shutdown(wait=False, cancel_futures=True)
+    order = {s.name: i for i, s in enumerate(specs)}
+    outcomes.sort(key=lambda o: order[o.step])
+    return HookRun(outcomes, env, abandoned)
+
+
+def _account(spec: StepSpec, fut: cf.Future[StepResult], start: float, log: HookLog,
+             env: dict[str, str]) -> StepOutcome:
+    end = time.time()
+    try:
+        result = fut.result()
+    except BootseerError as exc:
+        log(f"step={spec.name} outcome=failed secs={end - start:.3f}: {exc}")
+        return StepOutcome(spec.name, "failed", start, end, detail=str(exc))
+    except Exception as exc:
+        tb = traceback.format_exc().strip().replace("\n", " | ")
+        log(f"step={spec.name} outcome=failed secs={end - start:.3f}: unexpected {exc!r}: {tb}")
+        return StepOutcome(spec.name, "failed", start, end, detail=f"unexpected error: {exc!r}")
+    env.update(result.env)
+    log(f"step={spec.name} outcome={result.outcome} secs={end - start:.3f} "
+        f"bytes={result.bytes} {result.detail}".rstrip())
+    return StepOutcome(spec.name, result.outcome, start, end, result.bytes, result.detail)
+
+
+def outcomes_json(run: HookRun) -> list[dict[str, object]]:
+    return [asdict(o) for o in run.outcomes]

@@ -1,0 +1,69 @@
+"""What a hook step is, and which steps exist.
+
+A step is a function ``step(call: StepCall) -> StepResult``. It lives in its
+technique's package (``bootseer.image``, ``bootseer.deps``, ``bootseer.ckpt``) and is
+named here by import path, so a job that asks for one technique never imports the others.
+A step must leave nothing half-done that a later run would trust: it publishes its
+work atomically (a rename, a complete upload) or not at all.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bootseer.config import SiteConfig
+    from bootseer.context import JobContext
+    from bootseer.hooks.jobdir import JobDir
+    from bootseer.hooks.log import HookLog
+
+
+@dataclass
+class StepCall:
+    ctx: JobContext
+    cfg: SiteConfig
+    job: JobDir
+    log: HookLog
+    deadline: float  # time.monotonic() by which the step must have returned
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+
+@dataclass
+class StepResult:
+    detail: str = ""
+    bytes: int = 0
+    env: dict[str, str] = field(default_factory=dict)  # exported to the job's tasks
+    outcome: str = "ok"  # or "skipped" when the step found nothing to do
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    name: str
+    target: str  # "module:function"
+    wanted: Callable[[JobContext], bool]
+
+    def load(self) -> Callable[[StepCall], StepResult]:
+        module, _, func = self.target.partition(":")
+        fn: Callable[[StepCall], StepResult] = getattr(importlib.import_module(module), func)
+        return fn
+
+
+# Steps of one hook run in parallel: they are independent by design (each keys its
+# work on the job's options alone).
+PROLOG_STEPS: tuple[StepSpec, ...] = (
+    StepSpec("image", "bootseer.image.step:prolog", lambda ctx: ctx.options.image is not None),
+)
+EPILOG_STEPS: tuple[StepSpec, ...] = (
+    StepSpec("image", "bootseer.image.step:epilog", lambda ctx: ctx.options.image is not None),
+)
+
+
+def steps_for(hook: str, ctx: JobContext) -> list[StepSpec]:
+    table = PROLOG_STEPS if hook == "prolog" else EPILOG_STEPS
+    return [s for s in table if s.wanted(ctx)]

@@ -1,0 +1,1 @@
+"""Container images: squashfs files, served lazily with hot-block prefetch."""

@@ -1,0 +1,176 @@
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO
+from urllib.parse import parse_qs, urlsplit
+
+from bootseer.errors import StoreError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+_KEY_PART = re.compile(r"^[A-Za-z0-9._@+=:-]+$")
+TMP_PREFIX = ".tmp-"
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it is a safe relative key, else raise :class:`StoreError`."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(
+        p in ("", ".", "..") or not _KEY_PART.match(p) for p in parts
+    ):
+        raise StoreError(f"invalid store key {key!r}: want relative names of [A-Za-z0-9._@+=:-]")
+    return key
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    mtime: float  # seconds since the epoch; 0 where the store does not say
+
+
+class Store:
+    """One store, rooted at the path part of its URI."""
+
+    def __init__(self, uri: str, fs: pafs.FileSystem, root: str) -> None:
+        self.uri = uri
+        self.fs = fs
+        self.root = root.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"Store({self.uri!r})"
+
+    @property
+    def is_local(self) -> bool:
+        return self.uri.startswith("file:")
+
+    def path(self, key: str) -> str:
+        return f"{self.root}/{check_key(key)}"
+
+    def exists(self, key: str) -> bool:
+        import pyarrow.fs as pafs
+
+        return bool(self._call(key, self.fs.get_file_info, self.path(key)).type != pafs.FileType.NotFound)
+
+    def info(self, key: str) -> ObjectInfo | None:
+        import pyarrow.fs as pafs
+
+        fi = self._call(key, self.fs.get_file_info, self.path(key))
+        if fi.type == pafs.FileType.NotFound:
+            return None
+        return ObjectInfo(key, fi.size or 0, fi.mtime.timestamp() if fi.mtime else 0.0)
+
+    def read_bytes(self, key: str) -> bytes:
+        with self._call(key, self.fs.open_input_stream, self.path(key)) as f:
+            return bytes(f.read())
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        with self._call(key, self.fs.open_input_file, self.path(key)) as f:
+            return bytes(f.read_at(length, offset))
+
+    def open_read(self, key: str) -> Any:
+        """A seekable pyarrow file (``read``, ``read_at``, ``seek``, ``size``)."""
+        return self._call(key, self.fs.open_input_file, self.path(key))
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        with self.writer(key) as out:
+            out.write(data)
+
+    @contextlib.contextmanager
+    def writer(self, key: str) -> Iterator[BinaryIO]:
+        """Write ``key`` atomically: nothing is visible under it unless the block completes."""
+        final = self.path(key)
+        parent, name = posixpath.split(final)
+        tmp = f"{parent}/{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{name}"
+        self._call(key, self.fs.create_dir, parent, recursive=True)
+        out = self._call(key, self.fs.open_output_stream, tmp)
+        try:
+            yield out
+            out.close()
+            self._call(key, self.fs.move, tmp, final)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                out.close()
+            with contextlib.suppress(Exception):
+                self.fs.delete_file(tmp)
+            raise
+
+    def list(self, prefix: str = "", recursive: bool = False) -> list[ObjectInfo]:
+        """Objects (files) under ``prefix``; empty if it does not exist."""
+        import pyarrow.fs as pafs
+
+        base = self.path(prefix) if prefix else self.root
+        sel = pafs.FileSelector(base, allow_not_found=True, recursive=recursive)
+        out = []
+        for fi in self._call(prefix, self.fs.get_file_info, sel):
+            if fi.type != pafs.FileType.File or fi.base_name.startswith(TMP_PREFIX):
+                continue
+            key = fi.path[len(self.root) + 1 :]
+            out.append(ObjectInfo(key, fi.size or 0, fi.mtime.timestamp() if fi.mtime else 0.0))
+        return sorted(out, key=lambda o: o.key)
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        """Names of the immediate sub-directories (prefixes) of ``prefix``."""
+        import pyarrow.fs as pafs
+
+        base = self.path(prefix) if prefix else self.root
+        sel = pafs.FileSelector(base, allow_not_found=True)
+        infos = self._call(prefix, self.fs.get_file_info, sel)
+        return sorted(fi.base_name for fi in infos if fi.type == pafs.FileType.Directory)
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._call(key, self.fs.delete_file, self.path(key))
+
+    def delete_prefix(self, prefix: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._call(prefix, self.fs.delete_dir, self.path(prefix))
+
+    def _call(self, key: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if "not found" in str(exc).lower() or "NoSuchKey" in str(exc):
+                raise FileNotFoundError(f"{self.uri}: {key}: not found") from None
+            raise StoreError(f"store {self.uri}: {key}: {exc}") from exc
+
+
+def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
+    """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``."""
+    import pyarrow.fs as pafs
+
+    parts = urlsplit(uri)
+    try:
+        if parts.scheme == "s3":
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            fs: pafs.FileSystem = pafs.S3FileSystem(
+                access_key=access_key or None,
+                secret_key=secret_key or None,
+                anonymous=not access_key,
+                endpoint_override=query.get("endpoint_override"),
+                scheme=query.get("scheme", "https"),
+                region=query.get("region", "us-east-1"),
+                allow_bucket_creation=True,
+                connect_timeout=5,
+                request_timeout=30,
+            )
+            root = f"{parts.netloc}{parts.path}"
+            fs.create_dir(root, recursive=True)
+        elif parts.scheme in ("file", ""):
+            fs, root = pafs.LocalFileSystem(), parts.path
+            fs.create_dir(root, recursive=True)
+        else:
+            fs, root = pafs.FileSystem.from_uri(uri)
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"cannot open store {uri}: {exc}") from exc
+    if not root or root == "/":
+        raise StoreError(f"store URI {uri} names no directory or bucket")
+    return Store(uri, fs, root)

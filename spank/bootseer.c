@@ -1,0 +1,336 @@
+/*
+ * bootseer SPANK plugin: option plumbing only.
+ *
+ * Submit side (sbatch/salloc/srun): registers --bootseer[=MODE], --bootseer-image,
+ * --bootseer-deps and --bootseer-ckpt, checks each value against the syntax documented
+ * in lib/bootseer/options.py (a bad value fails the submission with a message naming
+ * the option), and copies the checked values into the job control environment, which
+ * Slurm hands to the Prolog/Epilog as SPANK_BOOTSEER_*.
+ *
+ * Node side (slurmstepd): reads <rundir>/jobs/<jobid>/env, written by the prolog, and
+ * sets its BOOTSEER_* variables in the tasks' environment.
+ *
+ * plugstack.conf arguments: rundir=PATH (default /run/bootseer, as the site config's
+ * paths.run_dir).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+SPANK_PLUGIN(bootseer, 1);
+
+#define MAX_PATH_LEN 1024
+#define MAX_NAMESPACE_LEN 256
+
+static char *opt_mode;
+static char *opt_image;
+static char *opt_deps;
+static char *opt_ckpt;
+static int opt_used;
+static char run_dir[PATH_MAX] = "/run/bootseer";
+
+static int path_chars_ok(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!isalnum((unsigned char)s[i]) && !strchr("._/+@:-", s[i]))
+			return 0;
+	}
+	return 1;
+}
+
+/* No component of the path is "." or "..". */
+static int components_ok(const char *s, size_t n)
+{
+	size_t start = 0;
+	for (size_t i = 0; i <= n; i++) {
+		if (i == n || s[i] == '/') {
+			size_t len = i - start;
+			if ((len == 1 && s[start] == '.') ||
+			    (len == 2 && s[start] == '.' && s[start + 1] == '.'))
+				return 0;
+			start = i + 1;
+		}
+	}
+	return 1;
+}
+
+static int path_ok(const char *s, size_t n, int absolute)
+{
+	if (n == 0 || n > MAX_PATH_LEN || !path_chars_ok(s, n) || !components_ok(s, n))
+		return 0;
+	return !absolute || s[0] == '/';
+}
+
+static int span_of(const char *s, size_t n, const char *extra)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!isalnum((unsigned char)s[i]) && !strchr(extra, s[i]))
+			return 0;
+	}
+	return 1;
+}
+
+static int check_mode(const char *v)
+{
+	if (v == NULL || *v == '\0' || !strcmp(v, "on") || !strcmp(v, "off") ||
+	    !strcmp(v, "refresh"))
+		return 0;
+	slurm_error("bootseer: --bootseer=%s: MODE must be one of on, off, refresh", v);
+	return -1;
+}
+
+static int check_image(const char *v)
+{
+	size_t n = strlen(v);
+	if (v[0] == '/') {
+		if (path_ok(v, n, 1))
+			return 0;
+	} else {
+		const char *colon = strchr(v, ':');
+		size_t name_len = colon ? (size_t)(colon - v) : n;
+		int name_ok = name_len >= 1 && name_len <= 128 &&
+			      (islower((unsigned char)v[0]) || isdigit((unsigned char)v[0]));
+		for (size_t i = 0; name_ok && i < name_len; i++)
+			name_ok = islower((unsigned char)v[i]) || isdigit((unsigned char)v[i]) ||
+				  strchr("._-", v[i]);
+		int tag_ok = !colon || (strlen(colon + 1) >= 1 && strlen(colon + 1) <= 128 &&
+					span_of(colon + 1, strlen(colon + 1), "._-"));
+		if (name_ok && tag_ok)
+			return 0;
+	}
+	slurm_error("bootseer: --bootseer-image=%s: give an absolute path to a squashfs file "
+		    "(characters A-Z a-z 0-9 . _ - / + @ :, no '.' or '..' parts) or a registered "
+		    "image NAME[:TAG] (NAME: a-z 0-9 . _ -)", v);
+	return -1;
+}
+
+static int check_deps(const char *v)
+{
+	const char *item = v;
+	int first = 1;
+	const char *why = NULL;
+
+	while (why == NULL) {
+		const char *end = strchr(item, ',');
+		size_t n = end ? (size_t)(end - item) : strlen(item);
+		if (first) {
+			if (n >= 7 && !strncmp(item, "prefix=", 7)) {
+				item += 7;
+				n -= 7;
+			}
+			if (!path_ok(item, n, 1) || (n == 1 && item[0] == '/'))
+				why = "PREFIX must be an absolute path other than /";
+		} else if (n >= 4 && !strncmp(item, "key=", 4)) {
+			if (!path_ok(item + 4, n - 4, 0))
+				why = "key=FILE must be a path of A-Z a-z 0-9 . _ - / + @ : without '.' "
+				      "or '..' parts";
+		} else if (n >= 6 && !strncmp(item, "scope=", 6)) {
+			if (!((n == 10 && !strncmp(item + 6, "user", 4)) ||
+			      (n == 13 && !strncmp(item + 6, "account", 7)) ||
+			      (n == 13 && !strncmp(item + 6, "cluster", 7))))
+				why = "scope must be one of user, account, cluster";
+		} else {
+			why = "after PREFIX only key=FILE and scope=SCOPE may follow";
+		}
+		first = 0;
+		if (!end)
+			break;
+		item = end + 1;
+	}
+	if (why == NULL)
+		return 0;
+	slurm_error("bootseer: --bootseer-deps=%s: %s (syntax: PREFIX[,key=FILE]...[,scope=user|"
+		    "account|cluster])", v, why);
+	return -1;
+}
+
+static int check_ckpt(const char *v)
+{
+	size_t n = strlen(v);
+	if (n >= 1 && n <= MAX_NAMESPACE_LEN && v[0] != '/' && v[n - 1] != '/' &&
+	    !strstr(v, "//") && span_of(v, n, "._-/") && components_ok(v, n))
+		return 0;
+	slurm_error("bootseer: --bootseer-ckpt=%s: NAMESPACE is a relative name of A-Z a-z 0-9 "
+		    ". _ - parts joined by '/', without '.' or '..' parts, up to %d characters",
+		    v, MAX_NAMESPACE_LEN);
+	return -1;
+}
+
+static int keep(char **slot, const char *v, int (*check)(const char *))
+{
+	if (check(v ? v : "") < 0)
+		return -1;
+	free(*slot);
+	*slot = v ? strdup(v) : NULL;
+	opt_used = 1;
+	return 0;
+}
+
+static int cb_mode(int val, const char *optarg, int remote)
+{
+	(void)val;
+	(void)remote;
+	if (check_mode(optarg) < 0)
+		return -1;
+	free(opt_mode);
+	opt_mode = strdup(optarg && *optarg ? optarg : "on");
+	opt_used = 1;
+	return 0;
+}
+
+static int cb_image(int val, const char *optarg, int remote)
+{
+	(void)val;
+	(void)remote;
+	return keep(&opt_image, optarg, check_image);
+}
+
+static int cb_deps(int val, const char *optarg, int remote)
+{
+	(void)val;
+	(void)remote;
+	return keep(&opt_deps, optarg, check_deps);
+}
+
+static int cb_ckpt(int val, const char *optarg, int remote)
+{
+	(void)val;
+	(void)remote;
+	return keep(&opt_ckpt, optarg, check_ckpt);
+}
+
+static struct spank_option options[] = {
+	{"bootseer", "[MODE]",
+	 "Speed up this job's start with bootseer. MODE: on (default), refresh (record anew), off",
+	 2, 0, cb_mode},
+	{"bootseer-image", "IMAGE",
+	 "[bootseer] container image: /abs/path/to/image.sqsh or a registered NAME[:TAG]", 1, 0,
+	 cb_image},
+	{"bootseer-deps", "SPEC",
+	 "[bootseer] dependency snapshot: PREFIX[,key=FILE]...[,scope=user|account|cluster]", 1, 0,
+	 cb_deps},
+	{"bootseer-ckpt", "SPEC",
+	 "[bootseer] striped checkpoint NAMESPACE, mounted at $BOOTSEER_CKPT", 1, 0, cb_ckpt},
+	SPANK_OPTIONS_TABLE_END};
+
+static int parse_args(int ac, char **av)
+{
+	for (int i = 0; i < ac; i++) {
+		if (!strncmp(av[i], "rundir=", 7) && av[i][7] == '/' &&
+		    strlen(av[i] + 7) < sizeof(run_dir)) {
+			snprintf(run_dir, sizeof(run_dir), "%s", av[i] + 7);
+		} else {
+			slurm_error("bootseer: unknown plugstack argument '%s' (known: rundir=/PATH)",
+				    av[i]);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+	spank_context_t ctx = spank_context();
+	if (parse_args(ac, av) < 0)
+		return -1;
+	if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR && ctx != S_CTX_REMOTE)
+		return 0;
+	for (struct spank_option *o = options; o->name; o++) {
+		if (spank_option_register(sp, o) != ESPANK_SUCCESS) {
+			slurm_error("bootseer: cannot register --%s", o->name);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Submit side: hand the checked options to the Prolog/Epilog. */
+static int export_to_hooks(spank_t sp)
+{
+	char cwd[PATH_MAX];
+	if (!opt_used)
+		return 0;
+	if (opt_mode == NULL)
+		opt_mode = strdup("on");
+	if (!strcmp(opt_mode, "off"))
+		return 0;
+	spank_job_control_setenv(sp, "BOOTSEER_MODE", opt_mode, 1);
+	if (opt_image)
+		spank_job_control_setenv(sp, "BOOTSEER_IMAGE", opt_image, 1);
+	if (opt_deps)
+		spank_job_control_setenv(sp, "BOOTSEER_DEPS", opt_deps, 1);
+	if (opt_ckpt)
+		spank_job_control_setenv(sp, "BOOTSEER_CKPT", opt_ckpt, 1);
+	/* Relative key files in --bootseer-deps are relative to where the job was submitted. */
+	if (getcwd(cwd, sizeof(cwd)))
+		spank_job_control_setenv(sp, "BOOTSEER_WORKDIR", cwd, 1);
+	return 0;
+}
+
+/* Node side: put what the prolog prepared into the tasks' environment. */
+static int import_from_prolog(spank_t sp)
+{
+	uint32_t job_id;
+	char path[PATH_MAX + 64], line[4096];
+	struct stat st;
+	FILE *f;
+
+	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
+		return 0;
+	snprintf(path, sizeof(path), "%s/jobs/%u/env", run_dir, job_id);
+	f = fopen(path, "re");
+	if (f == NULL)
+		return 0; /* bootseer not asked for, or the prolog prepared nothing */
+	if (fstat(fileno(f), &st) < 0 || st.st_uid != 0 || (st.st_mode & 022)) {
+		slurm_error("bootseer: ignoring %s: not root's, or writable by others", path);
+		fclose(f);
+		return 0;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char *eq = strchr(line, '=');
+		line[strcspn(line, "\n")] = '\0';
+		if (eq == NULL || strncmp(line, "BOOTSEER_", 9))
+			continue;
+		*eq = '\0';
+		if (spank_setenv(sp, line, eq + 1, 1) != ESPANK_SUCCESS)
+			slurm_error("bootseer: cannot set %s for job %u", line, job_id);
+	}
+	fclose(f);
+	return 0;
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	switch (spank_context()) {
+	case S_CTX_LOCAL:
+	case S_CTX_ALLOCATOR:
+		return export_to_hooks(sp);
+	case S_CTX_REMOTE:
+		return import_from_prolog(sp);
+	default:
+		return 0;
+	}
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+	(void)sp;
+	(void)ac;
+	(void)av;
+	free(opt_mode);
+	free(opt_image);
+	free(opt_deps);
+	free(opt_ckpt);
+	opt_mode = opt_image = opt_deps = opt_ckpt = NULL;
+	return 0;
+}
