@@ -11,7 +11,7 @@
  * sets its BOOTSEER_* variables in the tasks' environment.
  *
  * plugstack.conf arguments: rundir=PATH (default /run/bootseer, as the site config's
- * paths.run_dir).
+ * paths.run_dir; "%n" stands for the node name, as in the site config).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -275,17 +275,32 @@ static int export_to_hooks(spank_t sp)
 	return 0;
 }
 
+/* run_dir with "%n" replaced by the node name. */
+static int node_run_dir(spank_t sp, char *out, size_t size)
+{
+	char node[256] = "";
+	const char *mark = strstr(run_dir, "%n");
+	if (mark == NULL)
+		return snprintf(out, size, "%s", run_dir) < (int)size ? 0 : -1;
+	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) != ESPANK_SUCCESS)
+		return -1;
+	return snprintf(out, size, "%.*s%s%s", (int)(mark - run_dir), run_dir, node, mark + 2) <
+			       (int)size
+		       ? 0
+		       : -1;
+}
+
 /* Node side: put what the prolog prepared into the tasks' environment. */
 static int import_from_prolog(spank_t sp)
 {
 	uint32_t job_id;
-	char path[PATH_MAX + 64], line[4096];
+	char dir[PATH_MAX], path[PATH_MAX + 64], line[4096];
 	struct stat st;
 	FILE *f;
 
-	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS)
+	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS || node_run_dir(sp, dir, sizeof(dir)) < 0)
 		return 0;
-	snprintf(path, sizeof(path), "%s/jobs/%u/env", run_dir, job_id);
+	snprintf(path, sizeof(path), "%s/jobs/%u/env", dir, job_id);
 	f = fopen(path, "re");
 	if (f == NULL)
 		return 0; /* bootseer not asked for, or the prolog prepared nothing */

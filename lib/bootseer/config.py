@@ -40,9 +40,18 @@ class StoreSection:
 
 @dataclass(frozen=True)
 class PathsSection:
+    """Node-local paths. ``%n`` stands for the node name, as in slurm.conf, so several
+    slurmd on one machine (slurm-dev) keep apart."""
+
     run_dir: Path = Path("/run/bootseer")  # per-job state on the node; read by the SPANK plugin
     cache_dir: Path = Path("/var/cache/bootseer")  # node-local caches (blocks, snapshots)
     log_dir: Path = Path("/var/log/bootseer")  # one log per node, lines tagged with the job id
+
+    def for_node(self, node: str) -> PathsSection:
+        return PathsSection(
+            **{f.name: Path(str(getattr(self, f.name)).replace("%n", node))
+               for f in dataclasses.fields(self)}
+        )
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,10 @@ class SiteConfig:
     def from_mapping(cls, data: Mapping[str, Any], source: Path | None = None) -> SiteConfig:
         cfg = _build(cls, data, prefix="", skip={"source"})
         return dataclasses.replace(cfg, source=source)
+
+    def for_node(self, node: str) -> SiteConfig:
+        """This config with ``%n`` in its paths replaced by ``node``."""
+        return dataclasses.replace(self, paths=self.paths.for_node(node))
 
     def deadline(self, hook: str, step: str) -> float:
         whole = self.hooks.prolog_deadline if hook == "prolog" else self.hooks.epilog_deadline

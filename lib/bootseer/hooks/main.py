@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
         return 0
     t0 = time.monotonic()
     try:
-        cfg = load_config()
+        cfg = load_config().for_node(env.get("SLURMD_NODENAME", "unknown"))
     except BootseerError as exc:
         # Without a config there is no log dir either: stderr is all there is.
         print(f"bootseer {hook}: {exc}; job {env.get('SLURM_JOB_ID')} starts without bootseer",

@@ -1,0 +1,43 @@
+"""The ``bootseer`` command: one sub-command module per area, each a thin shell.
+
+A sub-command module defines ``register(subparsers)``, which adds its parser and sets
+``handler`` (a function taking the parsed arguments and returning an exit status).
+Modules are listed in :data:`COMMANDS`; the heavy imports live inside the handlers,
+so ``bootseer phase ...`` from a training loop stays cheap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from bootseer.errors import BootseerError
+
+COMMANDS = ("bootseer.cli.config_cmd",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bootseer",
+        description="Startup accelerator for training jobs on Slurm.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.handler(args)
+    except BootseerError as exc:
+        print(f"bootseer {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    return status

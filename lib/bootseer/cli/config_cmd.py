@@ -1,0 +1,25 @@
+"""``bootseer config [--check]``: show the site config in effect, or check it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any
+
+from bootseer.config import config_path, load_config
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("config", help="show or check the site config")
+    p.add_argument("--check", action="store_true", help="only check; exit 1 on a bad config")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config()
+    if args.check:
+        print(f"{cfg.source or config_path()}: ok" if cfg.source else "no site config; defaults")
+        return 0
+    print(json.dumps(dataclasses.asdict(cfg), indent=2, default=str))
+    return 0
