@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import builtins
 import contextlib
 import posixpath
 import re
@@ -78,8 +79,17 @@ class Store:
         """A seekable pyarrow file (``read``, ``read_at``, ``seek``, ``size``)."""
         return self._call(key, self.fs.open_input_file, self.path(key))
 
-    def write_bytes(self, key: str, data: bytes) -> None:
-        with self.writer(key) as out:
+    def write_bytes(self, key: str, data: bytes | bytearray, atomic: bool = True) -> None:
+        """Write ``key``; ``atomic=False`` writes in place (one request less on S3), for
+        objects nothing reads until a later atomic write (a manifest) names them."""
+        if atomic:
+            with self.writer(key) as out:
+                out.write(data)
+            return
+        path = self.path(key)
+        if self.is_local:
+            self._call(key, self.fs.create_dir, posixpath.dirname(path), recursive=True)
+        with self._call(key, self.fs.open_output_stream, path) as out:
             out.write(data)
 
     @contextlib.contextmanager
@@ -115,7 +125,7 @@ class Store:
             out.append(ObjectInfo(key, fi.size or 0, fi.mtime.timestamp() if fi.mtime else 0.0))
         return sorted(out, key=lambda o: o.key)
 
-    def list_dirs(self, prefix: str = "") -> list[str]:
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         """Names of the immediate sub-directories (prefixes) of ``prefix``."""
         import pyarrow.fs as pafs
 
