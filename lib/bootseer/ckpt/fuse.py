@@ -17,6 +17,7 @@ signal (a killed job), its half-written file is dropped and the previous version
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import itertools
 import os
@@ -428,7 +429,12 @@ class CkptFS(pyfuse3.Operations):
         if h.reader is not None:
             h.reader.close()
         if h.writer is not None:
-            await self._run(self._finish, h, True)
+            try:
+                await self._run(self._finish, h, True)
+            finally:
+                # The kernel took the writer's size (0 after O_TRUNC) as the file's; after
+                # a commit or an abort it must ask again. Not from inside this request.
+                threading.Thread(target=_invalidate, args=(h.ino,), daemon=True).start()
 
     def _finish(self, h: _Handle, last: bool) -> None:
         """Commit the handle's writes (close, fsync), or drop them when the writer died."""
@@ -476,6 +482,11 @@ class CkptFS(pyfuse3.Operations):
                 h.writer.abort()
             if h.reader is not None:
                 h.reader.close()
+
+
+def _invalidate(ino: int) -> None:
+    with contextlib.suppress(Exception):
+        pyfuse3.invalidate_inode(ino)
 
 
 async def serve(fs: CkptFS) -> None:

@@ -206,6 +206,7 @@ class Namespace:
     def open(self, path: str, mode: str = "rb") -> StripedReader | StripedWriter:
         """A file object: ``rb`` a seekable :class:`StripedReader`, ``wb`` a
         :class:`StripedWriter`."""
+        check_path(path)
         if mode == "rb":
             from bootseer.ckpt.reader import StripedReader
 

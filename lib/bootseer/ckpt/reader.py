@@ -131,16 +131,21 @@ class StripedReader(io.RawIOBase):
 
     # -- units
     def _unit(self, index: int) -> bytes:
-        with self._lock:
-            fut = self._want(index)
-            self._read_ahead(index)
-        try:
-            return fut.result()
-        except BaseException:
+        while True:
             with self._lock:
-                if self._units.get(index) is fut:
-                    del self._units[index]  # a later read retries
-            raise
+                fut = self._want(index)
+                self._read_ahead(index)
+            try:
+                return fut.result()
+            except cf.CancelledError:
+                # Another thread's read-ahead evicted it before it started: ask again.
+                if self.closed:
+                    raise ValueError("I/O operation on closed file") from None
+            except BaseException:
+                with self._lock:
+                    if self._units.get(index) is fut:
+                        del self._units[index]  # a later read retries
+                raise
 
     def _want(self, index: int) -> cf.Future[bytes]:
         fut = self._units.get(index)

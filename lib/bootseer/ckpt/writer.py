@@ -21,7 +21,7 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from bootseer.ckpt.layout import CkptError, CkptIOError
+from bootseer.ckpt.layout import CkptError, CkptIOError, check_path
 from bootseer.ckpt.manifest import Manifest, new_version, unit_checksum
 from bootseer.errors import StoreError
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 class StripedWriter(io.RawIOBase):
     def __init__(self, ns: Namespace, path: str) -> None:
         super().__init__()
-        ns.manifest_key(path)  # refuses a bad path before anything is uploaded
+        check_path(path)  # before anything is uploaded
         self.ns = ns
         self.path = path
         self.name = f"{ns.name}:{path}"
