@@ -155,3 +155,24 @@ def cluster(_cluster_session: DevSlurm) -> Iterator[DevSlurm]:
     """The session's cluster, with the default site config restored after each test."""
     yield _cluster_session
     _cluster_session.reset()
+
+
+@pytest.fixture(scope="session")
+def s3_store() -> Iterator[devcluster.Cluster]:
+    """The S3 store host alone (SeaweedFS in its own network namespace, behind a link
+    capped at 80 Mbit/s); ``.store_uri()`` names a bucket in it."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("the S3 store host needs root and iproute2")
+    state = Path(str(TEST_STATE) + "-s3")
+    shutil.rmtree(state, ignore_errors=True)
+    store = devcluster.Cluster(devcluster.Settings(
+        str(state), nodes=1, port_base=TEST_PORT_BASE + 50, s3=True, store_mbit=80))
+    store.write_config()
+    try:
+        store.store_host_up()
+        yield store
+    finally:
+        pid = store.alive("weed")
+        if pid:
+            devcluster.stop_pid(pid, "weed", grace=3)
+        store.store_host_down()
