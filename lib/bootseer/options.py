@@ -119,8 +119,10 @@ def parse_deps(value: str) -> DepsSpec:
 
 
 def parse_ckpt(value: str) -> str:
-    if len(value) > 256 or not _NAMESPACE.fullmatch(value) or any(
-        p in (".", "..") for p in value.split("/")
+    if (
+        len(value) > 256
+        or not _NAMESPACE.fullmatch(value)
+        or any(p in (".", "..") for p in value.split("/"))
     ):
         raise OptionError(
             f"--bootseer-ckpt={value!r}: NAMESPACE is a relative name of A-Z a-z 0-9 . _ - "

@@ -19,8 +19,12 @@ CASES = [(kind, v, True) for kind, vs in GOOD.items() for v in vs] + [
 @pytest.mark.parametrize(("kind", "value", "good"), CASES)
 def test_plugin_and_library_agree(cluster: DevSlurm, kind: str, value: str, good: bool) -> None:
     option = f"--bootseer-{kind}={value}"
-    r = subprocess.run(["sbatch", "--test-only", "-N1", option, "--wrap", "true"],
-                       env=cluster.env, capture_output=True, text=True)
+    r = subprocess.run(
+        ["sbatch", "--test-only", "-N1", option, "--wrap", "true"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+    )
     if good:
         assert r.returncode == 0, r.stderr
     else:

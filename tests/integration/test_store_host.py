@@ -6,9 +6,9 @@ import os
 import subprocess
 import time
 
+import devcluster
 import pytest
 
-import devcluster
 from bootseer.store import open_store
 
 pytestmark = pytest.mark.s3
@@ -42,8 +42,12 @@ def test_store_link_is_capped(s3_store: devcluster.Cluster) -> None:
 
 
 def test_store_host_is_in_its_own_namespace(s3_store: devcluster.Cluster) -> None:
-    r = subprocess.run(["ip", "netns", "exec", s3_store.s.netns, "ip", "-o", "addr"],
-                       capture_output=True, text=True, check=True)
+    r = subprocess.run(
+        ["ip", "netns", "exec", s3_store.s.netns, "ip", "-o", "addr"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert s3_store.s.store_ips[1] in r.stdout
     # weed serves in the namespace only: its address is not on the host.
     host = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout

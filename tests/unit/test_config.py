@@ -14,7 +14,9 @@ def write(tmp_path: Path, text: str) -> Path:
     return p
 
 
-def test_missing_default_file_gives_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_missing_default_file_gives_defaults(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("BOOTSEER_CONFIG", raising=False)
     monkeypatch.setattr("bootseer.config.DEFAULT_PATH", tmp_path / "absent.toml")
     assert load_config() == SiteConfig()
@@ -29,7 +31,9 @@ def test_env_var_names_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     assert cfg.source == p
 
 
-def test_missing_file_named_by_env_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_missing_file_named_by_env_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("BOOTSEER_CONFIG", str(tmp_path / "nope.toml"))
     with pytest.raises(ConfigError, match="does not exist"):
         load_config()

@@ -9,15 +9,39 @@ from bootseer.options import DepsSpec, Options, parse_ckpt, parse_deps, parse_im
 # plugin accepts exactly the same values at submit time.
 GOOD = {
     "image": ["/shared/images/pytorch.sqsh", "pytorch", "pytorch:24.05", "a-b.c_d:T-1.2"],
-    "deps": ["/tmp/venv", "prefix=/tmp/venv", "/tmp/venv,key=req.txt",
-             "/opt/env,key=/home/u/req.txt,key=a/b.lock,scope=account"],
+    "deps": [
+        "/tmp/venv",
+        "prefix=/tmp/venv",
+        "/tmp/venv,key=req.txt",
+        "/opt/env,key=/home/u/req.txt,key=a/b.lock,scope=account",
+    ],
     "ckpt": ["llama", "team/llama-25b", "a.b_c/d-e"],
 }
 BAD = {
-    "image": ["", "relative/path.sqsh", "pytorch\n", "/a\n", "/a/../b", "/a/./b", "Pytorch", "py torch", "/a b",
-              "name:", "/x;rm", "x" * 200],
-    "deps": ["", "venv", "/", "/tmp/venv,key=../x", "/tmp/venv,scope=world", "/tmp/venv,foo=1",
-             "/tmp/venv,key", "/tmp/../venv"],
+    "image": [
+        "",
+        "relative/path.sqsh",
+        "pytorch\n",
+        "/a\n",
+        "/a/../b",
+        "/a/./b",
+        "Pytorch",
+        "py torch",
+        "/a b",
+        "name:",
+        "/x;rm",
+        "x" * 200,
+    ],
+    "deps": [
+        "",
+        "venv",
+        "/",
+        "/tmp/venv,key=../x",
+        "/tmp/venv,scope=world",
+        "/tmp/venv,foo=1",
+        "/tmp/venv,key",
+        "/tmp/../venv",
+    ],
     "ckpt": ["", "/abs", "a\n", "../x", "a/../b", "a//b", "a/", "a b", "a\nb", "x" * 300],
 }
 

@@ -38,7 +38,9 @@ def ctx() -> JobContext:
     return JobContext(job_id=7, user="ada", uid=1000, gid=1000, node="n1", nodes=("n1",))
 
 
-def run(tmp_path: Path, ctx: JobContext, table: dict[str, str], hooks: dict[str, object]) -> runner.HookRun:
+def run(
+    tmp_path: Path, ctx: JobContext, table: dict[str, str], hooks: dict[str, object]
+) -> runner.HookRun:
     specs = tuple(StepSpec(name, f"{__name__}:{fn}", lambda c: True) for name, fn in table.items())
     cfg = SiteConfig.from_mapping({"hooks": hooks})
     log = HookLog(tmp_path, "n1", 7, "prolog")
@@ -53,7 +55,10 @@ def run(tmp_path: Path, ctx: JobContext, table: dict[str, str], hooks: dict[str,
 def test_outcomes_of_ok_failed_and_crashed_steps(tmp_path: Path, ctx: JobContext) -> None:
     result = run(tmp_path, ctx, {"a": "ok_step", "b": "failing_step", "c": "crashing_step"}, {})
     assert [(o.step, o.outcome) for o in result.outcomes] == [
-        ("a", "ok"), ("b", "failed"), ("c", "failed")]
+        ("a", "ok"),
+        ("b", "failed"),
+        ("c", "failed"),
+    ]
     assert result.env == {"BOOTSEER_OK": "1"}
     assert result.outcomes[0].bytes == 7
     assert "the store said no" in result.outcomes[1].detail
@@ -65,8 +70,9 @@ def test_outcomes_of_ok_failed_and_crashed_steps(tmp_path: Path, ctx: JobContext
 
 def test_step_past_deadline_is_abandoned_without_waiting(tmp_path: Path, ctx: JobContext) -> None:
     t0 = time.monotonic()
-    result = run(tmp_path, ctx, {"slow": "slow_step", "fast": "ok_step"},
-                 {"step_deadlines": {"slow": 0.3}})
+    result = run(
+        tmp_path, ctx, {"slow": "slow_step", "fast": "ok_step"}, {"step_deadlines": {"slow": 0.3}}
+    )
     assert time.monotonic() - t0 < 2
     assert {o.step: o.outcome for o in result.outcomes} == {"slow": "timed_out", "fast": "ok"}
     assert result.abandoned
