@@ -275,7 +275,11 @@ class Cluster:
     def start_slurmd(self, node: str) -> None:
         if self.alive(f"slurmd-{node}"):
             return
-        run_checked(["slurmd", "-f", str(self.conf), "-N", node], env=self.env())
+        # A UTS namespace per slurmd: jobs on node nX see the host name nX, as on a real
+        # cluster (the SPANK plugin finds the node's run dir by it).
+        script = 'hostname "$1" && exec slurmd -f "$2" -N "$1"'
+        cmd = ["unshare", "--uts", "sh", "-c", script, "slurmd", node, str(self.conf)]
+        run_checked(cmd, env=self.env())
 
     def scontrol_ok(self, args: list[str]) -> bool:
         r = subprocess.run(["scontrol", *args], env=self.env(), capture_output=True, text=True)

@@ -40,10 +40,13 @@ def test_sbatch_help_lists_the_options(cluster: DevSlurm) -> None:
 
 
 def test_four_node_job_runs_prolog_and_epilog_on_every_node(cluster: DevSlurm, image: Path) -> None:
+    # --bootseer without a value, then srun inside: the step re-reads the options.
     job = cluster.sbatch(
         "-N4",
+        "--bootseer",
         f"--bootseer-image={image}",
-        script="#!/bin/sh\nsrun -N4 -n4 printenv BOOTSEER_IMAGE\n",
+        script="#!/bin/sh\nprintenv BOOTSEER_IMAGE\n"
+        "srun -N4 -n4 sh -c 'echo $(hostname) $BOOTSEER_IMAGE' | sort\n",
     )
     assert cluster.wait(job) == "COMPLETED"
     for node in cluster.nodes:
@@ -51,8 +54,9 @@ def test_four_node_job_runs_prolog_and_epilog_on_every_node(cluster: DevSlurm, i
         text = "\n".join(lines)
         assert "prolog start" in text and "prolog step=image outcome=ok" in text, (node, text)
         assert "epilog start" in text and "epilog done" in text, (node, text)
-    # Every task on every node found what the prolog prepared (SPANK plugin, remote side).
-    assert cluster.output(job).split() == [str(image)] * 4
+    # The batch script and every task on every node found what the prolog prepared.
+    lines = cluster.output(job).splitlines()
+    assert lines == [str(image)] + [f"{node} {image}" for node in cluster.nodes]
 
 
 def test_job_without_bootseer_runs_no_step(cluster: DevSlurm) -> None:
