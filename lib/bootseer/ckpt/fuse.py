@@ -106,6 +106,8 @@ class CkptFS(pyfuse3.Operations):
         self._writing: dict[str, StripedWriter] = {}
         self._versions: dict[int, str] = {}  # inode -> version last opened, for keep_cache
         self._lock = threading.Lock()
+        self.bytes_read = 0  # served to the job, for the epilog's phase record
+        self.bytes_written = 0
 
     # -- helpers
     def _ino(self, path: str) -> int:
@@ -396,7 +398,9 @@ class CkptFS(pyfuse3.Operations):
         h = self._handles[fh]
         if h.reader is None:
             raise pyfuse3.FUSEError(errno.EBADF)
-        return await self._run(h.reader.pread, off, size)
+        data = await self._run(h.reader.pread, off, size)
+        self.bytes_read += len(data)
+        return data
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         h = self._handles[fh]
@@ -414,7 +418,9 @@ class CkptFS(pyfuse3.Operations):
                     h.failed = str(exc)
                     raise
 
-        return await self._run(work)
+        n = await self._run(work)
+        self.bytes_written += n
+        return n
 
     async def flush(self, fh: int) -> None:
         h = self._handles[fh]
@@ -553,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         fs.abort_all()
         pyfuse3.close(unmount=True)
-        log("unmounted")
+        log(f"unmounted; totals read_bytes={fs.bytes_read} written_bytes={fs.bytes_written}")
     return 0
 
 

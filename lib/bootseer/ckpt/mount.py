@@ -62,6 +62,10 @@ class StopResult:
     died: bool  # the daemon was gone before the epilog came
     forced: bool  # it had to be signalled (or the unmount was lazy)
     log_tail: str
+    read_bytes: int = 0  # served through the mount, from the daemon's last log line
+    written_bytes: int = 0
+    committed: int = 0  # versions committed, and writes dropped (killed writers)
+    dropped: int = 0
 
 
 def _unescape(field: str) -> str:
@@ -135,10 +139,18 @@ def prepare_mountpoint(root: Path, name: str, uid: int, gid: int) -> Path:
 
 
 def start(
-    mountpoint: Path, namespace: str, uid: int, gid: int, state_dir: Path, node: str, timeout: float
+    mountpoint: Path,
+    namespace: str,
+    uid: int,
+    gid: int,
+    state_dir: Path,
+    node: str,
+    timeout: float,
+    log_path: Path | None = None,
 ) -> MountRecord:
     """Start the daemon and wait for the mount; on failure nothing is left running."""
-    log_path = state_dir / "fuse.log"
+    log_path = log_path or state_dir / "fuse.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     cmd = [
         sys.executable,
         "-m",
@@ -224,4 +236,23 @@ def stop(record: MountRecord, wait: float = 15.0) -> StopResult:
     if not is_mounted(mp):
         with contextlib.suppress(OSError):
             os.rmdir(mp)  # never rmtree: a mount that came back would be emptied
-    return StopResult(died=died, forced=forced, log_tail=tail)
+    return StopResult(died, forced, tail, *_summary(record.log))
+
+
+def _summary(log_path: str) -> tuple[int, int, int, int]:
+    """(read, written, committed, dropped) from the daemon's log."""
+    read = written = committed = dropped = 0
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return 0, 0, 0, 0
+    for line in text.splitlines():
+        if ": committed version " in line:
+            committed += 1
+        elif "new version dropped" in line:
+            dropped += 1
+        elif "totals read_bytes=" in line:
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            with contextlib.suppress(ValueError, KeyError):
+                read, written = int(fields["read_bytes"]), int(fields["written_bytes"])
+    return read, written, committed, dropped

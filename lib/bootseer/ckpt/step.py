@@ -31,7 +31,9 @@ def prolog(call: StepCall) -> StepResult:
     mp = mount.prepare_mountpoint(root, str(ctx.job_id), ctx.uid, ctx.gid)
     state = call.job.sub("ckpt")
     timeout = max(1.0, min(sec.mount_timeout, call.remaining() - 1.0))
-    rec = mount.start(mp, name, ctx.uid, ctx.gid, state, ctx.node, timeout)
+    # The daemon's log outlives the job dir, for whoever looks into a failed mount.
+    log_path = call.cfg.paths.log_dir / "ckpt" / f"{ctx.job_id}.log"
+    rec = mount.start(mp, name, ctx.uid, ctx.gid, state, ctx.node, timeout, log_path)
     return StepResult(
         detail=f"mounted {name} ({len(sec.targets)} targets) at {mp}, daemon pid {rec.pid}",
         env={"BOOTSEER_CKPT": str(mp)},
@@ -50,4 +52,9 @@ def epilog(call: StepCall) -> StepResult:
             f"cleaned up now. Daemon log: {res.log_tail}"
         )
     how = "forced" if res.forced else "clean"
-    return StepResult(detail=f"unmounted {rec.mountpoint} ({how})")
+    return StepResult(
+        detail=f"unmounted {rec.mountpoint} ({how}): {res.read_bytes} bytes read, "
+        f"{res.written_bytes} written, {res.committed} versions committed, "
+        f"{res.dropped} writes dropped",
+        bytes=res.read_bytes + res.written_bytes,
+    )
