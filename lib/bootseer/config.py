@@ -81,6 +81,8 @@ class CkptSection:
     # Where jobs' mounts go (``%n`` = node); empty means ``<paths.run_dir>/ckpt``.
     mount_root: str = ""
     mount_timeout: float = 20.0  # seconds the prolog waits for a mount to come up
+    # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
+    kernel_read_ahead_kb: int = 4096
 
     def mount_dir(self, run_dir: Path, node: str) -> Path:
         if not self.mount_root:

@@ -124,7 +124,7 @@ PY
     after = ns.manifest("run1/model.bin")
     assert after is not None and after.version == before.version
     log = "\n".join(cluster.job_log_lines(n1, job))
-    assert "epilog step=ckpt outcome=ok" in log, log
+    assert "epilog step=ckpt outcome=ok" in log and "1 writes dropped" in log, log
     assert _mounts(cluster) == []
     assert not ckpt_mount.is_mounted(cluster.dir / "nodes" / n1 / "run" / "ckpt" / str(job))
 

@@ -111,9 +111,39 @@ class StripedReader(io.RawIOBase):
         n = max(0, min(offset + size, self.manifest.size) - offset)
         if n == 0:
             return b""
+        u = self.manifest.unit_size
+        index = offset // u
+        if (offset + n - 1) // u == index:  # inside one unit: a single copy
+            start = offset - index * u
+            return self._unit(index)[start : start + n]
         out = bytearray(n)
         self._copy(offset, memoryview(out))
         return bytes(out)
+
+    def pread_ready(self, offset: int, size: int) -> bytes | None:
+        """Like :meth:`pread` if the units it needs are in memory already, else None.
+
+        It never waits, so an event loop (the FUSE daemon's) can call it directly and
+        hand only the reads that must wait for a target to a thread.
+        """
+        m = self.manifest
+        n = max(0, min(offset + size, m.size) - offset)
+        if n == 0:
+            return b""
+        indexes = range(offset // m.unit_size, (offset + n - 1) // m.unit_size + 1)
+        with self._lock:
+            futs = [self._units.get(i) for i in indexes]
+            for f in futs:
+                if f is None or not f.done() or f.cancelled() or f.exception() is not None:
+                    return None
+            for i in indexes:
+                self._units.move_to_end(i)
+                self._read_ahead(i)
+        parts = [f.result() for f in futs if f is not None]
+        start = offset - indexes[0] * m.unit_size
+        if len(parts) == 1:
+            return parts[0][start : start + n]
+        return b"".join(parts)[start : start + n]
 
     def _copy(self, offset: int, out: memoryview) -> int:
         m = self.manifest

@@ -33,7 +33,9 @@ def prolog(call: StepCall) -> StepResult:
     timeout = max(1.0, min(sec.mount_timeout, call.remaining() - 1.0))
     # The daemon's log outlives the job dir, for whoever looks into a failed mount.
     log_path = call.cfg.paths.log_dir / "ckpt" / f"{ctx.job_id}.log"
-    rec = mount.start(mp, name, ctx.uid, ctx.gid, state, ctx.node, timeout, log_path)
+    rec = mount.start(
+        mp, name, ctx.uid, ctx.gid, state, ctx.node, timeout, log_path, sec.kernel_read_ahead_kb
+    )
     return StepResult(
         detail=f"mounted {name} ({len(sec.targets)} targets) at {mp}, daemon pid {rec.pid}",
         env={"BOOTSEER_CKPT": str(mp)},
