@@ -220,7 +220,11 @@ class Cluster:
             "[hooks]\n"
             "strict = false\n"
             "prolog_deadline = 120\n"
-            "epilog_deadline = 120\n"
+            "epilog_deadline = 120\n\n"
+            "[ckpt]\n"
+            "# Three directories stand in for three storage targets (docs/ckpt.md).\n"
+            f'targets = ["file://{d}/ckpt/t1", "file://{d}/ckpt/t2", "file://{d}/ckpt/t3"]\n'
+            "unit_size = 4194304\n"
         )
 
     # -- daemons --------------------------------------------------------------------

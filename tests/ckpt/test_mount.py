@@ -72,6 +72,13 @@ def test_api_and_mount_see_the_same_tree(mounted: tuple[Path, object], job_ns: N
     assert [e.name for e in job_ns.listdir("run")] == ["step2"]
 
 
+def test_mount_reads_ahead_in_big_requests(mounted: tuple[Path, object]) -> None:
+    mp, _ = mounted
+    dev = ckpt_mount.mount_device(mp)
+    assert dev is not None
+    assert Path(f"/sys/class/bdi/{dev}/read_ahead_kb").read_text().strip() == "4096"
+
+
 def test_only_the_jobs_user_gets_in(mounted: tuple[Path, object], job_ns: Namespace) -> None:
     mp, _ = mounted
     with job_ns.open("secret.pt", "wb") as f:
