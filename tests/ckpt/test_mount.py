@@ -303,6 +303,9 @@ def test_prolog_reports_an_unreachable_target(
     with pytest.raises(StepError, match="is not reachable"):
         step.prolog(call)
     assert not ckpt_mount.is_mounted(mount_root / "77")
+    # Nothing left for the epilog: no record, no mountpoint.
+    assert step.epilog(call).outcome == "skipped"
+    assert not (mount_root / "77").exists()
 
 
 def test_namespace_is_the_users_own() -> None:

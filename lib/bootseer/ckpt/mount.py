@@ -204,21 +204,35 @@ def start(
     t_end = time.monotonic() + timeout
     while time.monotonic() < t_end:
         if is_mounted(mountpoint):
+            # The first request waits for the daemon's INIT reply, which sets the
+            # read-ahead too: only after it does our setting stick.
+            os.stat(mountpoint)
             set_read_ahead(mountpoint, read_ahead_kb)
             return record
         if proc.poll() is not None:
+            _forget(state_dir, mountpoint)
             raise StepError(
                 f"checkpoint mount daemon for {namespace} exited with status "
                 f"{proc.returncode} before mounting: {log_tail(log_path)}"
             )
         time.sleep(0.05)
     _kill(proc.pid, mountpoint)
-    with contextlib.suppress(ChildProcessError, OSError):
+    with contextlib.suppress(ChildProcessError, OSError, subprocess.TimeoutExpired):
         proc.wait(timeout=5)
+    if not is_mounted(mountpoint):
+        _forget(state_dir, mountpoint)
     raise StepError(
         f"checkpoint mount of {namespace} at {mountpoint} not up within {timeout:g}s: "
         f"{log_tail(log_path)}"
     )
+
+
+def _forget(state_dir: Path, mountpoint: Path) -> None:
+    """A mount that never came up: nothing for the epilog to report or clean."""
+    with contextlib.suppress(OSError):
+        (state_dir / "mount.json").unlink()
+    with contextlib.suppress(OSError):
+        os.rmdir(mountpoint)
 
 
 def _kill(pid: int, mountpoint: str | Path, grace: float = 5.0) -> bool:
