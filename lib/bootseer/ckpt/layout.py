@@ -106,8 +106,6 @@ def namespace_name(user: str, name: str) -> str:
 class Entry:
     name: str
     is_dir: bool
-    size: int = 0
-    mtime: float = 0.0
 
 
 class Namespace:
@@ -229,13 +227,11 @@ class Namespace:
         return bool(fi.type == pafs.FileType.Directory)
 
     def listdir(self, path: str = "") -> list[Entry]:
-        """Files and directories directly under ``path`` (sizes of files from their manifests)."""
+        """Files and directories directly under ``path``; a file's size and mtime are in
+        its manifest (:meth:`manifest`), read only by callers that need them."""
         key = self.manifest_key(path)
         dirs = [Entry(d, True) for d in self.meta.list_dirs(key) if not d.startswith(TMP_PREFIX)]
-        files = []
-        for obj in self.meta.list(key):
-            name = obj.key.rsplit("/", 1)[-1]
-            files.append(Entry(name, False, obj.size, obj.mtime))
+        files = [Entry(obj.key.rsplit("/", 1)[-1], False) for obj in self.meta.list(key)]
         return sorted(dirs + files, key=lambda e: e.name)
 
     def walk(self, path: str = "") -> Iterator[str]:

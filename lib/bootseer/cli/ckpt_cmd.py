@@ -115,6 +115,14 @@ def _copy(src: Any, dst: Any, tick: Callable[[int], None]) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except OSError as exc:  # a missing file, a damaged unit: the message names it
+        print(f"bootseer ckpt: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
     action = args.ckpt_command
     if action == "gc":
         ns = open_namespace(args, args.namespace)

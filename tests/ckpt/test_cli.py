@@ -1,0 +1,52 @@
+"""``bootseer ckpt``: put, ls, get, verify, rm, gc against file:// targets."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+
+from bootseer.cli import main
+
+from .conftest import UNIT
+
+
+def test_put_ls_get_verify_rm(
+    site_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "model.pt"
+    src.write_bytes(os.urandom(3 * UNIT + 5))
+    assert main(["ckpt", "put", str(src), "run:step1/model.pt"]) == 0
+    assert main(["ckpt", "ls", "run:step1"]) == 0
+    out = capsys.readouterr().out
+    assert "model.pt" in out and str(3 * UNIT + 5) in out and "4 units over 3 targets" in out
+    dst = tmp_path / "back.pt"
+    assert main(["ckpt", "get", "run:step1/model.pt", str(dst)]) == 0
+    assert dst.read_bytes() == src.read_bytes()
+    assert main(["ckpt", "verify", "run"]) == 0
+    assert "1 files" in capsys.readouterr().out
+    assert main(["ckpt", "rm", "run:step1/model.pt"]) == 0
+    assert main(["ckpt", "get", "run:step1/model.pt", str(dst)]) == 1
+    assert "no checkpoint file" in capsys.readouterr().err
+
+
+def test_verify_reports_a_corrupt_unit(
+    site_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "m"
+    src.write_bytes(os.urandom(2 * UNIT))
+    assert main(["ckpt", "put", str(src), "run:m"]) == 0
+    me = pwd.getpwuid(os.getuid()).pw_name
+    units = sorted((tmp_path / "t1" / me / "run" / "units").glob("*/1"))
+    assert len(units) == 1
+    units[0].write_bytes(b"x" * UNIT)
+    assert main(["ckpt", "verify", "run:m"]) == 1
+    assert "unit 1" in capsys.readouterr().err
+
+
+def test_bad_names_are_refused(site_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ckpt", "ls", "../other"]) == 1
+    assert main(["ckpt", "get", "run:../../etc/passwd", "/tmp/x"]) == 1
+    assert "invalid" in capsys.readouterr().err
