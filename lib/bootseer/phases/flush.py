@@ -4,7 +4,7 @@ Three flushes, one module:
 
 - ``prolog``: the prolog's rows, from a detached root process the prolog starts, so
   the job's start never waits for pyarrow or the store. On the job's first node it
-  also asks Slurm for the submit time (one ``scontrol -o show job``).
+  also asks Slurm for the submit time, name and account (one ``scontrol -o show job``).
 - ``marks``: the job's marks so far, from a detached process started by the job
   when ``first_step`` ends (as the job's user: it needs write access to the store;
   without it nothing is lost, the epilog writes the same rows).
@@ -38,40 +38,56 @@ if TYPE_CHECKING:
     from bootseer.store import Store
 
 _SUBMIT = re.compile(r"(?:^|\s)SubmitTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\s|$)")
+_NAME = re.compile(r"(?:^|\s)JobName=(.*?) UserId=")
+_ACCOUNT = re.compile(r"(?:^|\s)Account=(\S+)")
 
 
-def submit_time(job_id: int, scontrol: Path, timeout: float) -> float | None:
-    """The job's submit time from ``scontrol -o show job``; None if Slurm does not say."""
+def slurm_job_info(job_id: int, scontrol: Path, timeout: float) -> dict[str, object]:
+    """Submit time, name and account from ``scontrol -o show job`` (the prolog's
+    environment lacks them); empty if Slurm does not answer."""
     try:
         out = subprocess.run(
             [str(scontrol), "-o", "show", "job", str(int(job_id))],
             capture_output=True, text=True, timeout=timeout, check=False,
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return {}
+    info: dict[str, object] = {}
     m = _SUBMIT.search(out)
-    if not m:
-        return None
-    # scontrol prints local time without a zone; it runs on this machine, so mktime agrees.
-    return time.mktime(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    if m:
+        # scontrol prints local time without a zone; it runs on this machine, so mktime agrees.
+        info["submit_time"] = time.mktime(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    m = _NAME.search(out)
+    if m:
+        info["job_name"] = m.group(1)[:200]
+    m = _ACCOUNT.search(out)
+    if m and m.group(1) != "(null)":
+        info["account"] = m.group(1)[:64]
+    return info
 
 
-def with_submit_time(spool: Spool, meta: JobMeta, cfg: SiteConfig) -> JobMeta:
+def with_slurm_info(spool: Spool, meta: JobMeta, cfg: SiteConfig) -> JobMeta:
     if meta.submit_time is not None or not cfg.phases.submit_time:
         return meta
-    t = submit_time(meta.job_id, cfg.phases.scontrol, cfg.phases.scontrol_timeout)
-    if t is None:
+    info = slurm_job_info(meta.job_id, cfg.phases.scontrol, cfg.phases.scontrol_timeout)
+    if not info:
         return meta
-    meta = JobMeta.from_dict({**meta.to_dict(), "submit_time": t})
+    known = {k: v for k, v in meta.to_dict().items() if v not in ("", None)}
+    meta = JobMeta.from_dict({**meta.to_dict(), **info, **known,
+                              "submit_time": info.get("submit_time")})
     spool.write_meta(meta)
     return meta
 
 
 def _stamp(rows: list[PhaseRow], meta: JobMeta) -> list[PhaseRow]:
-    if meta.submit_time is None:
+    """Rows spooled before Slurm answered get what it said."""
+    fill = {k: getattr(meta, k) for k in ("submit_time", "job_name", "account")
+            if getattr(meta, k) not in ("", None)}
+    if not fill:
         return rows
-    return [r if r.submit_time is not None else
-            PhaseRow.from_dict({**r.to_dict(), "submit_time": meta.submit_time}) for r in rows]
+    return [PhaseRow.from_dict({**r.to_dict(),
+                                **{k: v for k, v in fill.items() if getattr(r, k) in ("", None)}})
+            for r in rows]
 
 
 def flush(
@@ -85,7 +101,7 @@ def flush(
     """Write what ``mode`` (prolog, marks, epilog) covers; return the key and any problems."""
     meta = spool.meta()
     if first_node and mode in ("prolog", "epilog"):
-        meta = with_submit_time(spool, meta, cfg)
+        meta = with_slurm_info(spool, meta, cfg)
     rows: list[PhaseRow] = []
     problems: list[str] = []
     if mode in ("prolog", "epilog"):

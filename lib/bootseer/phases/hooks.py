@@ -64,6 +64,26 @@ def hook_rows(hook: str, meta: JobMeta, run: HookRun, now: float) -> list[PhaseR
     return rows
 
 
+def marks_template(ctx: JobContext, spool: Spool) -> str:
+    """The marks path with ``%n`` for the node where the site config's run_dir has it.
+
+    srun hands the batch step's environment to every task, where it can override what
+    the SPANK plugin set from the node's own env file; a task therefore resolves ``%n``
+    itself (from ``$SLURMD_NODENAME``). On a real cluster run_dir has no ``%n`` and the
+    path is the same, node-local, everywhere.
+    """
+    from bootseer.config import load_config
+    from bootseer.errors import ConfigError
+
+    try:
+        raw = load_config().paths.run_dir
+    except ConfigError:
+        return str(spool.marks_path)
+    if "%n" not in str(raw) or str(raw).replace("%n", ctx.node) != str(spool.path.parents[1]):
+        return str(spool.marks_path)
+    return str(Spool(raw, ctx.job_id).marks_path)
+
+
 def record_hook_run(hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun) -> None:
     """Record one prolog or epilog run on this node (called by the hook runner)."""
     if not cfg.phases.enabled:
@@ -87,7 +107,7 @@ def _prolog(ctx: JobContext, cfg: SiteConfig, run: HookRun, spool: Spool, now: f
     spool.append_rows(hook_rows("prolog", meta, run, now))
     job = JobDir(cfg.paths.run_dir, ctx.job_id)
     if job.path.is_dir():
-        job.write_env({**job.read_env(), MARKS_ENV: str(spool.marks_path)})
+        job.write_env({**job.read_env(), MARKS_ENV: marks_template(ctx, spool)})
     if cfg.phases.background_flush:
         from bootseer.phases.flush import spawn
 

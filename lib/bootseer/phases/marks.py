@@ -43,6 +43,14 @@ def _task() -> str:
     return f"{env.get('SLURM_STEP_ID', 'batch')}.{env.get('SLURM_PROCID', '0')}"
 
 
+def marks_path() -> str | None:
+    """``$BOOTSEER_PHASE_MARKS`` with ``%n`` as this task's node (see phases.hooks)."""
+    path = os.environ.get(MARKS_ENV)
+    if path and "%n" in path:
+        path = path.replace("%n", os.environ.get("SLURMD_NODENAME", "%n"))
+    return path
+
+
 def _fd(path: str) -> int:
     fd = _fds.get(path)
     if fd is None:
@@ -80,7 +88,7 @@ def mark(
     check_phase_name(name)
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
-    path = os.environ.get(MARKS_ENV)
+    path = marks_path()
     if not path:
         _say_once(f"{event} {name} not recorded: ${MARKS_ENV} is not set "
                   "(did the job run with --bootseer?)")

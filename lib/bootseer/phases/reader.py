@@ -66,23 +66,27 @@ class PhaseDataset:
 
         return self._read(lambda f: f.job_id in (None, job_id), pc.field("job_id") == job_id)
 
-    def since(self, t0: float, where: Any = None) -> pa.Table:
+    def since(self, t0: float, where: Any = None, columns: list[str] | None = None) -> pa.Table:
         """Rows in the day partitions that hold runs started at ``t0`` or later (a superset:
-        the caller keeps the runs it wants), optionally filtered by ``where``."""
+        the caller keeps the runs it wants), optionally filtered by ``where``; only
+        ``columns`` (the key columns always) if given."""
         day0 = time.strftime("%Y-%m-%d", time.gmtime(t0 - 86400))
-        return self._read(lambda f: f.day >= day0, where)
+        return self._read(lambda f: f.day >= day0, where, columns)
 
-    def _read(self, wanted: Callable[[DataFile], bool], where: Any) -> pa.Table:
+    def _read(self, wanted: Callable[[DataFile], bool], where: Any,
+              columns: list[str] | None = None) -> pa.Table:
+        if columns is not None:
+            columns = [*KEY, *(c for c in columns if c not in KEY)]
         for attempt in range(2):
             keys = [f.key for f in self.files() if wanted(f)]
             try:
-                return merge(self._scan(keys, where))
+                return merge(self._scan(keys, where, columns))
             except FileNotFoundError:
                 if attempt:  # compaction moved files twice while we read: say so
                     raise
         raise AssertionError("unreachable")
 
-    def _scan(self, keys: list[str], where: Any) -> pa.Table:
+    def _scan(self, keys: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
         import pyarrow.dataset as pads
 
         schema = arrow_schema()
@@ -90,11 +94,14 @@ class PhaseDataset:
         with cf.ThreadPoolExecutor(max_workers=8) as pool:
             checked = list(pool.map(lambda k: self._fragment(fmt, k), keys))
         fragments = [f for f in checked if f is not None]
+        empty = schema.empty_table()
+        if columns is not None:
+            empty = empty.select(columns)
         if not fragments:
-            return schema.empty_table()
+            return empty
         dataset = pads.FileSystemDataset(fragments, schema, fmt, self.store.fs)
         try:
-            return dataset.to_table(filter=where)
+            return dataset.to_table(filter=where, columns=columns)
         except FileNotFoundError:
             raise
         except OSError:
@@ -105,12 +112,13 @@ class PhaseDataset:
         for frag in fragments:
             try:
                 tables.append(
-                    pads.FileSystemDataset([frag], schema, fmt, self.store.fs).to_table(filter=where))
+                    pads.FileSystemDataset([frag], schema, fmt, self.store.fs).to_table(
+                        filter=where, columns=columns))
             except FileNotFoundError:
                 raise
             except (OSError, pa.ArrowException) as exc:
                 self.on_skip(f"skipped {frag.path}: cannot read it ({_short(exc)})")
-        return pa.concat_tables(tables) if tables else schema.empty_table()
+        return pa.concat_tables(tables) if tables else empty
 
     def _fragment(self, fmt: pads.ParquetFileFormat, key: str) -> pads.Fragment | None:
         import pyarrow as pa
@@ -159,27 +167,30 @@ def _schema_problem(physical: pa.Schema) -> str | None:
 
 def merge(table: pa.Table) -> pa.Table:
     """One row per (job, run, node, phase): rows from several flushes, or duplicates a
-    compaction left, become one spanning the earliest start to the latest end."""
+    compaction left, become one spanning the earliest start to the latest end, with the
+    worst outcome. ``table`` may hold a subset of the columns, the key among them."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = arrow_schema()
     if table.num_rows == 0:
-        return schema.empty_table()
-    rank = pc.index_in(table["outcome"], value_set=pa.array(_OUTCOME_RANK))
-    grouped = (
-        table.append_column("_rank", rank)
-        .group_by(list(KEY))
-        .aggregate([
-            ("start", "min"), ("end", "max"), ("bytes", "max"), ("_rank", "max"),
-            ("detail", "max"), ("job_name", "max"), ("user", "max"), ("account", "max"),
-            ("node_count", "max"), ("gpus_per_node", "max"), ("submit_time", "max"),
-        ])
-    )
+        return table
+    idx = pa.array(range(table.num_rows), pa.int64())
+    aggs = [("_idx", "min"), ("_idx", "count")]
+    spans = [(n, f) for n, f in (("start", "min"), ("end", "max"), ("bytes", "max"),
+                                 ("submit_time", "max")) if n in table.column_names]
+    aggs += spans
+    work = table.select([*KEY, *(n for n, _ in spans)]).append_column("_idx", idx)
+    if "outcome" in table.column_names:
+        work = work.append_column(
+            "_rank", pc.index_in(table["outcome"], value_set=pa.array(_OUTCOME_RANK)))
+        aggs.append(("_rank", "max"))
+    grouped = work.group_by(list(KEY)).aggregate(aggs)
     if grouped.num_rows == table.num_rows:
-        return table.select([n for n, _ in COLUMNS]).cast(schema)
-    outcome = pc.take(pa.array(_OUTCOME_RANK), grouped["_rank_max"])
-    cols = {n: grouped[n] if n in KEY else grouped[f"{n}_{'min' if n == 'start' else 'max'}"]
-            for n, _ in COLUMNS if n != "outcome"}
-    cols["outcome"] = outcome
-    return pa.table({n: cols[n] for n, _ in COLUMNS}).cast(schema)
+        return table
+    first = table.take(grouped["_idx_min"])
+    for name, fn in spans:
+        first = first.set_column(first.column_names.index(name), name, grouped[f"{name}_{fn}"])
+    if "outcome" in table.column_names:
+        outcome = pc.take(pa.array(_OUTCOME_RANK), grouped["_rank_max"])
+        first = first.set_column(first.column_names.index("outcome"), "outcome", outcome)
+    return first
