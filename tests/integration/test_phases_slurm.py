@@ -34,13 +34,20 @@ $B phase end first_step
 
 
 def job_script(slow_node: str) -> str:
-    return (f"#!/bin/sh\nexport SLOW_NODE={slow_node}\n"
-            f"srun -N4 -n4 sh -c '{TASK.replace(chr(39), chr(39) + chr(92) + chr(39) + chr(39))}'\n")
+    return (
+        f"#!/bin/sh\nexport SLOW_NODE={slow_node}\n"
+        f"srun -N4 -n4 sh -c '{TASK.replace(chr(39), chr(39) + chr(92) + chr(39) + chr(39))}'\n"
+    )
 
 
 def report(cluster: DevSlurm, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BOOTSEER), "report", *args], env=cluster.env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(BOOTSEER), "report", *args],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def report_json(cluster: DevSlurm, job: int) -> dict[str, Any]:
@@ -55,8 +62,11 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("image-src")
     (src / "hello").write_text("hello\n")
     out = tmp_path_factory.mktemp("image") / "hello.sqsh"
-    subprocess.run(["mksquashfs", str(src), str(out), "-noappend", "-quiet", "-no-progress"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["mksquashfs", str(src), str(out), "-noappend", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+    )
     out.chmod(0o644)
     out.parent.chmod(0o755)
     return out
@@ -66,8 +76,9 @@ def test_four_node_job_phases_come_back_in_order_with_the_straggler(
     cluster: DevSlurm, image: Path, tmp_path: Path
 ) -> None:
     slow = cluster.nodes[2]
-    job = cluster.sbatch("-N4", "-J", "phases-demo", f"--bootseer-image={image}",
-                         script=job_script(slow))
+    job = cluster.sbatch(
+        "-N4", "-J", "phases-demo", f"--bootseer-image={image}", script=job_script(slow)
+    )
     assert cluster.wait(job, timeout=120) == "COMPLETED", cluster.output(job)
     data = report_json(cluster, job)
     (run,) = data["runs"]
@@ -75,8 +86,15 @@ def test_four_node_job_phases_come_back_in_order_with_the_straggler(
     assert sorted(n["node"] for n in run["nodes"]) == sorted(cluster.nodes)
     for node in run["nodes"]:
         by = {p["phase"]: p for p in node["phases"]}
-        want = ["prolog", "image_prefetch", "container_start", "ckpt_load", "framework_init",
-                "first_step", "epilog"]
+        want = [
+            "prolog",
+            "image_prefetch",
+            "container_start",
+            "ckpt_load",
+            "framework_init",
+            "first_step",
+            "epilog",
+        ]
         assert set(want) <= set(by), (node["node"], sorted(by))
         assert all(by[p]["outcome"] == "ok" for p in want), node
         # Prolog before the job's own phases, those in the order the script ran them,
@@ -86,7 +104,8 @@ def test_four_node_job_phases_come_back_in_order_with_the_straggler(
         assert by["prolog"]["start_offset_seconds"] <= by["image_prefetch"]["start_offset_seconds"]
         assert by["prolog"]["seconds"] <= starts[0] - by["prolog"]["start_offset_seconds"] + 0.01
         assert by["epilog"]["start_offset_seconds"] >= (
-            by["first_step"]["start_offset_seconds"] + by["first_step"]["seconds"])
+            by["first_step"]["start_offset_seconds"] + by["first_step"]["seconds"]
+        )
     assert run["straggler"]["node"] == slow
     assert run["straggler"]["phase"] == "framework_init"
     assert run["straggler"]["behind_seconds"] > 3
@@ -124,8 +143,9 @@ def test_job_without_records_is_said_plainly(cluster: DevSlurm) -> None:
 
 
 def test_cluster_view_counts_the_runs(cluster: DevSlurm) -> None:
-    job = cluster.sbatch("-N2", "--bootseer=on",
-                         script=f"#!/bin/sh\nsrun -N2 -n2 {BOOTSEER} phase end first_step\n")
+    job = cluster.sbatch(
+        "-N2", "--bootseer=on", script=f"#!/bin/sh\nsrun -N2 -n2 {BOOTSEER} phase end first_step\n"
+    )
     assert cluster.wait(job) == "COMPLETED"
     r = report(cluster, "--since", "1h", "--json")
     assert r.returncode == 0, r.stderr

@@ -27,8 +27,12 @@ OUTCOMES = ("ok", "failed", "skipped", "timed_out")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("phase", help="mark a startup phase from inside a job",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "phase",
+        help="mark a startup phase from inside a job",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     for action in ("start", "end"):
         a = ps.add_parser(action, help=f"phase NAME {action}s now")
@@ -43,8 +47,12 @@ def register(sub: Any) -> None:
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
     r.set_defaults(handler=run)
     c = ps.add_parser("compact", help="admin: merge finished days' small files into one each")
-    c.add_argument("--older-than", default="1d", metavar="AGE",
-                   help="compact days that ended at least this long ago (default 1d)")
+    c.add_argument(
+        "--older-than",
+        default="1d",
+        metavar="AGE",
+        help="compact days that ended at least this long ago (default 1d)",
+    )
     c.add_argument("--store", metavar="URI", help="the store (default: the site config's)")
     c.set_defaults(handler=compact)
 
@@ -62,8 +70,13 @@ def mark(args: argparse.Namespace) -> int:
     from bootseer.phases.marks import mark as do_mark
 
     _check(args.name)
-    do_mark(args.action, args.name, outcome=getattr(args, "outcome", "ok"), detail=args.detail,
-            bytes=getattr(args, "bytes", 0))
+    do_mark(
+        args.action,
+        args.name,
+        outcome=getattr(args, "outcome", "ok"),
+        detail=args.detail,
+        bytes=getattr(args, "bytes", 0),
+    )
     return 0
 
 
@@ -96,9 +109,11 @@ def compact(args: argparse.Namespace) -> int:
     from bootseer.phases.compact import compact as do_compact
 
     store = open_report_store(args.store)
-    done = do_compact(store, older_than_days=parse_age(args.older_than) / 86400,
-                      progress=lambda c: print(f"{c.day}: {c.files_in} files -> {c.key} "
-                                               f"({c.rows_out} rows)"))
+    done = do_compact(
+        store,
+        older_than_days=parse_age(args.older_than) / 86400,
+        progress=lambda c: print(f"{c.day}: {c.files_in} files -> {c.key} ({c.rows_out} rows)"),
+    )
     if not done:
         print("nothing to compact")
     return 0

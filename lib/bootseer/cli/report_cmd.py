@@ -30,11 +30,18 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("report", help="startup report of a job, or of the cluster (--since)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "report",
+        help="startup report of a job, or of the cluster (--since)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("job", nargs="?", type=int, metavar="JOBID")
-    p.add_argument("--since", metavar="AGE|DATE",
-                   help="cluster view over runs allocated since then: 7d, 12h, 2026-11-01")
+    p.add_argument(
+        "--since",
+        metavar="AGE|DATE",
+        help="cluster view over runs allocated since then: 7d, 12h, 2026-11-01",
+    )
     p.add_argument("--run", type=int, metavar="N", help="only this restart of the job")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", type=Path, metavar="FILE", help="also draw FILE (.png, .svg, .pdf)")
@@ -92,8 +99,11 @@ def _job(ds: Any, job_id: int, args: argparse.Namespace, console: Any) -> int:
         print(json.dumps(report.to_json(), indent=1))
     if not report.runs:
         what = f"job {job_id}" + (f" run {args.run}" if args.run is not None else "")
-        print(f"No phase records for {what} in {ds.store.uri}. Records appear once the job's "
-              "prolog has run with --bootseer; check the job id and the store.", file=sys.stderr)
+        print(
+            f"No phase records for {what} in {ds.store.uri}. Records appear once the job's "
+            "prolog has run with --bootseer; check the job id and the store.",
+            file=sys.stderr,
+        )
         return 1
     if not args.json:
         render_job(report, console)

@@ -16,7 +16,7 @@ from bootseer.context import JobContext, wants_bootseer
 from bootseer.errors import BootseerError
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
-from bootseer.hooks.runner import outcomes_json, run_steps
+from bootseer.hooks.runner import HookRun, outcomes_json, run_steps
 
 USAGE = "usage: python -m bootseer.hooks prolog|epilog"
 
@@ -72,7 +72,7 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog) -> int:
     return 1 if (run.failed and cfg.hooks.strict) else 0
 
 
-def _record(hook: str, ctx: JobContext, cfg: SiteConfig, run: object, log: HookLog) -> None:
+def _record(hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog) -> None:
     """Hand the step outcomes to the phase records (bootseer.phases), if installed."""
     try:
         from bootseer.phases import hooks as phase_hooks

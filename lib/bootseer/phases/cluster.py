@@ -71,7 +71,9 @@ class ClusterReport:
         return {
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)),
             "until": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.until)),
-            "jobs": self.jobs, "runs": self.runs, "rows": self.rows,
+            "jobs": self.jobs,
+            "runs": self.runs,
+            "rows": self.rows,
             "startup_seconds_total": round(self.startup_seconds, 1),
             "startup_seconds_median": round(self.startup_median, 3),
             "startup_seconds_p90": round(self.startup_p90, 3),
@@ -79,12 +81,25 @@ class ClusterReport:
             "gpu_seconds_starting": round(self.gpu_seconds, 1),
             "startup_share_of_allocated_time": None if self.share is None else round(self.share, 5),
             "ended_runs": self.ended_runs,
-            "by_size": [{"bucket": b.label, "runs": b.runs, "median_seconds": round(b.median, 3),
-                         "p90_seconds": round(b.p90, 3), "max_seconds": round(b.max, 3)}
-                        for b in self.buckets],
-            "top_phases": [{"phase": p.phase, "node_seconds": round(p.node_seconds, 1),
-                            "runs": p.runs, "median_seconds": round(p.median, 3)}
-                           for p in self.top_phases],
+            "by_size": [
+                {
+                    "bucket": b.label,
+                    "runs": b.runs,
+                    "median_seconds": round(b.median, 3),
+                    "p90_seconds": round(b.p90, 3),
+                    "max_seconds": round(b.max, 3),
+                }
+                for b in self.buckets
+            ],
+            "top_phases": [
+                {
+                    "phase": p.phase,
+                    "node_seconds": round(p.node_seconds, 1),
+                    "runs": p.runs,
+                    "median_seconds": round(p.median, 3),
+                }
+                for p in self.top_phases
+            ],
         }
 
 
@@ -106,31 +121,42 @@ def run_table(table: pa.Table) -> pa.Table:
     is_step = pc.equal(phase, STARTUP_END)
     teardown = pc.is_in(phase, value_set=pa.array(sorted(TEARDOWN_PHASES)))
     null = pa.scalar(None, pa.float64())
-    t = pa.table({
-        "job_id": table["job_id"],
-        "restart_count": table["restart_count"],
-        "start": start,
-        "step_end": pc.if_else(is_step, end, null),
-        "ready_end": pc.if_else(teardown, null, end),
-        "epilog_start": pc.if_else(pc.equal(phase, "epilog"), start, null),
-        "is_prolog": pc.cast(pc.equal(phase, "prolog"), pa.int8()),
-        "node_count": table["node_count"],
-        "gpus_per_node": table["gpus_per_node"],
-    })
-    g = t.group_by(["job_id", "restart_count"]).aggregate([
-        ("start", "min"), ("step_end", "max"), ("ready_end", "max"), ("epilog_start", "min"),
-        ("is_prolog", "max"), ("node_count", "max"), ("gpus_per_node", "max"),
-    ])
-    return pa.table({
-        "job_id": g["job_id"],
-        "restart_count": g["restart_count"],
-        "allocated": g["start_min"],
-        "startup_end": pc.coalesce(g["step_end_max"], g["ready_end_max"]),
-        "job_end": g["epilog_start_min"],
-        "has_prolog": pc.equal(g["is_prolog_max"], 1),
-        "node_count": g["node_count_max"],
-        "gpus_per_node": g["gpus_per_node_max"],
-    })
+    t = pa.table(
+        {
+            "job_id": table["job_id"],
+            "restart_count": table["restart_count"],
+            "start": start,
+            "step_end": pc.if_else(is_step, end, null),
+            "ready_end": pc.if_else(teardown, null, end),
+            "epilog_start": pc.if_else(pc.equal(phase, "epilog"), start, null),
+            "is_prolog": pc.cast(pc.equal(phase, "prolog"), pa.int8()),
+            "node_count": table["node_count"],
+            "gpus_per_node": table["gpus_per_node"],
+        }
+    )
+    g = t.group_by(["job_id", "restart_count"]).aggregate(
+        [
+            ("start", "min"),
+            ("step_end", "max"),
+            ("ready_end", "max"),
+            ("epilog_start", "min"),
+            ("is_prolog", "max"),
+            ("node_count", "max"),
+            ("gpus_per_node", "max"),
+        ]
+    )
+    return pa.table(
+        {
+            "job_id": g["job_id"],
+            "restart_count": g["restart_count"],
+            "allocated": g["start_min"],
+            "startup_end": pc.coalesce(g["step_end_max"], g["ready_end_max"]),
+            "job_end": g["epilog_start_min"],
+            "has_prolog": pc.equal(g["is_prolog_max"], 1),
+            "node_count": g["node_count_max"],
+            "gpus_per_node": g["gpus_per_node_max"],
+        }
+    )
 
 
 def _quantiles(values: Any, qs: list[float]) -> list[float]:
@@ -141,8 +167,9 @@ def _quantiles(values: Any, qs: list[float]) -> list[float]:
     return [float(v) for v in pc.quantile(values, q=qs).to_pylist()]
 
 
-def cluster_report(ds: PhaseDataset, since: float, until: float | None = None,
-                   top: int = 8) -> ClusterReport:
+def cluster_report(
+    ds: PhaseDataset, since: float, until: float | None = None, top: int = 8
+) -> ClusterReport:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -151,8 +178,10 @@ def cluster_report(ds: PhaseDataset, since: float, until: float | None = None,
     table = ds.since(since, columns=["start", "end", "node_count", "gpus_per_node"])
     t1 = time.perf_counter()
     runs = run_table(table)
-    keep = pc.and_(pc.and_(runs["has_prolog"], pc.greater_equal(runs["allocated"], since)),
-                   pc.less(runs["allocated"], until))
+    keep = pc.and_(
+        pc.and_(runs["has_prolog"], pc.greater_equal(runs["allocated"], since)),
+        pc.less(runs["allocated"], until),
+    )
     runs = runs.filter(keep)
     startup = pc.max_element_wise(pc.subtract(runs["startup_end"], runs["allocated"]), 0.0)
     nodes = pc.cast(runs["node_count"], pa.float64())
@@ -165,39 +194,68 @@ def cluster_report(ds: PhaseDataset, since: float, until: float | None = None,
 
     buckets = []
     for lo, hi in SIZE_BUCKETS:
-        sel = pc.and_(pc.greater_equal(runs["node_count"], lo), pc.less_equal(runs["node_count"], hi))
+        sel = pc.and_(
+            pc.greater_equal(runs["node_count"], lo), pc.less_equal(runs["node_count"], hi)
+        )
         vals = pc.filter(startup, sel)
         if len(vals) == 0:
             continue
         med, p90 = _quantiles(vals, [0.5, 0.9])
-        buckets.append(Bucket(bucket_label(lo, hi), len(vals), med, p90,
-                              float(pc.max(vals).as_py()), vals.to_pylist()))
+        buckets.append(
+            Bucket(
+                bucket_label(lo, hi),
+                len(vals),
+                med,
+                p90,
+                float(pc.max(vals).as_py()),
+                vals.to_pylist(),
+            )
+        )
 
     # Top phases: job-node rows of the kept runs, startup phases only.
     kept = pa.table({"job_id": runs["job_id"], "restart_count": runs["restart_count"]})
     rows = table.select(["job_id", "restart_count", "phase", "start", "end"]).join(
-        kept, keys=["job_id", "restart_count"], join_type="inner")
-    rows = rows.filter(pc.invert(pc.is_in(rows["phase"],
-                                          value_set=pa.array(sorted(TEARDOWN_PHASES)))))
+        kept, keys=["job_id", "restart_count"], join_type="inner"
+    )
+    rows = rows.filter(
+        pc.invert(pc.is_in(rows["phase"], value_set=pa.array(sorted(TEARDOWN_PHASES))))
+    )
     dur = pc.subtract(_secs(rows["end"]), _secs(rows["start"]))
-    per = pa.table({"phase": rows["phase"], "dur": dur, "run": pc.add(
-        pc.multiply(pc.cast(rows["job_id"], pa.int64()), 1000), rows["restart_count"])}
-    ).group_by("phase").aggregate([("dur", "sum"), ("dur", "approximate_median"),
-                                   ("run", "count_distinct")])
+    per = (
+        pa.table(
+            {
+                "phase": rows["phase"],
+                "dur": dur,
+                "run": pc.add(
+                    pc.multiply(pc.cast(rows["job_id"], pa.int64()), 1000), rows["restart_count"]
+                ),
+            }
+        )
+        .group_by("phase")
+        .aggregate([("dur", "sum"), ("dur", "approximate_median"), ("run", "count_distinct")])
+    )
     per = per.sort_by([("dur_sum", "descending")]).slice(0, top)
-    phases = [PhaseTotal(p["phase"], p["dur_sum"], p["run_count_distinct"],
-                         p["dur_approximate_median"]) for p in per.to_pylist()]
+    phases = [
+        PhaseTotal(p["phase"], p["dur_sum"], p["run_count_distinct"], p["dur_approximate_median"])
+        for p in per.to_pylist()
+    ]
     med, p90 = _quantiles(startup, [0.5, 0.9])
     t2 = time.perf_counter()
     return ClusterReport(
-        since=since, until=until, runs=runs.num_rows,
+        since=since,
+        until=until,
+        runs=runs.num_rows,
         jobs=len(pc.unique(runs["job_id"])),
         startup_seconds=pc.sum(startup).as_py() or 0.0,
-        startup_median=med, startup_p90=p90,
+        startup_median=med,
+        startup_p90=p90,
         node_seconds=pc.sum(node_secs).as_py() or 0.0,
         gpu_seconds=pc.sum(gpu_secs).as_py() or 0.0,
         share=(ended_start / ended_alloc) if ended_alloc > 0 else None,
         ended_runs=int(pc.sum(pc.cast(ended, pa.int64())).as_py() or 0),
-        buckets=buckets, top_phases=phases, rows=table.num_rows,
-        read_seconds=t1 - t0, compute_seconds=t2 - t1,
+        buckets=buckets,
+        top_phases=phases,
+        rows=table.num_rows,
+        read_seconds=t1 - t0,
+        compute_seconds=t2 - t1,
     )

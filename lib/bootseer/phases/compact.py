@@ -39,8 +39,14 @@ class Compacted:
 
 
 def sort_rows(table: pa.Table) -> pa.Table:
-    return table.sort_by([("job_id", "ascending"), ("restart_count", "ascending"),
-                          ("node", "ascending"), ("start", "ascending")])
+    return table.sort_by(
+        [
+            ("job_id", "ascending"),
+            ("restart_count", "ascending"),
+            ("node", "ascending"),
+            ("start", "ascending"),
+        ]
+    )
 
 
 def write_day(store: Store, day: str, table: pa.Table) -> str:

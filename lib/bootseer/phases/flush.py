@@ -48,7 +48,10 @@ def slurm_job_info(job_id: int, scontrol: Path, timeout: float) -> dict[str, obj
     try:
         out = subprocess.run(
             [str(scontrol), "-o", "show", "job", str(int(job_id))],
-            capture_output=True, text=True, timeout=timeout, check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return {}
@@ -73,21 +76,28 @@ def with_slurm_info(spool: Spool, meta: JobMeta, cfg: SiteConfig) -> JobMeta:
     if not info:
         return meta
     known = {k: v for k, v in meta.to_dict().items() if v not in ("", None)}
-    meta = JobMeta.from_dict({**meta.to_dict(), **info, **known,
-                              "submit_time": info.get("submit_time")})
+    meta = JobMeta.from_dict(
+        {**meta.to_dict(), **info, **known, "submit_time": info.get("submit_time")}
+    )
     spool.write_meta(meta)
     return meta
 
 
 def _stamp(rows: list[PhaseRow], meta: JobMeta) -> list[PhaseRow]:
     """Rows spooled before Slurm answered get what it said."""
-    fill = {k: getattr(meta, k) for k in ("submit_time", "job_name", "account")
-            if getattr(meta, k) not in ("", None)}
+    fill = {
+        k: getattr(meta, k)
+        for k in ("submit_time", "job_name", "account")
+        if getattr(meta, k) not in ("", None)
+    }
     if not fill:
         return rows
-    return [PhaseRow.from_dict({**r.to_dict(),
-                                **{k: v for k, v in fill.items() if getattr(r, k) in ("", None)}})
-            for r in rows]
+    return [
+        PhaseRow.from_dict(
+            {**r.to_dict(), **{k: v for k, v in fill.items() if getattr(r, k) in ("", None)}}
+        )
+        for r in rows
+    ]
 
 
 def flush(

@@ -54,8 +54,10 @@ def process_start_time() -> float | None:
 
 
 def hook_rows(hook: str, meta: JobMeta, run: HookRun, now: float) -> list[PhaseRow]:
-    rows = [meta.row(phase_for_step(hook, o.step), o.start, o.end, o.outcome, o.bytes, o.detail)
-            for o in run.outcomes]
+    rows = [
+        meta.row(phase_for_step(hook, o.step), o.start, o.end, o.outcome, o.bytes, o.detail)
+        for o in run.outcomes
+    ]
     began = process_start_time() or min((o.start for o in run.outcomes), default=now)
     bad = [f"{o.step} {o.outcome}" for o in run.outcomes if o.outcome in ("failed", "timed_out")]
     steps = ", ".join(o.step for o in run.outcomes) or "none"
@@ -131,8 +133,13 @@ def _epilog(ctx: JobContext, cfg: SiteConfig, run: HookRun, spool: Spool, now: f
     write_rows(_store(cfg), hook_rows("epilog", meta_for(ctx), run, now), source="epilog")
 
 
-def _flush_inline(spool: Spool, cfg: SiteConfig, mode: str, extra: list[PhaseRow] | None = None,
-                  first_node: bool = False) -> None:
+def _flush_inline(
+    spool: Spool,
+    cfg: SiteConfig,
+    mode: str,
+    extra: list[PhaseRow] | None = None,
+    first_node: bool = False,
+) -> None:
     from bootseer.phases.flush import flush
 
     _, problems = flush(spool, _store(cfg), mode, cfg, extra=extra or [], first_node=first_node)

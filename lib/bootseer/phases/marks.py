@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from bootseer.phases.schema import DETAIL_MAX, OUTCOMES, STARTUP_END, check_phase_name
 
@@ -90,11 +90,17 @@ def mark(
         raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, not {outcome!r}")
     path = marks_path()
     if not path:
-        _say_once(f"{event} {name} not recorded: ${MARKS_ENV} is not set "
-                  "(did the job run with --bootseer?)")
+        _say_once(
+            f"{event} {name} not recorded: ${MARKS_ENV} is not set "
+            "(did the job run with --bootseer?)"
+        )
         return False
-    record: dict[str, object] = {"ev": event, "phase": name, "t": time.time() if when is None else when,
-                                 "task": _task()}
+    record: dict[str, object] = {
+        "ev": event,
+        "phase": name,
+        "t": time.time() if when is None else when,
+        "task": _task(),
+    }
     if outcome != "ok":
         record["outcome"] = outcome
     if detail:
@@ -136,7 +142,7 @@ def flush_in_background(marks_path: str) -> None:
     """
     if os.environ.get(FLUSH_ENV, "1") == "0":
         return
-    try:
+    with suppress(OSError):
         subprocess.Popen(
             [sys.executable, "-m", "bootseer.phases.flush", "--marks", os.path.dirname(marks_path)],
             stdin=subprocess.DEVNULL,
@@ -145,5 +151,3 @@ def flush_in_background(marks_path: str) -> None:
             start_new_session=True,
             close_fds=True,
         )
-    except OSError:
-        pass

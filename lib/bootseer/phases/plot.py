@@ -37,7 +37,9 @@ def plot_timeline(run: RunReport, path: Path) -> None:
     nodes = run.nodes
     phases: list[str] = []
     for n in nodes:
-        phases += [r.phase for r in n.rows if r.phase not in TEARDOWN_PHASES and r.phase not in phases]
+        phases += [
+            r.phase for r in n.rows if r.phase not in TEARDOWN_PHASES and r.phase not in phases
+        ]
     cmap = plt.get_cmap("tab20")
     color = {p: cmap(i % 20) for i, p in enumerate(phases)}
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.45 * len(nodes)))
@@ -45,9 +47,14 @@ def plot_timeline(run: RunReport, path: Path) -> None:
         rows = [r for r in n.rows if r.phase not in TEARDOWN_PHASES]
         for r in sorted(rows, key=lambda r: -r.seconds):  # nested steps drawn over the prolog
             inner = r.phase != "prolog"
-            ax.barh(y, max(r.seconds, 0.05), left=r.start - run.allocated,
-                    height=0.6 if inner else 0.8, color=color[r.phase],
-                    edgecolor="black" if r.outcome in ("failed", "timed_out") else "none")
+            ax.barh(
+                y,
+                max(r.seconds, 0.05),
+                left=r.start - run.allocated,
+                height=0.6 if inner else 0.8,
+                color=color[r.phase],
+                edgecolor="black" if r.outcome in ("failed", "timed_out") else "none",
+            )
     ax.set_yticks(range(len(nodes)), [n.node for n in nodes])
     if run.straggler:
         for label in ax.get_yticklabels():
@@ -62,8 +69,15 @@ def plot_timeline(run: RunReport, path: Path) -> None:
         title += f", straggler {run.straggler.node} (+{run.straggler.behind:.1f} s)"
     ax.set_title(title)
     handles = [plt.Rectangle((0, 0), 1, 1, color=color[p]) for p in phases]
-    ax.legend(handles, phases, loc="upper center", bbox_to_anchor=(0.5, -0.18 - 0.02 * len(nodes)),
-              ncol=min(5, len(phases)), fontsize="small", frameon=False)
+    ax.legend(
+        handles,
+        phases,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.18 - 0.02 * len(nodes)),
+        ncol=min(5, len(phases)),
+        fontsize="small",
+        frameon=False,
+    )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

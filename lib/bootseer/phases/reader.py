@@ -73,8 +73,9 @@ class PhaseDataset:
         day0 = time.strftime("%Y-%m-%d", time.gmtime(t0 - 86400))
         return self._read(lambda f: f.day >= day0, where, columns)
 
-    def _read(self, wanted: Callable[[DataFile], bool], where: Any,
-              columns: list[str] | None = None) -> pa.Table:
+    def _read(
+        self, wanted: Callable[[DataFile], bool], where: Any, columns: list[str] | None = None
+    ) -> pa.Table:
         if columns is not None:
             columns = [*KEY, *(c for c in columns if c not in KEY)]
         for attempt in range(2):
@@ -113,7 +114,9 @@ class PhaseDataset:
             try:
                 tables.append(
                     pads.FileSystemDataset([frag], schema, fmt, self.store.fs).to_table(
-                        filter=where, columns=columns))
+                        filter=where, columns=columns
+                    )
+                )
             except FileNotFoundError:
                 raise
             except (OSError, pa.ArrowException) as exc:
@@ -176,13 +179,17 @@ def merge(table: pa.Table) -> pa.Table:
         return table
     idx = pa.array(range(table.num_rows), pa.int64())
     aggs = [("_idx", "min"), ("_idx", "count")]
-    spans = [(n, f) for n, f in (("start", "min"), ("end", "max"), ("bytes", "max"),
-                                 ("submit_time", "max")) if n in table.column_names]
+    spans = [
+        (n, f)
+        for n, f in (("start", "min"), ("end", "max"), ("bytes", "max"), ("submit_time", "max"))
+        if n in table.column_names
+    ]
     aggs += spans
     work = table.select([*KEY, *(n for n, _ in spans)]).append_column("_idx", idx)
     if "outcome" in table.column_names:
         work = work.append_column(
-            "_rank", pc.index_in(table["outcome"], value_set=pa.array(_OUTCOME_RANK)))
+            "_rank", pc.index_in(table["outcome"], value_set=pa.array(_OUTCOME_RANK))
+        )
         aggs.append(("_rank", "max"))
     grouped = work.group_by(list(KEY)).aggregate(aggs)
     if grouped.num_rows == table.num_rows:

@@ -13,8 +13,20 @@ if TYPE_CHECKING:
 
     from bootseer.phases.cluster import ClusterReport
 
-PALETTE = ("cyan", "green", "yellow", "magenta", "blue", "red", "bright_cyan", "bright_green",
-           "bright_yellow", "bright_magenta", "bright_blue", "bright_red")
+PALETTE = (
+    "cyan",
+    "green",
+    "yellow",
+    "magenta",
+    "blue",
+    "red",
+    "bright_cyan",
+    "bright_green",
+    "bright_yellow",
+    "bright_magenta",
+    "bright_blue",
+    "bright_red",
+)
 
 
 def secs(v: float | None) -> str:
@@ -59,13 +71,19 @@ def run_header(run: RunReport) -> RenderableType:
         t.append(f"  (submitted {clock(run.submit_time)}, queue wait {secs(run.queue_wait)})")
     t.append("\nStartup ")
     t.append(secs(run.startup), style="bold")
-    how = "to the last node's first step" if run.startup_end == STARTUP_END else (
-        f"to the end of {run.startup_end} (no first_step mark: "
-        "`bootseer phase end first_step` marks it)")
+    how = (
+        "to the last node's first step"
+        if run.startup_end == STARTUP_END
+        else (
+            f"to the end of {run.startup_end} (no first_step mark: "
+            "`bootseer phase end first_step` marks it)"
+        )
+    )
     t.append(f" ({how})")
     if run.missing_nodes:
-        t.append(f"\n{run.missing_nodes} of {run.node_count} nodes have no records yet",
-                 style="yellow")
+        t.append(
+            f"\n{run.missing_nodes} of {run.node_count} nodes have no records yet", style="yellow"
+        )
     s = run.straggler
     if s is not None:
         t.append("\nStraggler ")
@@ -80,16 +98,30 @@ def phase_table(run: RunReport, palette: dict[str, str]) -> RenderableType:
     from rich.table import Table
 
     table = Table(title="Phases across nodes", title_justify="left", box=None, pad_edge=False)
-    for col, just in (("phase", "left"), ("nodes", "right"), ("min", "right"),
-                      ("median", "right"), ("max", "right"), ("slowest", "left"),
-                      ("outcomes", "left"), ("bytes", "right")):
+    for col, just in (
+        ("phase", "left"),
+        ("nodes", "right"),
+        ("min", "right"),
+        ("median", "right"),
+        ("max", "right"),
+        ("slowest", "left"),
+        ("outcomes", "left"),
+        ("bytes", "right"),
+    ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for p in run.phases:
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items()))
         bad = any(k in ("failed", "timed_out") for k in p.outcomes)
-        table.add_row(f"[{palette[p.phase]}]■[/] {p.phase}", str(p.nodes), secs(p.min),
-                      secs(p.median), secs(p.max), p.slowest,
-                      f"[red]{outcomes}[/]" if bad else outcomes, nbytes(p.bytes))
+        table.add_row(
+            f"[{palette[p.phase]}]■[/] {p.phase}",
+            str(p.nodes),
+            secs(p.min),
+            secs(p.median),
+            secs(p.max),
+            p.slowest,
+            f"[red]{outcomes}[/]" if bad else outcomes,
+            nbytes(p.bytes),
+        )
     return table
 
 
@@ -101,8 +133,12 @@ def timeline(run: RunReport, palette: dict[str, str], width: int) -> RenderableT
 
     span = max(run.startup, max((n.done for n in run.nodes), default=0.0), 1e-6)
     width = max(10, width)
-    table = Table(title=f"Timeline: 0 to {secs(span)} after allocation, one cell = "
-                        f"{secs(span / width)}", title_justify="left", box=None, pad_edge=False)
+    table = Table(
+        title=f"Timeline: 0 to {secs(span)} after allocation, one cell = {secs(span / width)}",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
     table.add_column("node")
     table.add_column("", no_wrap=True)
     table.add_column("ready", justify="right")
@@ -136,8 +172,12 @@ def history_table(report: JobReport) -> RenderableType | None:
         return None
     from rich.table import Table
 
-    table = Table(title="Runs side by side: median (max) across nodes", title_justify="left",
-                  box=None, pad_edge=False)
+    table = Table(
+        title="Runs side by side: median (max) across nodes",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
     table.add_column("phase")
     for r in runs:
         mark = "" if r.job_id == report.job_id else " (earlier job)"
@@ -162,12 +202,19 @@ def render_job(report: JobReport, console: Console, run_index: int | None = None
 
     first = report.runs[0]
     gpus = f" x {first.gpus_per_node} GPUs" if first.gpus_per_node else ""
-    console.print(Rule(f"Job {report.job_id} {first.job_name!r}  user {first.user}"
-                       + (f"  account {first.account}" if first.account else "")
-                       + f"  {first.node_count} nodes{gpus}"))
+    console.print(
+        Rule(
+            f"Job {report.job_id} {first.job_name!r}  user {first.user}"
+            + (f"  account {first.account}" if first.account else "")
+            + f"  {first.node_count} nodes{gpus}"
+        )
+    )
     palette = colors([*report.earlier, *report.runs])
-    shown = report.runs if run_index is None else [
-        r for r in report.runs if r.restart_count == run_index]
+    shown = (
+        report.runs
+        if run_index is None
+        else [r for r in report.runs if r.restart_count == run_index]
+    )
     for run in shown:
         console.print(run_header(run))
         console.print(phase_table(run, palette))
@@ -206,12 +253,15 @@ def render_cluster(view: ClusterReport, console: Console) -> None:
     for b in view.buckets:
         sizes.add_row(b.label, str(b.runs), secs(b.median), secs(b.p90), secs(b.max))
     console.print(sizes)
-    phases = Table(title="Top startup phases by node-seconds", title_justify="left", box=None,
-                   pad_edge=False)
+    phases = Table(
+        title="Top startup phases by node-seconds", title_justify="left", box=None, pad_edge=False
+    )
     for col in ("phase", "node-seconds", "runs", "median per node"):
         phases.add_column(col, justify="left" if col == "phase" else "right")
     for p in view.top_phases:
         phases.add_row(p.phase, f"{p.node_seconds:,.0f}", str(p.runs), secs(p.median))
     console.print(phases)
-    console.print(f"[dim]{view.rows:,} rows read in {view.read_seconds:.2f} s, "
-                  f"computed in {view.compute_seconds:.2f} s[/]")
+    console.print(
+        f"[dim]{view.rows:,} rows read in {view.read_seconds:.2f} s, "
+        f"computed in {view.compute_seconds:.2f} s[/]"
+    )

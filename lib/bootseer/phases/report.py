@@ -123,27 +123,49 @@ class RunReport:
             "startup_seconds": _r(self.startup),
             "startup_end": self.startup_end,
             "missing_nodes": self.missing_nodes,
-            "straggler": None if self.straggler is None else {
+            "straggler": None
+            if self.straggler is None
+            else {
                 "node": self.straggler.node,
                 "behind_seconds": _r(self.straggler.behind),
                 "phase": self.straggler.phase,
                 "phase_seconds": _r(self.straggler.phase_seconds),
                 "phase_median_seconds": _r(self.straggler.phase_median),
             },
-            "phases": [{
-                "phase": p.phase, "nodes": p.nodes, "min_seconds": _r(p.min),
-                "median_seconds": _r(p.median), "max_seconds": _r(p.max), "slowest_node": p.slowest,
-                "outcomes": p.outcomes, "bytes": p.bytes,
-            } for p in self.phases],
-            "nodes": [{
-                "node": n.node, "ready_seconds": _r(n.ready), "done_seconds": _r(n.done),
-                "phases": [{
-                    "phase": r.phase, "start": _iso(r.start), "end": _iso(r.end),
-                    "start_offset_seconds": _r(r.start - self.allocated),
-                    "seconds": _r(r.seconds), "outcome": r.outcome, "bytes": r.bytes,
-                    "detail": r.detail,
-                } for r in n.rows],
-            } for n in self.nodes],
+            "phases": [
+                {
+                    "phase": p.phase,
+                    "nodes": p.nodes,
+                    "min_seconds": _r(p.min),
+                    "median_seconds": _r(p.median),
+                    "max_seconds": _r(p.max),
+                    "slowest_node": p.slowest,
+                    "outcomes": p.outcomes,
+                    "bytes": p.bytes,
+                }
+                for p in self.phases
+            ],
+            "nodes": [
+                {
+                    "node": n.node,
+                    "ready_seconds": _r(n.ready),
+                    "done_seconds": _r(n.done),
+                    "phases": [
+                        {
+                            "phase": r.phase,
+                            "start": _iso(r.start),
+                            "end": _iso(r.end),
+                            "start_offset_seconds": _r(r.start - self.allocated),
+                            "seconds": _r(r.seconds),
+                            "outcome": r.outcome,
+                            "bytes": r.bytes,
+                            "detail": r.detail,
+                        }
+                        for r in n.rows
+                    ],
+                }
+                for n in self.nodes
+            ],
         }
 
 
@@ -201,11 +223,11 @@ def run_report(rows: list[PhaseRow]) -> RunReport:
     stats = phase_stats(rows)
     with_step = [t for t in timelines if any(r.phase == STARTUP_END for r in t.rows)]
     if with_step:
-        startup, startup_end = max(t.done for t in with_step), STARTUP_END
+        total, startup_end = max(t.done for t in with_step), STARTUP_END
     else:
         last = [r for r in rows if r.phase not in TEARDOWN_PHASES]
         end_row = max(last, key=lambda r: r.end) if last else first
-        startup, startup_end = end_row.end - allocated, end_row.phase
+        total, startup_end = end_row.end - allocated, end_row.phase
     return RunReport(
         job_id=first.job_id,
         restart_count=first.restart_count,
@@ -216,7 +238,7 @@ def run_report(rows: list[PhaseRow]) -> RunReport:
         gpus_per_node=max(r.gpus_per_node for r in rows),
         submit_time=max((r.submit_time for r in rows if r.submit_time is not None), default=None),
         allocated=allocated,
-        startup=startup,
+        startup=total,
         startup_end=startup_end,
         nodes=timelines,
         phases=stats,
@@ -236,8 +258,18 @@ def phase_stats(rows: list[PhaseRow]) -> list[PhaseStat]:
         outcomes: dict[str, int] = {}
         for r in prows:
             outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
-        out.append(PhaseStat(phase, len(prows), min(secs), statistics.median(secs), max(secs),
-                             slowest.node, outcomes, sum(r.bytes for r in prows)))
+        out.append(
+            PhaseStat(
+                phase,
+                len(prows),
+                min(secs),
+                statistics.median(secs),
+                max(secs),
+                slowest.node,
+                outcomes,
+                sum(r.bytes for r in prows),
+            )
+        )
     starts = {p: min(r.start for r in prows) for p, prows in by_phase.items()}
     return sorted(out, key=lambda s: phase_sort_key(s.phase, starts[s.phase]))
 
@@ -274,8 +306,9 @@ def runs_of(table: pa.Table) -> list[RunReport]:
     return sorted(runs, key=lambda r: r.allocated)
 
 
-def job_report(ds: PhaseDataset, job_id: int, history_days: float = 30,
-               history_jobs: int = 4) -> JobReport:
+def job_report(
+    ds: PhaseDataset, job_id: int, history_days: float = 30, history_jobs: int = 4
+) -> JobReport:
     """The report of ``job_id``: its runs, and up to ``history_jobs`` earlier jobs the same
     user submitted under the same name in the ``history_days`` before it."""
     runs = runs_of(ds.job(job_id))
@@ -285,15 +318,23 @@ def job_report(ds: PhaseDataset, job_id: int, history_days: float = 30,
     import pyarrow.compute as pc
 
     first = runs[0]
-    where = ((pc.field("user") == first.user) & (pc.field("job_name") == first.job_name)
-             & (pc.field("job_id") != job_id))
+    where = (
+        (pc.field("user") == first.user)
+        & (pc.field("job_name") == first.job_name)
+        & (pc.field("job_id") != job_id)
+    )
     # Only the first node's rows carry the name (Slurm tells the prolog no more): find
     # the earlier jobs by it, then read each whole.
-    named = ds.since(first.allocated - history_days * 86400, where,
-                     columns=["start"]).group_by("job_id").aggregate([("start", "min")])
-    older = sorted((s, j) for j, s in zip(named["job_id"].to_pylist(),
-                                          named["start_min"].to_pylist(), strict=True)
-                   if s.timestamp() < first.allocated)
+    named = (
+        ds.since(first.allocated - history_days * 86400, where, columns=["start"])
+        .group_by("job_id")
+        .aggregate([("start", "min")])
+    )
+    older = sorted(
+        (s, j)
+        for j, s in zip(named["job_id"].to_pylist(), named["start_min"].to_pylist(), strict=True)
+        if s.timestamp() < first.allocated
+    )
     for _, old_id in older[-history_jobs:]:
         report.earlier += runs_of(ds.job(old_id))
     return report

@@ -223,8 +223,10 @@ def arrow_schema() -> pa.Schema:
     import pyarrow as pa
 
     return pa.schema(
-        [pa.field(n, arrow_type(t), nullable=(n == "submit_time" or n not in REQUIRED))
-         for n, t in COLUMNS]
+        [
+            pa.field(n, arrow_type(t), nullable=(n == "submit_time" or n not in REQUIRED))
+            for n, t in COLUMNS
+        ]
     )
 
 
@@ -246,7 +248,7 @@ def to_table(rows: list[PhaseRow]) -> pa.Table:
 
 def from_table(table: pa.Table) -> list[PhaseRow]:
     """An Arrow table with the dataset's columns -> rows (times back to epoch seconds)."""
-    cols = {}
+    cols: dict[str, list[Any]] = {}
     for name, kind in COLUMNS:
         col = table.column(name)
         if kind == "timestamp":

@@ -90,8 +90,9 @@ class Spool:
 
     def append_rows(self, rows: list[PhaseRow]) -> None:
         text = "".join(json.dumps(r.to_dict()) + "\n" for r in rows)
-        fd = os.open(self.path / ROWS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                     0o644)
+        fd = os.open(
+            self.path / ROWS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644
+        )
         try:
             os.write(fd, text.encode())
         finally:
@@ -207,8 +208,9 @@ def rows_from_marks(
         for phase, starts in open_starts.items():
             pending = [t for q in starts.values() for t in q]
             if pending and phase not in spans:
-                rows.append(meta.row(phase, min(pending), now, "failed",
-                                     detail="started but never ended"))
+                rows.append(
+                    meta.row(phase, min(pending), now, "failed", detail="started but never ended")
+                )
     return sorted(rows, key=lambda r: (r.start, r.phase))
 
 

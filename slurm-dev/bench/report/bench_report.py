@@ -34,9 +34,16 @@ from bootseer.phases.writer import write_rows
 from bootseer.store import open_store
 
 PHASES = (  # name, typical seconds, starts after the previous one ends (else with prolog)
-    ("prolog", 0.0), ("image_prefetch", 20.0), ("deps_restore", 8.0), ("ckpt_mount", 1.0),
-    ("container_start", 6.0), ("deps_install", 30.0), ("ckpt_load", 40.0),
-    ("framework_init", 15.0), ("first_step", 5.0), ("epilog", 3.0),
+    ("prolog", 0.0),
+    ("image_prefetch", 20.0),
+    ("deps_restore", 8.0),
+    ("ckpt_mount", 1.0),
+    ("container_start", 6.0),
+    ("deps_install", 30.0),
+    ("ckpt_load", 40.0),
+    ("framework_init", 15.0),
+    ("first_step", 5.0),
+    ("epilog", 3.0),
 )
 SIZES = (1, 1, 1, 1, 2, 2, 4, 4, 8, 8, 16, 32, 64, 128, 256)
 
@@ -149,10 +156,20 @@ def main() -> int:
             "one_job_nodes": len(job.runs[0].nodes) if job.runs else 0,  # type: ignore[attr-defined]
         }
         if args.cli:
-            cmd = [sys.executable, "-m", "bootseer.cli", "report", "--since", "366d",
-                   "--store", f"file://{store_dir}", "--json"]
-            cli, _ = timed(lambda: subprocess.run(cmd, check=True, capture_output=True),
-                           args.repeat)
+            cmd = [
+                sys.executable,
+                "-m",
+                "bootseer.cli",
+                "report",
+                "--since",
+                "366d",
+                "--store",
+                f"file://{store_dir}",
+                "--json",
+            ]
+            cli, _ = timed(
+                lambda: subprocess.run(cmd, check=True, capture_output=True), args.repeat
+            )
             result["cli_year_seconds_median"] = round(cli, 3)
         print(json.dumps(result, indent=1))
     finally:
