@@ -62,12 +62,19 @@ class Settings:
     @property
     def store_ips(self) -> tuple[str, str]:
         """(host side, store side) of the veth link, in a /30 of our own per cluster."""
-        third = (self.port_base // 100) % 250
+        third = (self.port_base // 10) % 250
         return f"10.213.{third}.1", f"10.213.{third}.2"
 
     @property
+    def weed_ports(self) -> tuple[int, int, int, int]:
+        """(master, volume, filer, s3). Unique per cluster: SeaweedFS keeps local sockets
+        named by port in /tmp, shared by every network namespace on the machine."""
+        base = 30000 + (self.port_base % 1000) * 10
+        return base, base + 1, base + 2, base + 3
+
+    @property
     def s3_port(self) -> int:
-        return 8333
+        return self.weed_ports[3]
 
 
 class Cluster:
@@ -395,6 +402,9 @@ class Cluster:
                 f"-ip={store_ip}",
                 "-ip.bind=0.0.0.0",
                 "-s3",
+                f"-master.port={self.s.weed_ports[0]}",
+                f"-volume.port={self.s.weed_ports[1]}",
+                f"-filer.port={self.s.weed_ports[2]}",
                 f"-s3.port={self.s.s3_port}",
                 "-master.volumeSizeLimitMB=1024",
                 "-volume.max=64",

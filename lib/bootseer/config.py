@@ -68,6 +68,22 @@ class HooksSection:
 
 
 @dataclass(frozen=True)
+class PhasesSection:
+    """Phase records (``bootseer report``)."""
+
+    enabled: bool = True
+    # The prolog's rows reach the store from a detached process, off the job's start path;
+    # false writes them before the prolog returns.
+    background_flush: bool = True
+    # The first node asks Slurm for the job's submit time (off the start path), so the
+    # report tells queue wait from startup.
+    submit_time: bool = True
+    scontrol: Path = Path("/usr/bin/scontrol")
+    scontrol_timeout: float = 3.0
+    max_marks_bytes: int = 1 << 20  # per job and node; marks beyond are dropped with a note
+
+
+@dataclass(frozen=True)
 class CkptSection:
     """Striped checkpoint storage (``bootseer.ckpt``, ``--bootseer-ckpt``)."""
 
@@ -98,6 +114,7 @@ class SiteConfig:
     store: StoreSection = field(default_factory=StoreSection)
     paths: PathsSection = field(default_factory=PathsSection)
     hooks: HooksSection = field(default_factory=HooksSection)
+    phases: PhasesSection = field(default_factory=PhasesSection)
     ckpt: CkptSection = field(default_factory=CkptSection)
     source: Path | None = None  # the file it came from, for messages
 
