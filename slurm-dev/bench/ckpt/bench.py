@@ -2,9 +2,9 @@
 
 Each target is a SeaweedFS S3 server (``weed server -s3``) in its own network namespace
 (``bsck-t1`` .. ``bsck-t4``), reached over its own veth pair whose store-to-client
-direction is capped with ``tc tbf`` (``--mbit``, 400 by default). The same checkpoint
-is uploaded striped over K = 1, 2 and 4 of them; K = 1 is the baseline: the whole file
-on one server. For each K the script measures, in the same run:
+direction is capped with ``tc tbf`` (``--mbit``, 100 by default: on this machine the CPUs,
+not the links, limit faster caps). The same checkpoint is uploaded striped over K = 1, 2
+and 4 of them; K = 1 is the baseline: the whole file on one server. For each K the script measures, in the same run:
 
 - read throughput through the Python API (``Namespace.open``) and through the FUSE mount;
 - the time to ``torch.load`` (CPU) the checkpoint through both (skipped with ``--smoke``).
@@ -265,7 +265,7 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="96 MiB of bytes, no torch, 1 rep")
     p.add_argument("--size", type=float, default=4.0, help="checkpoint size in GiB (default 4)")
     p.add_argument("--ks", default="1,2,4", help="target counts to measure (default 1,2,4)")
-    p.add_argument("--mbit", type=int, default=400, help="cap of each server's link (Mbit/s)")
+    p.add_argument("--mbit", type=int, default=100, help="cap of each server's link (Mbit/s)")
     p.add_argument("--unit", type=int, default=8, help="stripe unit in MiB (default 8)")
     p.add_argument("--reps", type=int, default=0, help="runs per measurement (default 3, smoke 1)")
     p.add_argument("--state-dir", default="/var/tmp/bootseer-ckpt-bench")
