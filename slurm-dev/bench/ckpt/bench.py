@@ -4,7 +4,8 @@ Each target is a SeaweedFS S3 server (``weed server -s3``) in its own network na
 (``bsck-t1`` .. ``bsck-t4``), reached over its own veth pair whose store-to-client
 direction is capped with ``tc tbf`` (``--mbit``, 100 by default: on this machine the CPUs,
 not the links, limit faster caps). The same checkpoint is uploaded striped over K = 1, 2
-and 4 of them; K = 1 is the baseline: the whole file on one server. For each K the script measures, in the same run:
+and 4 of them; K = 1 is the baseline: the whole file on one server.
+For each K the script measures, in the same run:
 
 - read throughput through the Python API (``Namespace.open``) and through the FUSE mount;
 - the time to ``torch.load`` (CPU) the checkpoint through both (skipped with ``--smoke``).
