@@ -199,3 +199,19 @@ def s3_store() -> Iterator[devcluster.Cluster]:
         if pid:
             devcluster.stop_pid(pid, "weed", grace=3)
         store.store_host_down()
+
+
+@pytest.fixture
+def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small real squashfs image, readable by every user."""
+    src = tmp_path_factory.mktemp("image-src")
+    (src / "hello").write_text("hello from the image\n")
+    out = tmp_path_factory.mktemp("image") / "hello.sqsh"
+    subprocess.run(
+        ["mksquashfs", str(src), str(out), "-noappend", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+    )
+    out.chmod(0o644)
+    out.parent.chmod(0o755)
+    return out

@@ -13,21 +13,6 @@ from tests.conftest import DevSlurm
 pytestmark = pytest.mark.slurm
 
 
-@pytest.fixture
-def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = tmp_path_factory.mktemp("image-src")
-    (src / "hello").write_text("hello from the image\n")
-    out = tmp_path_factory.mktemp("image") / "hello.sqsh"
-    subprocess.run(
-        ["mksquashfs", str(src), str(out), "-noappend", "-quiet", "-no-progress"],
-        check=True,
-        capture_output=True,
-    )
-    out.chmod(0o644)
-    out.parent.chmod(0o755)
-    return out
-
-
 def test_sbatch_help_lists_the_options(cluster: DevSlurm) -> None:
     r = subprocess.run(["sbatch", "--help"], env=cluster.env, capture_output=True, text=True)
     for opt in (

@@ -57,21 +57,6 @@ def report_json(cluster: DevSlurm, job: int) -> dict[str, Any]:
     return data
 
 
-@pytest.fixture
-def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = tmp_path_factory.mktemp("image-src")
-    (src / "hello").write_text("hello\n")
-    out = tmp_path_factory.mktemp("image") / "hello.sqsh"
-    subprocess.run(
-        ["mksquashfs", str(src), str(out), "-noappend", "-quiet", "-no-progress"],
-        check=True,
-        capture_output=True,
-    )
-    out.chmod(0o644)
-    out.parent.chmod(0o755)
-    return out
-
-
 def test_four_node_job_phases_come_back_in_order_with_the_straggler(
     cluster: DevSlurm, image: Path, tmp_path: Path
 ) -> None:
