@@ -290,10 +290,9 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
             f.seek(0)
             f.read(10)
         agent.client.call("first_step", job_id=1)
-        f2 = open(first, "rb")  # after the first step: not part of the trace
-        f2.seek(1_000_000)
-        f2.read(10)
-        f2.close()
+        with open(first, "rb") as f2:  # after the first step: not part of the trace
+            f2.seek(1_000_000)
+            f2.read(10)
         verdict = agent.release(1)["trace"]
         m = load_manifest(store, image_id)
         t = Trace.from_json(

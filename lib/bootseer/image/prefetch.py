@@ -82,7 +82,7 @@ class BackgroundFill(Interest):
 
     @property
     def state(self) -> str:
-        if self.cancelled and self.ended is None:
+        if self.cancelled and (self.ended is None or self.failed):
             return "cancelled"
         return "done" if self.ended is not None else "running"
 

@@ -167,6 +167,9 @@ def register_path(
         ).encode()
         if store.create_exclusive(lock, holder):
             try:
+                found = _path_record(store, path, st)  # done by whoever held the lock before
+                if found is not None:
+                    return found
                 log(f"registering {path} ({st.st_size} bytes)")
                 t0 = time.monotonic()
                 manifest = hash_file(path, block_size)
