@@ -3,8 +3,9 @@
 Every wanted block becomes one job, keyed by digest, in a priority queue served by a
 fixed pool of threads (``prefetch_parallel``): a reader's miss (``DEMAND``) before the
 hot set (``PREFETCH``) before the cold rest (``BACKGROUND``). Background jobs take at
-most ``background_parallel`` threads and wait while any other fetch runs, so the
-fill never competes with the job's own reads for the link. A block whose digest does
+most ``background_parallel`` threads and wait while any other fetch runs and for
+``quiet`` seconds after one ends, so the fill never competes with the job's own
+reads for the link. A block whose digest does
 not match is refused and fetched again; a reader waits at most ``timeout`` seconds
 and then gets :class:`FetchError` (EIO through FUSE), whatever the store does.
 
@@ -112,10 +113,12 @@ class Fetcher:
         background_workers: int = 2,
         timeout: float = 30.0,
         log: Callable[[str], None] = lambda _: None,
+        quiet: float = 0.2,
     ) -> None:
         self.cache = cache
         self.timeout = timeout
         self.background_workers = max(1, min(background_workers, workers))
+        self.quiet = quiet
         self.log = log
         self.stats = FetchStats()
         self._cond = threading.Condition()
@@ -124,6 +127,7 @@ class Fetcher:
         self._jobs: dict[str, _Job] = {}
         self._running_fg = 0
         self._running_bg = 0
+        self._last_fg = 0.0
         self._stopped = False
         self._threads = [
             threading.Thread(target=self._work, name=f"fetch-{i}", daemon=True)
@@ -205,6 +209,8 @@ class Fetcher:
                     continue
                 if self._running_bg >= self.background_workers or self._running_fg:
                     return None
+                if time.monotonic() - self._last_fg < self.quiet:
+                    return None  # the job is busy reading: let its next miss find the link free
             heapq.heappop(self._heap)
             return job
         return None
@@ -216,7 +222,7 @@ class Fetcher:
                 while job is None:
                     if self._stopped:
                         return
-                    self._cond.wait()
+                    self._cond.wait(timeout=self.quiet if self._heap else None)
                     job = self._pick()
                 job.taken = True
                 background = job.priority == BACKGROUND
@@ -240,6 +246,7 @@ class Fetcher:
                         self._running_bg -= 1
                     else:
                         self._running_fg -= 1
+                        self._last_fg = time.monotonic()
                     if self._jobs.get(job.digest) is job:
                         del self._jobs[job.digest]
                     self._cond.notify_all()
