@@ -66,8 +66,15 @@ class Settings:
         return f"10.213.{third}.1", f"10.213.{third}.2"
 
     @property
+    def weed_ports(self) -> dict[str, int]:
+        """SeaweedFS ports of our own: weed names its unix sockets in /tmp after its ports,
+        so two store hosts on default ports talk to each other across namespaces."""
+        first = 40000 + (self.port_base % 1000) * 10
+        return {"master": first, "volume": first + 1, "filer": first + 2, "s3": first + 3}
+
+    @property
     def s3_port(self) -> int:
-        return 8333
+        return self.weed_ports["s3"]
 
 
 class Cluster:
@@ -426,6 +433,9 @@ class Cluster:
                 "-ip.bind=0.0.0.0",
                 "-s3",
                 f"-s3.port={self.s.s3_port}",
+                f"-master.port={self.s.weed_ports['master']}",
+                f"-volume.port={self.s.weed_ports['volume']}",
+                f"-filer.port={self.s.weed_ports['filer']}",
                 "-master.volumeSizeLimitMB=1024",
                 "-volume.max=64",
             ],

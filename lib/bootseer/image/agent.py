@@ -347,6 +347,9 @@ class Agent:
             "evicted": self.cache.evicted,
             "fetched_blocks": s.blocks,
             "fetched_bytes": s.bytes,
+            "demand_bytes": s.by_priority[0],
+            "prefetch_bytes": s.by_priority[1],
+            "background_bytes": s.by_priority[2],
             "corrupt_refused": s.corrupt,
             "fetch_errors": s.errors,
         }

@@ -103,6 +103,7 @@ class FetchStats:
     corrupt: int = 0
     errors: int = 0
     by_image: Counter[str] = field(default_factory=Counter)
+    by_priority: Counter[int] = field(default_factory=Counter)  # DEMAND, PREFETCH, BACKGROUND
 
 
 class Fetcher:
@@ -266,6 +267,7 @@ class Fetcher:
                         self.stats.blocks += 1
                         self.stats.bytes += len(data)
                         self.stats.by_image[job.image_id] += len(data)
+                        self.stats.by_priority[job.priority] += len(data)
                     return data
                 with self._cond:
                     self.stats.corrupt += 1

@@ -31,7 +31,13 @@ from bootseer.image.agent import INODE_BASE, Agent, AgentServer, JobView
 from bootseer.image.fetch import FetchError
 
 ROOT = pyfuse3.ROOT_INODE
-MOUNT_OPTIONS = {"fsname=bootseer", "subtype=bootseer", "ro", "allow_other", "default_permissions"}
+MOUNT_OPTIONS = {
+    "fsname=bootseer",
+    "subtype=bootseer",
+    "ro",
+    "allow_other",
+    "default_permissions",
+}
 
 
 class ImageFS(pyfuse3.Operations):  # type: ignore[misc]
