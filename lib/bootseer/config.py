@@ -79,6 +79,8 @@ class ImageSection:
     prefetch_parallel: int = 16  # parallel block reads from the store
     background_parallel: int = 2  # of those, at most this many fill the cold rest
     hot_deadline: float = 60.0  # seconds the prolog waits for the hot set to be local
+    # The prolog returns once this leading part of the hot set is local; the rest streams on.
+    hot_start_fraction: float = 1.0
     trace_window: float = 300.0  # seconds after the prolog that count as startup
     fetch_timeout: float = 30.0  # a read the store cannot serve by then fails with EIO
     register_wait: float = 60.0  # how long a node waits for another to register a path image

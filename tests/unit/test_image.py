@@ -240,3 +240,24 @@ def test_image_config_section_and_node_paths() -> None:
     assert str(node.image.socket) == "/run/n3/a.sock" and node.image.prefetch_parallel == 8
     with pytest.raises(ConfigError, match=r"image\.prefetch"):
         SiteConfig.from_mapping({"image": {"prefetch": 3}})
+
+
+def test_gc_deletes_what_no_name_reaches_and_keeps_shared_blocks(tmp_path: Path) -> None:
+    from bootseer.image.gc import collect
+    from bootseer.image.registry import remove_name
+
+    store = open_store(f"file://{tmp_path}/store")
+    shared = os.urandom(BS)
+    a, b = tmp_path / "a.sqsh", tmp_path / "b.sqsh"
+    a.write_bytes(shared + b"a" * BS)
+    b.write_bytes(shared + b"b" * BS)
+    ma, mb = upload_file(store, str(a), BS), upload_file(store, str(b), BS)
+    tag_image(store, "a:1", ma)
+    tag_image(store, "b:1", mb)
+    assert collect(store, grace=0).blocks == 0
+    remove_name(store, "a:1")
+    assert collect(store, grace=3600, dry_run=True).blocks == 0  # young objects are kept
+    report = collect(store, grace=0)
+    assert (report.manifests, report.blocks) == (1, 1)
+    assert lookup_name(store, "b:1") == mb
+    assert len(store.list("images/blocks", recursive=True)) == 2

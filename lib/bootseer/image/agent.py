@@ -224,7 +224,9 @@ class Agent:
         view.trace_runs = trace.runs if trace else 0
         hot = trace.blocks if trace else ()
         hot_until = min(time.monotonic() + self.icfg.hot_deadline, until - 0.5)
-        view.prefetch = prefetch_hot(self.fetcher, source, manifest, hot, hot_until)
+        view.prefetch = prefetch_hot(
+            self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
+        )
         if image.fill is None or image.fill.cancelled:
             image.fill = BackgroundFill(manifest.id)
             image.fill.start(self.fetcher, source, manifest, set(hot))
@@ -366,6 +368,7 @@ class Agent:
         size = min(size, m.size - offset)
         blocks = block_range(offset, size, m.block_size)
         view.recorder.record(blocks.start, blocks.stop - 1)
+        self.fetcher.last_read = time.monotonic()
         parts = []
         for i in blocks:
             start = i * m.block_size

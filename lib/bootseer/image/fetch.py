@@ -3,9 +3,10 @@
 Every wanted block becomes one job, keyed by digest, in a priority queue served by a
 fixed pool of threads (``prefetch_parallel``): a reader's miss (``DEMAND``) before the
 hot set (``PREFETCH``) before the cold rest (``BACKGROUND``). Background jobs take at
-most ``background_parallel`` threads and wait while any other fetch runs and for
-``quiet`` seconds after one ends, so the fill never competes with the job's own
-reads for the link. A block whose digest does
+most ``background_parallel`` threads, at the lowest CPU priority, and wait while any
+other fetch runs, for ``quiet`` seconds after one ends and for ``read_quiet`` seconds
+after any job read the image, so the fill never competes with a starting job for the
+link or the CPU. A block whose digest does
 not match is refused and fetched again; a reader waits at most ``timeout`` seconds
 and then gets :class:`FetchError` (EIO through FUSE), whatever the store does.
 
@@ -16,6 +17,7 @@ and then gets :class:`FetchError` (EIO through FUSE), whatever the store does.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import heapq
 import itertools
 import os
@@ -75,6 +77,12 @@ class FileSource:
         return self.path
 
 
+def _nice(value: int) -> None:
+    """Set this thread's CPU priority (Linux: per thread); background work runs at 19."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), value)
+
+
 class Interest:
     """Who asked for a background fetch; once cancelled, its queued fetches are dropped."""
 
@@ -115,11 +123,13 @@ class Fetcher:
         timeout: float = 30.0,
         log: Callable[[str], None] = lambda _: None,
         quiet: float = 0.2,
+        read_quiet: float = 1.0,
     ) -> None:
         self.cache = cache
         self.timeout = timeout
         self.background_workers = max(1, min(background_workers, workers))
         self.quiet = quiet
+        self.read_quiet = read_quiet
         self.log = log
         self.stats = FetchStats()
         self._cond = threading.Condition()
@@ -129,6 +139,7 @@ class Fetcher:
         self._running_fg = 0
         self._running_bg = 0
         self._last_fg = 0.0
+        self.last_read = 0.0  # a job's last read through FUSE, hit or miss (set by the agent)
         self._stopped = False
         self._threads = [
             threading.Thread(target=self._work, name=f"fetch-{i}", daemon=True)
@@ -169,6 +180,7 @@ class Fetcher:
                 heapq.heappush(self._heap, (priority, next(self._seq), job))
             elif priority < job.priority and not job.taken:
                 job.priority = priority  # the older, lower entry is skipped when it surfaces
+                job.created = time.monotonic()  # its time limit runs from this request
                 heapq.heappush(self._heap, (priority, next(self._seq), job))
             if interest is not None:
                 job.interests.append(interest)
@@ -210,8 +222,9 @@ class Fetcher:
                     continue
                 if self._running_bg >= self.background_workers or self._running_fg:
                     return None
-                if time.monotonic() - self._last_fg < self.quiet:
-                    return None  # the job is busy reading: let its next miss find the link free
+                now = time.monotonic()
+                if now - self._last_fg < self.quiet or now - self.last_read < self.read_quiet:
+                    return None  # a job is busy starting: leave it the link and the CPU
             heapq.heappop(self._heap)
             return job
         return None
@@ -231,6 +244,8 @@ class Fetcher:
                     self._running_bg += 1
                 else:
                     self._running_fg += 1
+            if background:
+                _nice(19)
             try:
                 job.future.set_result(self._fetch(job))
             except Exception as exc:
@@ -245,6 +260,7 @@ class Fetcher:
                 with self._cond:
                     if background:
                         self._running_bg -= 1
+                        _nice(0)
                     else:
                         self._running_fg -= 1
                         self._last_fg = time.monotonic()

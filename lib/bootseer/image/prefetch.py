@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
+import math
 import threading
 import time
 from collections.abc import Sequence
@@ -43,9 +44,18 @@ class PrefetchResult:
 
 
 def prefetch_hot(
-    fetcher: Fetcher, source: BlockSource, manifest: Manifest, order: Sequence[int], deadline: float
+    fetcher: Fetcher,
+    source: BlockSource,
+    manifest: Manifest,
+    order: Sequence[int],
+    deadline: float,
+    start_fraction: float = 1.0,
 ) -> PrefetchResult:
-    """Fetch ``order``'s blocks (trace order); return when all are local or at ``deadline``."""
+    """Fetch ``order``'s blocks (trace order); return when all are local or at ``deadline``.
+
+    With ``start_fraction`` below 1, return once that leading part of the trace is
+    local: the rest keeps streaming at prefetch priority, ahead of the job's reads.
+    """
     t0 = time.monotonic()
     res = PrefetchResult(hot_blocks=len(order))
     futures: dict[cf.Future[bytes], int] = {}
@@ -55,7 +65,14 @@ def prefetch_hot(
             res.local_before += 1
         else:
             futures[fetcher.request(source, manifest, i, PREFETCH)] = i
-    done, pending = cf.wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+    leading = set(futures)
+    if start_fraction < 1.0:
+        k = math.ceil(len(order) * max(0.0, start_fraction))
+        first = set(order[:k])
+        leading = {f for f, i in futures.items() if i in first}
+    cf.wait(leading, timeout=max(0.0, deadline - time.monotonic()))
+    done = {f for f in futures if f.done()}
+    pending = set(futures) - done
     for f in done:
         if f.cancelled() or f.exception() is not None:
             res.failed += 1
