@@ -62,19 +62,19 @@ class Settings:
     @property
     def store_ips(self) -> tuple[str, str]:
         """(host side, store side) of the veth link, in a /30 of our own per cluster."""
-        third = (self.port_base // 100) % 250
+        third = (self.port_base // 10) % 250
         return f"10.213.{third}.1", f"10.213.{third}.2"
 
     @property
-    def weed_ports(self) -> dict[str, int]:
-        """SeaweedFS ports of our own: weed names its unix sockets in /tmp after its ports,
-        so two store hosts on default ports talk to each other across namespaces."""
-        first = 40000 + (self.port_base % 1000) * 10
-        return {"master": first, "volume": first + 1, "filer": first + 2, "s3": first + 3}
+    def weed_ports(self) -> tuple[int, int, int, int]:
+        """(master, volume, filer, s3). Unique per cluster: SeaweedFS keeps local sockets
+        named by port in /tmp, shared by every network namespace on the machine."""
+        base = 30000 + (self.port_base % 1000) * 10
+        return base, base + 1, base + 2, base + 3
 
     @property
     def s3_port(self) -> int:
-        return self.weed_ports["s3"]
+        return self.weed_ports[3]
 
 
 class Cluster:
@@ -291,7 +291,11 @@ class Cluster:
     def start_slurmd(self, node: str) -> None:
         if self.alive(f"slurmd-{node}"):
             return
-        run_checked(["slurmd", "-f", str(self.conf), "-N", node], env=self.env())
+        # A UTS namespace per slurmd: jobs on node nX see the host name nX, as on a real
+        # cluster (the SPANK plugin finds the node's run dir by it).
+        script = 'hostname "$1" && exec slurmd -f "$2" -N "$1"'
+        cmd = ["unshare", "--uts", "sh", "-c", script, "slurmd", node, str(self.conf)]
+        run_checked(cmd, env=self.env())
 
     def start_agent(self, node: str) -> None:
         """The node agent (``bootseer agent``): its socket, cache and FUSE mount via %n."""
@@ -432,10 +436,10 @@ class Cluster:
                 f"-ip={store_ip}",
                 "-ip.bind=0.0.0.0",
                 "-s3",
+                f"-master.port={self.s.weed_ports[0]}",
+                f"-volume.port={self.s.weed_ports[1]}",
+                f"-filer.port={self.s.weed_ports[2]}",
                 f"-s3.port={self.s.s3_port}",
-                f"-master.port={self.s.weed_ports['master']}",
-                f"-volume.port={self.s.weed_ports['volume']}",
-                f"-filer.port={self.s.weed_ports['filer']}",
                 "-master.volumeSizeLimitMB=1024",
                 "-volume.max=64",
             ],

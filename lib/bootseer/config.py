@@ -68,6 +68,48 @@ class HooksSection:
 
 
 @dataclass(frozen=True)
+class PhasesSection:
+    """Phase records (``bootseer report``)."""
+
+    enabled: bool = True
+    # The prolog's rows reach the store from a detached process, off the job's start path;
+    # false writes them before the prolog returns.
+    background_flush: bool = True
+    # The first node asks Slurm for the job's submit time (off the start path), so the
+    # report tells queue wait from startup.
+    submit_time: bool = True
+    scontrol: Path = Path("/usr/bin/scontrol")
+    scontrol_timeout: float = 3.0
+    max_marks_bytes: int = 1 << 20  # per job and node; marks beyond are dropped with a note
+
+
+@dataclass(frozen=True)
+class CkptSection:
+    """Striped checkpoint storage (``bootseer.ckpt``, ``--bootseer-ckpt``)."""
+
+    # K store URIs; stripe unit i of a file goes to targets[i % K]. The first also holds
+    # the manifests, so keep it first when adding targets.
+    targets: list[str] = field(default_factory=list)
+    unit_size: int = 8 << 20  # bytes per stripe unit
+    read_ahead: int = 16  # units a sequential reader fetches ahead (memory: that many units)
+    max_inflight: int = 8  # store requests in flight per open file, reading or writing
+    verify: bool = True  # check each unit's checksum on read
+    # Where jobs' mounts go (``%n`` = node); empty means ``<paths.run_dir>/ckpt``.
+    mount_root: str = ""
+    mount_timeout: float = 20.0  # seconds the prolog waits for a mount to come up
+    # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
+    kernel_read_ahead_kb: int = 4096
+
+    def mount_dir(self, run_dir: Path, node: str) -> Path:
+        if not self.mount_root:
+            return run_dir / "ckpt"
+        root = Path(self.mount_root.replace("%n", node))
+        if not root.is_absolute():
+            raise ConfigError(f"ckpt.mount_root must be an absolute path, not {self.mount_root!r}")
+        return root
+
+
+@dataclass(frozen=True)
 class ImageSection:
     """The node agent: lazy images over FUSE, block cache, traces, prefetch (docs/image.md)."""
 
@@ -89,8 +131,12 @@ class ImageSection:
         def sub(p: Path) -> Path:
             return Path(str(p).replace("%n", node))
 
-        return dataclasses.replace(self, socket=sub(self.socket), mount_dir=sub(self.mount_dir),
-                                   cache_dir=sub(self.cache_dir))
+        return dataclasses.replace(
+            self,
+            socket=sub(self.socket),
+            mount_dir=sub(self.mount_dir),
+            cache_dir=sub(self.cache_dir),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,6 +144,8 @@ class SiteConfig:
     store: StoreSection = field(default_factory=StoreSection)
     paths: PathsSection = field(default_factory=PathsSection)
     hooks: HooksSection = field(default_factory=HooksSection)
+    phases: PhasesSection = field(default_factory=PhasesSection)
+    ckpt: CkptSection = field(default_factory=CkptSection)
     image: ImageSection = field(default_factory=ImageSection)
     source: Path | None = None  # the file it came from, for messages
 

@@ -68,6 +68,7 @@ class JobContext:
     account: str = ""
     partition: str = ""
     work_dir: str = ""
+    gpus_per_node: int = 0
     options: Options = field(default_factory=Options)
 
     @classmethod
@@ -91,6 +92,7 @@ class JobContext:
             account=env.get("SLURM_JOB_ACCOUNT", ""),
             partition=env.get("SLURM_JOB_PARTITION", ""),
             work_dir=env.get("SLURM_JOB_WORK_DIR", "") or env.get("SPANK_BOOTSEER_WORKDIR", ""),
+            gpus_per_node=gpus_on_node(env),
             options=options_from_env(env),
         )
 
@@ -101,6 +103,16 @@ class JobContext:
 
     def tag(self) -> str:
         return f"job={self.job_id} node={self.node}"
+
+
+def gpus_on_node(env: Mapping[str, str]) -> int:
+    """GPUs allocated to the job on this node: ``$SLURM_JOB_GPUS`` (prolog, ``0,1,...``)
+    or ``$SLURM_GPUS_ON_NODE`` (tasks); 0 where there are none."""
+    ids = env.get("SLURM_JOB_GPUS", "")
+    if ids:
+        return len([i for i in ids.split(",") if i])
+    raw = env.get("SLURM_GPUS_ON_NODE", "")
+    return int(raw) if raw.isdigit() else 0
 
 
 def options_from_env(env: Mapping[str, str]) -> Options:

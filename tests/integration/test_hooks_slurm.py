@@ -40,10 +40,13 @@ def test_sbatch_help_lists_the_options(cluster: DevSlurm) -> None:
 
 
 def test_four_node_job_runs_prolog_and_epilog_on_every_node(cluster: DevSlurm, image: Path) -> None:
+    # --bootseer without a value, then srun inside: the step re-reads the options.
     job = cluster.sbatch(
         "-N4",
+        "--bootseer",
         f"--bootseer-image={image}",
-        script="#!/bin/sh\nsrun -N4 -n4 printenv BOOTSEER_IMAGE\n",
+        script="#!/bin/sh\nprintenv BOOTSEER_IMAGE\n"
+        "srun -N4 -n4 sh -c 'echo $(hostname) $BOOTSEER_IMAGE' | sort\n",
     )
     assert cluster.wait(job) == "COMPLETED"
     for node in cluster.nodes:
@@ -51,12 +54,14 @@ def test_four_node_job_runs_prolog_and_epilog_on_every_node(cluster: DevSlurm, i
         text = "\n".join(lines)
         assert "prolog start" in text and "prolog step=image outcome=ok" in text, (node, text)
         assert "epilog start" in text and "epilog done" in text, (node, text)
-    # Every task on every node found what the prolog prepared (SPANK plugin, remote side).
-    # A node agent serves the image lazily from its FUSE mount. (Which node's mount a task
-    # sees depends on the SLURMD_NODENAME srun propagates: slurm-dev's %n run dirs only.)
-    lazy = {str(cluster.dir / "nodes" / n / "images" / f"{job}.sqsh") for n in cluster.nodes}
-    out = cluster.output(job).split()
-    assert len(out) == 4 and set(out) <= lazy
+
+    # The batch script and every task on every node found the image the prolog prepared:
+    # each node's agent serves it lazily from that node's FUSE mount.
+    def lazy(node: str) -> str:
+        return str(cluster.dir / "nodes" / node / "images" / f"{job}.sqsh")
+
+    lines = cluster.output(job).splitlines()
+    assert lines == [lazy(cluster.nodes[0])] + [f"{node} {lazy(node)}" for node in cluster.nodes]
 
 
 def test_job_without_bootseer_runs_no_step(cluster: DevSlurm) -> None:

@@ -7,7 +7,6 @@ a usage error by whoever runs it by hand.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import time
@@ -81,7 +80,7 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog) -> int:
 def _record(hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog) -> None:
     """Hand the step outcomes to the phase records (bootseer.phases), where present."""
     try:
-        phase_hooks = importlib.import_module("bootseer.phases.hooks")
+        from bootseer.phases import hooks as phase_hooks
     except ImportError:
         return
     try:

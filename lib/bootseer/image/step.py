@@ -16,6 +16,8 @@ the background fill, which becomes the ``image_background_fill`` phase.
 
 from __future__ import annotations
 
+import time
+
 from bootseer.errors import StepError, StoreError
 from bootseer.hooks.steps import StepCall, StepResult
 from bootseer.image.agent import AgentClient, AgentError, AgentUnavailable
@@ -101,31 +103,36 @@ def epilog(call: StepCall) -> StepResult:
 
 
 def record_background_fill(call: StepCall, fill: dict[str, object]) -> None:
-    """Write the ``image_background_fill`` phase row, where the phase records exist.
+    """Add the ``image_background_fill`` phase row to the job's phase spool.
 
     The fill runs in the agent after the prolog returned, so no hook step spans it;
-    the epilog learns its start, end and bytes from the agent and records it here.
+    the epilog learns its start, end and bytes from the agent and adds the row, which
+    the epilog's phase flush then writes with its own. A fill still running when the
+    job ends is cut off there (outcome ``skipped``, end = now); one that ended is
+    ``ok``, or ``failed`` when blocks could not be fetched.
     """
-    if not fill or not isinstance(fill.get("start"), float):
+    start, end = fill.get("start"), fill.get("end")
+    if not isinstance(start, float) or not call.cfg.phases.enabled:
         return
     try:
-        from bootseer.phases import record as phase_record  # type: ignore[attr-defined,import-untyped,unused-ignore]
-    except ImportError:
-        return
-    write = getattr(phase_record, "record_phase", None)
-    if write is None:
-        return
-    end = fill.get("end")
-    try:
-        write(
-            call.ctx,
-            call.cfg,
-            "image_background_fill",
-            start=fill["start"],
-            end=end if isinstance(end, float) else None,
-            outcome="ok" if fill.get("state") == "done" else str(fill.get("state")),
-            bytes=int(str(fill.get("bytes") or 0)),
-            detail=f"blocks={fill.get('done')}/{fill.get('blocks')} failed={fill.get('failed')}",
+        from bootseer.phases.spool import Spool
+
+        spool = Spool(call.cfg.paths.run_dir, call.ctx.job_id)
+        if not spool.exists():
+            return
+        failed = int(str(fill.get("failed") or 0))
+        state = fill.get("state")
+        outcome = (
+            "ok" if state == "done" and not failed else ("skipped" if state != "done" else "failed")
         )
+        row = spool.meta().row(
+            "image_background_fill",
+            start,
+            end if isinstance(end, float) else time.time(),
+            outcome,
+            int(str(fill.get("bytes") or 0)),
+            f"state={state} blocks={fill.get('done')}/{fill.get('blocks')} failed={failed}",
+        )
+        spool.append_rows([row])
     except Exception as exc:  # a record is worth a log line, never a failed epilog
         call.log(f"step=image image_background_fill not recorded: {exc!r}")

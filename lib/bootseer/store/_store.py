@@ -84,8 +84,17 @@ class Store:
         """A seekable pyarrow file (``read``, ``read_at``, ``seek``, ``size``)."""
         return self._call(key, self.fs.open_input_file, self.path(key))
 
-    def write_bytes(self, key: str, data: bytes) -> None:
-        with self.writer(key) as out:
+    def write_bytes(self, key: str, data: bytes | bytearray, atomic: bool = True) -> None:
+        """Write ``key``; ``atomic=False`` writes in place (one request less on S3), for
+        objects nothing reads until a later atomic write (a manifest) names them."""
+        if atomic:
+            with self.writer(key) as out:
+                out.write(data)
+            return
+        path = self.path(key)
+        if self.is_local:
+            self._call(key, self.fs.create_dir, posixpath.dirname(path), recursive=True)
+        with self._call(key, self.fs.open_output_stream, path) as out:
             out.write(data)
 
     @contextlib.contextmanager

@@ -1,0 +1,5 @@
+import sys
+
+from bootseer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,119 @@
+"""``bootseer phase start|end|run|compact``: mark a job's own startup phases.
+
+From a job script::
+
+    bootseer phase start ckpt_load
+    python load.py
+    bootseer phase end ckpt_load
+    bootseer phase run deps_install -- pip install -r requirements.txt
+    ...
+    bootseer phase end first_step     # startup is over
+
+Standard names: container_start, deps_install, ckpt_load, framework_init, first_step.
+A mark never fails the job: without a spool (no ``--bootseer``) it says so and exits 0.
+``compact`` is the admin's daily maintenance of the dataset (docs/report.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from typing import Any
+
+from bootseer.errors import BootseerError
+
+OUTCOMES = ("ok", "failed", "skipped", "timed_out")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "phase",
+        help="mark a startup phase from inside a job",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for action in ("start", "end"):
+        a = ps.add_parser(action, help=f"phase NAME {action}s now")
+        a.add_argument("name", metavar="NAME")
+        if action == "end":
+            a.add_argument("--outcome", choices=OUTCOMES, default="ok")
+            a.add_argument("--bytes", type=int, default=0, help="bytes the phase moved")
+        a.add_argument("--detail", default="", help="a short note kept with the record")
+        a.set_defaults(handler=mark)
+    r = ps.add_parser("run", help="run CMD as phase NAME (failed if it exits non-zero)")
+    r.add_argument("name", metavar="NAME")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+    r.set_defaults(handler=run)
+    c = ps.add_parser("compact", help="admin: merge finished days' small files into one each")
+    c.add_argument(
+        "--older-than",
+        default="1d",
+        metavar="AGE",
+        help="compact days that ended at least this long ago (default 1d)",
+    )
+    c.add_argument("--store", metavar="URI", help="the store (default: the site config's)")
+    c.set_defaults(handler=compact)
+
+
+def _check(name: str) -> None:
+    from bootseer.phases.schema import check_phase_name
+
+    try:
+        check_phase_name(name)
+    except ValueError as exc:
+        raise BootseerError(str(exc)) from None
+
+
+def mark(args: argparse.Namespace) -> int:
+    from bootseer.phases.marks import mark as do_mark
+
+    _check(args.name)
+    do_mark(
+        args.action,
+        args.name,
+        outcome=getattr(args, "outcome", "ok"),
+        detail=args.detail,
+        bytes=getattr(args, "bytes", 0),
+    )
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from bootseer.phases.marks import mark as do_mark
+
+    _check(args.name)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise BootseerError("phase run NAME -- CMD...: no command given")
+    do_mark("start", args.name)
+    try:
+        status = subprocess.call(cmd)
+    except OSError as exc:
+        do_mark("end", args.name, outcome="failed", detail=f"cannot run {cmd[0]}: {exc.strerror}")
+        print(f"bootseer phase run: cannot run {cmd[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+    except KeyboardInterrupt:
+        do_mark("end", args.name, outcome="failed", detail="interrupted")
+        raise
+    if status == 0:
+        do_mark("end", args.name)
+    else:
+        do_mark("end", args.name, outcome="failed", detail=f"{cmd[0]} exited with {status}")
+    return status if status >= 0 else 128 - status
+
+
+def compact(args: argparse.Namespace) -> int:
+    from bootseer.cli.report_cmd import open_report_store, parse_age
+    from bootseer.phases.compact import compact as do_compact
+
+    store = open_report_store(args.store)
+    done = do_compact(
+        store,
+        older_than_days=parse_age(args.older_than) / 86400,
+        progress=lambda c: print(f"{c.day}: {c.files_in} files -> {c.key} ({c.rows_out} rows)"),
+    )
+    if not done:
+        print("nothing to compact")
+    return 0

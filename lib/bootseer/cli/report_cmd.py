@@ -1,0 +1,132 @@
+"""``bootseer report``: where startup time goes, for one job or the whole cluster.
+
+    bootseer report 4242                 one job: phases, straggler, timeline, earlier runs
+    bootseer report 4242 --json          the same for scripts
+    bootseer report 4242 --plot t.png    the per-node timeline as a picture
+    bootseer report --since 7d           the cluster view (also 12h, 30d, 2026-11-01)
+    bootseer report --since 30d --plot sizes.svg
+
+The records come from the store in the site config (``--store`` reads another).
+Exit status 1 when there are no records for the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bootseer.errors import BootseerError
+
+if TYPE_CHECKING:
+    from bootseer.store import Store
+
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "report",
+        help="startup report of a job, or of the cluster (--since)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("job", nargs="?", type=int, metavar="JOBID")
+    p.add_argument(
+        "--since",
+        metavar="AGE|DATE",
+        help="cluster view over runs allocated since then: 7d, 12h, 2026-11-01",
+    )
+    p.add_argument("--run", type=int, metavar="N", help="only this restart of the job")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plot", type=Path, metavar="FILE", help="also draw FILE (.png, .svg, .pdf)")
+    p.add_argument("--store", metavar="URI", help="read this store instead of the site config's")
+    p.set_defaults(handler=run)
+
+
+def parse_age(text: str) -> float:
+    """``7d`` -> seconds."""
+    m = _AGE.match(text)
+    if not m:
+        raise BootseerError(f"bad age {text!r}: want a number and s, m, h, d or w (e.g. 7d)")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def parse_since(text: str, now: float) -> float:
+    if re.match(r"^\d{4}-\d\d-\d\d$", text):
+        return time.mktime(time.strptime(text, "%Y-%m-%d"))
+    return now - parse_age(text)
+
+
+def open_report_store(uri: str | None) -> Store:
+    from bootseer.config import load_config
+    from bootseer.store import open_store
+
+    if uri:
+        return open_store(uri)
+    cfg = load_config()
+    return open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from bootseer.phases.reader import PhaseDataset
+
+    if args.job is not None and args.since:
+        raise BootseerError("give a JOBID or --since, not both")
+    store = open_report_store(args.store)
+    ds = PhaseDataset(store)
+    console = Console(highlight=False)
+    if args.job is None:
+        return _cluster(ds, parse_since(args.since or "7d", time.time()), args, console)
+    return _job(ds, args.job, args, console)
+
+
+def _job(ds: Any, job_id: int, args: argparse.Namespace, console: Any) -> int:
+    from bootseer.phases.render import render_job
+    from bootseer.phases.report import job_report
+
+    report = job_report(ds, job_id)
+    if args.run is not None:
+        report.runs = [r for r in report.runs if r.restart_count == args.run]
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1))
+    if not report.runs:
+        what = f"job {job_id}" + (f" run {args.run}" if args.run is not None else "")
+        print(
+            f"No phase records for {what} in {ds.store.uri}. Records appear once the job's "
+            "prolog has run with --bootseer; check the job id and the store.",
+            file=sys.stderr,
+        )
+        return 1
+    if not args.json:
+        render_job(report, console)
+    if args.plot:
+        from bootseer.phases.plot import plot_timeline
+
+        plot_timeline(report.runs[-1], args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _cluster(ds: Any, since: float, args: argparse.Namespace, console: Any) -> int:
+    from bootseer.phases.cluster import cluster_report
+    from bootseer.phases.render import render_cluster
+
+    view = cluster_report(ds, since)
+    if args.json:
+        print(json.dumps(view.to_json(), indent=1))
+    else:
+        render_cluster(view, console)
+    if args.plot:
+        from bootseer.phases.plot import plot_cluster
+
+        plot_cluster(view, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0

@@ -1,0 +1,93 @@
+"""Compaction: a day's many small files (one per node per flush) become one.
+
+Each flush writes a small file; a year of a busy cluster is hundreds of thousands of
+them, and opening files, not reading rows, is then what a report spends its time on.
+``bootseer phase compact`` (daily, from cron or a timer) rewrites each finished day
+as one file sorted by job, so a one-job lookup skips row groups by their statistics::
+
+    phases/day=2026-11-20/job=4242/n1-epilog-....parquet  (x thousands)
+    -> phases/day=2026-11-20/part-<uuid>.parquet
+
+The new file is complete before any old one goes; a reader that sees both merges the
+duplicates (:func:`bootseer.phases.reader.merge`), and a reader that loses a file to
+compaction mid-read lists again. Files that cannot be read stay where they are.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from bootseer.phases.reader import PhaseDataset, merge, warn_stderr
+from bootseer.phases.writer import PREFIX, parquet_bytes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from bootseer.store import Store
+
+
+@dataclass(frozen=True)
+class Compacted:
+    day: str
+    files_in: int
+    rows_out: int
+    key: str
+
+
+def sort_rows(table: pa.Table) -> pa.Table:
+    return table.sort_by(
+        [
+            ("job_id", "ascending"),
+            ("restart_count", "ascending"),
+            ("node", "ascending"),
+            ("start", "ascending"),
+        ]
+    )
+
+
+def write_day(store: Store, day: str, table: pa.Table) -> str:
+    key = f"{PREFIX}/day={day}/part-{uuid.uuid4().hex}.parquet"
+    store.write_bytes(key, parquet_bytes(sort_rows(table)))
+    return key
+
+
+def compact(
+    store: Store,
+    older_than_days: float = 1.0,
+    on_skip: Callable[[str], None] = warn_stderr,
+    progress: Callable[[Compacted], None] | None = None,
+    now: float | None = None,
+) -> list[Compacted]:
+    """Compact every day partition that ended more than ``older_than_days`` ago and has
+    more than one file."""
+    now = time.time() if now is None else now
+    last_day = time.strftime("%Y-%m-%d", time.gmtime(now - older_than_days * 86400 - 86400))
+    ds = PhaseDataset(store, on_skip=on_skip)
+    by_day: dict[str, list[str]] = {}
+    for f in ds.files():
+        if f.day <= last_day:
+            by_day.setdefault(f.day, []).append(f.key)
+    done = []
+    for day, keys in sorted(by_day.items()):
+        if len(keys) < 2:
+            continue
+        bad: list[str] = []
+
+        def skip(msg: str, bad: list[str] = bad) -> None:
+            bad.append(msg)
+            on_skip(msg)
+
+        table = merge(PhaseDataset(store, on_skip=skip)._scan(keys, None))
+        key = write_day(store, day, table)
+        readable = [k for k in keys if not any(store.path(k) in m for m in bad)]
+        for k in readable:
+            store.delete(k)
+        c = Compacted(day, len(readable), table.num_rows, key)
+        done.append(c)
+        if progress:
+            progress(c)
+    return done

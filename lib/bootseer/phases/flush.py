@@ -1,0 +1,167 @@
+"""Flush a node's phase spool to the store: one Parquet file per flush.
+
+Three flushes, one module:
+
+- ``prolog``: the prolog's rows, from a detached root process the prolog starts, so
+  the job's start never waits for pyarrow or the store. On the job's first node it
+  also asks Slurm for the submit time, name and account (one ``scontrol -o show job``).
+- ``marks``: the job's marks so far, from a detached process started by the job
+  when ``first_step`` ends (as the job's user: it needs write access to the store;
+  without it nothing is lost, the epilog writes the same rows).
+- ``epilog``: everything (prolog rows, every mark, the epilog's rows), inline, then
+  the spool goes. This is the flush that guarantees no row is lost.
+
+Rows written by more than one flush are merged by the reader, so the early flushes
+only make a running job visible sooner.
+
+    python -m bootseer.phases.flush --prolog /run/bootseer/phases/4242
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bootseer.phases.schema import JobMeta, PhaseRow
+from bootseer.phases.spool import Spool, rows_from_marks
+from bootseer.phases.writer import write_rows
+
+if TYPE_CHECKING:
+    from bootseer.config import SiteConfig
+    from bootseer.store import Store
+
+_SUBMIT = re.compile(r"(?:^|\s)SubmitTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\s|$)")
+_NAME = re.compile(r"(?:^|\s)JobName=(.*?) UserId=")
+_ACCOUNT = re.compile(r"(?:^|\s)Account=(\S+)")
+
+
+def slurm_job_info(job_id: int, scontrol: Path, timeout: float) -> dict[str, object]:
+    """Submit time, name and account from ``scontrol -o show job`` (the prolog's
+    environment lacks them); empty if Slurm does not answer."""
+    try:
+        out = subprocess.run(
+            [str(scontrol), "-o", "show", "job", str(int(job_id))],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    info: dict[str, object] = {}
+    m = _SUBMIT.search(out)
+    if m:
+        # scontrol prints local time without a zone; it runs on this machine, so mktime agrees.
+        info["submit_time"] = time.mktime(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    m = _NAME.search(out)
+    if m:
+        info["job_name"] = m.group(1)[:200]
+    m = _ACCOUNT.search(out)
+    if m and m.group(1) != "(null)":
+        info["account"] = m.group(1)[:64]
+    return info
+
+
+def with_slurm_info(spool: Spool, meta: JobMeta, cfg: SiteConfig) -> JobMeta:
+    if meta.submit_time is not None or not cfg.phases.submit_time:
+        return meta
+    info = slurm_job_info(meta.job_id, cfg.phases.scontrol, cfg.phases.scontrol_timeout)
+    if not info:
+        return meta
+    known = {k: v for k, v in meta.to_dict().items() if v not in ("", None)}
+    meta = JobMeta.from_dict(
+        {**meta.to_dict(), **info, **known, "submit_time": info.get("submit_time")}
+    )
+    spool.write_meta(meta)
+    return meta
+
+
+def _stamp(rows: list[PhaseRow], meta: JobMeta) -> list[PhaseRow]:
+    """Rows spooled before Slurm answered get what it said."""
+    fill = {
+        k: getattr(meta, k)
+        for k in ("submit_time", "job_name", "account")
+        if getattr(meta, k) not in ("", None)
+    }
+    if not fill:
+        return rows
+    return [
+        PhaseRow.from_dict(
+            {**r.to_dict(), **{k: v for k, v in fill.items() if getattr(r, k) in ("", None)}}
+        )
+        for r in rows
+    ]
+
+
+def flush(
+    spool: Spool,
+    store: Store,
+    mode: str,
+    cfg: SiteConfig,
+    extra: Sequence[PhaseRow] = (),
+    first_node: bool = False,
+) -> tuple[str | None, list[str]]:
+    """Write what ``mode`` (prolog, marks, epilog) covers; return the key and any problems."""
+    meta = spool.meta()
+    if first_node and mode in ("prolog", "epilog"):
+        meta = with_slurm_info(spool, meta, cfg)
+    rows: list[PhaseRow] = []
+    problems: list[str] = []
+    if mode in ("prolog", "epilog"):
+        rows += spool.hook_rows()
+    if mode in ("marks", "epilog"):
+        events, problems = spool.marks(cfg.phases.max_marks_bytes)
+        rows += rows_from_marks(events, meta, final=(mode == "epilog"))
+    rows += extra
+    return write_rows(store, _stamp(rows, meta), source=mode), problems
+
+
+def spawn(mode: str, spool: Spool) -> None:
+    """Start ``flush`` in a detached process: its own session, no inherited output, so
+    slurmd (which waits for the prolog's output to close) does not wait for it."""
+    subprocess.Popen(
+        [sys.executable, "-m", "bootseer.phases.flush", f"--{mode}", str(spool.path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from bootseer.config import load_config
+    from bootseer.errors import BootseerError
+    from bootseer.store import open_store
+
+    p = argparse.ArgumentParser(prog="python -m bootseer.phases.flush")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--prolog", dest="mode", action="store_const", const="prolog")
+    mode.add_argument("--marks", dest="mode", action="store_const", const="marks")
+    p.add_argument("spool", type=Path)
+    args = p.parse_args(argv)
+    spool = Spool.at(args.spool)
+    try:
+        cfg = load_config()
+        store = open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+        first = args.mode == "prolog" and (spool.path / "first-node").exists()
+        key, problems = flush(spool, store, args.mode, cfg, first_node=first)
+    except (BootseerError, OSError, ValueError) as exc:
+        print(f"bootseer phase flush: {exc}", file=sys.stderr)
+        return 1
+    for problem in problems:
+        print(f"bootseer phase flush: {problem}", file=sys.stderr)
+    if key and os.isatty(1):
+        print(key)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

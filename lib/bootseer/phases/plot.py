@@ -1,0 +1,100 @@
+"""Pictures (``--plot FILE.png|.svg``) with matplotlib, the optional ``plot`` extra.
+
+- one job: a per-node timeline (Gantt bars) of a run, straggler in red;
+- the cluster: startup seconds by job size, a box plot per size bucket.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bootseer.errors import BootseerError
+from bootseer.phases.schema import TEARDOWN_PHASES
+
+if TYPE_CHECKING:
+    from bootseer.phases.cluster import ClusterReport
+    from bootseer.phases.report import RunReport
+
+FORMATS = (".png", ".svg", ".pdf")
+
+
+def _pyplot(path: Path) -> Any:
+    if path.suffix.lower() not in FORMATS:
+        raise BootseerError(f"--plot {path}: want a file ending in {', '.join(FORMATS)}")
+    try:
+        import matplotlib
+    except ImportError:
+        raise BootseerError("--plot needs matplotlib: pip install 'bootseer[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_timeline(run: RunReport, path: Path) -> None:
+    plt = _pyplot(path)
+    nodes = run.nodes
+    phases: list[str] = []
+    for n in nodes:
+        phases += [
+            r.phase for r in n.rows if r.phase not in TEARDOWN_PHASES and r.phase not in phases
+        ]
+    cmap = plt.get_cmap("tab20")
+    color = {p: cmap(i % 20) for i, p in enumerate(phases)}
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.45 * len(nodes)))
+    for y, n in enumerate(nodes):
+        rows = [r for r in n.rows if r.phase not in TEARDOWN_PHASES]
+        for r in sorted(rows, key=lambda r: -r.seconds):  # nested steps drawn over the prolog
+            inner = r.phase != "prolog"
+            ax.barh(
+                y,
+                max(r.seconds, 0.05),
+                left=r.start - run.allocated,
+                height=0.6 if inner else 0.8,
+                color=color[r.phase],
+                edgecolor="black" if r.outcome in ("failed", "timed_out") else "none",
+            )
+    ax.set_yticks(range(len(nodes)), [n.node for n in nodes])
+    if run.straggler:
+        for label in ax.get_yticklabels():
+            if label.get_text() == run.straggler.node:
+                label.set_color("red")
+    ax.invert_yaxis()
+    ax.axvline(run.startup, color="black", linestyle="--", linewidth=1)
+    ax.set_xlabel("seconds after allocation")
+    title = f"job {run.job_id}" + (f" run {run.restart_count}" if run.restart_count else "")
+    title += f": startup {run.startup:.1f} s"
+    if run.straggler:
+        title += f", straggler {run.straggler.node} (+{run.straggler.behind:.1f} s)"
+    ax.set_title(title)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=color[p]) for p in phases]
+    ax.legend(
+        handles,
+        phases,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.18 - 0.02 * len(nodes)),
+        ncol=min(5, len(phases)),
+        fontsize="small",
+        frameon=False,
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_cluster(view: ClusterReport, path: Path) -> None:
+    plt = _pyplot(path)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    buckets = [b for b in view.buckets if b.startups]
+    if buckets:
+        ax.boxplot([b.startups for b in buckets], showfliers=False)
+        ax.set_xticks(range(1, len(buckets) + 1), [f"{b.label}\n({b.runs} runs)" for b in buckets])
+    ax.set_ylabel("startup seconds (allocation to first step)")
+    ax.set_xlabel("job size")
+    share = "" if view.share is None else f", {view.share * 100:.2f}% of allocated time"
+    ax.set_title(f"Startup by job size: {view.runs} runs{share}")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

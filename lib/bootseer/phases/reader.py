@@ -1,0 +1,203 @@
+"""Read the phase dataset: one job, or every run since a time; bad files skipped.
+
+Only the files that can hold the rows asked for are opened: a job's own
+``job=ID`` directories plus the compacted day files (whose row groups are skipped
+by their ``job_id`` statistics), or the day partitions from ``since`` on. A file that
+is not Parquet, or Parquet without the phase columns, is skipped with a warning.
+Rows more than one flush wrote are merged (:func:`merge`)::
+
+    >>> from bootseer.store import open_store
+    >>> ds = PhaseDataset(open_store("file:///tmp/doc-phases"))
+    >>> ds.job(7).num_rows >= 1
+    True
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bootseer.phases.schema import COLUMNS, REQUIRED, arrow_schema
+from bootseer.phases.writer import PREFIX
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+    from bootseer.store import Store
+
+KEY = ("job_id", "restart_count", "node", "phase")
+_OUTCOME_RANK = ("skipped", "ok", "timed_out", "failed")
+_FILE = re.compile(r"^day=(\d{4}-\d\d-\d\d)/(?:job=(\d+)/)?[^/]+\.parquet$")
+
+
+@dataclass(frozen=True)
+class DataFile:
+    key: str
+    day: str
+    job_id: int | None  # None for a compacted day file
+
+
+def warn_stderr(message: str) -> None:
+    print(f"bootseer: warning: {message}", file=sys.stderr)
+
+
+class PhaseDataset:
+    def __init__(self, store: Store, on_skip: Callable[[str], None] = warn_stderr) -> None:
+        self.store = store
+        self.on_skip = on_skip
+
+    def files(self) -> list[DataFile]:
+        out = []
+        for info in self.store.list(PREFIX, recursive=True):
+            m = _FILE.match(info.key[len(PREFIX) + 1 :])
+            if m:
+                out.append(DataFile(info.key, m.group(1), int(m.group(2)) if m.group(2) else None))
+        return out
+
+    def job(self, job_id: int) -> pa.Table:
+        """Every row of one job, all its runs, merged."""
+        import pyarrow.compute as pc
+
+        return self._read(lambda f: f.job_id in (None, job_id), pc.field("job_id") == job_id)
+
+    def since(self, t0: float, where: Any = None, columns: list[str] | None = None) -> pa.Table:
+        """Rows in the day partitions that hold runs started at ``t0`` or later (a superset:
+        the caller keeps the runs it wants), optionally filtered by ``where``; only
+        ``columns`` (the key columns always) if given."""
+        day0 = time.strftime("%Y-%m-%d", time.gmtime(t0 - 86400))
+        return self._read(lambda f: f.day >= day0, where, columns)
+
+    def _read(
+        self, wanted: Callable[[DataFile], bool], where: Any, columns: list[str] | None = None
+    ) -> pa.Table:
+        if columns is not None:
+            columns = [*KEY, *(c for c in columns if c not in KEY)]
+        for attempt in range(2):
+            keys = [f.key for f in self.files() if wanted(f)]
+            try:
+                return merge(self._scan(keys, where, columns))
+            except FileNotFoundError:
+                if attempt:  # compaction moved files twice while we read: say so
+                    raise
+        raise AssertionError("unreachable")
+
+    def _scan(self, keys: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
+        import pyarrow.dataset as pads
+
+        schema = arrow_schema()
+        fmt = pads.ParquetFileFormat()
+        with cf.ThreadPoolExecutor(max_workers=8) as pool:
+            checked = list(pool.map(lambda k: self._fragment(fmt, k), keys))
+        fragments = [f for f in checked if f is not None]
+        empty = schema.empty_table()
+        if columns is not None:
+            empty = empty.select(columns)
+        if not fragments:
+            return empty
+        dataset = pads.FileSystemDataset(fragments, schema, fmt, self.store.fs)
+        try:
+            return dataset.to_table(filter=where, columns=columns)
+        except FileNotFoundError:
+            raise
+        except OSError:
+            pass  # damaged beyond the footer: read file by file to name the bad one
+        import pyarrow as pa
+
+        tables = []
+        for frag in fragments:
+            try:
+                tables.append(
+                    pads.FileSystemDataset([frag], schema, fmt, self.store.fs).to_table(
+                        filter=where, columns=columns
+                    )
+                )
+            except FileNotFoundError:
+                raise
+            except (OSError, pa.ArrowException) as exc:
+                self.on_skip(f"skipped {frag.path}: cannot read it ({_short(exc)})")
+        return pa.concat_tables(tables) if tables else empty
+
+    def _fragment(self, fmt: pads.ParquetFileFormat, key: str) -> pads.Fragment | None:
+        import pyarrow as pa
+
+        path = self.store.path(key)
+        try:
+            frag = fmt.make_fragment(path, filesystem=self.store.fs)
+            physical = frag.physical_schema
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            self.on_skip(f"skipped {path}: not a readable Parquet file ({_short(exc)})")
+            return None
+        problem = _schema_problem(physical)
+        if problem:
+            self.on_skip(f"skipped {path}: not a phase records file ({problem})")
+            return None
+        return frag
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+
+
+def _schema_problem(physical: pa.Schema) -> str | None:
+    import pyarrow.types as pat
+
+    want = arrow_schema()
+    for name, kind in COLUMNS:
+        idx = physical.get_field_index(name)
+        if idx < 0:
+            if name in REQUIRED:
+                return f"no column {name!r}"
+            continue
+        have = physical.field(idx).type
+        if kind == "timestamp":
+            ok = pat.is_timestamp(have)
+        elif kind == "string":
+            ok = pat.is_string(have) or pat.is_large_string(have)
+        else:
+            ok = pat.is_integer(have)
+        if not ok:
+            return f"column {name!r} is {have}, not {want.field(name).type}"
+    return None
+
+
+def merge(table: pa.Table) -> pa.Table:
+    """One row per (job, run, node, phase): rows from several flushes, or duplicates a
+    compaction left, become one spanning the earliest start to the latest end, with the
+    worst outcome. ``table`` may hold a subset of the columns, the key among them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return table
+    idx = pa.array(range(table.num_rows), pa.int64())
+    aggs = [("_idx", "min"), ("_idx", "count")]
+    spans = [
+        (n, f)
+        for n, f in (("start", "min"), ("end", "max"), ("bytes", "max"), ("submit_time", "max"))
+        if n in table.column_names
+    ]
+    aggs += spans
+    work = table.select([*KEY, *(n for n, _ in spans)]).append_column("_idx", idx)
+    if "outcome" in table.column_names:
+        work = work.append_column(
+            "_rank", pc.index_in(table["outcome"], value_set=pa.array(_OUTCOME_RANK))
+        )
+        aggs.append(("_rank", "max"))
+    grouped = work.group_by(list(KEY)).aggregate(aggs)
+    if grouped.num_rows == table.num_rows:
+        return table
+    first = table.take(grouped["_idx_min"])
+    for name, fn in spans:
+        first = first.set_column(first.column_names.index(name), name, grouped[f"{name}_{fn}"])
+    if "outcome" in table.column_names:
+        outcome = pc.take(pa.array(_OUTCOME_RANK), grouped["_rank_max"])
+        first = first.set_column(first.column_names.index("outcome"), "outcome", outcome)
+    return first

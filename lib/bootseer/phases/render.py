@@ -1,0 +1,267 @@
+"""Terminal rendering of reports with rich: tables, and a per-node timeline (Gantt bars)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from bootseer.phases.report import JobReport, RunReport
+from bootseer.phases.schema import STARTUP_END, TEARDOWN_PHASES
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from bootseer.phases.cluster import ClusterReport
+
+PALETTE = (
+    "cyan",
+    "green",
+    "yellow",
+    "magenta",
+    "blue",
+    "red",
+    "bright_cyan",
+    "bright_green",
+    "bright_yellow",
+    "bright_magenta",
+    "bright_blue",
+    "bright_red",
+)
+
+
+def secs(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v >= 3600:
+        return f"{v / 3600:.1f} h"
+    if v >= 120:
+        return f"{v / 60:.1f} min"
+    return f"{v:.2f} s" if v < 10 else f"{v:.1f} s"
+
+
+def nbytes(n: int) -> str:
+    if not n:
+        return ""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return ""
+
+
+def clock(t: float | None) -> str:
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def colors(runs: list[RunReport]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for run in runs:
+        for p in run.phases:
+            out.setdefault(p.phase, PALETTE[len(out) % len(PALETTE)])
+    return out
+
+
+def run_header(run: RunReport) -> RenderableType:
+    from rich.text import Text
+
+    t = Text()
+    t.append(f"Run {run.restart_count}" if run.restart_count else "First run", style="bold")
+    t.append(f"  allocated {clock(run.allocated)}")
+    if run.queue_wait is not None:
+        t.append(f"  (submitted {clock(run.submit_time)}, queue wait {secs(run.queue_wait)})")
+    t.append("\nStartup ")
+    t.append(secs(run.startup), style="bold")
+    how = (
+        "to the last node's first step"
+        if run.startup_end == STARTUP_END
+        else (
+            f"to the end of {run.startup_end} (no first_step mark: "
+            "`bootseer phase end first_step` marks it)"
+        )
+    )
+    t.append(f" ({how})")
+    if run.missing_nodes:
+        t.append(
+            f"\n{run.missing_nodes} of {run.node_count} nodes have no records yet", style="yellow"
+        )
+    s = run.straggler
+    if s is not None:
+        t.append("\nStraggler ")
+        t.append(s.node, style="bold red")
+        t.append(f": ready {secs(s.behind)} after the median node")
+        if s.phase:
+            t.append(f" ({s.phase} took {secs(s.phase_seconds)}, median {secs(s.phase_median)})")
+    return t
+
+
+def phase_table(run: RunReport, palette: dict[str, str]) -> RenderableType:
+    from rich.table import Table
+
+    table = Table(title="Phases across nodes", title_justify="left", box=None, pad_edge=False)
+    for col, just in (
+        ("phase", "left"),
+        ("nodes", "right"),
+        ("min", "right"),
+        ("median", "right"),
+        ("max", "right"),
+        ("slowest", "left"),
+        ("outcomes", "left"),
+        ("bytes", "right"),
+    ):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for p in run.phases:
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items()))
+        bad = any(k in ("failed", "timed_out") for k in p.outcomes)
+        table.add_row(
+            f"[{palette[p.phase]}]■[/] {p.phase}",
+            str(p.nodes),
+            secs(p.min),
+            secs(p.median),
+            secs(p.max),
+            p.slowest,
+            f"[red]{outcomes}[/]" if bad else outcomes,
+            nbytes(p.bytes),
+        )
+    return table
+
+
+def timeline(run: RunReport, palette: dict[str, str], width: int) -> RenderableType:
+    """One bar per node from allocation to the end of startup; nested phases (steps
+    inside the prolog) are drawn over their parent."""
+    from rich.table import Table
+    from rich.text import Text
+
+    span = max(run.startup, max((n.done for n in run.nodes), default=0.0), 1e-6)
+    width = max(10, width)
+    table = Table(
+        title=f"Timeline: 0 to {secs(span)} after allocation, one cell = {secs(span / width)}",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
+    table.add_column("node")
+    table.add_column("", no_wrap=True)
+    table.add_column("ready", justify="right")
+    straggler = run.straggler.node if run.straggler else None
+    for node in run.nodes:
+        cells: list[str | None] = [None] * width
+        rows = [r for r in node.rows if r.phase not in TEARDOWN_PHASES]
+        for r in sorted(rows, key=lambda r: -r.seconds):
+            a = int((r.start - run.allocated) / span * width)
+            b = max(a + 1, int((r.end - run.allocated) / span * width + 0.5))
+            for i in range(max(0, a), min(width, b)):
+                cells[i] = r.phase
+        bar = Text()
+        for c in cells:
+            bar.append("█" if c else "·", style=palette.get(c, "dim") if c else "dim")
+        name = Text(node.node, style="bold red" if node.node == straggler else "")
+        table.add_row(name, bar, secs(node.ready))
+    legend = Text()
+    for phase, color in palette.items():
+        if phase not in TEARDOWN_PHASES:
+            legend.append("■ ", style=color)
+            legend.append(f"{phase}  ")
+    from rich.console import Group
+
+    return Group(table, legend)
+
+
+def history_table(report: JobReport) -> RenderableType | None:
+    runs = [*report.earlier, *report.runs]
+    if len(runs) < 2:
+        return None
+    from rich.table import Table
+
+    table = Table(
+        title="Runs side by side: median (max) across nodes",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+    )
+    table.add_column("phase")
+    for r in runs:
+        mark = "" if r.job_id == report.job_id else " (earlier job)"
+        table.add_column(f"{r.label}{mark}", justify="right")
+    phases: list[str] = []
+    for r in runs:
+        phases += [p.phase for p in r.phases if p.phase not in phases]
+    for name in phases:
+        cells = []
+        for r in runs:
+            p = r.phase(name)
+            cells.append("-" if p is None else f"{secs(p.median)} ({secs(p.max)})")
+        table.add_row(name, *cells)
+    table.add_row("[bold]startup[/]", *(f"[bold]{secs(r.startup)}[/]" for r in runs))
+    table.add_row("queue wait", *(secs(r.queue_wait) for r in runs))
+    table.add_row("nodes", *(str(r.node_count) for r in runs))
+    return table
+
+
+def render_job(report: JobReport, console: Console, run_index: int | None = None) -> None:
+    from rich.rule import Rule
+
+    first = report.runs[0]
+    gpus = f" x {first.gpus_per_node} GPUs" if first.gpus_per_node else ""
+    console.print(
+        Rule(
+            f"Job {report.job_id} {first.job_name!r}  user {first.user}"
+            + (f"  account {first.account}" if first.account else "")
+            + f"  {first.node_count} nodes{gpus}"
+        )
+    )
+    palette = colors([*report.earlier, *report.runs])
+    shown = (
+        report.runs
+        if run_index is None
+        else [r for r in report.runs if r.restart_count == run_index]
+    )
+    for run in shown:
+        console.print(run_header(run))
+        console.print(phase_table(run, palette))
+        console.print(timeline(run, palette, console.width - 24))
+        console.print()
+    history = history_table(report)
+    if history is not None:
+        console.print(history)
+
+
+def render_cluster(view: ClusterReport, console: Console) -> None:
+    from rich.rule import Rule
+    from rich.table import Table
+
+    console.print(Rule(f"Cluster startup {clock(view.since)} to {clock(view.until)}"))
+    if not view.runs:
+        console.print("No job runs with phase records in this period.")
+        return
+    share = "-" if view.share is None else f"{view.share * 100:.2f}%"
+    summary = Table(box=None, show_header=False, pad_edge=False)
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    for k, v in (
+        ("jobs (runs)", f"{view.jobs} ({view.runs})"),
+        ("startup, median / p90", f"{secs(view.startup_median)} / {secs(view.startup_p90)}"),
+        ("startup, all runs", secs(view.startup_seconds)),
+        ("node-seconds starting", f"{view.node_seconds:,.0f}"),
+        ("GPU-seconds starting", f"{view.gpu_seconds:,.0f}"),
+        ("share of allocated time in startup", f"{share} (over {view.ended_runs} ended runs)"),
+    ):
+        summary.add_row(k, v)
+    console.print(summary)
+    sizes = Table(title="Startup by job size", title_justify="left", box=None, pad_edge=False)
+    for col in ("size", "runs", "median", "p90", "max"):
+        sizes.add_column(col, justify="left" if col == "size" else "right")
+    for b in view.buckets:
+        sizes.add_row(b.label, str(b.runs), secs(b.median), secs(b.p90), secs(b.max))
+    console.print(sizes)
+    phases = Table(
+        title="Top startup phases by node-seconds", title_justify="left", box=None, pad_edge=False
+    )
+    for col in ("phase", "node-seconds", "runs", "median per node"):
+        phases.add_column(col, justify="left" if col == "phase" else "right")
+    for p in view.top_phases:
+        phases.add_row(p.phase, f"{p.node_seconds:,.0f}", str(p.runs), secs(p.median))
+    console.print(phases)
+    console.print(
+        f"[dim]{view.rows:,} rows read in {view.read_seconds:.2f} s, "
+        f"computed in {view.compute_seconds:.2f} s[/]"
+    )

@@ -1,0 +1,340 @@
+"""What ``bootseer report`` computes: one job's startup, or the cluster's over a period.
+
+Definitions (docs/report.md says the same to users):
+
+- *allocation*: the earliest row of the run (its first prolog starts when Slurm allocates).
+- a node is *ready* when its first step starts (``first_step``'s start, which a
+  collective first step makes the moment that node could train); a node without a
+  ``first_step`` mark is ready when its last startup phase ends.
+- *startup*: allocation to the end of the last node's ``first_step`` (or, without one,
+  to the last ready node).
+- the *straggler*: the node ready last; it held the job back by its lag behind the
+  median node, and the phase it spent most above that phase's median is named.
+- *queue wait*: submit time to allocation.
+
+    >>> from bootseer.store import open_store
+    >>> from bootseer.phases.reader import PhaseDataset
+    >>> report = job_report(PhaseDataset(open_store("file:///tmp/doc-phases")), 7)
+    >>> report.runs[0].nodes[0].node
+    'n1'
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bootseer.phases.schema import (
+    PHASE_ORDER,
+    STARTUP_END,
+    TEARDOWN_PHASES,
+    PhaseRow,
+    from_table,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from bootseer.phases.reader import PhaseDataset
+
+SIZE_BUCKETS = ((1, 1), (2, 4), (5, 16), (17, 64), (65, 256), (257, 1024), (1025, 1 << 31))
+
+
+def bucket_label(lo: int, hi: int) -> str:
+    if lo == hi:
+        return f"{lo} node" + ("s" if lo > 1 else "")
+    if hi >= 1 << 31:
+        return f"{lo}+ nodes"
+    return f"{lo}-{hi} nodes"
+
+
+@dataclass
+class PhaseStat:
+    phase: str
+    nodes: int
+    min: float
+    median: float
+    max: float
+    slowest: str  # the node with the max
+    outcomes: dict[str, int]
+    bytes: int
+
+
+@dataclass
+class NodeTimeline:
+    node: str
+    ready: float  # seconds after allocation
+    done: float  # seconds after allocation: end of its first_step, or ready
+    rows: list[PhaseRow]
+
+
+@dataclass
+class Straggler:
+    node: str
+    behind: float  # seconds after the median node was ready
+    phase: str | None  # the phase it spent most above that phase's median
+    phase_seconds: float = 0.0
+    phase_median: float = 0.0
+
+
+@dataclass
+class RunReport:
+    job_id: int
+    restart_count: int
+    job_name: str
+    user: str
+    account: str
+    node_count: int
+    gpus_per_node: int
+    submit_time: float | None
+    allocated: float
+    startup: float  # seconds, allocation to the end of startup
+    startup_end: str  # "first_step", or the phase that ended last
+    nodes: list[NodeTimeline]
+    phases: list[PhaseStat]
+    straggler: Straggler | None
+    missing_nodes: int  # node_count minus the nodes with rows
+
+    @property
+    def label(self) -> str:
+        return f"{self.job_id}" + (f" run {self.restart_count}" if self.restart_count else "")
+
+    @property
+    def queue_wait(self) -> float | None:
+        return None if self.submit_time is None else max(0.0, self.allocated - self.submit_time)
+
+    def phase(self, name: str) -> PhaseStat | None:
+        return next((p for p in self.phases if p.phase == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "restart_count": self.restart_count,
+            "job_name": self.job_name,
+            "user": self.user,
+            "account": self.account,
+            "node_count": self.node_count,
+            "gpus_per_node": self.gpus_per_node,
+            "submit_time": _iso(self.submit_time),
+            "allocated": _iso(self.allocated),
+            "queue_wait_seconds": _r(self.queue_wait),
+            "startup_seconds": _r(self.startup),
+            "startup_end": self.startup_end,
+            "missing_nodes": self.missing_nodes,
+            "straggler": None
+            if self.straggler is None
+            else {
+                "node": self.straggler.node,
+                "behind_seconds": _r(self.straggler.behind),
+                "phase": self.straggler.phase,
+                "phase_seconds": _r(self.straggler.phase_seconds),
+                "phase_median_seconds": _r(self.straggler.phase_median),
+            },
+            "phases": [
+                {
+                    "phase": p.phase,
+                    "nodes": p.nodes,
+                    "min_seconds": _r(p.min),
+                    "median_seconds": _r(p.median),
+                    "max_seconds": _r(p.max),
+                    "slowest_node": p.slowest,
+                    "outcomes": p.outcomes,
+                    "bytes": p.bytes,
+                }
+                for p in self.phases
+            ],
+            "nodes": [
+                {
+                    "node": n.node,
+                    "ready_seconds": _r(n.ready),
+                    "done_seconds": _r(n.done),
+                    "phases": [
+                        {
+                            "phase": r.phase,
+                            "start": _iso(r.start),
+                            "end": _iso(r.end),
+                            "start_offset_seconds": _r(r.start - self.allocated),
+                            "seconds": _r(r.seconds),
+                            "outcome": r.outcome,
+                            "bytes": r.bytes,
+                            "detail": r.detail,
+                        }
+                        for r in n.rows
+                    ],
+                }
+                for n in self.nodes
+            ],
+        }
+
+
+@dataclass
+class JobReport:
+    job_id: int
+    runs: list[RunReport]  # this job's runs (restarts), oldest first
+    earlier: list[RunReport] = field(default_factory=list)  # resubmissions: same user and name
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "found": bool(self.runs),
+            "runs": [r.to_json() for r in self.runs],
+            "earlier_jobs": [r.to_json() for r in self.earlier],
+        }
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+def phase_sort_key(name: str, first_start: float) -> tuple[int, float, str]:
+    try:
+        return (PHASE_ORDER.index(name), 0.0, name)
+    except ValueError:
+        return (len(PHASE_ORDER), first_start, name)
+
+
+def run_report(rows: list[PhaseRow]) -> RunReport:
+    """Analyse the rows of one run (one job id, one restart count)."""
+    first = rows[0]
+    allocated = min(r.start for r in rows)
+    by_node: dict[str, list[PhaseRow]] = {}
+    for r in rows:
+        by_node.setdefault(r.node, []).append(r)
+    timelines = []
+    for node, nrows in sorted(by_node.items()):
+        nrows.sort(key=lambda r: (r.start, phase_sort_key(r.phase, r.start)))
+        step = next((r for r in nrows if r.phase == STARTUP_END), None)
+        startup = [r for r in nrows if r.phase not in TEARDOWN_PHASES and r.phase != STARTUP_END]
+        if step is not None:
+            ready, done = step.start, step.end
+        else:
+            ready = max((r.end for r in startup), default=allocated)
+            done = ready
+        timelines.append(NodeTimeline(node, ready - allocated, done - allocated, nrows))
+
+    stats = phase_stats(rows)
+    with_step = [t for t in timelines if any(r.phase == STARTUP_END for r in t.rows)]
+    if with_step:
+        total, startup_end = max(t.done for t in with_step), STARTUP_END
+    else:
+        last = [r for r in rows if r.phase not in TEARDOWN_PHASES]
+        end_row = max(last, key=lambda r: r.end) if last else first
+        total, startup_end = end_row.end - allocated, end_row.phase
+    return RunReport(
+        job_id=first.job_id,
+        restart_count=first.restart_count,
+        job_name=max(r.job_name for r in rows),
+        user=max(r.user for r in rows),
+        account=max(r.account for r in rows),
+        node_count=max(r.node_count for r in rows),
+        gpus_per_node=max(r.gpus_per_node for r in rows),
+        submit_time=max((r.submit_time for r in rows if r.submit_time is not None), default=None),
+        allocated=allocated,
+        startup=total,
+        startup_end=startup_end,
+        nodes=timelines,
+        phases=stats,
+        straggler=find_straggler(timelines, stats),
+        missing_nodes=max(0, max(r.node_count for r in rows) - len(timelines)),
+    )
+
+
+def phase_stats(rows: list[PhaseRow]) -> list[PhaseStat]:
+    by_phase: dict[str, list[PhaseRow]] = {}
+    for r in rows:
+        by_phase.setdefault(r.phase, []).append(r)
+    out = []
+    for phase, prows in by_phase.items():
+        secs = [r.seconds for r in prows]
+        slowest = max(prows, key=lambda r: r.seconds)
+        outcomes: dict[str, int] = {}
+        for r in prows:
+            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+        out.append(
+            PhaseStat(
+                phase,
+                len(prows),
+                min(secs),
+                statistics.median(secs),
+                max(secs),
+                slowest.node,
+                outcomes,
+                sum(r.bytes for r in prows),
+            )
+        )
+    starts = {p: min(r.start for r in prows) for p, prows in by_phase.items()}
+    return sorted(out, key=lambda s: phase_sort_key(s.phase, starts[s.phase]))
+
+
+def find_straggler(nodes: list[NodeTimeline], stats: list[PhaseStat]) -> Straggler | None:
+    if len(nodes) < 2:
+        return None
+    last = max(nodes, key=lambda n: n.ready)
+    behind = last.ready - statistics.median(n.ready for n in nodes)
+    medians = {s.phase: s.median for s in stats}
+    worst: tuple[float, PhaseRow] | None = None
+    for r in last.rows:
+        if r.phase in TEARDOWN_PHASES or r.phase == STARTUP_END or r.phase == "prolog":
+            continue
+        excess = r.seconds - medians[r.phase]
+        if worst is None or excess > worst[0]:
+            worst = (excess, r)
+    if worst is None or worst[0] <= 0:
+        # The prolog as a whole (its steps had no single culprit), if it stands out.
+        pro = next((r for r in last.rows if r.phase == "prolog"), None)
+        if pro is not None and pro.seconds > medians.get("prolog", pro.seconds):
+            worst = (pro.seconds - medians["prolog"], pro)
+    if worst is None or worst[0] <= 0:
+        return Straggler(last.node, behind, None)
+    return Straggler(last.node, behind, worst[1].phase, worst[1].seconds, medians[worst[1].phase])
+
+
+def runs_of(table: pa.Table) -> list[RunReport]:
+    """One report per (job id, restart count) in ``table``, oldest first."""
+    groups: dict[tuple[int, int], list[PhaseRow]] = {}
+    for r in from_table(table):
+        groups.setdefault((r.job_id, r.restart_count), []).append(r)
+    runs = [run_report(rows) for rows in groups.values()]
+    return sorted(runs, key=lambda r: r.allocated)
+
+
+def job_report(
+    ds: PhaseDataset, job_id: int, history_days: float = 30, history_jobs: int = 4
+) -> JobReport:
+    """The report of ``job_id``: its runs, and up to ``history_jobs`` earlier jobs the same
+    user submitted under the same name in the ``history_days`` before it."""
+    runs = runs_of(ds.job(job_id))
+    report = JobReport(job_id, runs)
+    if not runs or not runs[0].job_name:
+        return report
+    import pyarrow.compute as pc
+
+    first = runs[0]
+    where = (
+        (pc.field("user") == first.user)
+        & (pc.field("job_name") == first.job_name)
+        & (pc.field("job_id") != job_id)
+    )
+    # Only the first node's rows carry the name (Slurm tells the prolog no more): find
+    # the earlier jobs by it, then read each whole.
+    named = (
+        ds.since(first.allocated - history_days * 86400, where, columns=["start"])
+        .group_by("job_id")
+        .aggregate([("start", "min")])
+    )
+    older = sorted(
+        (s, j)
+        for j, s in zip(named["job_id"].to_pylist(), named["start_min"].to_pylist(), strict=True)
+        if s.timestamp() < first.allocated
+    )
+    for _, old_id in older[-history_jobs:]:
+        report.earlier += runs_of(ds.job(old_id))
+    return report

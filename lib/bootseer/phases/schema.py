@@ -1,0 +1,261 @@
+"""The phase record: one row per (job, run, node, phase), and the standard phase names.
+
+A row is a :class:`PhaseRow`; a batch of rows becomes an Arrow table with
+:func:`to_table`, whose schema (:func:`arrow_schema`) is the dataset's::
+
+    >>> meta = JobMeta(job_id=42, restart_count=0, node="n1", node_count=4, user="ada")
+    >>> row = meta.row("ckpt_load", 100.0, 112.5, bytes=2**30)
+    >>> row.seconds
+    12.5
+
+Times are seconds since the epoch (UTC) in Python and ``timestamp[us, UTC]`` in Parquet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+OUTCOMES = ("ok", "failed", "skipped", "timed_out")
+
+# The phases the Bootseer paper names, marked by the job itself. first_step ends startup.
+JOB_PHASES = ("container_start", "deps_install", "ckpt_load", "framework_init", "first_step")
+STARTUP_END = "first_step"
+
+# Hook steps become phases named for what they do; a step not listed here becomes
+# "<hook>_<step>". The whole hook is a phase of its own ("prolog", "epilog").
+STEP_PHASES = {
+    ("prolog", "image"): "image_prefetch",
+    ("prolog", "deps"): "deps_restore",
+    ("prolog", "ckpt"): "ckpt_mount",
+    ("epilog", "image"): "image_trace",
+    ("epilog", "deps"): "deps_snapshot",
+    ("epilog", "ckpt"): "ckpt_unmount",
+}
+
+# Display order; phases not listed follow, by when they started.
+PHASE_ORDER = (
+    "prolog",
+    "image_prefetch",
+    "deps_restore",
+    "ckpt_mount",
+    *JOB_PHASES,
+    "epilog",
+    "image_trace",
+    "deps_snapshot",
+    "ckpt_unmount",
+)
+# Phases that belong to the job's end, not to its startup.
+TEARDOWN_PHASES = frozenset({"epilog", "image_trace", "deps_snapshot", "ckpt_unmount"})
+
+PHASE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+DETAIL_MAX = 500
+
+
+def phase_for_step(hook: str, step: str) -> str:
+    return STEP_PHASES.get((hook, step), f"{hook}_{step}")
+
+
+def check_phase_name(name: str) -> str:
+    """Return ``name`` if it is a valid phase name, else raise ``ValueError``."""
+    if not PHASE_NAME.match(name):
+        raise ValueError(
+            f"invalid phase name {name!r}: want a letter, then up to 63 of [A-Za-z0-9_.-]"
+            f" (standard names: {', '.join(JOB_PHASES)})"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    job_id: int
+    restart_count: int
+    job_name: str
+    user: str
+    account: str
+    node: str
+    node_count: int
+    gpus_per_node: int
+    phase: str
+    start: float
+    end: float
+    outcome: str = "ok"
+    bytes: int = 0
+    detail: str = ""
+    submit_time: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PhaseRow:
+        """Build a row from :meth:`to_dict` output; raises ``ValueError`` on a bad one."""
+        try:
+            row = cls(**{f.name: data[f.name] for f in dataclasses.fields(cls) if f.name in data})
+        except TypeError as exc:
+            raise ValueError(f"bad phase row: {exc}") from None
+        row.check()
+        return row
+
+    def check(self) -> None:
+        for name, kind in _PY_TYPES.items():
+            value = getattr(self, name)
+            if value is None and name == "submit_time":
+                continue
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"bad phase row: {name}={value!r}")
+        check_phase_name(self.phase)
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"bad phase row: outcome={self.outcome!r}")
+
+
+_PY_TYPES: dict[str, type | tuple[type, ...]] = {
+    "job_id": int,
+    "restart_count": int,
+    "job_name": str,
+    "user": str,
+    "account": str,
+    "node": str,
+    "node_count": int,
+    "gpus_per_node": int,
+    "phase": str,
+    "start": (int, float),
+    "end": (int, float),
+    "outcome": str,
+    "bytes": int,
+    "detail": str,
+    "submit_time": (int, float),
+}
+
+
+@dataclass(frozen=True)
+class JobMeta:
+    """What every row of one job run on one node shares."""
+
+    job_id: int
+    restart_count: int = 0
+    job_name: str = ""
+    user: str = ""
+    account: str = ""
+    node: str = ""
+    node_count: int = 1
+    gpus_per_node: int = 0
+    submit_time: float | None = None
+
+    def row(
+        self,
+        phase: str,
+        start: float,
+        end: float,
+        outcome: str = "ok",
+        bytes: int = 0,
+        detail: str = "",
+    ) -> PhaseRow:
+        return PhaseRow(
+            job_id=self.job_id,
+            restart_count=self.restart_count,
+            job_name=self.job_name,
+            user=self.user,
+            account=self.account,
+            node=self.node,
+            node_count=self.node_count,
+            gpus_per_node=self.gpus_per_node,
+            phase=phase,
+            start=float(start),
+            end=float(end),
+            outcome=outcome,
+            bytes=int(bytes),
+            detail=detail[:DETAIL_MAX],
+            submit_time=self.submit_time,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JobMeta:
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError as exc:
+            raise ValueError(f"bad job metadata: {exc}") from None
+
+
+# Column name -> Arrow type name; the order is the file's column order.
+COLUMNS = (
+    ("job_id", "int64"),
+    ("restart_count", "int32"),
+    ("job_name", "string"),
+    ("user", "string"),
+    ("account", "string"),
+    ("node", "string"),
+    ("node_count", "int32"),
+    ("gpus_per_node", "int32"),
+    ("phase", "string"),
+    ("start", "timestamp"),
+    ("end", "timestamp"),
+    ("outcome", "string"),
+    ("bytes", "int64"),
+    ("detail", "string"),
+    ("submit_time", "timestamp"),
+)
+REQUIRED = ("job_id", "restart_count", "node", "phase", "start", "end", "outcome")
+
+
+def arrow_type(name: str) -> pa.DataType:
+    import pyarrow as pa
+
+    if name == "timestamp":
+        return pa.timestamp("us", tz="UTC")
+    return pa.type_for_alias(name)
+
+
+def arrow_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field(n, arrow_type(t), nullable=(n == "submit_time" or n not in REQUIRED))
+            for n, t in COLUMNS
+        ]
+    )
+
+
+def to_table(rows: list[PhaseRow]) -> pa.Table:
+    """Rows -> an Arrow table with :func:`arrow_schema`."""
+    import pyarrow as pa
+
+    schema = arrow_schema()
+    arrays = []
+    for name, kind in COLUMNS:
+        values = [getattr(r, name) for r in rows]
+        if kind == "timestamp":
+            micros = [None if v is None else round(v * 1_000_000) for v in values]
+            arrays.append(pa.array(micros, pa.int64()).cast(schema.field(name).type))
+        else:
+            arrays.append(pa.array(values, schema.field(name).type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def from_table(table: pa.Table) -> list[PhaseRow]:
+    """An Arrow table with the dataset's columns -> rows (times back to epoch seconds)."""
+    cols: dict[str, list[Any]] = {}
+    for name, kind in COLUMNS:
+        col = table.column(name)
+        if kind == "timestamp":
+            import pyarrow as pa
+
+            col = col.cast(pa.int64())
+            cols[name] = [None if v is None else v / 1_000_000 for v in col.to_pylist()]
+        else:
+            cols[name] = col.to_pylist()
+    return [PhaseRow(**{n: cols[n][i] for n, _ in COLUMNS}) for i in range(table.num_rows)]

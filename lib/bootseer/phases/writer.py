@@ -1,0 +1,65 @@
+"""Write phase rows to the store as one Parquet file per flush.
+
+The dataset is Hive-partitioned by day, then by job::
+
+    phases/day=2026-11-21/job=4242/n1-prolog-3f9c2a1b7d0e.parquet   one flush of one node
+    phases/day=2026-11-21/part-8e1d...parquet                       a compacted day
+
+``day`` is the UTC day of the earliest row in the file, so every row of a job run
+that started on or after a day sits in that day's partition or a later one. Every
+file has a name no other writer uses (node, source, random suffix) and appears
+whole or not at all (``Store.writer``): many nodes flushing at once never collide.
+A reader merges rows that more than one flush wrote (:mod:`bootseer.phases.reader`).
+
+    >>> from bootseer.store import open_store
+    >>> from bootseer.phases.schema import JobMeta
+    >>> store = open_store("file:///tmp/doc-phases")
+    >>> meta = JobMeta(job_id=7, node="n1")
+    >>> write_rows(store, [meta.row("prolog", 1e9, 1e9 + 2)], source="prolog")  # doctest: +ELLIPSIS
+    'phases/day=2001-09-09/job=7/n1-prolog-...parquet'
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from bootseer.phases.schema import PhaseRow, to_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from bootseer.store import Store
+
+PREFIX = "phases"
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def day_of(t: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(t))
+
+
+def file_key(day: str, job_id: int, node: str, source: str) -> str:
+    node = _SAFE.sub("_", node)[:64] or "unknown"
+    return f"{PREFIX}/day={day}/job={int(job_id)}/{node}-{source}-{uuid.uuid4().hex[:12]}.parquet"
+
+
+def parquet_bytes(table: pa.Table, row_group_size: int = 64 * 1024) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_size)
+    return bytes(sink.getvalue())
+
+
+def write_rows(store: Store, rows: list[PhaseRow], source: str) -> str | None:
+    """Write ``rows`` (one job, one node) as one new file; return its key, or None if empty."""
+    if not rows:
+        return None
+    first = min(rows, key=lambda r: r.start)
+    key = file_key(day_of(first.start), first.job_id, first.node, source)
+    store.write_bytes(key, parquet_bytes(to_table(rows)))
+    return key

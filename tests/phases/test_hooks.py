@@ -1,0 +1,90 @@
+"""record_hook_run as the hook runner calls it: prolog, job marks, epilog -> the store."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from bootseer.config import SiteConfig
+from bootseer.context import JobContext
+from bootseer.hooks.jobdir import JobDir
+from bootseer.hooks.runner import HookRun, StepOutcome
+from bootseer.phases import marks
+from bootseer.phases.hooks import record_hook_run
+from bootseer.phases.reader import PhaseDataset
+from bootseer.phases.schema import from_table
+from bootseer.phases.spool import Spool
+from bootseer.store import open_store
+
+
+def test_prolog_marks_epilog_end_up_in_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = SiteConfig.from_mapping(
+        {
+            "store": {"uri": f"file://{tmp_path}/store"},
+            "paths": {"run_dir": str(tmp_path / "run"), "log_dir": str(tmp_path / "log")},
+            "phases": {"background_flush": False, "submit_time": False},
+        }
+    )
+    monkeypatch.setenv("BOOTSEER_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "none.toml").write_text("")
+    ctx = JobContext(
+        job_id=77,
+        user="ada",
+        uid=os.getuid(),
+        gid=os.getgid(),
+        node="n1",
+        nodes=("n1", "n2"),
+        job_name="train",
+        gpus_per_node=8,
+    )
+    job = JobDir(cfg.paths.run_dir, 77).create()
+    job.write_env({"BOOTSEER_IMAGE": "/img"})
+    import time
+
+    t = time.time()
+    prolog = HookRun(
+        [
+            StepOutcome("image", "ok", t, t + 0.5, 123, "image ready"),
+            StepOutcome("deps", "timed_out", t, t + 1, 0, "deadline"),
+        ],
+        {},
+        False,
+    )
+    record_hook_run("prolog", ctx, cfg, prolog)
+    env = job.read_env()
+    assert env["BOOTSEER_IMAGE"] == "/img"
+    monkeypatch.setenv(marks.MARKS_ENV, env[marks.MARKS_ENV])
+    monkeypatch.setenv(marks.FLUSH_ENV, "0")
+    monkeypatch.setattr(marks, "_fds", {})
+    with marks.phase("ckpt_load"):
+        pass
+    marks.mark("start", "first_step")  # never ended: the job died
+    job.remove()  # as the runner does before calling the epilog's record
+    epilog = HookRun([StepOutcome("image", "skipped", t + 5, t + 5.1)], {}, False)
+    record_hook_run("epilog", dataclasses.replace(ctx), cfg, epilog)
+    assert not Spool(cfg.paths.run_dir, 77).path.exists()
+
+    rows = {r.phase: r for r in from_table(PhaseDataset(open_store(cfg.store.uri)).job(77))}
+    assert set(rows) == {
+        "prolog",
+        "image_prefetch",
+        "deps_restore",
+        "ckpt_load",
+        "first_step",
+        "epilog",
+        "image_trace",
+    }
+    assert rows["image_prefetch"].bytes == 123
+    assert rows["deps_restore"].outcome == "timed_out"
+    assert rows["prolog"].outcome == "failed" and "deps timed_out" in rows["prolog"].detail
+    assert rows["first_step"].outcome == "failed"
+    assert rows["ckpt_load"].outcome == "ok"
+    assert rows["image_trace"].outcome == "skipped"
+    assert all(
+        r.gpus_per_node == 8 and r.node_count == 2 and r.job_name == "train" for r in rows.values()
+    )
