@@ -37,7 +37,7 @@ from bootseer.config import SiteConfig
 from bootseer.errors import BootseerError, StoreError
 from bootseer.image.blocks import block_range, check_block_size
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
+from bootseer.image.fetch import DEMAND, BlockSource, Fetcher, FileSource, StoreSource
 from bootseer.image.manifest import Manifest, load_manifest
 from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
 from bootseer.image.registry import (
@@ -369,6 +369,11 @@ class Agent:
         blocks = block_range(offset, size, m.block_size)
         view.recorder.record(blocks.start, blocks.stop - 1)
         self.fetcher.last_read = time.monotonic()
+        if not cached_only and len(blocks) > 1:
+            # Ask for every missing block of the request at once: they come in parallel.
+            for i in blocks:
+                if m.blocks[i] not in self.cache:
+                    self.fetcher.request(view.image.source, m, i, DEMAND)
         parts = []
         for i in blocks:
             start = i * m.block_size

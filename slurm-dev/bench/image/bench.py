@@ -191,20 +191,25 @@ class Agent:
         self.mount = base / "mnt"
         self.cache = base / "cache"
         self.config = base / "bench.toml"
-        self.config.write_text(
-            f'[store]\nuri = "{store_uri}"\n'
-            f'[paths]\nrun_dir = "{base}/run"\ncache_dir = "{base}/cache0"\n'
-            f'log_dir = "{base}/log"\n'
-            f'[image]\nsocket = "{self.sock}"\nmount_dir = "{self.mount}"\n'
-            f'cache_dir = "{self.cache}"\nblock_size_kib = {block_kib}\n'
-            f"prefetch_parallel = {parallel}\nhot_deadline = 600.0\nfetch_timeout = 120.0\n"
-        )
+        self.store_uri = store_uri
+        self.block_kib = block_kib
+        self.parallel = parallel
         self.client = AgentClient(self.sock)
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, cold: bool) -> None:
+    def start(self, cold: bool, start_fraction: float = 1.0) -> None:
         if cold:
             shutil.rmtree(self.cache, ignore_errors=True)
+        base = self.base
+        self.config.write_text(
+            f'[store]\nuri = "{self.store_uri}"\n'
+            f'[paths]\nrun_dir = "{base}/run"\ncache_dir = "{base}/cache0"\n'
+            f'log_dir = "{base}/log"\n'
+            f'[image]\nsocket = "{self.sock}"\nmount_dir = "{self.mount}"\n'
+            f'cache_dir = "{self.cache}"\nblock_size_kib = {self.block_kib}\n'
+            f"prefetch_parallel = {self.parallel}\nhot_deadline = 600.0\nfetch_timeout = 120.0\n"
+            f"hot_start_fraction = {start_fraction}\n"
+        )
         code = "import sys; from bootseer.cli import main; sys.exit(main())"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code, "agent", "--node", "bench"],
@@ -299,8 +304,10 @@ def run_full(store: Store, program: str, parallel: int) -> dict[str, Any]:
     }
 
 
-def run_lazy(agent: Agent, job: int, program: str, mode: str) -> dict[str, Any]:
-    agent.start(cold=True)
+def run_lazy(
+    agent: Agent, job: int, program: str, mode: str, start_fraction: float = 1.0
+) -> dict[str, Any]:
+    agent.start(cold=True, start_fraction=start_fraction)
     try:
         st0 = agent.client.call("stats")
         before = {
@@ -413,16 +420,25 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--image", type=Path, help="use this squashfs instead of building one")
     p.add_argument("--store-mbit", type=int, default=200)
-    p.add_argument("--store-delay-ms", type=int, default=5)
+    p.add_argument("--store-delay-ms", type=int, default=0, help="needs netem in the kernel")
     p.add_argument("--block-size-kib", type=int, default=1024)
     p.add_argument("--parallel", type=int, default=16)
     p.add_argument(
         "--port-base", type=int, default=int(os.environ.get("BOOTSEER_DEV_PORT_BASE", "18400")) + 50
     )
     p.add_argument("--out", type=Path, default=None, help="write results.json here")
+    p.add_argument(
+        "--stream-fraction",
+        type=float,
+        default=0.25,
+        help="also run prefetch with hot_start_fraction=F (start once the first F of the "
+        "trace is local); 1 skips it",
+    )
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("bench: run as root (network namespace, FUSE)")
+    # SIGTERM unwinds like Ctrl-C, so the store host, agent and mounts are cleaned up.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     WORK.mkdir(parents=True, exist_ok=True)
     rounds = args.rounds or (1 if args.smoke else 3)
     image = args.image or (smoke_image() if args.smoke else full_image())
@@ -451,13 +467,20 @@ def main(argv: list[str]) -> int:
         log(f"stored image and blocks in {time.monotonic() - t0:.1f}s")
         agent = Agent(base, host.store_uri(), args.block_size_kib, args.parallel)
         rows: dict[str, list[dict[str, Any]]] = {"full": [], "lazy": [], "prefetch": []}
+        if args.stream_fraction < 1:
+            rows["prefetch_stream"] = []
         try:
             for r in range(rounds):
                 store.delete(trace_key(manifest.id))
-                rows["lazy"].append(run_lazy(agent, 10 + r * 3, program, "refresh"))
+                rows["lazy"].append(run_lazy(agent, 10 + r * 4, program, "refresh"))
                 log(f"round {r + 1} lazy: {rows['lazy'][-1]}")
-                rows["prefetch"].append(run_lazy(agent, 11 + r * 3, program, "on"))
+                rows["prefetch"].append(run_lazy(agent, 11 + r * 4, program, "on"))
                 log(f"round {r + 1} prefetch: {rows['prefetch'][-1]}")
+                if "prefetch_stream" in rows:
+                    rows["prefetch_stream"].append(
+                        run_lazy(agent, 12 + r * 4, program, "on", args.stream_fraction)
+                    )
+                    log(f"round {r + 1} prefetch_stream: {rows['prefetch_stream'][-1]}")
                 rows["full"].append(run_full(store, program, args.parallel))
                 log(f"round {r + 1} full: {rows['full'][-1]}")
             results["warm"] = warm_reads(agent, image)
@@ -498,7 +521,14 @@ def main(argv: list[str]) -> int:
         + "\n"
         f"prefetch vs full copy: {s['speedup_vs_full']:.2f}x (target 5x); vs lazy: "
         f"{s['speedup_vs_lazy']:.2f}x (target 1.5x)\n"
-        f"warm FUSE re-read {w['fuse_reread_MBps']:.0f} MB/s vs local "
+        + (
+            f"prefetch_stream (start at {args.stream_fraction:.0%} of the hot set): "
+            f"{t['prefetch_stream']:.1f}s: {t['full'] / t['prefetch_stream']:.2f}x vs full, "
+            f"{t['lazy'] / t['prefetch_stream']:.2f}x vs lazy\n"
+            if "prefetch_stream" in t
+            else ""
+        )
+        + f"warm FUSE re-read {w['fuse_reread_MBps']:.0f} MB/s vs local "
         f"{w['local_warm_MBps']:.0f} MB/s ({s['warm_fuse_vs_local']:.2f}; target 0.5); "
         f"FUSE first read {w['fuse_first_MBps']:.0f} MB/s ({s['first_fuse_vs_local_warm']:.2f}); "
         f"page caches dropped: FUSE {w['fuse_first_cold_MBps']:.0f} vs local "
