@@ -53,6 +53,7 @@ def site_config(base: Path, node: str = "t1", **image: Any) -> dict[str, dict[st
             "cache_dir": f"{base}/%n/cache/image",
             "block_size_kib": 64,
             "fetch_timeout": 5.0,
+            "hot_start_fraction": 1.0,
             **image,
         },
     }

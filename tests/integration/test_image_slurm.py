@@ -90,4 +90,5 @@ def test_job_runs_a_program_from_the_lazy_image_and_the_second_run_prefetches(
     line = _detail(cluster, "n3", second, "prolog")
     hot = int(re.search(r"hot_blocks=(\d+)", line).group(1))  # type: ignore[union-attr]
     fetched = int(re.search(r"fetched_blocks=(\d+)", line).group(1))  # type: ignore[union-attr]
-    assert hot > 0 and fetched == hot and "complete=True" in line, line
+    # The prolog waited for the leading quarter of the hot set (hot_start_fraction).
+    assert hot > 0 and fetched >= hot / 4 and "trace_runs=1" in line, line

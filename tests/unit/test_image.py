@@ -191,6 +191,20 @@ def test_prefetch_hot_follows_trace_order(tmp_path: Path) -> None:
         fetcher.stop()
 
 
+def test_prefetch_may_return_once_the_leading_part_is_local(tmp_path: Path) -> None:
+    f = sqsh_file(tmp_path / "f.sqsh", 8 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f), delay=0.1)
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=1)
+    try:
+        res = prefetch_hot(fetcher, src, m, list(range(8)), time.monotonic() + 5, 0.25)
+        assert 2 <= res.fetched_blocks < 8 and not res.complete
+        time.sleep(1.2)
+        assert src.reads == list(range(8))  # the rest streamed on, in trace order
+    finally:
+        fetcher.stop()
+
+
 def test_fetch_priorities_are_ordered() -> None:
     assert DEMAND < BACKGROUND
 

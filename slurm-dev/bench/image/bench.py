@@ -421,7 +421,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--image", type=Path, help="use this squashfs instead of building one")
     p.add_argument("--store-mbit", type=int, default=200)
     p.add_argument("--store-delay-ms", type=int, default=0, help="needs netem in the kernel")
-    p.add_argument("--block-size-kib", type=int, default=1024)
+    p.add_argument("--block-size-kib", type=int, default=256)
     p.add_argument("--parallel", type=int, default=16)
     p.add_argument(
         "--port-base", type=int, default=int(os.environ.get("BOOTSEER_DEV_PORT_BASE", "18400")) + 50
