@@ -184,7 +184,10 @@ class Fetcher:
                 heapq.heappush(self._heap, (priority, next(self._seq), job))
             if interest is not None:
                 job.interests.append(interest)
-            self._cond.notify()
+            if priority < BACKGROUND or len(self._heap) == 1:
+                # Waking idle workers for every background block only makes them spin;
+                # once the queue holds work they look again every ``quiet`` seconds.
+                self._cond.notify()
         return job.future
 
     def get(self, source: BlockSource, manifest: Manifest, index: int) -> bytes:
