@@ -14,6 +14,7 @@ everything a later read relies on (digest syntax, block count, the id itself).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import hashlib
 import json
 import threading
@@ -48,8 +49,8 @@ class Manifest:
     block_size: int
     blocks: tuple[str, ...]
 
-    @property
-    def id(self) -> str:
+    @functools.cached_property
+    def id(self) -> str:  # computed once: it hashes every digest
         h = hashlib.sha256(f"{FORMAT} {self.size} {self.block_size}\n".encode())
         for d in self.blocks:
             h.update(d.encode())
