@@ -129,6 +129,8 @@ class Fetcher:
         self.timeout = timeout
         self.background_workers = max(1, min(background_workers, workers))
         self.quiet = quiet
+        self.fail_ttl = min(2.0, timeout)
+        self._failed: dict[str, float] = {}  # digest -> when a reader last gave up on it
         self.read_quiet = read_quiet
         self.log = log
         self.stats = FetchStats()
@@ -196,16 +198,27 @@ class Fetcher:
         data = self.cache.read(d, 0, manifest.block_length(index))
         if data is not None:
             return data
+        failed_at = self._failed.get(d)
+        if failed_at is not None and time.monotonic() - failed_at < self.fail_ttl:
+            # The kernel retries a failed read-ahead page by page: answer those at once
+            # rather than make each wait the full timeout again.
+            raise FetchError(f"block {index} of image {manifest.id[:12]}: failed moments ago")
         fut = self.request(source, manifest, index, DEMAND)
         try:
-            return fut.result(timeout=self.timeout)
+            data = fut.result(timeout=self.timeout)
         except cf.TimeoutError:
+            self._failed[d] = time.monotonic()
             raise FetchError(
                 f"block {index} of image {manifest.id[:12]}: no answer from "
                 f"{source.describe()} within {self.timeout:g}s"
             ) from None
+        except FetchError:
+            self._failed[d] = time.monotonic()
+            raise
         except cf.CancelledError:
             raise FetchError(f"block {index}: fetch cancelled") from None
+        self._failed.pop(d, None)
+        return data
 
     def busy(self) -> int:
         with self._cond:
