@@ -231,7 +231,12 @@ class Cluster:
             "[ckpt]\n"
             "# Three directories stand in for three storage targets (docs/ckpt.md).\n"
             f'targets = ["file://{d}/ckpt/t1", "file://{d}/ckpt/t2", "file://{d}/ckpt/t3"]\n'
-            "unit_size = 4194304\n"
+            "unit_size = 4194304\n\n"
+            "[image]\n"
+            f'socket = "{d}/nodes/%n/run/agent.sock"\n'
+            f'mount_dir = "{d}/nodes/%n/images"\n'
+            f'cache_dir = "{d}/nodes/%n/cache/image"\n'
+            "cache_size_gib = 20\n"
         )
 
     # -- daemons --------------------------------------------------------------------
@@ -239,6 +244,8 @@ class Cluster:
     def pidfiles(self) -> dict[str, Path]:
         files = {"munged": self.run / "munged.pid", "slurmctld": self.run / "slurmctld.pid"}
         files |= {f"slurmd-{n}": self.run / f"slurmd-{n}.pid" for n in self.s.node_names}
+        # comm of the venv's `bootseer` script is "bootseer", which looks_like() checks.
+        files |= {f"bootseer-agent-{n}": self.run / f"agent-{n}.pid" for n in self.s.node_names}
         files["weed"] = self.run / "weed.pid"
         return files
 
@@ -251,6 +258,8 @@ class Cluster:
         self.write_config()
         if self.s.s3:
             self.store_host_up()
+        for node in self.s.node_names:
+            self.start_agent(node)
         self.start_munged()
         self.start_slurmctld()
         for node in self.s.node_names:
@@ -291,6 +300,35 @@ class Cluster:
         script = 'hostname "$1" && exec slurmd -f "$2" -N "$1"'
         cmd = ["unshare", "--uts", "sh", "-c", script, "slurmd", node, str(self.conf)]
         run_checked(cmd, env=self.env())
+
+    def start_agent(self, node: str) -> None:
+        """The node agent (``bootseer agent``): its socket, cache and FUSE mount via %n."""
+        name = f"bootseer-agent-{node}"
+        if self.alive(name):
+            return
+        sock = self.dir / "nodes" / node / "run" / "agent.sock"
+        log = open(self.dir / "nodes" / node / "log" / "agent.err", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [str(VENV / "bin" / "bootseer"), "agent", "--node", node],
+            env={**os.environ, **self.env()},
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.pidfiles()[name].write_text(f"{proc.pid}\n")
+
+        def answers() -> bool:
+            if proc.poll() is not None:
+                raise SystemExit(f"slurm-dev: the agent of {node} exited; see {log.name}")
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(str(sock))
+                return True
+            except OSError:
+                return False
+
+        wait_for(answers, 30, f"the node agent of {node}")
 
     def scontrol_ok(self, args: list[str]) -> bool:
         r = subprocess.run(["scontrol", *args], env=self.env(), capture_output=True, text=True)

@@ -110,12 +110,45 @@ class CkptSection:
 
 
 @dataclass(frozen=True)
+class ImageSection:
+    """The node agent: lazy images over FUSE, block cache, traces, prefetch (docs/image.md)."""
+
+    socket: Path = Path("/run/bootseer/agent.sock")  # the prolog/epilog talk to the agent here
+    mount_dir: Path = Path("/run/bootseer/images")  # FUSE mount: one <job_id>.sqsh per job
+    cache_dir: Path = Path("/var/cache/bootseer/image")  # verified blocks; survives restarts
+    cache_size_gib: float = 100.0  # size cap; LRU eviction of blocks no running job uses first
+    # For `bootseer image add` and first-use registration; 256 KiB measured best (docs/image.md).
+    block_size_kib: int = 256
+    prefetch_parallel: int = 16  # parallel block reads from the store
+    background_parallel: int = 2  # of those, at most this many fill the cold rest
+    hot_deadline: float = 60.0  # seconds the prolog waits for the hot set to be local
+    # The prolog returns once this leading part of the hot set is local; the rest streams on
+    # ahead of the job's reads (1.0: wait for all of it). 0.25 measured fastest.
+    hot_start_fraction: float = 0.25
+    trace_window: float = 300.0  # seconds after the prolog that count as startup
+    fetch_timeout: float = 30.0  # a read the store cannot serve by then fails with EIO
+    register_wait: float = 60.0  # how long a node waits for another to register a path image
+
+    def for_node(self, node: str) -> ImageSection:
+        def sub(p: Path) -> Path:
+            return Path(str(p).replace("%n", node))
+
+        return dataclasses.replace(
+            self,
+            socket=sub(self.socket),
+            mount_dir=sub(self.mount_dir),
+            cache_dir=sub(self.cache_dir),
+        )
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     store: StoreSection = field(default_factory=StoreSection)
     paths: PathsSection = field(default_factory=PathsSection)
     hooks: HooksSection = field(default_factory=HooksSection)
     phases: PhasesSection = field(default_factory=PhasesSection)
     ckpt: CkptSection = field(default_factory=CkptSection)
+    image: ImageSection = field(default_factory=ImageSection)
     source: Path | None = None  # the file it came from, for messages
 
     @classmethod
@@ -125,7 +158,9 @@ class SiteConfig:
 
     def for_node(self, node: str) -> SiteConfig:
         """This config with ``%n`` in its paths replaced by ``node``."""
-        return dataclasses.replace(self, paths=self.paths.for_node(node))
+        return dataclasses.replace(
+            self, paths=self.paths.for_node(node), image=self.image.for_node(node)
+        )
 
     def deadline(self, hook: str, step: str) -> float:
         whole = self.hooks.prolog_deadline if hook == "prolog" else self.hooks.epilog_deadline

@@ -39,9 +39,14 @@ def test_four_node_job_runs_prolog_and_epilog_on_every_node(cluster: DevSlurm, i
         text = "\n".join(lines)
         assert "prolog start" in text and "prolog step=image outcome=ok" in text, (node, text)
         assert "epilog start" in text and "epilog done" in text, (node, text)
-    # The batch script and every task on every node found what the prolog prepared.
+
+    # The batch script and every task on every node found the image the prolog prepared:
+    # each node's agent serves it lazily from that node's FUSE mount.
+    def lazy(node: str) -> str:
+        return str(cluster.dir / "nodes" / node / "images" / f"{job}.sqsh")
+
     lines = cluster.output(job).splitlines()
-    assert lines == [str(image)] + [f"{node} {image}" for node in cluster.nodes]
+    assert lines == [lazy(cluster.nodes[0])] + [f"{node} {lazy(node)}" for node in cluster.nodes]
 
 
 def test_job_without_bootseer_runs_no_step(cluster: DevSlurm) -> None:

@@ -20,6 +20,7 @@ COMMANDS = (
     "bootseer.cli.phase_cmd",
     "bootseer.cli.report_cmd",
     "bootseer.cli.ckpt_cmd",
+    "bootseer.cli.image_cmd",
 )
 
 

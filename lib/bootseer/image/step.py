@@ -1,58 +1,138 @@
 """The image steps of the Prolog and Epilog.
 
-This first version checks that the image the job named is a squashfs file the job's
-user may read and hands its path to the job as ``BOOTSEER_IMAGE``. Lazy loading and
-hot-block prefetch through the node agent replace the hand-over.
+Prolog: ask the node agent to prepare the job's image (register a path image on
+first use, load its trace, prefetch the hot set, start the background fill) and hand
+the job the lazy file in the agent's FUSE mount as ``BOOTSEER_IMAGE``.
+
+Without an agent (not installed, not running) a path image falls back to what a job
+without bootseer gets: ``BOOTSEER_IMAGE`` is the original file, checked to be a
+squashfs the user may read. A registered ``NAME[:TAG]`` has no such fallback and
+the step fails with a message saying so (the job starts without ``BOOTSEER_IMAGE``).
+The same fallback applies when another node is still registering a path image.
+
+Epilog: the agent saves or merges the job's trace, releases the image, and reports
+the background fill, which becomes the ``image_background_fill`` phase.
 """
 
 from __future__ import annotations
 
-import os
-import stat
+import time
 
-from bootseer.errors import StepError
+from bootseer.errors import StepError, StoreError
 from bootseer.hooks.steps import StepCall, StepResult
+from bootseer.image.agent import AgentClient, AgentError, AgentUnavailable
+from bootseer.image.registry import check_image_file
 
-SQUASHFS_MAGIC = b"hsqs"
-
-
-def user_may_read(st: os.stat_result, uid: int, gid: int) -> bool:
-    """Whether ``uid``/``gid`` may read a file with this stat (root's own checks do not apply)."""
-    if st.st_uid == uid:
-        return bool(st.st_mode & stat.S_IRUSR)
-    if st.st_gid == gid:
-        return bool(st.st_mode & stat.S_IRGRP)
-    return bool(st.st_mode & stat.S_IROTH)
+MARGIN = 1.0  # seconds left to the runner after the agent's answer
 
 
-def check_image_file(path: str, uid: int, gid: int) -> os.stat_result:
+def _fallback(call: StepCall, image: str, why: str) -> StepResult:
+    if not image.startswith("/"):
+        raise StepError(f"registered image {image!r}: {why}; there is nothing to fall back to")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise StepError(f"image {path} does not exist") from None
-    except OSError as exc:
-        raise StepError(f"cannot open image {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise StepError(f"image {path} is not a regular file")
-        if not user_may_read(st, uid, gid):
-            raise StepError(f"image {path} is not readable by uid {uid}")
-        if os.pread(fd, 4, 0) != SQUASHFS_MAGIC:
-            raise StepError(f"image {path} is not a squashfs file (no 'hsqs' magic)")
-        return st
-    finally:
-        os.close(fd)
+        st = check_image_file(image, call.ctx.uid, call.ctx.gid)
+    except StoreError as exc:
+        raise StepError(str(exc)) from None
+    call.log(f"step=image {why}: the job reads {image} directly")
+    return StepResult(
+        detail=f"fallback=direct reason={why!r} image={image} size={st.st_size}",
+        env={"BOOTSEER_IMAGE": image},
+    )
 
 
 def prolog(call: StepCall) -> StepResult:
     image = call.ctx.options.image
     assert image is not None
-    if not image.startswith("/"):
-        raise StepError(f"registered image {image!r}: no node agent on this node to serve it")
-    st = check_image_file(image, call.ctx.uid, call.ctx.gid)
-    return StepResult(detail=f"image {image} ({st.st_size} bytes)", env={"BOOTSEER_IMAGE": image})
+    client = AgentClient(call.cfg.image.socket)
+    wait = call.remaining() - MARGIN
+    if wait <= 1:
+        return _fallback(call, image, "no time left for the agent")
+    try:
+        resp = client.call(
+            "prepare",
+            timeout=wait,
+            job_id=call.ctx.job_id,
+            uid=call.ctx.uid,
+            gid=call.ctx.gid,
+            image=image,
+            mode=call.ctx.options.mode,
+            deadline=wait - MARGIN,
+        )
+    except AgentUnavailable as exc:
+        return _fallback(call, image, str(exc))
+    except AgentError as exc:
+        if "being registered" in str(exc) or "no answer" in str(exc):
+            return _fallback(call, image, str(exc))
+        raise StepError(str(exc)) from None
+    p = resp.get("prefetch") or {}
+    fetched = int(p.get("fetched_bytes", 0))
+    detail = (
+        f"image={resp['image'][:12]} size={resp['size']} hot_blocks={p.get('hot_blocks', 0)} "
+        f"hot_bytes={p.get('hot_bytes', 0)} local_blocks={p.get('local_before', 0)} "
+        f"fetched_blocks={p.get('fetched_blocks', 0)} fetched_bytes={fetched} "
+        f"hit_ratio={p.get('hit_ratio', 1.0)} complete={p.get('complete', True)} "
+        f"trace_runs={resp.get('trace_runs', 0)}"
+    )
+    return StepResult(detail=detail, bytes=fetched, env={"BOOTSEER_IMAGE": resp["path"]})
 
 
 def epilog(call: StepCall) -> StepResult:
-    return StepResult(outcome="skipped", detail="no trace to save without the node agent")
+    client = AgentClient(call.cfg.image.socket)
+    try:
+        resp = client.call(
+            "release", timeout=max(1.0, call.remaining() - MARGIN), job_id=call.ctx.job_id
+        )
+    except AgentUnavailable:
+        return StepResult(outcome="skipped", detail="no node agent: no trace to save")
+    except AgentError as exc:
+        raise StepError(str(exc)) from None
+    if not resp.get("released"):
+        return StepResult(outcome="skipped", detail="the agent had no image for this job")
+    fill = resp.get("fill") or {}
+    record_background_fill(call, fill)
+    return StepResult(
+        detail=(
+            f"trace={resp.get('trace')} recorded_blocks={resp.get('recorded_blocks')} "
+            f"fetched_before_first_step={resp.get('fetched_before_first_step')} "
+            f"fill_state={fill.get('state')} fill_blocks={fill.get('done')}/"
+            f"{fill.get('blocks')} fill_bytes={fill.get('bytes')} "
+            f"fill_start={fill.get('start')} fill_end={fill.get('end')}"
+        ),
+        bytes=int(fill.get("bytes") or 0),
+    )
+
+
+def record_background_fill(call: StepCall, fill: dict[str, object]) -> None:
+    """Add the ``image_background_fill`` phase row to the job's phase spool.
+
+    The fill runs in the agent after the prolog returned, so no hook step spans it;
+    the epilog learns its start, end and bytes from the agent and adds the row, which
+    the epilog's phase flush then writes with its own. A fill still running when the
+    job ends is cut off there (outcome ``skipped``, end = now); one that ended is
+    ``ok``, or ``failed`` when blocks could not be fetched.
+    """
+    start, end = fill.get("start"), fill.get("end")
+    if not isinstance(start, float) or not call.cfg.phases.enabled:
+        return
+    try:
+        from bootseer.phases.spool import Spool
+
+        spool = Spool(call.cfg.paths.run_dir, call.ctx.job_id)
+        if not spool.exists():
+            return
+        failed = int(str(fill.get("failed") or 0))
+        state = fill.get("state")
+        outcome = (
+            "ok" if state == "done" and not failed else ("skipped" if state != "done" else "failed")
+        )
+        row = spool.meta().row(
+            "image_background_fill",
+            start,
+            end if isinstance(end, float) else time.time(),
+            outcome,
+            int(str(fill.get("bytes") or 0)),
+            f"state={state} blocks={fill.get('done')}/{fill.get('blocks')} failed={failed}",
+        )
+        spool.append_rows([row])
+    except Exception as exc:  # a record is worth a log line, never a failed epilog
+        call.log(f"step=image image_background_fill not recorded: {exc!r}")

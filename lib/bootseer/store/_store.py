@@ -116,6 +116,37 @@ class Store:
                 self.fs.delete_file(tmp)
             raise
 
+    def create_exclusive(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if it does not exist; True if this call created it.
+
+        Atomic on a POSIX store (``O_EXCL``), so exactly one of many callers wins: what
+        a lock needs. pyarrow offers no conditional put for S3, so there it is a write
+        followed by a read-back of a unique token: the last writer wins and every
+        other caller sees a token not its own (a short race remains; docs/image.md).
+        """
+        import os
+
+        if self.is_local:
+            final = self.path(key)
+            os.makedirs(posixpath.dirname(final), exist_ok=True)
+            try:
+                fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            except OSError as exc:
+                raise StoreError(f"store {self.uri}: {key}: {exc}") from exc
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            return True
+        if self.exists(key):
+            return False
+        token = uuid.uuid4().hex.encode()
+        self.write_bytes(key, token + b"\n" + data)
+        try:
+            return self.read_bytes(key).split(b"\n", 1)[0] == token
+        except FileNotFoundError:
+            return False
+
     def list(self, prefix: str = "", recursive: bool = False) -> list[ObjectInfo]:
         """Objects (files) under ``prefix``; empty if it does not exist."""
         import pyarrow.fs as pafs

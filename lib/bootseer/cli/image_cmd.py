@@ -1,0 +1,256 @@
+"""``bootseer image add|ls|show|rm|gc|first-step|status`` and ``bootseer agent``.
+
+bootseer image add /shared/images/pytorch.sqsh --name pytorch:24.05
+bootseer image ls
+bootseer image first-step            # in a job: startup is over, stop the trace
+bootseer agent --node n1             # the node agent (systemd runs this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from bootseer.config import load_config
+from bootseer.errors import BootseerError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("image", help="container images: add, list, remove, collect garbage")
+    isub = p.add_subparsers(dest="image_command", required=True, metavar="ACTION")
+
+    a = isub.add_parser("add", help="cut a squashfs image into blocks and store it")
+    a.add_argument("file", help="the squashfs (or SIF) file")
+    a.add_argument("--name", help="NAME[:TAG] to register it under (default: the file's stem)")
+    a.add_argument("--block-size-kib", type=int, help="block size (default: site config)")
+    a.add_argument("--parallel", type=int, default=8, help="parallel uploads (default 8)")
+    a.set_defaults(handler=_add)
+
+    ls = isub.add_parser("ls", help="list registered images")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(handler=_ls)
+
+    show = isub.add_parser("show", help="show one image, its blocks and its trace")
+    show.add_argument("ref", help="NAME[:TAG], an image id, or a registered path")
+    show.set_defaults(handler=_show)
+
+    rm = isub.add_parser("rm", help="remove a name (its blocks go with the next gc)")
+    rm.add_argument("ref")
+    rm.set_defaults(handler=_rm)
+
+    gc = isub.add_parser("gc", help="delete manifests, traces and blocks no name or path uses")
+    gc.add_argument("--dry-run", action="store_true")
+    gc.add_argument(
+        "--grace",
+        type=float,
+        default=3600.0,
+        help="keep objects younger than this many seconds (an add in progress)",
+    )
+    gc.set_defaults(handler=_gc)
+
+    fs = isub.add_parser("first-step", help="mark the job's first step: its startup trace ends")
+    fs.add_argument("--job", type=int, default=None, help="job id (default $SLURM_JOB_ID)")
+    fs.set_defaults(handler=_first_step)
+
+    st = isub.add_parser("status", help="ask this node's agent about a job, or about itself")
+    st.add_argument("--job", type=int, default=None)
+    st.add_argument("--node", default=None, help="node name for %%n in paths")
+    st.set_defaults(handler=_status)
+
+    ag = sub.add_parser("agent", help="run the node agent (lazy images over FUSE)")
+    ag.add_argument(
+        "--node",
+        default=None,
+        help="node name for %%n in paths (default $SLURMD_NODENAME or host name)",
+    )
+    ag.set_defaults(handler=_agent)
+
+
+def _node(arg: str | None) -> str:
+    return arg or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def _store() -> Any:
+    from bootseer.store import open_store
+
+    cfg = load_config()
+    return cfg, open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+
+
+def _add(args: argparse.Namespace) -> int:
+    from bootseer.image.manifest import upload_file
+    from bootseer.image.registry import SQUASHFS_MAGIC, tag_image
+
+    cfg, store = _store()
+    path = os.path.abspath(args.file)
+    with open(path, "rb") as f:
+        if f.read(4) != SQUASHFS_MAGIC:
+            print(f"note: {path} has no squashfs magic; storing it anyway", file=sys.stderr)
+    name = args.name or os.path.basename(path).rsplit(".", 1)[0].lower()
+    from bootseer.image.registry import name_key
+
+    name_key(name)  # check the name before the long part
+    bs = (args.block_size_kib or cfg.image.block_size_kib) << 10
+    t0 = time.monotonic()
+    progress, close = _progress_bar(os.path.getsize(path))
+    try:
+        manifest = upload_file(store, path, bs, args.parallel, progress)
+    finally:
+        close()
+    tag_image(store, name, manifest)
+    print(
+        f"{name}: image {manifest.id} ({manifest.size} bytes, {manifest.nblocks} blocks of "
+        f"{bs >> 10} KiB) in {time.monotonic() - t0:.1f}s"
+    )
+    return 0
+
+
+def _progress_bar(total: int) -> tuple[Any, Any]:
+    if not sys.stderr.isatty():
+        last = [0.0]
+
+        def plain(done: int, _total: int, uploaded: int) -> None:
+            if time.monotonic() - last[0] > 5 or done == total:
+                last[0] = time.monotonic()
+                print(
+                    f"{done >> 20}/{total >> 20} MiB read, {uploaded >> 20} MiB uploaded",
+                    file=sys.stderr,
+                )
+
+        return plain, lambda: None
+    from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
+
+    bar = Progress(
+        *Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(), transient=True
+    )
+    task = bar.add_task("adding", total=total)
+    bar.start()
+
+    def update(done: int, _total: int, uploaded: int) -> None:
+        bar.update(task, completed=done, description=f"uploaded {uploaded >> 20} MiB")
+
+    return update, bar.stop
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from bootseer.image.registry import list_names, list_paths
+
+    _, store = _store()
+    names = list_names(store)
+    paths = list_paths(store)
+    if args.json:
+        print(json.dumps({"names": dict(names), "paths": paths}, indent=1))
+        return 0
+    for ref, doc in names:
+        print(f"{ref:30} {doc.get('image', '?')[:12]}  {doc.get('size', 0) / 2**20:10.1f} MiB")
+    for doc in paths:
+        print(
+            f"{doc.get('path', '?'):30} {doc.get('image', '?')[:12]}  "
+            f"{doc.get('size', 0) / 2**20:10.1f} MiB  (path, registered on first use)"
+        )
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from bootseer.image.manifest import load_manifest
+    from bootseer.image.registry import list_paths, lookup_name
+    from bootseer.image.trace import load_trace
+
+    _, store = _store()
+    if len(args.ref) == 64 and all(c in "0123456789abcdef" for c in args.ref):
+        m = load_manifest(store, args.ref)
+    elif args.ref.startswith("/"):
+        ids = [d["image"] for d in list_paths(store) if d.get("path") == args.ref]
+        if not ids:
+            raise BootseerError(f"{args.ref} is not registered")
+        m = load_manifest(store, ids[-1])
+    else:
+        m = lookup_name(store, args.ref)
+    t = load_trace(store, m, lambda msg: print(msg, file=sys.stderr))
+    hot = sum(m.block_length(i) for i in t.blocks) if t else 0
+    print(
+        json.dumps(
+            {
+                "image": m.id,
+                "size": m.size,
+                "block_size": m.block_size,
+                "blocks": m.nblocks,
+                "distinct_blocks": len(set(m.blocks)),
+                "trace": None
+                if t is None
+                else {
+                    "blocks": len(t.blocks),
+                    "runs": t.runs,
+                    "hot_bytes": hot,
+                    "hot_fraction": round(hot / m.size, 4),
+                },
+            },
+            indent=1,
+        )
+    )
+    return 0
+
+
+def _rm(args: argparse.Namespace) -> int:
+    from bootseer.image.registry import remove_name
+
+    _, store = _store()
+    remove_name(store, args.ref)
+    print(f"removed {args.ref}; `bootseer image gc` frees blocks no other image uses")
+    return 0
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from bootseer.image.gc import collect
+
+    _, store = _store()
+    report = collect(store, grace=args.grace, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    print(
+        f"{verb} {report.manifests} manifests, {report.traces} traces, {report.blocks} "
+        f"blocks ({report.bytes >> 20} MiB); kept {report.kept_blocks} blocks"
+    )
+    return 0
+
+
+def _client(node: str | None) -> Any:
+    from bootseer.image.agent import AgentClient
+
+    cfg = load_config().for_node(_node(node))
+    return AgentClient(cfg.image.socket)
+
+
+def _first_step(args: argparse.Namespace) -> int:
+    job = args.job or int(os.environ.get("SLURM_JOB_ID", "0"))
+    if not job:
+        raise BootseerError("no job: give --job or run inside a Slurm job")
+    resp = _client(None).call("first_step", job_id=job)
+    print(f"job {job}: first step marked; {resp['recorded_blocks']} blocks read during startup")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    client = _client(args.node)
+    resp = client.call("status", job_id=args.job) if args.job else client.call("stats")
+    print(json.dumps(resp, indent=1))
+    return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from bootseer.image.fuse import serve
+
+    node = _node(args.node)
+    cfg = load_config().for_node(node)
+    if os.geteuid() != 0:
+        raise BootseerError("the agent runs as root (it mounts FUSE for all users)")
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    serve(cfg, node, ready=lambda: say(f"bootseer agent ready on {cfg.image.socket}"))
+    return 0

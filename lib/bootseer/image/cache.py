@@ -1,0 +1,187 @@
+"""The node-local block cache: verified blocks by digest, under a size cap.
+
+Layout: ``<cache_dir>/blocks/<aa>/<digest>``. A block is written to a temporary name
+and renamed into place only after its digest checked, so a name in the cache always
+held the right bytes. Blocks found on disk when the agent starts (a restart keeps
+the cache) are checked once, on their first read: a rename survives a crash that the
+data may not, and a bad block is dropped and fetched again.
+
+Eviction is least-recently-used among blocks that no running job's image holds
+(those are *pinned*); only when that is not enough does it take pinned blocks too,
+which a later read fetches again::
+
+    >>> cache = BlockCache(Path("/tmp/doc-cache"), cap_bytes=1 << 30)
+    >>> cache.put(digest(b"x"), b"x")
+    >>> cache.read(digest(b"x"), 0, 1)
+    b'x'
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bootseer.image.blocks import DIGEST, digest
+
+
+@dataclass
+class _Entry:
+    size: int
+    verified: bool
+
+
+class BlockCache:
+    def __init__(
+        self, root: Path, cap_bytes: int, log: Callable[[str], None] = lambda _: None
+    ) -> None:
+        self.root = root
+        self.cap = cap_bytes
+        self.log = log
+        self._lock = threading.Lock()
+        self._lru: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
+        self._pins: collections.Counter[str] = collections.Counter()
+        self.bytes = 0
+        self.evicted = 0
+        self.dropped_bad = 0
+        (root / "blocks").mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._scan()
+
+    def _scan(self) -> None:
+        found = []
+        for sub in (self.root / "blocks").iterdir():
+            if not sub.is_dir():
+                continue
+            for f in sub.iterdir():
+                if not DIGEST.match(f.name) or f.name[:2] != sub.name:
+                    f.unlink(missing_ok=True)  # a temporary file left by a crash
+                    continue
+                st = f.stat()
+                found.append((st.st_mtime_ns, f.name, st.st_size))
+        for _, name, size in sorted(found):
+            self._lru[name] = _Entry(size, verified=False)
+            self.bytes += size
+        if found:
+            self.log(
+                f"cache {self.root}: {len(found)} blocks, {self.bytes} bytes kept from "
+                "before; each is checked on first read"
+            )
+
+    def path(self, block_digest: str) -> Path:
+        return self.root / "blocks" / block_digest[:2] / block_digest
+
+    def __contains__(self, block_digest: str) -> bool:
+        with self._lock:
+            return block_digest in self._lru
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def read(self, block_digest: str, offset: int, length: int) -> bytes | None:
+        """``length`` bytes at ``offset`` of a cached block, or None if it is not here."""
+        with self._lock:
+            entry = self._lru.get(block_digest)
+            if entry is None:
+                return None
+            self._lru.move_to_end(block_digest)
+            verified = entry.verified
+        if not verified:
+            whole = self._verify(block_digest)
+            return None if whole is None else whole[offset : offset + length]
+        try:
+            fd = os.open(self.path(block_digest), os.O_RDONLY)
+        except FileNotFoundError:  # evicted meanwhile
+            self._forget(block_digest)
+            return None
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+
+    def _verify(self, block_digest: str) -> bytes | None:
+        try:
+            data = self.path(block_digest).read_bytes()
+        except FileNotFoundError:
+            self._forget(block_digest)
+            return None
+        if digest(data) != block_digest:
+            self.log(f"cache: block {block_digest[:12]} damaged on disk; dropped, fetched again")
+            self.dropped_bad += 1
+            self._drop(block_digest)
+            return None
+        with self._lock:
+            entry = self._lru.get(block_digest)
+            if entry is not None:
+                entry.verified = True
+        return data
+
+    def put(self, block_digest: str, data: bytes) -> None:
+        """Add a block whose digest the caller has checked."""
+        final = self.path(block_digest)
+        with self._lock:
+            if block_digest in self._lru:
+                return
+        final.parent.mkdir(exist_ok=True, mode=0o700)
+        tmp = final.parent / f".tmp-{uuid.uuid4().hex[:8]}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, final)
+        with self._lock:
+            if block_digest not in self._lru:
+                self._lru[block_digest] = _Entry(len(data), verified=True)
+                self.bytes += len(data)
+            victims = self._victims()
+        for v in victims:
+            self.path(v).unlink(missing_ok=True)
+
+    def _victims(self) -> list[str]:
+        """Pick blocks to evict (caller holds the lock): unpinned LRU first, then pinned."""
+        victims: list[str] = []
+        if self.bytes <= self.cap:
+            return victims
+        for pinned_pass in (False, True):
+            for d in list(self._lru):
+                if self.bytes <= self.cap:
+                    break
+                if bool(self._pins[d]) != pinned_pass:
+                    continue
+                if d == next(reversed(self._lru)):
+                    continue  # never the block just added
+                self.bytes -= self._lru.pop(d).size
+                victims.append(d)
+            if pinned_pass and victims:
+                self.log(
+                    f"cache over its cap with blocks of running jobs' images: evicted "
+                    f"some of those too (cap {self.cap} bytes)"
+                )
+        self.evicted += len(victims)
+        return victims
+
+    def _forget(self, block_digest: str) -> None:
+        with self._lock:
+            entry = self._lru.pop(block_digest, None)
+            if entry is not None:
+                self.bytes -= entry.size
+
+    def _drop(self, block_digest: str) -> None:
+        self._forget(block_digest)
+        with contextlib.suppress(FileNotFoundError):
+            self.path(block_digest).unlink()
+
+    def pin(self, digests: Iterable[str]) -> None:
+        with self._lock:
+            self._pins.update(digests)
+
+    def unpin(self, digests: Iterable[str]) -> None:
+        with self._lock:
+            self._pins.subtract(digests)
+            self._pins = +self._pins  # drop zero counts
+
+    def pinned(self, block_digest: str) -> bool:
+        with self._lock:
+            return self._pins[block_digest] > 0

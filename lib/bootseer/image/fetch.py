@@ -1,0 +1,323 @@
+"""Fetching blocks: once per block however many readers wait, checked, cached, bounded.
+
+Every wanted block becomes one job, keyed by digest, in a priority queue served by a
+fixed pool of threads (``prefetch_parallel``): a reader's miss (``DEMAND``) before the
+hot set (``PREFETCH``) before the cold rest (``BACKGROUND``). Background jobs take at
+most ``background_parallel`` threads, at the lowest CPU priority, and wait while any
+other fetch runs, for ``quiet`` seconds after one ends and for ``read_quiet`` seconds
+after any job read the image, so the fill never competes with a starting job for the
+link or the CPU. A block whose digest does
+not match is refused and fetched again; a reader waits at most ``timeout`` seconds
+and then gets :class:`FetchError` (EIO through FUSE), whatever the store does.
+
+    >>> f = Fetcher(cache, workers=16, background_workers=2, timeout=30)
+    >>> data = f.get(StoreSource(store), manifest, 7)  # blocks until local or FetchError
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import heapq
+import itertools
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from bootseer.errors import BootseerError
+from bootseer.image.blocks import block_key, digest
+from bootseer.image.cache import BlockCache
+from bootseer.image.manifest import Manifest
+from bootseer.store import Store
+
+DEMAND, PREFETCH, BACKGROUND = 0, 1, 2
+
+
+class FetchError(BootseerError):
+    """A block could not be fetched (store unreachable, missing or damaged) in time."""
+
+
+class BlockSource(Protocol):
+    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes: ...
+
+    def describe(self) -> str: ...
+
+
+class StoreSource:
+    """Blocks in the store, by digest (images added with ``bootseer image add``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes:
+        return self.store.read_bytes(block_key(block_digest))
+
+    def describe(self) -> str:
+        return self.store.uri
+
+
+class FileSource:
+    """Blocks read from the image file itself (a path image on a shared filesystem)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            return os.pread(fd, length, offset)
+        finally:
+            os.close(fd)
+
+    def describe(self) -> str:
+        return self.path
+
+
+def _nice(value: int) -> None:
+    """Set this thread's CPU priority (Linux: per thread); background work runs at 19."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), value)
+
+
+class Interest:
+    """Who asked for a background fetch; once cancelled, its queued fetches are dropped."""
+
+    cancelled = False
+
+
+@dataclass(eq=False)
+class _Job:
+    digest: str
+    index: int
+    offset: int
+    length: int
+    source: BlockSource
+    image_id: str
+    priority: int
+    created: float
+    future: cf.Future[bytes] = field(default_factory=cf.Future)
+    taken: bool = False
+    interests: list[Interest] = field(default_factory=list)
+
+
+@dataclass
+class FetchStats:
+    blocks: int = 0
+    bytes: int = 0
+    corrupt: int = 0
+    errors: int = 0
+    by_image: Counter[str] = field(default_factory=Counter)
+    by_priority: Counter[int] = field(default_factory=Counter)  # DEMAND, PREFETCH, BACKGROUND
+
+
+class Fetcher:
+    def __init__(
+        self,
+        cache: BlockCache,
+        workers: int = 16,
+        background_workers: int = 2,
+        timeout: float = 30.0,
+        log: Callable[[str], None] = lambda _: None,
+        quiet: float = 0.2,
+        read_quiet: float = 1.0,
+    ) -> None:
+        self.cache = cache
+        self.timeout = timeout
+        self.background_workers = max(1, min(background_workers, workers))
+        self.quiet = quiet
+        self.fail_ttl = min(2.0, timeout)
+        self._failed: dict[str, float] = {}  # digest -> when a reader last gave up on it
+        self.read_quiet = read_quiet
+        self.log = log
+        self.stats = FetchStats()
+        self._cond = threading.Condition()
+        self._heap: list[tuple[int, int, _Job]] = []
+        self._seq = itertools.count()
+        self._jobs: dict[str, _Job] = {}
+        self._running_fg = 0
+        self._running_bg = 0
+        self._last_fg = 0.0
+        self.last_read = 0.0  # a job's last read through FUSE, hit or miss (set by the agent)
+        self._stopped = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"fetch-{i}", daemon=True)
+            for i in range(max(1, workers))
+        ]
+        for t in self._threads:
+            t.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def request(
+        self,
+        source: BlockSource,
+        manifest: Manifest,
+        index: int,
+        priority: int,
+        interest: Interest | None = None,
+    ) -> cf.Future[bytes]:
+        """A future for block ``index``; joins the fetch already under way, if any."""
+        d = manifest.blocks[index]
+        with self._cond:
+            job = self._jobs.get(d)
+            if job is None:
+                job = _Job(
+                    d,
+                    index,
+                    index * manifest.block_size,
+                    manifest.block_length(index),
+                    source,
+                    manifest.id,
+                    priority,
+                    time.monotonic(),
+                )
+                self._jobs[d] = job
+                heapq.heappush(self._heap, (priority, next(self._seq), job))
+            elif priority < job.priority and not job.taken:
+                job.priority = priority  # the older, lower entry is skipped when it surfaces
+                job.created = time.monotonic()  # its time limit runs from this request
+                heapq.heappush(self._heap, (priority, next(self._seq), job))
+            if interest is not None:
+                job.interests.append(interest)
+            if priority < BACKGROUND or len(self._heap) == 1:
+                # Waking idle workers for every background block only makes them spin;
+                # once the queue holds work they look again every ``quiet`` seconds.
+                self._cond.notify()
+        return job.future
+
+    def get(self, source: BlockSource, manifest: Manifest, index: int) -> bytes:
+        """Block ``index``, from the cache or fetched now; FetchError after ``timeout``."""
+        d = manifest.blocks[index]
+        data = self.cache.read(d, 0, manifest.block_length(index))
+        if data is not None:
+            return data
+        failed_at = self._failed.get(d)
+        if failed_at is not None and time.monotonic() - failed_at < self.fail_ttl:
+            # The kernel retries a failed read-ahead page by page: answer those at once
+            # rather than make each wait the full timeout again.
+            raise FetchError(f"block {index} of image {manifest.id[:12]}: failed moments ago")
+        fut = self.request(source, manifest, index, DEMAND)
+        try:
+            data = fut.result(timeout=self.timeout)
+        except cf.TimeoutError:
+            self._failed[d] = time.monotonic()
+            raise FetchError(
+                f"block {index} of image {manifest.id[:12]}: no answer from "
+                f"{source.describe()} within {self.timeout:g}s"
+            ) from None
+        except FetchError:
+            self._failed[d] = time.monotonic()
+            raise
+        except cf.CancelledError:
+            raise FetchError(f"block {index}: fetch cancelled") from None
+        self._failed.pop(d, None)
+        return data
+
+    def busy(self) -> int:
+        with self._cond:
+            return self._running_fg
+
+    def _pick(self) -> _Job | None:
+        while self._heap:
+            prio, _, job = self._heap[0]
+            if job.taken or job.future.done() or prio != job.priority:
+                heapq.heappop(self._heap)
+                continue
+            if prio == BACKGROUND:
+                if job.interests and all(i.cancelled for i in job.interests):
+                    heapq.heappop(self._heap)
+                    self._jobs.pop(job.digest, None)
+                    job.future.cancel()
+                    continue
+                if self._running_bg >= self.background_workers or self._running_fg:
+                    return None
+                now = time.monotonic()
+                if now - self._last_fg < self.quiet or now - self.last_read < self.read_quiet:
+                    return None  # a job is busy starting: leave it the link and the CPU
+            heapq.heappop(self._heap)
+            return job
+        return None
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                job = self._pick()
+                while job is None:
+                    if self._stopped:
+                        return
+                    self._cond.wait(timeout=self.quiet if self._heap else None)
+                    job = self._pick()
+                job.taken = True
+                background = job.priority == BACKGROUND
+                if background:
+                    self._running_bg += 1
+                else:
+                    self._running_fg += 1
+            if background:
+                _nice(19)
+            try:
+                job.future.set_result(self._fetch(job))
+            except Exception as exc:
+                with self._cond:
+                    self.stats.errors += 1
+                job.future.set_exception(
+                    exc
+                    if isinstance(exc, FetchError)
+                    else FetchError(f"block {job.index} of image {job.image_id[:12]}: {exc}")
+                )
+            finally:
+                with self._cond:
+                    if background:
+                        self._running_bg -= 1
+                        _nice(0)
+                    else:
+                        self._running_fg -= 1
+                        self._last_fg = time.monotonic()
+                    if self._jobs.get(job.digest) is job:
+                        del self._jobs[job.digest]
+                    self._cond.notify_all()
+
+    def _fetch(self, job: _Job) -> bytes:
+        deadline = job.created + self.timeout
+        attempt = 0
+        while True:
+            cached = self.cache.read(job.digest, 0, job.length)
+            if cached is not None:
+                return cached
+            try:
+                data = job.source.read_block(job.index, job.digest, job.offset, job.length)
+                if digest(data) == job.digest:
+                    self.cache.put(job.digest, data)
+                    with self._cond:
+                        self.stats.blocks += 1
+                        self.stats.bytes += len(data)
+                        self.stats.by_image[job.image_id] += len(data)
+                        self.stats.by_priority[job.priority] += len(data)
+                    return data
+                with self._cond:
+                    self.stats.corrupt += 1
+                problem = f"digest mismatch ({len(data)} bytes): refused"
+                self.log(
+                    f"block {job.index} ({job.digest[:12]}) from {job.source.describe()}: "
+                    f"{problem}, fetching again"
+                )
+            except FileNotFoundError:
+                problem = "missing from the store"
+            except Exception as exc:
+                problem = str(exc) or repr(exc)
+            attempt += 1
+            pause = min(2.0, 0.05 * 2**attempt)
+            if time.monotonic() + pause > deadline:
+                raise FetchError(
+                    f"block {job.index} of image {job.image_id[:12]} from "
+                    f"{job.source.describe()}: {problem} (gave up after "
+                    f"{attempt} tries)"
+                )
+            time.sleep(pause)

@@ -1,0 +1,180 @@
+"""An image's manifest: its size, block size and each block's digest.
+
+The image's id is the SHA-256 of the manifest's canonical form, so the id names the
+content exactly and a trace recorded for one id never applies to another image::
+
+    >>> m = Manifest(size=5, block_size=65536, blocks=(digest(b"hello"),))
+    >>> m.block_length(0), len(m.id)
+    (5, 64)
+
+Manifests live in the store at ``images/manifests/<id>.json``. Loading one checks
+everything a later read relies on (digest syntax, block count, the id itself).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from bootseer.errors import StoreError
+from bootseer.image.blocks import (
+    DIGEST,
+    block_count,
+    block_key,
+    check_block_size,
+    cut,
+    digest,
+)
+from bootseer.store import Store
+
+FORMAT = "bootseer-image/1"
+
+# progress(done_bytes, total_bytes, uploaded_bytes)
+Progress = Callable[[int, int, int], None]
+
+
+class ManifestError(StoreError):
+    """A manifest is missing, malformed, or does not match its id."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    size: int
+    block_size: int
+    blocks: tuple[str, ...]
+
+    @functools.cached_property
+    def id(self) -> str:  # computed once: it hashes every digest
+        h = hashlib.sha256(f"{FORMAT} {self.size} {self.block_size}\n".encode())
+        for d in self.blocks:
+            h.update(d.encode())
+            h.update(b"\n")
+        return h.hexdigest()
+
+    @property
+    def nblocks(self) -> int:
+        return len(self.blocks)
+
+    def block_length(self, index: int) -> int:
+        return min(self.block_size, self.size - index * self.block_size)
+
+    def to_json(self) -> bytes:
+        doc = {
+            "format": FORMAT,
+            "id": self.id,
+            "size": self.size,
+            "block_size": self.block_size,
+            "blocks": list(self.blocks),
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, expect_id: str | None = None) -> Manifest:
+        try:
+            doc: Any = json.loads(raw)
+            if doc.get("format") != FORMAT:
+                raise ValueError(f"format {doc.get('format')!r} is not {FORMAT}")
+            size, bs, blocks = doc["size"], doc["block_size"], doc["blocks"]
+            if not isinstance(size, int) or size <= 0 or not isinstance(bs, int):
+                raise ValueError("bad size or block size")
+            check_block_size(bs)
+            if not isinstance(blocks, list) or len(blocks) != block_count(size, bs):
+                raise ValueError("block list does not match the size")
+            if not all(isinstance(d, str) and DIGEST.match(d) for d in blocks):
+                raise ValueError("a block digest is not 64 hex digits")
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ManifestError(f"bad image manifest: {exc}") from None
+        m = cls(size=size, block_size=bs, blocks=tuple(blocks))
+        if doc.get("id") != m.id or (expect_id is not None and m.id != expect_id):
+            raise ManifestError(
+                f"image manifest {expect_id or doc.get('id')}: id does not match its content"
+            )
+        return m
+
+
+def manifest_key(image_id: str) -> str:
+    if not DIGEST.match(image_id):
+        raise ManifestError(f"{image_id!r} is not an image id (64 hex digits)")
+    return f"images/manifests/{image_id}.json"
+
+
+def load_manifest(store: Store, image_id: str) -> Manifest:
+    try:
+        raw = store.read_bytes(manifest_key(image_id))
+    except FileNotFoundError:
+        raise ManifestError(f"image {image_id} has no manifest in {store.uri}") from None
+    return Manifest.from_json(raw, expect_id=image_id)
+
+
+def save_manifest(store: Store, manifest: Manifest) -> None:
+    store.write_bytes(manifest_key(manifest.id), manifest.to_json())
+
+
+def hash_file(path: str, block_size: int, progress: Progress | None = None) -> Manifest:
+    """The manifest of a file, without storing its blocks (a path on a shared filesystem)."""
+    check_block_size(block_size)
+    digests: list[str] = []
+    size = 0
+    for _, data in cut(path, block_size):
+        digests.append(digest(data))
+        size += len(data)
+        if progress:
+            progress(size, 0, 0)
+    if size == 0:
+        raise ManifestError(f"{path} is empty")
+    return Manifest(size=size, block_size=block_size, blocks=tuple(digests))
+
+
+def upload_file(
+    store: Store, path: str, block_size: int, parallel: int = 8, progress: Progress | None = None
+) -> Manifest:
+    """Cut ``path`` into blocks, upload each distinct block the store lacks, save the manifest.
+
+    The manifest is written last, so a crash part-way leaves only unreferenced blocks
+    (``bootseer image gc`` removes them), never a manifest naming missing blocks.
+    """
+    check_block_size(block_size)
+    import os
+
+    total = os.stat(path).st_size
+    have = {o.key.rsplit("/", 1)[1] for o in store.list("images/blocks", recursive=True)}
+    digests: list[str] = []
+    done = uploaded = 0
+    lock = threading.Lock()
+    pending: set[cf.Future[None]] = set()
+
+    def put(d: str, data: bytes) -> None:
+        nonlocal uploaded
+        store.write_bytes(block_key(d), data)
+        with lock:
+            uploaded += len(data)
+
+    with cf.ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for _, data in cut(path, block_size):
+            d = digest(data)
+            digests.append(d)
+            done += len(data)
+            if d not in have:
+                have.add(d)
+                if len(pending) >= 2 * parallel:  # bound the bytes held in memory
+                    finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                    for f in finished:
+                        f.result()
+                pending.add(pool.submit(put, d, data))
+            if progress:
+                progress(done, total, uploaded)
+        for f in cf.as_completed(pending):
+            f.result()
+    if done == 0:
+        raise ManifestError(f"{path} is empty")
+    manifest = Manifest(size=done, block_size=block_size, blocks=tuple(digests))
+    save_manifest(store, manifest)
+    if progress:
+        progress(done, total, uploaded)
+    return manifest

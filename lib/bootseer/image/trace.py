@@ -1,0 +1,162 @@
+"""Traces: the order in which a job first read each block of its image while starting.
+
+The agent records, per job, each block's first access from the prolog until the job
+marks its first step (``bootseer image first-step``) or the trace window ends. The
+epilog stores the trace for the image after the first run, and merges when a later
+run read blocks the stored trace lacked (the stored order first, then the new
+blocks in the order that run read them).
+
+A stored trace (``images/traces/<image id>.json``) is checked when loaded: format,
+image id, block count and size, every index inside the image, no repeats, and a
+checksum over all of it. A bad one is ignored with a log line: prefetch is an
+optimisation, never a reason to fail a job.
+
+    >>> t = Trace(image="ab" * 32, nblocks=10, block_size=65536, blocks=(3, 0, 7))
+    >>> Trace.from_json(t.to_json(), t.image, 10, 65536).blocks
+    (3, 0, 7)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bootseer.errors import StoreError
+from bootseer.image.manifest import Manifest, manifest_key
+from bootseer.store import Store
+
+FORMAT = "bootseer-trace/1"
+
+
+class TraceError(StoreError):
+    """A stored trace does not fit its image or is damaged."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    image: str
+    nblocks: int
+    block_size: int
+    blocks: tuple[int, ...]
+    runs: int = 1
+
+    def _body(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "image": self.image,
+            "nblocks": self.nblocks,
+            "block_size": self.block_size,
+            "blocks": list(self.blocks),
+            "runs": self.runs,
+        }
+
+    def to_json(self) -> bytes:
+        body = self._body()
+        body["checksum"] = _checksum(body)
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes, image: str, nblocks: int, block_size: int) -> Trace:
+        try:
+            doc: Any = json.loads(raw)
+            checksum = doc.pop("checksum", None)
+        except (ValueError, AttributeError):
+            raise TraceError("trace is not a JSON object") from None
+        if doc.get("format") != FORMAT:
+            raise TraceError(f"trace format {doc.get('format')!r} is not {FORMAT}")
+        if checksum != _checksum(doc):
+            raise TraceError("trace checksum does not match its content")
+        if doc.get("image") != image:
+            raise TraceError(f"trace is for image {str(doc.get('image'))[:12]}, not {image[:12]}")
+        if doc.get("nblocks") != nblocks or doc.get("block_size") != block_size:
+            raise TraceError(
+                f"trace is for {doc.get('nblocks')} blocks of "
+                f"{doc.get('block_size')} bytes, the image has {nblocks} of "
+                f"{block_size}"
+            )
+        blocks = doc.get("blocks")
+        if not isinstance(blocks, list) or not all(
+            isinstance(b, int) and not isinstance(b, bool) for b in blocks
+        ):
+            raise TraceError("trace blocks are not a list of block numbers")
+        outside = [b for b in blocks if not 0 <= b < nblocks]
+        if outside:
+            raise TraceError(
+                f"trace names block {outside[0]} outside the image (blocks 0-{nblocks - 1})"
+            )
+        if len(set(blocks)) != len(blocks):
+            raise TraceError("trace names a block twice")
+        runs = doc.get("runs", 1)
+        return cls(image, nblocks, block_size, tuple(blocks), runs if isinstance(runs, int) else 1)
+
+    def merged(self, order: Sequence[int]) -> Trace | None:
+        """This trace plus the blocks of ``order`` it lacks, or None if it lacks none."""
+        have = set(self.blocks)
+        new = [b for b in order if b not in have]
+        if not new:
+            return None
+        return Trace(self.image, self.nblocks, self.block_size, (*self.blocks, *new), self.runs + 1)
+
+
+def _checksum(body: dict[str, Any]) -> str:
+    return hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
+def trace_key(image_id: str) -> str:
+    return manifest_key(image_id).replace("images/manifests/", "images/traces/")
+
+
+def load_trace(
+    store: Store, manifest: Manifest, log: Callable[[str], None] = lambda _: None
+) -> Trace | None:
+    """The stored trace for this image, or None if there is none or it is bad (logged)."""
+    key = trace_key(manifest.id)
+    try:
+        raw = store.read_bytes(key)
+    except FileNotFoundError:
+        return None
+    except StoreError as exc:
+        log(f"trace for image {manifest.id[:12]} not read: {exc}")
+        return None
+    try:
+        return Trace.from_json(raw, manifest.id, manifest.nblocks, manifest.block_size)
+    except TraceError as exc:
+        log(f"trace {key} ignored: {exc}")
+        return None
+
+
+def save_trace(store: Store, trace: Trace) -> None:
+    store.write_bytes(trace_key(trace.image), trace.to_json())
+
+
+class Recorder:
+    """First accesses of one job's reads, until stopped or the window ends."""
+
+    def __init__(self, nblocks: int, window: float) -> None:
+        self._seen = bytearray(nblocks)
+        self._lock = threading.Lock()
+        self.order: list[int] = []
+        self.until = time.monotonic() + window
+        self.active = window > 0
+
+    def record(self, first: int, last: int) -> None:
+        if not self.active:
+            return
+        if time.monotonic() > self.until:
+            self.active = False
+            return
+        with self._lock:
+            for i in range(first, min(last, len(self._seen) - 1) + 1):
+                if not self._seen[i]:
+                    self._seen[i] = 1
+                    self.order.append(i)
+
+    def stop(self) -> None:
+        self.active = False

@@ -1,0 +1,176 @@
+"""Helpers for the image tests: real squashfs images, and node agents run as processes.
+
+Every agent started here is stopped (by its pid) and its mount detached in a
+``finally``, whatever the test did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bootseer.image.agent import AgentClient, AgentUnavailable
+from tests.conftest import to_toml
+
+
+def make_squashfs(dest: Path, files: dict[str, int], seed: int = 1) -> Path:
+    """A squashfs image at ``dest`` holding pseudo-random files of the given sizes."""
+    src = dest.parent / (dest.name + ".src")
+    rng = random.Random(seed)
+    for name, size in files.items():
+        p = src / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(size))
+    subprocess.run(
+        ["mksquashfs", str(src), str(dest), "-noappend", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+    )
+    dest.chmod(0o644)
+    return dest
+
+
+def site_config(base: Path, node: str = "t1", **image: Any) -> dict[str, dict[str, Any]]:
+    return {
+        "store": {"uri": f"file://{base}/store"},
+        "paths": {
+            "run_dir": f"{base}/%n/run",
+            "cache_dir": f"{base}/%n/cache",
+            "log_dir": f"{base}/log",
+        },
+        "image": {
+            "socket": f"{base}/%n/agent.sock",
+            "mount_dir": f"{base}/%n/mnt",
+            "cache_dir": f"{base}/%n/cache/image",
+            "block_size_kib": 64,
+            "fetch_timeout": 5.0,
+            "hot_start_fraction": 1.0,
+            **image,
+        },
+    }
+
+
+class AgentProc:
+    """One ``bootseer agent`` process with its own config, socket, cache and mount."""
+
+    def __init__(self, base: Path, node: str, config: dict[str, dict[str, Any]]) -> None:
+        self.base = base
+        self.node = node
+        self.config_path = base / f"{node}.toml"
+        self.config_path.write_text(to_toml(config))
+        self.env = {**os.environ, "BOOTSEER_CONFIG": str(self.config_path)}
+        self.socket = Path(config["image"]["socket"].replace("%n", node))
+        self.mount = Path(config["image"]["mount_dir"].replace("%n", node))
+        self.cache = Path(config["image"]["cache_dir"].replace("%n", node))
+        self.log = base / "log" / f"{node}-agent.log"
+        self.client = AgentClient(self.socket)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 20) -> AgentProc:
+        cmd = [sys.executable, "-c", "import sys; from bootseer.cli import main; sys.exit(main())"]
+        self.proc = subprocess.Popen(
+            [*cmd, "agent", "--node", self.node],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.base / f"{self.node}-agent.err", "ab"),  # noqa: SIM115
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"agent exited: {(self.base / f'{self.node}-agent.err').read_text()}"
+                )
+            try:
+                self.client.call("ping", timeout=1)
+                return self
+            except AgentUnavailable:
+                time.sleep(0.1)
+        raise TimeoutError("agent did not answer")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        detach(self.mount)
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, no cleanup by the agent."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def stats(self) -> dict[str, Any]:
+        return self.client.call("stats")
+
+    def prepare(
+        self, job_id: int, image: str, uid: int = 0, gid: int = 0, **kw: Any
+    ) -> dict[str, Any]:
+        return self.client.call(
+            "prepare", timeout=60, job_id=job_id, uid=uid, gid=gid, image=image, deadline=30, **kw
+        )
+
+    def release(self, job_id: int) -> dict[str, Any]:
+        return self.client.call("release", timeout=30, job_id=job_id)
+
+    def log_text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+
+def detach(mount: Path) -> None:
+    with open("/proc/self/mounts") as f:
+        mounted = any(line.split()[1] == str(mount) for line in f)
+    if mounted:
+        subprocess.run(["fusermount3", "-u", "-z", str(mount)], capture_output=True)
+
+
+@contextmanager
+def running_agent(base: Path, node: str = "t1", **image: Any) -> Iterator[AgentProc]:
+    agent = AgentProc(base, node, site_config(base, node, **image))
+    try:
+        yield agent.start()
+    finally:
+        agent.stop()
+
+
+def add_image(base: Path, path: Path, name: str, block_size_kib: int = 64) -> str:
+    """``bootseer image add`` into the test store; returns the image id."""
+    cfg = base / "add.toml"
+    cfg.write_text(to_toml(site_config(base)))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from bootseer.cli import main; sys.exit(main())",
+            "image",
+            "add",
+            str(path),
+            "--name",
+            name,
+            "--block-size-kib",
+            str(block_size_kib),
+        ],
+        env={**os.environ, "BOOTSEER_CONFIG": str(cfg)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return r.stdout.split("image ", 1)[1].split()[0]
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(path.read_text())

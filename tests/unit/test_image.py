@@ -1,0 +1,277 @@
+"""Image library pieces without FUSE: blocks, manifests, registry, cache, fetcher, traces."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bootseer.config import SiteConfig
+from bootseer.errors import ConfigError, StoreError
+from bootseer.image.blocks import block_range, check_block_size, digest
+from bootseer.image.cache import BlockCache
+from bootseer.image.fetch import BACKGROUND, DEMAND, Fetcher, FetchError, FileSource
+from bootseer.image.manifest import Manifest, ManifestError, hash_file, upload_file
+from bootseer.image.prefetch import BackgroundFill, prefetch_hot
+from bootseer.image.registry import (
+    check_image_file,
+    lookup_name,
+    register_path,
+    tag_image,
+)
+from bootseer.image.trace import Recorder, Trace, TraceError
+from bootseer.store import open_store
+
+BS = 64 << 10
+
+
+def sqsh_file(path: Path, size: int, seed: int = 0) -> Path:
+    data = b"hsqs" + os.urandom(size - 4) if seed == 0 else b"hsqs" + bytes([seed]) * (size - 4)
+    path.write_bytes(data)
+    return path
+
+
+def test_block_math() -> None:
+    assert list(block_range(0, 1, BS)) == [0]
+    assert list(block_range(BS - 1, 2, BS)) == [0, 1]
+    assert list(block_range(5, 0, BS)) == []
+    with pytest.raises(ValueError):
+        check_block_size(100_000)
+
+
+def test_manifest_round_trip_and_tamper(tmp_path: Path) -> None:
+    f = sqsh_file(tmp_path / "a.sqsh", 3 * BS + 10)
+    m = hash_file(str(f), BS)
+    assert m.nblocks == 4 and m.block_length(3) == 10
+    assert Manifest.from_json(m.to_json(), m.id) == m
+    tampered = m.to_json().replace(m.blocks[1].encode(), b"0" * 64)
+    with pytest.raises(ManifestError, match="id does not match"):
+        Manifest.from_json(tampered)
+
+
+def test_upload_stores_each_distinct_block_once(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/store")
+    f = tmp_path / "same.sqsh"
+    f.write_bytes(b"\0" * (5 * BS))  # five identical blocks
+    m = upload_file(store, str(f), BS)
+    assert len(set(m.blocks)) == 1
+    assert len(store.list("images/blocks", recursive=True)) == 1
+    tag_image(store, "zeros:1", m)
+    assert lookup_name(store, "zeros:1") == m
+    with pytest.raises(ManifestError, match="no image named"):
+        lookup_name(store, "zeros:2")
+
+
+def test_path_image_registered_once_when_many_ask_at_once(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/store")
+    f = sqsh_file(tmp_path / "p.sqsh", 40 * BS)
+    st = f.stat()
+    logs: list[str] = []
+    with cf.ThreadPoolExecutor(8) as pool:
+        got = list(
+            pool.map(lambda _: register_path(store, str(f), st, BS, 30, logs.append), range(8))
+        )
+    assert len({m.id for m in got}) == 1
+    assert sum(line.startswith("registering") for line in logs) == 1
+    assert not store.list("images/locks")
+    # A changed file is a new image.
+    f.write_bytes(b"hsqs" + b"x" * (10 * BS))
+    assert register_path(store, str(f), f.stat(), BS, 30).id != got[0].id
+
+
+def test_check_image_file_refuses_what_the_user_cannot_read(tmp_path: Path) -> None:
+    d = tmp_path / "private"
+    d.mkdir(mode=0o700)
+    f = sqsh_file(d / "x.sqsh", BS)
+    f.chmod(0o644)
+    with pytest.raises(StoreError, match="not searchable"):
+        check_image_file(str(f), 4242, 4242)
+    (tmp_path / "link").symlink_to(d)
+    with pytest.raises(StoreError, match="not searchable"):
+        check_image_file(str(tmp_path / "link" / "x.sqsh"), 4242, 4242)
+    notsq = tmp_path / "n.img"
+    notsq.write_bytes(b"nope")
+    with pytest.raises(StoreError, match="not a squashfs"):
+        check_image_file(str(notsq), 0, 0)
+
+
+def test_cache_lru_prefers_unpinned_and_survives_restart(tmp_path: Path) -> None:
+    cache = BlockCache(tmp_path / "c", cap_bytes=3 * 10)
+    blocks = [bytes([i]) * 10 for i in range(5)]
+    ds = [digest(b) for b in blocks]
+    cache.pin([ds[0]])
+    for d, b in zip(ds, blocks, strict=True):
+        cache.put(d, b)
+    assert ds[0] in cache and ds[1] not in cache and cache.bytes <= 30
+    again = BlockCache(tmp_path / "c", cap_bytes=30)
+    assert {d for d in ds if d in again} == {d for d in ds if d in cache}
+    # A block damaged on disk is dropped on its first read after a restart.
+    again.path(ds[4]).write_bytes(b"x" * 10)
+    assert again.read(ds[4], 0, 10) is None and ds[4] not in again
+    assert again.read(ds[0], 2, 3) == blocks[0][2:5]
+
+
+class CountingSource(FileSource):
+    def __init__(self, path: str, delay: float = 0.0) -> None:
+        super().__init__(path)
+        self.reads: list[int] = []
+        self.delay = delay
+        self.lock = threading.Lock()
+
+    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes:
+        with self.lock:
+            self.reads.append(index)
+        time.sleep(self.delay)  # a slow disk: allowed in a unit test
+        return super().read_block(index, block_digest, offset, length)
+
+
+def test_fetcher_fetches_a_block_once_however_many_wait(tmp_path: Path) -> None:
+    f = sqsh_file(tmp_path / "f.sqsh", 4 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f), delay=0.2)
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=8, timeout=5)
+    try:
+        with cf.ThreadPoolExecutor(16) as pool:
+            out = list(pool.map(lambda _: fetcher.get(src, m, 2), range(16)))
+        assert out == [f.read_bytes()[2 * BS : 3 * BS]] * 16
+        assert src.reads == [2]
+    finally:
+        fetcher.stop()
+
+
+def test_fetcher_refuses_a_block_that_does_not_match(tmp_path: Path) -> None:
+    f = sqsh_file(tmp_path / "f.sqsh", 2 * BS)
+    m = hash_file(str(f), BS)
+    f.write_bytes(b"hsqs" + b"\1" * (2 * BS - 4))  # the source changed under the manifest
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    fetcher = Fetcher(cache, workers=2, timeout=1)
+    try:
+        with pytest.raises(FetchError, match="digest mismatch"):
+            fetcher.get(FileSource(str(f)), m, 0)
+        assert fetcher.stats.corrupt >= 2 and len(cache) == 0
+    finally:
+        fetcher.stop()
+
+
+def test_background_fill_yields_to_demand_reads(tmp_path: Path) -> None:
+    f = sqsh_file(tmp_path / "f.sqsh", 40 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f), delay=0.05)
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=4, background_workers=1)
+    try:
+        fill = BackgroundFill(m.id)
+        fill.start(fetcher, src, m, skip=set())
+        time.sleep(0.12)
+        t0 = time.monotonic()
+        fetcher.get(src, m, 39)  # last in the fill's order; a demand read jumps the queue
+        assert time.monotonic() - t0 < 0.5
+        assert src.reads.index(39) < 10
+        fill.cancel()
+        time.sleep(0.3)
+        assert fill.state == "cancelled" and len(src.reads) < 40
+    finally:
+        fetcher.stop()
+
+
+def test_prefetch_hot_follows_trace_order(tmp_path: Path) -> None:
+    f = sqsh_file(tmp_path / "f.sqsh", 10 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f))
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=1)
+    try:
+        res = prefetch_hot(fetcher, src, m, [7, 2, 5], time.monotonic() + 5)
+        assert src.reads == [7, 2, 5] and res.complete and res.fetched_blocks == 3
+        res = prefetch_hot(fetcher, src, m, [7, 2, 5, 1], time.monotonic() + 5)
+        assert res.local_before == 3 and res.hit_ratio == 0.75
+    finally:
+        fetcher.stop()
+
+
+def test_prefetch_may_return_once_the_leading_part_is_local(tmp_path: Path) -> None:
+    f = sqsh_file(tmp_path / "f.sqsh", 8 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f), delay=0.1)
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=1)
+    try:
+        res = prefetch_hot(fetcher, src, m, list(range(8)), time.monotonic() + 5, 0.25)
+        assert 2 <= res.fetched_blocks < 8 and not res.complete
+        time.sleep(1.2)
+        assert src.reads == list(range(8))  # the rest streamed on, in trace order
+    finally:
+        fetcher.stop()
+
+
+def test_fetch_priorities_are_ordered() -> None:
+    assert DEMAND < BACKGROUND
+
+
+@pytest.mark.parametrize(
+    ("blocks", "message"),
+    [((0, 99), "outside the image"), ((1, 1), "twice"), ((-1,), "outside the image")],
+)
+def test_trace_validation(blocks: tuple[int, ...], message: str) -> None:
+    image = "a" * 64
+    raw = Trace(image, 10, BS, blocks).to_json()
+    with pytest.raises(TraceError, match=message):
+        Trace.from_json(raw, image, 10, BS)
+
+
+def test_trace_checksum_image_and_size_are_checked() -> None:
+    image = "a" * 64
+    raw = Trace(image, 10, BS, (1, 2)).to_json()
+    with pytest.raises(TraceError, match="checksum"):
+        Trace.from_json(raw.replace(b"[1,2]", b"[1,3]"), image, 10, BS)
+    with pytest.raises(TraceError, match="is for image"):
+        Trace.from_json(raw, "b" * 64, 10, BS)
+    with pytest.raises(TraceError, match="blocks of"):
+        Trace.from_json(raw, image, 11, BS)
+    assert Trace(image, 10, BS, (1, 2)).merged([2, 1]) is None
+    assert Trace(image, 10, BS, (1, 2)).merged([4, 2, 3]) == Trace(image, 10, BS, (1, 2, 4, 3), 2)
+
+
+def test_recorder_keeps_first_access_order_until_stopped() -> None:
+    r = Recorder(10, window=60)
+    r.record(3, 4)
+    r.record(0, 0)
+    r.record(3, 3)
+    r.stop()
+    r.record(9, 9)
+    assert r.order == [3, 4, 0]
+    late = Recorder(10, window=0)
+    late.record(1, 1)
+    assert late.order == []
+
+
+def test_image_config_section_and_node_paths() -> None:
+    cfg = SiteConfig.from_mapping(
+        {"image": {"socket": "/run/%n/a.sock", "cache_size_gib": 2, "prefetch_parallel": 8}}
+    )
+    node = cfg.for_node("n3")
+    assert str(node.image.socket) == "/run/n3/a.sock" and node.image.prefetch_parallel == 8
+    with pytest.raises(ConfigError, match=r"image\.prefetch"):
+        SiteConfig.from_mapping({"image": {"prefetch": 3}})
+
+
+def test_gc_deletes_what_no_name_reaches_and_keeps_shared_blocks(tmp_path: Path) -> None:
+    from bootseer.image.gc import collect
+    from bootseer.image.registry import remove_name
+
+    store = open_store(f"file://{tmp_path}/store")
+    shared = os.urandom(BS)
+    a, b = tmp_path / "a.sqsh", tmp_path / "b.sqsh"
+    a.write_bytes(shared + b"a" * BS)
+    b.write_bytes(shared + b"b" * BS)
+    ma, mb = upload_file(store, str(a), BS), upload_file(store, str(b), BS)
+    tag_image(store, "a:1", ma)
+    tag_image(store, "b:1", mb)
+    assert collect(store, grace=0).blocks == 0
+    remove_name(store, "a:1")
+    assert collect(store, grace=3600, dry_run=True).blocks == 0  # young objects are kept
+    report = collect(store, grace=0)
+    assert (report.manifests, report.blocks) == (1, 1)
+    assert lookup_name(store, "b:1") == mb
+    assert len(store.list("images/blocks", recursive=True)) == 2
