@@ -67,7 +67,7 @@ class Store:
         return ObjectInfo(key, fi.size or 0, fi.mtime.timestamp() if fi.mtime else 0.0)
 
     def read_bytes(self, key: str) -> bytes:
-        with self._call(key, self.fs.open_input_stream, self.path(key)) as f:
+        with self._call(key, self.fs.open_input_stream, self.path(key), compression=None) as f:
             return bytes(f.read())
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
@@ -89,7 +89,7 @@ class Store:
         parent, name = posixpath.split(final)
         tmp = f"{parent}/{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{name}"
         self._call(key, self.fs.create_dir, parent, recursive=True)
-        out = self._call(key, self.fs.open_output_stream, tmp)
+        out = self._call(key, self.fs.open_output_stream, tmp, compression=None)
         try:
             yield out
             out.close()
