@@ -49,8 +49,10 @@ class PathsSection:
 
     def for_node(self, node: str) -> PathsSection:
         return PathsSection(
-            **{f.name: Path(str(getattr(self, f.name)).replace("%n", node))
-               for f in dataclasses.fields(self)}
+            **{
+                f.name: Path(str(getattr(self, f.name)).replace("%n", node))
+                for f in dataclasses.fields(self)
+            }
         )
 
 
@@ -107,7 +109,7 @@ class SiteConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: Path | None = None) -> SiteConfig:
-        cfg = _build(cls, data, prefix="", skip={"source"})
+        cfg: SiteConfig = _build(cls, data, prefix="", skip={"source"})
         return dataclasses.replace(cfg, source=source)
 
     def for_node(self, node: str) -> SiteConfig:
@@ -145,7 +147,11 @@ def load_config(path: Path | None = None) -> SiteConfig:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def _build(cls: type[Any], data: Mapping[str, Any], prefix: str, skip: set[str] = set()) -> Any:
+def _build(
+    cls: type[Any], data: Mapping[str, Any], prefix: str, skip: set[str] | None = None
+) -> Any:
+    if skip is None:
+        skip = set()
     if not isinstance(data, Mapping):
         raise ConfigError(f"[{prefix.rstrip('.')}] must be a table")
     hints = typing.get_type_hints(cls)

@@ -7,6 +7,7 @@ a usage error by whoever runs it by hand.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import time
@@ -16,7 +17,7 @@ from bootseer.context import JobContext, wants_bootseer
 from bootseer.errors import BootseerError
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
-from bootseer.hooks.runner import outcomes_json, run_steps
+from bootseer.hooks.runner import HookRun, outcomes_json, run_steps
 
 USAGE = "usage: python -m bootseer.hooks prolog|epilog"
 
@@ -34,11 +35,14 @@ def main(argv: list[str]) -> int:
         cfg = load_config().for_node(env.get("SLURMD_NODENAME", "unknown"))
     except BootseerError as exc:
         # Without a config there is no log dir either: stderr is all there is.
-        print(f"bootseer {hook}: {exc}; job {env.get('SLURM_JOB_ID')} starts without bootseer",
-              file=sys.stderr)
+        print(
+            f"bootseer {hook}: {exc}; job {env.get('SLURM_JOB_ID')} starts without bootseer",
+            file=sys.stderr,
+        )
         return 0
-    log = HookLog(cfg.paths.log_dir, env.get("SLURMD_NODENAME", "?"), env.get("SLURM_JOB_ID", "?"),
-                  hook)
+    log = HookLog(
+        cfg.paths.log_dir, env.get("SLURMD_NODENAME", "?"), env.get("SLURM_JOB_ID", "?"), hook
+    )
     try:
         status = _run(hook, cfg, log)
     except BootseerError as exc:
@@ -57,8 +61,10 @@ def main(argv: list[str]) -> int:
 
 def _run(hook: str, cfg: SiteConfig, log: HookLog) -> int:
     ctx = JobContext.from_env(os.environ)
-    log(f"start user={ctx.user} nodes={len(ctx.nodes)} restart={ctx.restart_count} "
-        f"mode={ctx.options.mode}")
+    log(
+        f"start user={ctx.user} nodes={len(ctx.nodes)} restart={ctx.restart_count} "
+        f"mode={ctx.options.mode}"
+    )
     job = JobDir(cfg.paths.run_dir, ctx.job_id)
     if hook == "prolog":
         job.create()
@@ -72,10 +78,10 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog) -> int:
     return 1 if (run.failed and cfg.hooks.strict) else 0
 
 
-def _record(hook: str, ctx: JobContext, cfg: SiteConfig, run: object, log: HookLog) -> None:
-    """Hand the step outcomes to the phase records (bootseer.phases), if installed."""
+def _record(hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog) -> None:
+    """Hand the step outcomes to the phase records (bootseer.phases), where present."""
     try:
-        from bootseer.phases import hooks as phase_hooks
+        phase_hooks = importlib.import_module("bootseer.phases.hooks")
     except ImportError:
         return
     try:

