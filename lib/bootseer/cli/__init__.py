@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from bootseer.errors import BootseerError
 
-COMMANDS = ("bootseer.cli.config_cmd",)
+COMMANDS = ("bootseer.cli.config_cmd", "bootseer.cli.deps_cmd")
 
 
 def build_parser() -> argparse.ArgumentParser:

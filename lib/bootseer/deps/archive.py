@@ -54,8 +54,9 @@ def entry_of(member: tarfile.TarInfo) -> Entry | None:
 class SnapshotFilter:
     """A tarfile extraction filter: the ``data`` filter plus the checks above."""
 
-    def __init__(self, entries: Sequence[Entry], *, link_roots: Sequence[str], max_bytes: int,
-                 max_files: int) -> None:
+    def __init__(
+        self, entries: Sequence[Entry], *, link_roots: Sequence[str], max_bytes: int, max_files: int
+    ) -> None:
         self.entries = entries
         self.link_roots = [r.rstrip("/") or "/" for r in link_roots]
         self.max_bytes = max_bytes
@@ -88,16 +89,18 @@ class SnapshotFilter:
             if self.bytes > self.max_bytes:
                 raise SnapshotRejected(f"more than deps.max_bytes={self.max_bytes} bytes of files")
         if member.islnk() and member.linkname not in self._files:
-            raise SnapshotRejected(f"{where}: hard link to {member.linkname!r}, "
-                                   "not a file earlier in the archive")
+            raise SnapshotRejected(
+                f"{where}: hard link to {member.linkname!r}, not a file earlier in the archive"
+            )
         filtered = self._data_filter(member, dest, where)
         got = entry_of(member)
         want = self.entries[self.count - 1] if self.count <= len(self.entries) else None
         if want is None:
             raise SnapshotRejected(f"{where}: the archive holds more entries than the manifest")
         if got != want:
-            raise SnapshotRejected(f"{where}: the archive disagrees with the manifest "
-                                   f"(archive {got}, manifest {want})")
+            raise SnapshotRejected(
+                f"{where}: the archive disagrees with the manifest (archive {got}, manifest {want})"
+            )
         if member.issym():
             self._symlinks.add(name)
         elif member.isreg():
@@ -144,8 +147,15 @@ class _FdReader:
 
 
 def extract_snapshot(
-    in_fd: int, prefix: str, entries: Sequence[Entry], *, raw_bytes: int,
-    link_roots: Sequence[str], max_bytes: int, max_files: int, replace: bool = False,
+    in_fd: int,
+    prefix: str,
+    entries: Sequence[Entry],
+    *,
+    raw_bytes: int,
+    link_roots: Sequence[str],
+    max_bytes: int,
+    max_files: int,
+    replace: bool = False,
 ) -> dict[str, Any]:
     """Extract the tar stream on ``in_fd`` into ``prefix``, whole or not at all.
 
@@ -158,12 +168,14 @@ def extract_snapshot(
     os.makedirs(parent, mode=0o755, exist_ok=True)
     vfs = os.statvfs(parent)
     if vfs.f_bavail * vfs.f_frsize < raw_bytes:
-        raise SnapshotRejected(f"{parent}: {vfs.f_bavail * vfs.f_frsize} bytes free, "
-                               f"the snapshot needs {raw_bytes}")
+        raise SnapshotRejected(
+            f"{parent}: {vfs.f_bavail * vfs.f_frsize} bytes free, the snapshot needs {raw_bytes}"
+        )
     tmp = tempfile.mkdtemp(prefix=f".{name}.bootseer-", dir=parent)
     try:
-        flt = SnapshotFilter(entries, link_roots=link_roots, max_bytes=max_bytes,
-                             max_files=max_files)
+        flt = SnapshotFilter(
+            entries, link_roots=link_roots, max_bytes=max_bytes, max_files=max_files
+        )
         reader = _FdReader(in_fd)
         try:
             with tarfile.open(fileobj=reader, mode="r|", errorlevel=2) as tf:  # type: ignore[call-overload]
@@ -217,9 +229,10 @@ def write_snapshot(out_fd: int, prefix: str, names: Sequence[str] | None) -> dic
     if not stat.S_ISDIR(st.st_mode):
         raise SnapshotRejected(f"{prefix} is not a directory")
     todo = sorted(names) if names is not None else walk_prefix(prefix)
-    with os.fdopen(out_fd, "wb", buffering=1 << 20, closefd=False) as out, tarfile.open(
-        fileobj=out, mode="w|", format=tarfile.PAX_FORMAT
-    ) as tf:
+    with (
+        os.fdopen(out_fd, "wb", buffering=1 << 20, closefd=False) as out,
+        tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tf,
+    ):
         for rel in todo:
             check_name(rel)
             path = os.path.join(prefix, rel)

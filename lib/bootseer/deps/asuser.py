@@ -21,6 +21,7 @@ with ``os._exit``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -82,8 +83,16 @@ class UserChild:
         res_r, res_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
-            _child(uid, gid, groups, work, in_r, out_w, res_w,
-                   close=[fd for fd in (in_w, out_r, res_r) if fd is not None])
+            _child(
+                uid,
+                gid,
+                groups,
+                work,
+                in_r,
+                out_w,
+                res_w,
+                close=[fd for fd in (in_w, out_r, res_r) if fd is not None],
+            )
         for fd in (in_r, out_w, res_w):
             if fd is not None:
                 os.close(fd)
@@ -133,18 +142,24 @@ class UserChild:
 
     def kill(self) -> None:
         if self._status is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def _reap(self) -> None:
         if self._status is None:
             _, self._status = os.waitpid(self.pid, 0)
 
 
-def _child(uid: int, gid: int, groups: list[int], work: Work, in_fd: int | None,
-           out_fd: int | None, res_fd: int, close: list[int]) -> None:  # pragma: no cover
+def _child(
+    uid: int,
+    gid: int,
+    groups: list[int],
+    work: Work,
+    in_fd: int | None,
+    out_fd: int | None,
+    res_fd: int,
+    close: list[int],
+) -> None:  # pragma: no cover
     answer: dict[str, Any]
     try:
         for fd in close:
@@ -170,6 +185,6 @@ def _child(uid: int, gid: int, groups: list[int], work: Work, in_fd: int | None,
             data = json.dumps({"error": f"unreportable answer: {exc}"}).encode()
         view = memoryview(data)
         while view:
-            view = view[os.write(res_fd, view):]
+            view = view[os.write(res_fd, view) :]
     finally:
         os._exit(0)

@@ -18,6 +18,7 @@ jobs capture the same key at once, the last manifest wins and names a whole arch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -79,8 +80,11 @@ def capture(
     names = list(req.names) if req.names is not None else None
     prefix = req.prefix
     child = UserChild.start(
-        req.uid, req.gid, lambda _i, o: archive.write_snapshot(_fd(o), prefix, names),
-        groups=req.groups, drain=True,
+        req.uid,
+        req.gid,
+        lambda _i, o: archive.write_snapshot(_fd(o), prefix, names),
+        groups=req.groups,
+        drain=True,
     )
     assert child.stdout is not None
     out_fd = child.stdout
@@ -99,27 +103,40 @@ def capture(
 
     try:
         with store.writer(paths.data(data_name)) as out:
-            frames = encode_stream(readinto, out.write, frame_bytes=req.frame_bytes,
-                                   level=req.level, threads=default_threads(req.threads),
-                                   progress=count)
+            frames = encode_stream(
+                readinto,
+                out.write,
+                frame_bytes=req.frame_bytes,
+                level=req.level,
+                threads=default_threads(req.threads),
+                progress=count,
+            )
             answer = child.result(timeout=req.timeout)
     except UserChildError as exc:
         raise CaptureError(f"capture of {prefix} as uid {req.uid}: {exc}") from None
     except BaseException:
         child.kill()
-        try:
+        with contextlib.suppress(UserChildError):
             child.result(timeout=5)
-        except UserChildError:
-            pass
         raise
     entries = [Entry(str(n), str(t), int(s), str(link)) for n, t, s, link in answer["entries"]]
     if len(entries) > req.max_files:
         store.delete(paths.data(data_name))
         raise CaptureError(f"{prefix}: {len(entries)} entries, more than deps.max_files")
     manifest = Manifest(
-        key=req.key, base=req.base, scope=req.scope, prefix=prefix.rstrip("/"), data=data_name,
-        frames=frames, entries=entries, command=req.command, inputs=req.inputs,
-        created=time.time(), user=req.user, job_id=req.job_id, node=req.node,
+        key=req.key,
+        base=req.base,
+        scope=req.scope,
+        prefix=prefix.rstrip("/"),
+        data=data_name,
+        frames=frames,
+        entries=entries,
+        command=req.command,
+        inputs=req.inputs,
+        created=time.time(),
+        user=req.user,
+        job_id=req.job_id,
+        node=req.node,
         skipped=[str(s) for s in answer["skipped"]],
     )
     try:

@@ -73,7 +73,12 @@ def read_install_record(path: str) -> dict[str, Any] | None:
         isinstance(names, list) and all(isinstance(n, str) for n in names)
     ):
         raise ValueError(f"{path}: names must be a list of strings")
-    return {"command": cmd, "names": names, "prefix": str(rec.get("prefix", ""))}
+    return {
+        "command": cmd,
+        "names": names,
+        "prefix": str(rec.get("prefix", "")),
+        "fresh": rec.get("fresh") is not False,
+    }
 
 
 def write_install_record(path: str, record: dict[str, Any]) -> None:

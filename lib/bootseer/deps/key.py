@@ -85,9 +85,7 @@ def scope_dir(scope: str, user: str, account: str) -> str:
     return f"{scope}/{name}"
 
 
-def hash_key_files(
-    files: Sequence[str], work_dir: str, max_bytes: int
-) -> list[tuple[str, str]]:
+def hash_key_files(files: Sequence[str], work_dir: str, max_bytes: int) -> list[tuple[str, str]]:
     """sha256 of each key file, with the rights of the calling process.
 
     The prolog calls this in a child that has dropped to the job's user
@@ -98,7 +96,9 @@ def hash_key_files(
     for name in files:
         path = name if name.startswith("/") else os.path.join(work_dir or ".", name)
         if not name.startswith("/") and not work_dir:
-            raise KeyInputError(f"key file {name!r} is relative but the job has no working directory")
+            raise KeyInputError(
+                f"key file {name!r} is relative but the job has no working directory"
+            )
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
@@ -119,8 +119,13 @@ def hash_key_files(
 
 
 def hash_key_files_as(
-    uid: int, gid: int, groups: Sequence[int], files: Sequence[str], work_dir: str,
-    max_bytes: int, timeout: float,
+    uid: int,
+    gid: int,
+    groups: Sequence[int],
+    files: Sequence[str],
+    work_dir: str,
+    max_bytes: int,
+    timeout: float,
 ) -> list[tuple[str, str]]:
     """:func:`hash_key_files` in a child running as ``uid``/``gid``."""
     from bootseer.deps.asuser import UserChild, UserChildError
@@ -156,9 +161,7 @@ def image_identity(image: str | None) -> str:
 def os_release(path: str = "/etc/os-release") -> str:
     try:
         with open(path) as f:
-            fields = dict(
-                line.rstrip("\n").split("=", 1) for line in f if "=" in line
-            )
+            fields = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
     except OSError:
         return "unknown"
     return f"{fields.get('ID', '?').strip(chr(34))} {fields.get('VERSION_ID', '?').strip(chr(34))}"
@@ -169,9 +172,17 @@ def python_abi(python: str) -> str:
     """Version and ABI tag of the interpreter the site names (``deps.python``)."""
     try:
         out = subprocess.run(
-            [python, "-c", "import sys,sysconfig;"
-             "print(sys.version.split()[0], sysconfig.get_config_var('SOABI'))"],
-            capture_output=True, text=True, timeout=10, check=True, env={"PATH": "/usr/bin:/bin"},
+            [
+                python,
+                "-c",
+                "import sys,sysconfig;"
+                "print(sys.version.split()[0], sysconfig.get_config_var('SOABI'))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+            env={"PATH": "/usr/bin:/bin"},
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "none"
@@ -199,7 +210,11 @@ def gpu_identity(root: str = "/proc/driver/nvidia") -> str:
 
 
 def key_inputs(
-    *, scope: str, prefix: str, key_files: Sequence[tuple[str, str]], image: str | None,
+    *,
+    scope: str,
+    prefix: str,
+    key_files: Sequence[tuple[str, str]],
+    image: str | None,
     python: str,
 ) -> KeyInputs:
     """Key inputs for this node. With an image, the image stands for the OS and Python."""

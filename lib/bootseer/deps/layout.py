@@ -62,7 +62,3 @@ class SnapshotPaths:
 
 def ref_path(scope: str, base: str) -> str:
     return f"{ROOT}/{scope}/refs/{base}.json"
-
-
-def scopes_in(store_dirs: list[str], kind: str) -> list[str]:
-    return [f"{kind}/{d}" for d in store_dirs]

@@ -132,8 +132,12 @@ def _parse(d: Any, *, max_bytes: int, max_files: int) -> Manifest:
     offset = 0
     for i, raw in enumerate(d["frames"]):
         off, length, size, sha = raw
-        f = Frame(_int(off, "frame offset"), _int(length, "frame length"),
-                  _int(size, "frame size"), str(sha))
+        f = Frame(
+            _int(off, "frame offset"),
+            _int(length, "frame length"),
+            _int(size, "frame size"),
+            str(sha),
+        )
         if f.offset != offset or f.length == 0 or f.raw == 0 or not _SHA.match(f.sha256):
             raise ManifestError(f"frame {i} is not contiguous or lacks a checksum")
         offset += f.length
@@ -154,12 +158,20 @@ def _parse(d: Any, *, max_bytes: int, max_files: int) -> Manifest:
         names.add(e.name)
         entries.append(e)
     m = Manifest(
-        key=key, base=base, scope=_str(d, "scope"), prefix=prefix.rstrip("/"), data=data,
-        frames=frames, entries=entries,
+        key=key,
+        base=base,
+        scope=_str(d, "scope"),
+        prefix=prefix.rstrip("/"),
+        data=data,
+        frames=frames,
+        entries=entries,
         command=[str(a) for a in d["command"]] if d.get("command") is not None else None,
-        inputs=dict(d.get("inputs") or {}), created=float(d.get("created") or 0),
-        user=str(d.get("user", "")), job_id=int(d.get("job_id") or 0),
-        node=str(d.get("node", "")), skipped=[str(s) for s in d.get("skipped") or []],
+        inputs=dict(d.get("inputs") or {}),
+        created=float(d.get("created") or 0),
+        user=str(d.get("user", "")),
+        job_id=int(d.get("job_id") or 0),
+        node=str(d.get("node", "")),
+        skipped=[str(s) for s in d.get("skipped") or []],
     )
     if m.raw_bytes > max_bytes:
         raise ManifestError(

@@ -72,8 +72,9 @@ def find_snapshot(store: Store, scope: str, base: str) -> str | None:
     return key
 
 
-def read_manifest(store: Store, scope: str, key: str, *, max_bytes: int,
-                  max_files: int) -> tuple[Manifest, int] | None:
+def read_manifest(
+    store: Store, scope: str, key: str, *, max_bytes: int, max_files: int
+) -> tuple[Manifest, int] | None:
     """The manifest of a snapshot and its size in bytes, or None if there is none."""
     try:
         raw = store.read_bytes(SnapshotPaths(scope, key).manifest)
@@ -93,8 +94,9 @@ def restore(
 ) -> Restored:
     """Fetch, verify, decode and extract ``manifest``'s snapshot into ``req.prefix``."""
     if manifest.prefix != req.prefix.rstrip("/"):
-        raise RestoreError(f"snapshot {manifest.key} was captured from {manifest.prefix}, "
-                           f"not {req.prefix}")
+        raise RestoreError(
+            f"snapshot {manifest.key} was captured from {manifest.prefix}, not {req.prefix}"
+        )
     data_key = SnapshotPaths(manifest.scope, manifest.key).data(manifest.data)
     try:
         src = store.open_read(data_key)
@@ -102,8 +104,10 @@ def restore(
     except FileNotFoundError:
         raise RestoreError(f"snapshot {manifest.key}: archive {manifest.data} is missing") from None
     if size != manifest.stored_bytes:
-        raise ManifestError(f"snapshot {manifest.key}: archive has {size} bytes, the manifest "
-                            f"says {manifest.stored_bytes} (truncated or replaced)")
+        raise ManifestError(
+            f"snapshot {manifest.key}: archive has {size} bytes, the manifest "
+            f"says {manifest.stored_bytes} (truncated or replaced)"
+        )
     fetched = 0
     lock = threading.Lock()
 
@@ -120,8 +124,14 @@ def restore(
     def work(in_fd: int | None, _out: int | None) -> object:
         assert in_fd is not None
         return archive.extract_snapshot(
-            in_fd, prefix, entries, raw_bytes=raw_bytes, link_roots=list(req.link_roots),
-            max_bytes=req.max_bytes, max_files=req.max_files, replace=replace,
+            in_fd,
+            prefix,
+            entries,
+            raw_bytes=raw_bytes,
+            link_roots=list(req.link_roots),
+            max_bytes=req.max_bytes,
+            max_files=req.max_files,
+            replace=replace,
         )
 
     child = UserChild.start(req.uid, req.gid, work, groups=req.groups, feed=True)
@@ -131,8 +141,9 @@ def restore(
     failure: BaseException | None = None
     try:
         assert child.stdin is not None
-        for chunk in decode_frames(fetch, manifest.frames, threads=default_threads(req.threads),
-                                   progress=progress):
+        for chunk in decode_frames(
+            fetch, manifest.frames, threads=default_threads(req.threads), progress=progress
+        ):
             if not _write_all(child.stdin, chunk):
                 break  # the child gave up; its answer says why
     except (ManifestError, StoreError, OSError) as exc:
@@ -152,15 +163,21 @@ def restore(
         if isinstance(failure, StepError | StoreError):
             raise failure
         raise RestoreError(f"restore of {manifest.key}: {failure}") from failure
-    return Restored(manifest.key, fetched, int(answer["entries"]), int(answer["bytes"]),
-                    int(answer["dev"]), int(answer["ino"]))
+    return Restored(
+        manifest.key,
+        fetched,
+        int(answer["entries"]),
+        int(answer["bytes"]),
+        int(answer["dev"]),
+        int(answer["ino"]),
+    )
 
 
 def _write_all(fd: int, data: bytes) -> bool:
     view = memoryview(data)
     try:
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except BrokenPipeError:
         return False
     return True

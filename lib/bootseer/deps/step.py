@@ -55,10 +55,22 @@ def prolog(call: StepCall) -> StepResult:
     scope, note = effective_scope(spec.scope, cfg)
     sdir = scope_dir(scope, ctx.user, ctx.account)
     groups = user_groups(ctx.user, ctx.gid)
-    files = hash_key_files_as(ctx.uid, ctx.gid, groups, spec.keys, ctx.work_dir,
-                              cfg.deps.max_key_file_bytes, timeout=min(30.0, call.remaining()))
-    inputs = key_inputs(scope=sdir, prefix=spec.prefix, key_files=files,
-                        image=ctx.options.image, python=cfg.deps.python)
+    files = hash_key_files_as(
+        ctx.uid,
+        ctx.gid,
+        groups,
+        spec.keys,
+        ctx.work_dir,
+        cfg.deps.max_key_file_bytes,
+        timeout=min(30.0, call.remaining()),
+    )
+    inputs = key_inputs(
+        scope=sdir,
+        prefix=spec.prefix,
+        key_files=files,
+        image=ctx.options.image,
+        python=cfg.deps.python,
+    )
     base = inputs.base()
     state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix)
     state_path = state_dir / "prolog.json"
@@ -67,28 +79,37 @@ def prolog(call: StepCall) -> StepResult:
     if ctx.options.mode == "refresh":
         state.why = "--bootseer=refresh"
         state.write(state_path)
-        return StepResult(outcome="skipped", env=env,
-                          detail=f"{note}refresh asked: not restoring base {base}")
+        return StepResult(
+            outcome="skipped", env=env, detail=f"{note}refresh asked: not restoring base {base}"
+        )
 
     from bootseer.deps import nodecache
     from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 
     store = _store(cfg)
     key = find_snapshot(store, sdir, base)
-    found = read_manifest(store, sdir, key, max_bytes=cfg.deps.max_bytes,
-                          max_files=cfg.deps.max_files) if key else None
+    found = (
+        read_manifest(store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files)
+        if key
+        else None
+    )
     if key is None or found is None:
         state.why = "no snapshot"
         state.write(state_path)
-        return StepResult(outcome="skipped", env=env,
-                          detail=f"{note}no snapshot for base {base} in {sdir}: the job installs")
+        return StepResult(
+            outcome="skipped",
+            env=env,
+            detail=f"{note}no snapshot for base {base} in {sdir}: the job installs",
+        )
     manifest, mbytes = found
     cache = cfg.paths.cache_dir
     with nodecache.prefix_lock(cache, spec.prefix, timeout=call.remaining()):
         stamp = nodecache.read_stamp(cache, spec.prefix)
         ours = stamp is not None and stamp.matches(spec.prefix, ctx.uid)
         if ours and stamp is not None and stamp.key == key:
-            detail = f"{note}snapshot {key} already in {spec.prefix} (restored earlier on this node)"
+            detail = (
+                f"{note}snapshot {key} already in {spec.prefix} (restored earlier on this node)"
+            )
             fetched, entries = 0, 0
         else:
             if os.path.lexists(spec.prefix) and not ours and not _empty_dir(spec.prefix):
@@ -97,17 +118,26 @@ def prolog(call: StepCall) -> StepResult:
                     "not replacing it (remove it, or use a prefix per job)"
                 )
             req = RestoreRequest(
-                prefix=spec.prefix, uid=ctx.uid, gid=ctx.gid, groups=groups,
-                link_roots=cfg.deps.link_roots, max_bytes=cfg.deps.max_bytes,
-                max_files=cfg.deps.max_files, threads=cfg.deps.threads,
-                timeout=max(1.0, call.remaining()), replace=ours,
+                prefix=spec.prefix,
+                uid=ctx.uid,
+                gid=ctx.gid,
+                groups=groups,
+                link_roots=cfg.deps.link_roots,
+                max_bytes=cfg.deps.max_bytes,
+                max_files=cfg.deps.max_files,
+                threads=cfg.deps.threads,
+                timeout=max(1.0, call.remaining()),
+                replace=ours,
             )
             done = restore(store, manifest, req)
-            nodecache.write_stamp(cache, nodecache.Stamp(spec.prefix, key, ctx.uid, done.dev,
-                                                         done.ino, time.time()))
+            nodecache.write_stamp(
+                cache, nodecache.Stamp(spec.prefix, key, ctx.uid, done.dev, done.ino, time.time())
+            )
             fetched, entries = done.fetched, done.entries
-            detail = (f"{note}restored {key} into {spec.prefix}: {entries} entries, "
-                      f"{manifest.raw_bytes} bytes")
+            detail = (
+                f"{note}restored {key} into {spec.prefix}: {entries} entries, "
+                f"{manifest.raw_bytes} bytes"
+            )
     if ctx.first_node:
         try:
             store.write_bytes(SnapshotPaths(sdir, key).used, f"{time.time():.0f}".encode())
@@ -116,8 +146,9 @@ def prolog(call: StepCall) -> StepResult:
     state.restored = key
     state.write(state_path)
     env["BOOTSEER_DEPS_KEY"] = key
-    return StepResult(detail=f"{detail} in {time.monotonic() - t0:.2f}s",
-                      bytes=fetched + mbytes, env=env)
+    return StepResult(
+        detail=f"{detail} in {time.monotonic() - t0:.2f}s", bytes=fetched + mbytes, env=env
+    )
 
 
 def _empty_dir(path: str) -> bool:
@@ -134,12 +165,20 @@ def epilog(call: StepCall) -> StepResult:
         return StepResult(outcome="skipped", detail="no prolog state: nothing to capture")
     if not ctx.first_node:
         return StepResult(outcome="skipped", detail="the job's first node captures")
-    record = _install_record(ctx, str(call.job.sub("deps") / "job" / "install.json"),
-                             call.remaining())
+    record = _install_record(
+        ctx, str(call.job.sub("deps") / "job" / "install.json"), call.remaining()
+    )
     if record is None and state.restored:
         return StepResult(outcome="skipped", detail=f"restored {state.restored}; nothing installed")
+    if record is not None and not record["fresh"]:
+        return StepResult(
+            outcome="skipped",
+            detail=f"{state.prefix} was not empty before the install: not captured",
+        )
     if not os.path.isdir(state.prefix):
-        return StepResult(outcome="skipped", detail=f"{state.prefix} does not exist: nothing to capture")
+        return StepResult(
+            outcome="skipped", detail=f"{state.prefix} does not exist: nothing to capture"
+        )
     command = record["command"] if record else None
     names = record["names"] if record else None
     return capture_for_job(call, ctx, cfg, state, command, names)
@@ -154,8 +193,14 @@ def _install_record(ctx: JobContext, path: str, timeout: float) -> dict[str, obj
     return rec
 
 
-def capture_for_job(call: StepCall, ctx: JobContext, cfg: SiteConfig,
-                    state: jobstate.PrologState, command: object, names: object) -> StepResult:
+def capture_for_job(
+    call: StepCall,
+    ctx: JobContext,
+    cfg: SiteConfig,
+    state: jobstate.PrologState,
+    command: object,
+    names: object,
+) -> StepResult:
     from bootseer.deps.capture import CaptureRequest, capture, snapshot_exists, write_ref
 
     cmd = list(command) if isinstance(command, list) else None
@@ -165,16 +210,28 @@ def capture_for_job(call: StepCall, ctx: JobContext, cfg: SiteConfig,
         write_ref(store, state.scope, state.base, key, cmd)
         return StepResult(outcome="skipped", detail=f"snapshot {key} already in the store")
     req = CaptureRequest(
-        prefix=state.prefix, scope=state.scope, base=state.base, key=key, uid=ctx.uid,
-        gid=ctx.gid, groups=user_groups(ctx.user, ctx.gid),
-        names=list(names) if isinstance(names, list) else None, command=cmd,
-        user=ctx.user, job_id=ctx.job_id, node=ctx.node, frame_bytes=cfg.deps.frame_bytes,
-        level=cfg.deps.level, threads=cfg.deps.threads, max_bytes=cfg.deps.max_bytes,
-        max_files=cfg.deps.max_files, timeout=max(1.0, call.remaining()),
+        prefix=state.prefix,
+        scope=state.scope,
+        base=state.base,
+        key=key,
+        uid=ctx.uid,
+        gid=ctx.gid,
+        groups=user_groups(ctx.user, ctx.gid),
+        names=list(names) if isinstance(names, list) else None,
+        command=cmd,
+        user=ctx.user,
+        job_id=ctx.job_id,
+        node=ctx.node,
+        frame_bytes=cfg.deps.frame_bytes,
+        level=cfg.deps.level,
+        threads=cfg.deps.threads,
+        max_bytes=cfg.deps.max_bytes,
+        max_files=cfg.deps.max_files,
+        timeout=max(1.0, call.remaining()),
     )
     m = capture(store, req)
     return StepResult(
         detail=f"captured {key} from {state.prefix}: {len(m.entries)} entries, "
-               f"{m.raw_bytes} bytes -> {m.stored_bytes} stored",
+        f"{m.raw_bytes} bytes -> {m.stored_bytes} stored",
         bytes=m.stored_bytes,
     )
