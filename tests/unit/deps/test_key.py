@@ -69,7 +69,7 @@ def test_key_file_contents_decide(tmp_path: Path) -> None:
 
 
 def test_key_file_errors_are_clear(tmp_path: Path) -> None:
-    with pytest.raises(KeyInputError, match="missing.txt"):
+    with pytest.raises(KeyInputError, match=r"missing\.txt"):
         hash_key_files(["missing.txt"], str(tmp_path), 1 << 20)
     os.mkdir(tmp_path / "d")
     with pytest.raises(KeyInputError, match="not a regular file"):
