@@ -108,24 +108,33 @@ class SnapshotFilter:
         return filtered
 
     def _data_filter(self, member: tarfile.TarInfo, dest: str, where: str) -> tarfile.TarInfo:
-        allowed_link = member.issym() and member.linkname.startswith("/")
-        if allowed_link:
-            target = os.path.normpath(member.linkname)
-            if ".." in member.linkname.split("/") or not any(
-                target == r or target.startswith(r + "/") or r == "/" for r in self.link_roots
+        if not member.issym():
+            try:
+                return tarfile.data_filter(member, dest)
+            except tarfile.FilterError as exc:
+                raise SnapshotRejected(f"{where}: {exc}") from None
+        # Symlinks are checked by their text, not by resolving them on disk as the data
+        # filter does: a relative link may point at another link (python3 -> python ->
+        # /usr/bin/python3.11), and nothing is ever written through a link (see above).
+        link = member.linkname
+        if link.startswith("/"):
+            target = os.path.normpath(link)
+            if ".." in link.split("/") or not any(
+                r == "/" or target == r or target.startswith(r + "/") for r in self.link_roots
             ):
                 raise SnapshotRejected(
-                    f"{where}: symlink to {member.linkname!r} leaves the prefix "
+                    f"{where}: symlink to {link!r} leaves the prefix "
                     f"(allowed outside it: deps.link_roots={self.link_roots})"
                 )
-            member = member.replace(linkname=".", deep=False)
+        else:
+            target = os.path.normpath(os.path.join(os.path.dirname(member.name), link))
+            if target == ".." or target.startswith("../") or not link:
+                raise SnapshotRejected(f"{where}: symlink to {link!r} leaves the prefix")
         try:
-            filtered = tarfile.data_filter(member, dest)
+            filtered = tarfile.data_filter(member.replace(linkname=".", deep=False), dest)
         except tarfile.FilterError as exc:
             raise SnapshotRejected(f"{where}: {exc}") from None
-        if allowed_link:
-            filtered = filtered.replace(linkname=target, deep=False)
-        return filtered
+        return filtered.replace(linkname=link, deep=False)
 
     def finish(self) -> None:
         if self.count != len(self.entries):

@@ -227,3 +227,15 @@ def test_prefix_that_exists_is_not_overwritten(store: Store, scratch: Path) -> N
         do_restore(store, scratch, [member("a", data=b"x")])
     assert (scratch / "env" / "keep").read_text() == "mine"
     assert sorted(p.name for p in scratch.iterdir()) == ["env", "store"]
+
+
+def test_relative_link_to_an_allowed_absolute_link(store: Store, scratch: Path) -> None:
+    """A venv's bin/python3 -> python -> /usr/bin/python3: allowed, as created."""
+    members = [
+        member("bin", tarfile.DIRTYPE, mode=0o755),
+        member("bin/python", tarfile.SYMTYPE, link="/usr/bin/python3"),
+        member("bin/python3", tarfile.SYMTYPE, link="python"),
+        member("lib64", tarfile.SYMTYPE, link="bin"),
+    ]
+    prefix = do_restore(store, scratch, members)
+    assert os.readlink(prefix / "bin" / "python3") == "python"
