@@ -44,9 +44,26 @@ import devcluster  # noqa: E402
 
 SMOKE = ["six", "idna", "packaging", "attrs", "markupsafe"]
 FULL = [
-    "numpy", "scipy", "pandas", "matplotlib", "scikit-learn", "networkx", "sympy", "pillow",
-    "requests", "jinja2", "markupsafe", "pyyaml", "rich", "click", "attrs", "tqdm", "fsspec",
-    "filelock", "packaging", "psutil",
+    "numpy",
+    "scipy",
+    "pandas",
+    "matplotlib",
+    "scikit-learn",
+    "networkx",
+    "sympy",
+    "pillow",
+    "requests",
+    "jinja2",
+    "markupsafe",
+    "pyyaml",
+    "rich",
+    "click",
+    "attrs",
+    "tqdm",
+    "fsspec",
+    "filelock",
+    "packaging",
+    "psutil",
 ]
 FROM_SOURCE = {"markupsafe"}  # served as an sdist only: built with the C compiler
 BUILD_DEPS = ["setuptools", "wheel"]
@@ -70,15 +87,41 @@ def build_index(packages: list[str], root: Path) -> Path:
     files.mkdir(parents=True)
     py = sys.executable
     binary = [p for p in packages if p not in FROM_SOURCE]
-    sh([py, "-m", "pip", "download", "-q", "-d", str(files), "--only-binary", ":all:",
-        *binary, *BUILD_DEPS])
+    sh(
+        [
+            py,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "-d",
+            str(files),
+            "--only-binary",
+            ":all:",
+            *binary,
+            *BUILD_DEPS,
+        ]
+    )
     for p in FROM_SOURCE & set(packages):
         for f in files.glob(f"{p}-*"):
             f.unlink()
         for f in files.glob(f"{p.capitalize()}-*"):
             f.unlink()
-        sh([py, "-m", "pip", "download", "-q", "-d", str(files), "--no-binary", ":all:",
-            "--no-deps", p])
+        sh(
+            [
+                py,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "-d",
+                str(files),
+                "--no-binary",
+                ":all:",
+                "--no-deps",
+                p,
+            ]
+        )
     by_name: dict[str, list[str]] = {}
     for f in sorted(os.listdir(files)):
         name = f.split("-")[0] if f.endswith(".whl") else f.rsplit("-", 1)[0]
@@ -86,7 +129,9 @@ def build_index(packages: list[str], root: Path) -> Path:
     for name, fs in by_name.items():
         d = root / "simple" / name
         d.mkdir(parents=True)
-        links = "".join(f'<a href="../../files/{html.escape(f)}">{html.escape(f)}</a>\n' for f in fs)
+        links = "".join(
+            f'<a href="../../files/{html.escape(f)}">{html.escape(f)}</a>\n' for f in fs
+        )
         (d / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
     (root / "simple" / "index.html").write_text(
         "".join(f'<a href="{n}/">{n}</a>\n' for n in sorted(by_name))
@@ -107,13 +152,29 @@ class Bench:
 
     def start_index(self, root: Path) -> None:
         self.index_proc = subprocess.Popen(
-            ["nsenter", f"--net=/var/run/netns/{self.c.s.netns}", sys.executable, "-m", "http.server",
-             str(INDEX_PORT), "--bind", self.c.s.store_ips[1], "--directory", str(root)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "nsenter",
+                f"--net=/var/run/netns/{self.c.s.netns}",
+                sys.executable,
+                "-m",
+                "http.server",
+                str(INDEX_PORT),
+                "--bind",
+                self.c.s.store_ips[1],
+                "--directory",
+                str(root),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
-        devcluster.wait_for(lambda: subprocess.run(
-            ["curl", "-sf", "-o", "/dev/null", self.index_url + "/"]).returncode == 0,
-            15, "package index")
+        devcluster.wait_for(
+            lambda: (
+                subprocess.run(["curl", "-sf", "-o", "/dev/null", self.index_url + "/"]).returncode
+                == 0
+            ),
+            15,
+            "package index",
+        )
 
     def stop_index(self) -> None:
         if self.index_proc is not None:
@@ -128,8 +189,7 @@ class Bench:
         text = self.c.site_config.read_text()
         text = re.sub(r"\n\[deps\][^\[]*", "\n", text)
         roots = ["/usr", "/opt", str(Path(self.py).parents[1])]
-        text += (f"\n[deps]\nlink_roots = {json.dumps(roots)}\n"
-                 "[hooks.step_deadlines]\ndeps = 600\n")
+        text += f"\n[deps]\nlink_roots = {json.dumps(roots)}\n[hooks.step_deadlines]\ndeps = 600\n"
         text = text.replace("prolog_deadline = 120", "prolog_deadline = 600")
         text = text.replace("epilog_deadline = 120", "epilog_deadline = 600")
         self.c.site_config.write_text(text)
@@ -140,19 +200,37 @@ class Bench:
         out.mkdir(exist_ok=True)
         ids = {}
         for node in self.nodes:
-            args = ["sbatch", "--parsable", "-w", node, "-J", f"bench-{name}",
-                    f"--output={out}/%j.out",
-                    # PIP_CONFIG_FILE: the machine's pip.conf must not add indexes of its own.
-                    f"--export=ALL,BENCH_NODE={node},PIP_CONFIG_FILE=/dev/null"]
+            args = [
+                "sbatch",
+                "--parsable",
+                "-w",
+                node,
+                "-J",
+                f"bench-{name}",
+                f"--output={out}/%j.out",
+                # PIP_CONFIG_FILE: the machine's pip.conf must not add indexes of its own.
+                f"--export=ALL,BENCH_NODE={node},PIP_CONFIG_FILE=/dev/null",
+            ]
             if deps:
                 args.append(f"--bootseer-deps={WORK}/{node}/bs,key={self.req}")
-            r = subprocess.run(args, input=script, env=self.env, text=True, capture_output=True,
-                               cwd=WORK, check=True)
+            r = subprocess.run(
+                args,
+                input=script,
+                env=self.env,
+                text=True,
+                capture_output=True,
+                cwd=WORK,
+                check=True,
+            )
             ids[node] = int(r.stdout.strip().split(";")[0])
         deadline = time.monotonic() + 3600
         while time.monotonic() < deadline:
-            r = subprocess.run(["squeue", "-h", "-o", "%i", "-t", "PD,R,CG,CF,S"], env=self.env,
-                               text=True, capture_output=True)
+            r = subprocess.run(
+                ["squeue", "-h", "-o", "%i", "-t", "PD,R,CG,CF,S"],
+                env=self.env,
+                text=True,
+                capture_output=True,
+            )
             live = set(r.stdout.split())
             if not live & {str(i) for i in ids.values()}:
                 break
@@ -174,8 +252,9 @@ class Bench:
         got, details = {}, []
         for node, jid in ids.items():
             log = (self.c.dir / "nodes" / node / "log" / f"{node}.log").read_text()
-            m = re.search(rf"job={jid} {hook} step=deps outcome=(\w+) secs=([\d.]+) (.*)$", log,
-                          re.M)
+            m = re.search(
+                rf"job={jid} {hook} step=deps outcome=(\w+) secs=([\d.]+) (.*)$", log, re.M
+            )
             if not m:
                 raise RuntimeError(f"no {hook} deps step for job {jid} on {node}")
             details.append(f"{node}: {m.group(1)} {m.group(3)}")
@@ -189,15 +268,18 @@ class Bench:
 
 
 def timed(tag: str, body: str) -> str:
-    return (f"t0=$(date +%s.%N)\n{body}\nt1=$(date +%s.%N)\n"
-            f'echo "BENCH {tag} $(python3 -c "print(round($t1 - $t0, 3))")"\n')
+    return (
+        f"t0=$(date +%s.%N)\n{body}\nt1=$(date +%s.%N)\n"
+        f'echo "BENCH {tag} $(python3 -c "print(round($t1 - $t0, 3))")"\n'
+    )
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="a few small packages (CI)")
-    ap.add_argument("--state-dir", default=os.environ.get("BOOTSEER_DEV_STATE",
-                                                          "/var/tmp/bootseer-dev"))
+    ap.add_argument(
+        "--state-dir", default=os.environ.get("BOOTSEER_DEV_STATE", "/var/tmp/bootseer-dev")
+    )
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     cluster = devcluster.Cluster.load(Path(args.state_dir))
@@ -212,28 +294,41 @@ def main(argv: list[str]) -> int:
     saved_config = cluster.site_config.read_text()
     py, url = b.py, b.index_url
     uv = shutil.which("uv", path=b.env["PATH"]) or "uv"
-    pip_install = (f"{py} -m venv $P && $P/bin/pip install -q --no-cache-dir "
-                   f"--index-url {url} --trusted-host {cluster.s.store_ips[1]} -r {b.req}")
-    uv_install = (f"{uv} venv -q --python {py} $P && "
-                  f"UV_CACHE_DIR=$(mktemp -d) {uv} pip install -q --python $P/bin/python "
-                  f"--index-url {url} -r {b.req}")
+    pip_install = (
+        f"{py} -m venv $P && $P/bin/pip install -q --no-cache-dir "
+        f"--index-url {url} --trusted-host {cluster.s.store_ips[1]} -r {b.req}"
+    )
+    uv_install = (
+        f"{uv} venv -q --python {py} $P && "
+        f"UV_CACHE_DIR=$(mktemp -d) {uv} pip install -q --python $P/bin/python "
+        f"--index-url {url} -r {b.req}"
+    )
     results: dict[str, dict[str, float]] = {}
     try:
         b.site_config()
         b.start_index(index)
         b.clean("pip")
-        ids = b.run_jobs("pip", "#!/bin/sh\nset -e\nP=" + str(WORK) + "/$BENCH_NODE/pip\n"
-                         + timed("pip", pip_install))
+        ids = b.run_jobs(
+            "pip",
+            "#!/bin/sh\nset -e\nP=" + str(WORK) + "/$BENCH_NODE/pip\n" + timed("pip", pip_install),
+        )
         results["pip"] = b.timings(ids, "pip")
         b.clean("uv")
-        ids = b.run_jobs("uv", "#!/bin/sh\nset -e\nP=" + str(WORK) + "/$BENCH_NODE/uv\n"
-                         + timed("uv", uv_install))
+        ids = b.run_jobs(
+            "uv",
+            "#!/bin/sh\nset -e\nP=" + str(WORK) + "/$BENCH_NODE/uv\n" + timed("uv", uv_install),
+        )
         results["uv"] = b.timings(ids, "uv")
 
+        from bootseer.store import open_store
+
+        open_store(cluster.store_uri()).delete_prefix("deps")  # a cold start for the capture
         b.clean("bs")
         # BOOTSEER_* reach srun tasks, not the batch script itself: name the prefix here.
-        wrapped = (f"#!/bin/sh\nset -e\nexport P={WORK}/$BENCH_NODE/bs\n"
-                   f"bootseer deps run -- sh -c '{uv_install}'\n")
+        wrapped = (
+            f"#!/bin/sh\nset -e\nexport P={WORK}/$BENCH_NODE/bs\n"
+            f"bootseer deps run -- sh -c '{uv_install}'\n"
+        )
         ids = b.run_jobs("capture", wrapped, deps=True)
         cap, cap_details = b.hook_secs({b.nodes[0]: ids[b.nodes[0]]}, "epilog")
         for node in b.nodes:
@@ -262,24 +357,23 @@ def main(argv: list[str]) -> int:
                 (WORK / f"{node}.data").write_text(o.key.rsplit("/", 1)[0] + "/" + m["data"])
                 (WORK / f"{node}.key").write_text(f"{m['scope']} {m['key']}")
         b.clean("floor")
-        b.clean("local")
-        ids = b.run_jobs("floor", "#!/bin/sh\nset -e\nD=" + str(WORK) + "/$BENCH_NODE/floor\n"
-                         "mkdir -p $D\n"
-                         + timed("floor", f'tar -I zstd -xf "{WORK}/local-store/$(cat '
-                                 f'{WORK}/$BENCH_NODE.data)" -C $D'))
-        results["floor"] = b.timings(ids, "floor")
-        local_restore = (
-            f"{py} -c \"import sys; sys.path.insert(0, '{TOP / 'lib'}');"
-            "from bootseer.store import open_store;"
-            "from bootseer.deps.restore import read_manifest, restore, RestoreRequest;"
-            f"s = open_store('file://{WORK}/local-store');"
-            "scope, key = open('" + str(WORK) + "/'+sys.argv[1]+'.key').read().split();"
-            "m, _ = read_manifest(s, scope, key, max_bytes=1<<40, max_files=10**7);"
-            "restore(s, m, RestoreRequest(prefix=m.prefix.replace('/bs', '/local'), uid=0, "
-            f"gid=0, link_roots={json.dumps(['/usr', '/opt', str(Path(py).parents[1])])}))\" "
-            "$BENCH_NODE"
+        ids = b.run_jobs(
+            "floor",
+            "#!/bin/sh\nset -e\nD=" + str(WORK) + "/$BENCH_NODE/floor\n"
+            "mkdir -p $D\n"
+            + timed(
+                "floor",
+                f'tar -I zstd -xf "{WORK}/local-store/$(cat {WORK}/$BENCH_NODE.data)" -C $D',
+            ),
         )
-        ids = b.run_jobs("local", "#!/bin/sh\nset -e\n" + timed("local", local_restore))
+        results["floor"] = b.timings(ids, "floor")
+        roots = " ".join(["/usr", "/opt", str(Path(py).parents[1])])
+        local_restore = (
+            f"{py} {HERE / 'restore_local.py'} file://{WORK}/local-store "
+            f"$(cat {WORK}/$BENCH_NODE.key) {roots}"
+        )
+        b.clean("bs")
+        ids = b.run_jobs("local", "#!/bin/sh\nset -e\n" + local_restore + "\n")
         results["restore-local"] = b.timings(ids, "local")
     finally:
         b.stop_index()
@@ -288,23 +382,33 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def report(results: dict[str, dict[str, float]], packages: list[str], cap: dict[str, float],
-           cap_details: list[str], out: str | None) -> None:
+def report(
+    results: dict[str, dict[str, float]],
+    packages: list[str],
+    cap: dict[str, float],
+    cap_details: list[str],
+    out: str | None,
+) -> None:
     med = {k: statistics.median(v.values()) for k, v in results.items()}
     print(f"\ndeps bench: {len(packages)} requested packages on {len(results['pip'])} nodes")
     print(f"{'method':<15}{'median s':>10}{'min':>8}{'max':>8}{'spread':>9}   per node")
     for k, v in results.items():
         spread = (max(v.values()) - min(v.values())) / med[k] * 100 if med[k] else 0.0
         per = " ".join(f"{n}={s:.2f}" for n, s in sorted(v.items()))
-        print(f"{k:<15}{med[k]:>10.2f}{min(v.values()):>8.2f}{max(v.values()):>8.2f}"
-              f"{spread:>8.0f}%   {per}")
+        print(
+            f"{k:<15}{med[k]:>10.2f}{min(v.values()):>8.2f}{max(v.values()):>8.2f}"
+            f"{spread:>8.0f}%   {per}"
+        )
     print(f"\npip / restore          {med['pip'] / med['restore']:6.1f}x   (target >= 10x)")
     print(f"uv / restore           {med['uv'] / med['restore']:6.1f}x   (target >= 3x)")
     print(f"restore-local / floor  {med['restore-local'] / med['floor']:6.2f}x   (target <= 1.5x)")
     print(f"capture (epilog, first node): {next(iter(cap.values())):.2f}s  {cap_details[0]}")
     if out:
-        Path(out).write_text(json.dumps({"results": results, "medians": med,
-                                         "capture": cap, "packages": packages}, indent=1))
+        Path(out).write_text(
+            json.dumps(
+                {"results": results, "medians": med, "capture": cap, "packages": packages}, indent=1
+            )
+        )
 
 
 if __name__ == "__main__":
