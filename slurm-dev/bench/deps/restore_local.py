@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "lib"))
 
-from bootseer.deps.restore import RestoreRequest, read_manifest, restore  # noqa: E402
-from bootseer.store import open_store  # noqa: E402
+from bootseer.deps.restore import RestoreRequest, read_manifest, restore
+from bootseer.store import open_store
 
 
 def main(argv: list[str]) -> int:
