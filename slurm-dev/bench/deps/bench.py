@@ -347,6 +347,7 @@ def main(argv: list[str]) -> int:
         from bootseer.store import open_store
 
         store = open_store(cluster.store_uri())
+        shutil.rmtree(WORK / "local-store", ignore_errors=True)  # no earlier run's snapshots
         local = open_store(f"file://{WORK}/local-store")
         for o in store.list("deps", recursive=True):
             local.write_bytes(o.key, store.read_bytes(o.key))
