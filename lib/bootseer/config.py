@@ -142,6 +142,38 @@ class ImageSection:
 
 
 @dataclass(frozen=True)
+class DepsSection:
+    """Dependency snapshots (``--bootseer-deps``, ``bootseer deps``); see docs/deps.md."""
+
+    # Scopes jobs may share snapshots in; "user" is always allowed. Add "account"
+    # and/or "cluster" to let members of an account (or everyone) reuse each other's.
+    scopes: list[str] = field(default_factory=lambda: ["user"])
+    # Absolute symlink targets a snapshot may hold (a venv's bin/python points at its
+    # interpreter); every other link must stay inside the prefix.
+    link_roots: list[str] = field(default_factory=lambda: ["/usr", "/opt"])
+    # The interpreter whose version and ABI go into the snapshot key.
+    python: str = "/usr/bin/python3"
+    max_bytes: int = 64 << 30  # largest snapshot (uncompressed) captured or restored
+    max_files: int = 1_000_000  # most entries (files, dirs, links) in one snapshot
+    max_key_file_bytes: int = 16 << 20  # largest key file hashed
+    frame_bytes: int = 8 << 20  # uncompressed bytes per independent zstd frame
+    level: int = 3  # zstd level for captures
+    threads: int = 0  # decode/encode threads; 0: one per core, at most 8
+
+    def __post_init__(self) -> None:
+        for scope in self.scopes:
+            if scope not in ("user", "account", "cluster"):
+                raise ConfigError(f"deps.scopes: {scope!r} is not one of user, account, cluster")
+        for root in self.link_roots:
+            if not root.startswith("/") or ".." in root.split("/"):
+                raise ConfigError(f"deps.link_roots: {root!r} is not an absolute path")
+        if not 1 <= self.level <= 22:
+            raise ConfigError(f"deps.level must be 1 to 22, not {self.level}")
+        if self.frame_bytes < 64 << 10:
+            raise ConfigError(f"deps.frame_bytes must be at least 65536, not {self.frame_bytes}")
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     store: StoreSection = field(default_factory=StoreSection)
     paths: PathsSection = field(default_factory=PathsSection)
@@ -149,6 +181,7 @@ class SiteConfig:
     phases: PhasesSection = field(default_factory=PhasesSection)
     ckpt: CkptSection = field(default_factory=CkptSection)
     image: ImageSection = field(default_factory=ImageSection)
+    deps: DepsSection = field(default_factory=DepsSection)
     source: Path | None = None  # the file it came from, for messages
 
     @classmethod

@@ -51,7 +51,7 @@ def test_rows_round_trip_through_arrow_to_the_microsecond() -> None:
 def test_step_phase_names() -> None:
     assert phase_for_step("prolog", "image") == "image_prefetch"
     assert phase_for_step("prolog", "deps") == "deps_restore"
-    assert phase_for_step("epilog", "deps") == "deps_snapshot"
+    assert phase_for_step("epilog", "deps") == "deps_capture"
     assert phase_for_step("prolog", "gpucheck") == "prolog_gpucheck"
 
 

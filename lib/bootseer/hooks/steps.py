@@ -58,10 +58,14 @@ class StepSpec:
 # work on the job's options alone).
 PROLOG_STEPS: tuple[StepSpec, ...] = (
     StepSpec("image", "bootseer.image.step:prolog", lambda ctx: ctx.options.image is not None),
+    # Phase records: prolog "deps" is deps_restore.
+    StepSpec("deps", "bootseer.deps.step:prolog", lambda ctx: ctx.options.deps is not None),
     StepSpec("ckpt", "bootseer.ckpt.step:prolog", lambda ctx: ctx.options.ckpt is not None),
 )
 EPILOG_STEPS: tuple[StepSpec, ...] = (
     StepSpec("image", "bootseer.image.step:epilog", lambda ctx: ctx.options.image is not None),
+    # Phase records: epilog "deps" is deps_capture.
+    StepSpec("deps", "bootseer.deps.step:epilog", lambda ctx: ctx.options.deps is not None),
     StepSpec("ckpt", "bootseer.ckpt.step:epilog", lambda ctx: ctx.options.ckpt is not None),
 )
 

@@ -34,7 +34,7 @@ STEP_PHASES = {
     ("prolog", "deps"): "deps_restore",
     ("prolog", "ckpt"): "ckpt_mount",
     ("epilog", "image"): "image_trace",
-    ("epilog", "deps"): "deps_snapshot",
+    ("epilog", "deps"): "deps_capture",
     ("epilog", "ckpt"): "ckpt_unmount",
 }
 
@@ -47,11 +47,11 @@ PHASE_ORDER = (
     *JOB_PHASES,
     "epilog",
     "image_trace",
-    "deps_snapshot",
+    "deps_capture",
     "ckpt_unmount",
 )
 # Phases that belong to the job's end, not to its startup.
-TEARDOWN_PHASES = frozenset({"epilog", "image_trace", "deps_snapshot", "ckpt_unmount"})
+TEARDOWN_PHASES = frozenset({"epilog", "image_trace", "deps_capture", "ckpt_unmount"})
 
 PHASE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 DETAIL_MAX = 500

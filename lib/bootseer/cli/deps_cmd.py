@@ -1,0 +1,288 @@
+"""``bootseer deps run|key|ls|show|rm|gc``: dependency snapshots.
+
+    bootseer deps run --prefix /tmp/venv --key-file requirements.txt -- \\
+        sh -c 'python3 -m venv /tmp/venv && /tmp/venv/bin/pip install -r requirements.txt'
+    bootseer deps key --prefix /tmp/venv --key-file requirements.txt
+    bootseer deps ls
+    bootseer deps gc --unused-days 30 --max-total 500G --dry-run
+
+Users see and remove their own snapshots (scope ``user/<them>``) and the shared scopes
+the site allows; root sees all of them (``--all``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import time
+from typing import Any
+
+from bootseer.errors import BootseerError
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.IGNORECASE)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("deps", help="dependency snapshots: run an install, list, gc")
+    dsub = p.add_subparsers(dest="deps_command", required=True, metavar="ACTION")
+
+    def spec_args(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--prefix", help="the directory the install fills (absolute)")
+        q.add_argument(
+            "--key-file",
+            action="append",
+            default=[],
+            metavar="FILE",
+            help="a file whose contents decide the snapshot (repeatable)",
+        )
+        q.add_argument("--scope", choices=("user", "account", "cluster"), default="user")
+        q.add_argument("--account", default="", help="for --scope account (default: the job's)")
+
+    r = dsub.add_parser(
+        "run",
+        help="run an install, or skip it when a snapshot was restored",
+        description="Run CMD to fill the prefix; skipped when the prolog (or "
+        "this command) restored a snapshot of the same key; otherwise "
+        "the result is captured (by the epilog inside a job).",
+    )
+    spec_args(r)
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+    r.set_defaults(handler=cmd_run)
+
+    k = dsub.add_parser("key", help="print the snapshot key and what went into it")
+    spec_args(k)
+    k.add_argument(
+        "--image",
+        default=os.environ.get("BOOTSEER_IMAGE"),
+        help="container image (default $BOOTSEER_IMAGE)",
+    )
+    k.add_argument("--json", action="store_true")
+    k.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
+    k.set_defaults(handler=cmd_key)
+
+    ls = dsub.add_parser("ls", help="list snapshots")
+    ls.add_argument("--scope", action="append", help="user/NAME, account/NAME or cluster")
+    ls.add_argument("--all", action="store_true", help="every scope (root)")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(handler=cmd_ls)
+
+    sh = dsub.add_parser("show", help="show one snapshot's manifest")
+    sh.add_argument("key")
+    sh.add_argument("--scope", help="default: your user scope")
+    sh.add_argument("--files", action="store_true", help="list every entry")
+    sh.set_defaults(handler=cmd_show)
+
+    rm = dsub.add_parser("rm", help="remove snapshots")
+    rm.add_argument("keys", nargs="+", metavar="KEY")
+    rm.add_argument("--scope", help="default: your user scope")
+    rm.set_defaults(handler=cmd_rm)
+
+    gc = dsub.add_parser("gc", help="remove old, unused or excess snapshots")
+    gc.add_argument("--max-age-days", type=float, help="remove snapshots captured longer ago")
+    gc.add_argument("--unused-days", type=float, help="remove snapshots not restored since")
+    gc.add_argument(
+        "--max-total", help="then remove least recently used until under SIZE (e.g. 500G)"
+    )
+    gc.add_argument(
+        "--grace-hours",
+        type=float,
+        default=6.0,
+        help="age before unreferenced archives and refs are swept (default 6)",
+    )
+    gc.add_argument("--scope", action="append")
+    gc.add_argument("--all", action="store_true", help="every scope (root)")
+    gc.add_argument("--dry-run", action="store_true")
+    gc.set_defaults(handler=cmd_gc)
+
+
+def _command(raw: list[str]) -> list[str]:
+    return raw[1:] if raw and raw[0] == "--" else raw
+
+
+def parse_size(text: str) -> int:
+    m = _SIZE.match(text.strip())
+    if not m:
+        raise BootseerError(f"{text!r} is not a size like 500G, 20M or 1024")
+    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "K", "M", "G", "T"):
+        if n < 1024 or unit == "T":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n}"
+
+
+def _store() -> Any:
+    from bootseer.config import load_config
+    from bootseer.store import open_store
+
+    cfg = load_config()
+    return cfg, open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+
+
+def _scopes(store: Any, asked: list[str] | None, every: bool) -> list[str]:
+    from bootseer.deps.gc import all_scopes
+
+    me = getpass.getuser()
+    if every:
+        if os.geteuid() != 0:
+            raise BootseerError("--all is for root; without it you see your own scope")
+        return all_scopes(store)
+    scopes = asked or [f"user/{me}"]
+    for s in scopes:
+        if os.geteuid() != 0 and s.startswith("user/") and s != f"user/{me}":
+            raise BootseerError(f"scope {s} is another user's")
+    return scopes
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from bootseer.deps.run import RunOptions, run_install
+
+    return run_install(
+        _command(args.cmd),
+        RunOptions(
+            prefix=args.prefix, key_files=args.key_file, scope=args.scope, account=args.account
+        ),
+    )
+
+
+def cmd_key(args: argparse.Namespace) -> int:
+    from bootseer.config import load_config
+    from bootseer.deps.key import hash_key_files, key_inputs, scope_dir, snapshot_key
+    from bootseer.deps.step import effective_scope
+
+    if not args.prefix:
+        raise BootseerError("--prefix is required")
+    cfg = load_config()
+    scope, note = effective_scope(args.scope, cfg)
+    sdir = scope_dir(
+        scope, getpass.getuser(), args.account or os.environ.get("SLURM_JOB_ACCOUNT", "")
+    )
+    files = hash_key_files(args.key_file, os.getcwd(), cfg.deps.max_key_file_bytes)
+    inputs = key_inputs(
+        scope=sdir, prefix=args.prefix, key_files=files, image=args.image, python=cfg.deps.python
+    )
+    cmd = _command(args.cmd) or None
+    out: dict[str, Any] = {
+        "base": inputs.base(),
+        "key": snapshot_key(inputs.base(), cmd),
+        "command": cmd,
+        "inputs": inputs.describe(),
+    }
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    if note:
+        print(note.strip())
+    print(f"key  {out['key']}" + ("" if cmd else "   (no command: as --bootseer-deps alone)"))
+    print(f"base {out['base']}")
+    for name, value in out["inputs"].items():
+        if name == "key_files":
+            for f, digest in value.items():
+                print(f"  key file  {f}: sha256 {digest}")
+        else:
+            print(f"  {name:<10}{value}")
+    if cmd:
+        print(f"  command   {json.dumps(cmd)}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from bootseer.deps.gc import list_snapshots
+
+    _, store = _store()
+    snaps = list_snapshots(store, _scopes(store, args.scope, args.all))
+    if args.json:
+        print(json.dumps([s.__dict__ for s in snaps], indent=1))
+        return 0
+    if not snaps:
+        print("no snapshots")
+        return 0
+    print(f"{'SCOPE':<20} {'KEY':<32} {'SIZE':>8}  {'CAPTURED':<16}  LAST USED")
+    for s in snaps:
+        print(
+            f"{s.scope:<20} {s.key:<32} {_human(s.size):>8}  {_when(s.created):<16}  "
+            f"{_when(s.last_used)}"
+        )
+    return 0
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(t)) if t else "-"
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from bootseer.deps.restore import read_manifest
+
+    cfg, store = _store()
+    (scope,) = _scopes(store, [args.scope] if args.scope else None, False)
+    found = read_manifest(
+        store, scope, args.key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files
+    )
+    if found is None:
+        raise BootseerError(f"no snapshot {args.key} in scope {scope}")
+    m, _ = found
+    print(f"snapshot  {m.key} ({m.scope})\nbase      {m.base}\nprefix    {m.prefix}")
+    print(f"command   {json.dumps(m.command)}")
+    print(f"captured  {_when(m.created)} by {m.user or '?'} (job {m.job_id}, node {m.node})")
+    print(
+        f"contents  {len(m.entries)} entries, {_human(m.raw_bytes)} -> "
+        f"{_human(m.stored_bytes)} in {len(m.frames)} frames ({m.data})"
+    )
+    for name, value in m.inputs.items():
+        print(f"  {name:<10}{value}")
+    if m.skipped:
+        print(f"left out  {', '.join(m.skipped[:10])}")
+    if args.files:
+        for e in m.entries:
+            print(f"  {e.type} {e.size:>12} {e.name}" + (f" -> {e.link}" if e.link else ""))
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from bootseer.deps.gc import remove_snapshot
+    from bootseer.deps.layout import SnapshotPaths, is_key
+
+    _, store = _store()
+    (scope,) = _scopes(store, [args.scope] if args.scope else None, False)
+    status = 0
+    for key in args.keys:
+        if not is_key(key) or not store.exists(SnapshotPaths(scope, key).manifest):
+            print(f"no snapshot {key} in scope {scope}")
+            status = 1
+            continue
+        remove_snapshot(store, scope, key)
+        print(f"removed {scope}/{key}")
+    return status
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from bootseer.deps.gc import list_snapshots, plan_gc, remove_snapshot, sweep
+
+    _, store = _store()
+    scopes = _scopes(store, args.scope, args.all)
+    now = time.time()
+    day = 86400.0
+    doomed = plan_gc(
+        list_snapshots(store, scopes),
+        now=now,
+        max_age=args.max_age_days * day if args.max_age_days is not None else None,
+        unused=args.unused_days * day if args.unused_days is not None else None,
+        max_total=parse_size(args.max_total) if args.max_total else None,
+    )
+    verb = "would remove" if args.dry_run else "removed"
+    for s in doomed:
+        if not args.dry_run:
+            remove_snapshot(store, s.scope, s.key)
+        print(f"{verb} {s.scope}/{s.key} ({_human(s.size)}, last used {_when(s.last_used)})")
+    if not args.dry_run:
+        for scope in scopes:
+            for key in sweep(store, scope, now=now, grace=args.grace_hours * 3600):
+                print(f"swept {key}")
+    print(f"{len(doomed)} snapshots, {_human(sum(s.size for s in doomed))} {verb}")
+    return 0

@@ -1,0 +1,270 @@
+"""The tar side of a snapshot: write one from a prefix, extract one into a prefix.
+
+Both run in a child with the job user's rights (:mod:`bootseer.deps.asuser`), so the
+kernel already keeps them inside what the user may read and write. Extraction builds
+on tarfile's ``data`` filter (PEP 706), which rejects ``..`` escapes, links leaving
+the destination, device nodes and FIFOs, and strips setuid/setgid and ownership.
+:class:`SnapshotFilter` adds what it does not cover:
+
+- absolute member names are refused (the data filter would quietly strip the '/');
+- no member may sit below a symlink of the same archive (no writing through links);
+- a hard link must name a regular file the archive already holds;
+- sparse members are refused;
+- entry and byte counts are held to the site's limits (file-count and size bombs);
+- every member must match the manifest's entry at the same position, and the
+  archive must hold exactly the manifest's entries;
+- absolute symlinks are allowed only into the site's ``deps.link_roots`` (a venv's
+  ``bin/python`` points at its interpreter); the data filter checks the rest.
+
+    >>> SnapshotFilter([], link_roots=["/usr"], max_bytes=1, max_files=1).count
+    0
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from bootseer.deps.manifest import Entry, check_name
+from bootseer.errors import BootseerError
+
+
+class SnapshotRejected(BootseerError):
+    """The archive is hostile or broken; nothing of it was kept."""
+
+
+def entry_of(member: tarfile.TarInfo) -> Entry | None:
+    if member.isreg():
+        return Entry(member.name, "f", member.size)
+    if member.isdir():
+        return Entry(member.name, "d")
+    if member.issym():
+        return Entry(member.name, "l", 0, member.linkname)
+    if member.islnk():
+        return Entry(member.name, "h", 0, member.linkname)
+    return None
+
+
+class SnapshotFilter:
+    """A tarfile extraction filter: the ``data`` filter plus the checks above."""
+
+    def __init__(
+        self, entries: Sequence[Entry], *, link_roots: Sequence[str], max_bytes: int, max_files: int
+    ) -> None:
+        self.entries = entries
+        self.link_roots = [r.rstrip("/") or "/" for r in link_roots]
+        self.max_bytes = max_bytes
+        self.max_files = max_files
+        self.count = 0
+        self.bytes = 0
+        self._symlinks: set[str] = set()
+        self._files: set[str] = set()
+
+    def __call__(self, member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+        name = member.name
+        where = f"entry {self.count} ({name!r})"
+        if name.startswith("/"):
+            raise SnapshotRejected(f"{where}: absolute path")
+        try:
+            check_name(name.rstrip("/") if member.isdir() else name)
+        except ValueError:
+            raise SnapshotRejected(f"{where}: '.', '..' or empty part in the path") from None
+        self.count += 1
+        if self.count > self.max_files:
+            raise SnapshotRejected(f"more than deps.max_files={self.max_files} entries")
+        if member.issparse():
+            raise SnapshotRejected(f"{where}: sparse files are not allowed")
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in self._symlinks:
+                raise SnapshotRejected(f"{where}: lies below a symlink of the archive")
+        if member.isreg():
+            self.bytes += member.size
+            if self.bytes > self.max_bytes:
+                raise SnapshotRejected(f"more than deps.max_bytes={self.max_bytes} bytes of files")
+        if member.islnk() and member.linkname not in self._files:
+            raise SnapshotRejected(
+                f"{where}: hard link to {member.linkname!r}, not a file earlier in the archive"
+            )
+        filtered = self._data_filter(member, dest, where)
+        got = entry_of(member)
+        want = self.entries[self.count - 1] if self.count <= len(self.entries) else None
+        if want is None:
+            raise SnapshotRejected(f"{where}: the archive holds more entries than the manifest")
+        if got != want:
+            raise SnapshotRejected(
+                f"{where}: the archive disagrees with the manifest (archive {got}, manifest {want})"
+            )
+        if member.issym():
+            self._symlinks.add(name)
+        elif member.isreg():
+            self._files.add(name)
+        return filtered
+
+    def _data_filter(self, member: tarfile.TarInfo, dest: str, where: str) -> tarfile.TarInfo:
+        if not member.issym():
+            try:
+                return tarfile.data_filter(member, dest)
+            except tarfile.FilterError as exc:
+                raise SnapshotRejected(f"{where}: {exc}") from None
+        # Symlinks are checked by their text, not by resolving them on disk as the data
+        # filter does: a relative link may point at another link (python3 -> python ->
+        # /usr/bin/python3.11), and nothing is ever written through a link (see above).
+        link = member.linkname
+        if link.startswith("/"):
+            target = os.path.normpath(link)
+            if ".." in link.split("/") or not any(
+                r == "/" or target == r or target.startswith(r + "/") for r in self.link_roots
+            ):
+                raise SnapshotRejected(
+                    f"{where}: symlink to {link!r} leaves the prefix "
+                    f"(allowed outside it: deps.link_roots={self.link_roots})"
+                )
+        else:
+            target = os.path.normpath(os.path.join(os.path.dirname(member.name), link))
+            if target == ".." or target.startswith("../") or not link:
+                raise SnapshotRejected(f"{where}: symlink to {link!r} leaves the prefix")
+        try:
+            filtered = tarfile.data_filter(member.replace(linkname=".", deep=False), dest)
+        except tarfile.FilterError as exc:
+            raise SnapshotRejected(f"{where}: {exc}") from None
+        return filtered.replace(linkname=link, deep=False)
+
+    def finish(self) -> None:
+        if self.count != len(self.entries):
+            raise SnapshotRejected(
+                f"the archive ends after {self.count} of the manifest's {len(self.entries)} entries"
+            )
+
+
+class _FdReader:
+    """A raw reader over a pipe that counts what it hands out."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            n = 1 << 20
+        return os.read(self.fd, n)
+
+
+def extract_snapshot(
+    in_fd: int,
+    prefix: str,
+    entries: Sequence[Entry],
+    *,
+    raw_bytes: int,
+    link_roots: Sequence[str],
+    max_bytes: int,
+    max_files: int,
+    replace: bool = False,
+) -> dict[str, Any]:
+    """Extract the tar stream on ``in_fd`` into ``prefix``, whole or not at all.
+
+    The stream goes into a fresh sibling directory, which is renamed onto ``prefix``
+    only once every entry checked out; ``prefix`` must not exist or be empty, unless
+    ``replace`` (the caller knows it holds an earlier restore): then the old tree is
+    renamed aside, the new one into place, and the old one removed.
+    """
+    parent, name = os.path.split(prefix.rstrip("/"))
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    vfs = os.statvfs(parent)
+    if vfs.f_bavail * vfs.f_frsize < raw_bytes:
+        raise SnapshotRejected(
+            f"{parent}: {vfs.f_bavail * vfs.f_frsize} bytes free, the snapshot needs {raw_bytes}"
+        )
+    tmp = tempfile.mkdtemp(prefix=f".{name}.bootseer-", dir=parent)
+    try:
+        flt = SnapshotFilter(
+            entries, link_roots=link_roots, max_bytes=max_bytes, max_files=max_files
+        )
+        reader = _FdReader(in_fd)
+        try:
+            with tarfile.open(fileobj=reader, mode="r|", errorlevel=2) as tf:  # type: ignore[call-overload]
+                tf.copybufsize = 1 << 20  # the default 16 KiB costs a syscall pair per block
+                for member in tf:
+                    tf.extract(member, tmp, filter=flt)
+        except tarfile.TarError as exc:
+            raise SnapshotRejected(f"broken archive after entry {flt.count}: {exc}") from None
+        flt.finish()
+        while chunk := reader.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                raise SnapshotRejected("data after the end of the archive")
+        os.chmod(tmp, 0o755)
+        try:
+            os.rename(tmp, prefix)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            if not replace:
+                raise SnapshotRejected(f"{prefix} exists and is not empty") from None
+            old = tempfile.mkdtemp(prefix=f".{name}.bootseer-old-", dir=parent)
+            os.rename(prefix, os.path.join(old, name))
+            os.rename(tmp, prefix)
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    st = os.lstat(prefix)
+    return {"entries": flt.count, "bytes": flt.bytes, "dev": st.st_dev, "ino": st.st_ino}
+
+
+def walk_prefix(prefix: str) -> list[str]:
+    """Every entry under ``prefix`` (not following links), parents before children."""
+    out: list[str] = []
+    for top, dirs, files in os.walk(prefix):
+        dirs.sort()
+        rel = os.path.relpath(top, prefix)
+        base = "" if rel == "." else rel + "/"
+        out.extend(base + d for d in dirs)
+        out.extend(base + f for f in sorted(files))
+    return sorted(out)
+
+
+def write_snapshot(out_fd: int, prefix: str, names: Sequence[str] | None) -> dict[str, Any]:
+    """Write a tar stream of ``names`` (default: everything) under ``prefix`` to ``out_fd``.
+
+    Returns the entry list and what was left out (sockets, FIFOs, devices).
+    """
+    entries: list[list[Any]] = []
+    skipped: list[str] = []
+    st = os.lstat(prefix)
+    if not stat.S_ISDIR(st.st_mode):
+        raise SnapshotRejected(f"{prefix} is not a directory")
+    todo = sorted(names) if names is not None else walk_prefix(prefix)
+    with (
+        os.fdopen(out_fd, "wb", buffering=1 << 20, closefd=False) as out,
+        tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tf,
+    ):
+        for rel in todo:
+            check_name(rel)
+            path = os.path.join(prefix, rel)
+            try:
+                ti = tf.gettarinfo(path, arcname=rel)
+            except FileNotFoundError:
+                skipped.append(rel)
+                continue
+            if ti is None or not (ti.isreg() or ti.isdir() or ti.issym() or ti.islnk()):
+                skipped.append(rel)
+                continue
+            ti.uid = ti.gid = 0
+            ti.uname = ti.gname = ""
+            if ti.isreg():
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                with os.fdopen(fd, "rb") as f:
+                    if os.fstat(fd).st_size != ti.size:
+                        raise SnapshotRejected(f"{rel} changed while it was captured")
+                    tf.addfile(ti, f)
+            else:
+                tf.addfile(ti)
+            e = entry_of(ti)
+            assert e is not None
+            entries.append([e.name, e.type, e.size, e.link])
+    return {"entries": entries, "skipped": skipped}

@@ -1,0 +1,169 @@
+"""A stream cut into independent zstd frames, so several threads can decode it at once.
+
+The archive object is the frames back to back: ``zstd -d`` and ``tar -I zstd`` read
+it as one stream, and a restore fetches, verifies and decodes frames in parallel and
+hands them on in order. Each frame records its uncompressed size in its header;
+decoding checks it against the manifest before allocating anything, which is what
+stops a decompression bomb.
+
+    >>> import io
+    >>> out = io.BytesIO()
+    >>> frames = encode_stream(io.BytesIO(b"x" * 300_000).readinto, out.write,
+    ...                        frame_bytes=1 << 17, level=3, threads=2)
+    >>> [f.raw for f in frames]
+    [131072, 131072, 37856]
+    >>> b"".join(decode_frames(lambda off, n: out.getvalue()[off:off + n], frames, threads=2))[:3]
+    b'xxx'
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+
+from bootseer.deps.manifest import Frame, ManifestError
+
+
+def default_threads(configured: int) -> int:
+    return configured or min(8, os.cpu_count() or 1)
+
+
+_local = threading.local()
+
+
+def _compress(chunk: bytes, level: int) -> bytes:
+    import zstandard
+
+    cctx = getattr(_local, "cctx", None)
+    if cctx is None or getattr(_local, "level", None) != level:
+        cctx = _local.cctx = zstandard.ZstdCompressor(
+            level=level, write_checksum=True, write_content_size=True
+        )
+        _local.level = level
+    data: bytes = cctx.compress(chunk)
+    return data
+
+
+def _fill(readinto: Callable[[memoryview], int | None], size: int) -> bytes:
+    buf = bytearray(size)
+    view = memoryview(buf)
+    got = 0
+    while got < size:
+        n = readinto(view[got:])
+        if not n:
+            break
+        got += n
+    del view
+    return bytes(buf[:got]) if got < size else bytes(buf)
+
+
+def encode_stream(
+    readinto: Callable[[memoryview], int | None],
+    write: Callable[[bytes], object],
+    *,
+    frame_bytes: int,
+    level: int,
+    threads: int,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[Frame]:
+    """Read a stream to its end, write it as independent frames; return the frame list.
+
+    ``progress(raw, stored)`` is called after each frame is written.
+    """
+    frames: list[Frame] = []
+    offset = 0
+    raw_total = 0
+    window: deque[tuple[int, cf.Future[bytes]]] = deque()
+    with cf.ThreadPoolExecutor(threads, thread_name_prefix="deps-encode") as pool:
+
+        def flush_one() -> None:
+            nonlocal offset, raw_total
+            raw, fut = window.popleft()
+            data = fut.result()
+            write(data)
+            frames.append(Frame(offset, len(data), raw, hashlib.sha256(data).hexdigest()))
+            offset += len(data)
+            raw_total += raw
+            if progress:
+                progress(raw_total, offset)
+
+        while True:
+            chunk = _fill(readinto, frame_bytes)
+            if not chunk:
+                break
+            window.append((len(chunk), pool.submit(_compress, chunk, level)))
+            if len(window) >= 2 * threads:
+                flush_one()
+            if len(chunk) < frame_bytes:
+                break
+        while window:
+            flush_one()
+    return frames
+
+
+def decode_frame(data: bytes, frame: Frame, index: int) -> bytes:
+    """Verify one fetched frame against the manifest and decode it."""
+    import zstandard
+
+    if len(data) != frame.length:
+        raise ManifestError(f"frame {index}: got {len(data)} of {frame.length} bytes (truncated)")
+    if hashlib.sha256(data).hexdigest() != frame.sha256:
+        raise ManifestError(f"frame {index}: checksum mismatch (corrupted)")
+    try:
+        declared = zstandard.frame_content_size(data)
+    except zstandard.ZstdError as exc:
+        raise ManifestError(f"frame {index}: not a zstd frame: {exc}") from None
+    if declared != frame.raw:
+        raise ManifestError(
+            f"frame {index}: header says {declared} bytes, the manifest {frame.raw}"
+        )
+    try:
+        out: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=frame.raw)
+    except zstandard.ZstdError as exc:
+        raise ManifestError(f"frame {index}: cannot decode: {exc}") from None
+    if len(out) != frame.raw:
+        raise ManifestError(f"frame {index}: decoded {len(out)} bytes, expected {frame.raw}")
+    return out
+
+
+def decode_frames(
+    fetch: Callable[[int, int], bytes],
+    frames: Sequence[Frame],
+    *,
+    threads: int,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[bytes]:
+    """Fetch, verify and decode frames with ``threads`` workers; yield them in order.
+
+    ``fetch(offset, length)`` reads from the archive object; it is called from
+    several threads at once. ``progress(fetched_bytes)`` is called per frame.
+    """
+
+    def one(i: int, f: Frame) -> bytes:
+        return decode_frame(fetch(f.offset, f.length), f, i)
+
+    pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="deps-decode")
+    window: deque[tuple[Frame, cf.Future[bytes]]] = deque()
+    pending = iter(enumerate(frames))
+    try:
+        for i, f in pending:
+            window.append((f, pool.submit(one, i, f)))
+            if len(window) >= 2 * threads:
+                break
+        while window:
+            f, fut = window.popleft()
+            data = fut.result()
+            if progress:
+                progress(f.length)
+            nxt = next(pending, None)
+            if nxt is not None:
+                window.append((nxt[1], pool.submit(one, *nxt)))
+            yield data
+    finally:
+        for _, fut in window:
+            fut.cancel()
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,88 @@
+"""What the prolog, the job's ``bootseer deps run`` and the epilog tell each other.
+
+In the per-node job directory (``<run_dir>/jobs/<id>/deps/``):
+
+- ``prolog.json`` (root's, readable by all): the base key, scope, prefix and the
+  snapshot key the prolog restored, if any. Written before the restore starts, so
+  the epilog knows the base even when the restore failed.
+- ``job/`` (the job user's, 0700): ``bootseer deps run`` writes ``install.json`` there
+  after an install (the command and the names it added or changed) for the epilog's
+  capture. Root never opens anything in it: the capture child reads it with the
+  user's rights.
+
+    >>> job_dir(Path("/run/bootseer"), 42)
+    PosixPath('/run/bootseer/jobs/42/deps')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+MAX_RECORD = 256 << 20
+
+
+def job_dir(run_dir: Path, job_id: int) -> Path:
+    return run_dir / "jobs" / str(job_id) / "deps"
+
+
+@dataclass
+class PrologState:
+    base: str
+    scope: str
+    prefix: str
+    restored: str | None = None
+    why: str = ""  # why nothing was restored
+
+    @classmethod
+    def read(cls, path: Path) -> PrologState | None:
+        try:
+            d = json.loads(path.read_text())
+            return cls(**d)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(asdict(self)))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+
+
+def read_install_record(path: str) -> dict[str, Any] | None:
+    """The job's install record, read with the rights of the caller (the job's user)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_RECORD + 1)
+    if len(data) > MAX_RECORD:
+        raise ValueError(f"{path} is larger than {MAX_RECORD} bytes")
+    rec = json.loads(data)
+    if not isinstance(rec, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    cmd = rec.get("command")
+    names = rec.get("names")
+    if cmd is not None and not (isinstance(cmd, list) and all(isinstance(a, str) for a in cmd)):
+        raise ValueError(f"{path}: command must be a list of strings")
+    if names is not None and not (
+        isinstance(names, list) and all(isinstance(n, str) for n in names)
+    ):
+        raise ValueError(f"{path}: names must be a list of strings")
+    return {
+        "command": cmd,
+        "names": names,
+        "prefix": str(rec.get("prefix", "")),
+        "fresh": rec.get("fresh") is not False,
+    }
+
+
+def write_install_record(path: str, record: dict[str, Any]) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, path)

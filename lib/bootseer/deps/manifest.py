@@ -1,0 +1,182 @@
+"""The snapshot manifest: what the archive holds and how to check it.
+
+It names the archive object, lists its zstd frames (offset, length, uncompressed
+size, sha256 of the compressed bytes) and every entry of the tar stream in order
+(name, type, size, link target). Restore trusts none of it blindly: it is parsed
+strictly and held against limits before a byte of the archive is fetched, and the
+archive is held against it while it is extracted.
+
+    >>> m = Manifest(key="0" * 32, base="1" * 32, scope="user/ada", prefix="/tmp/v",
+    ...              data="data-" + "2" * 16 + ".tar.zst", frames=[], entries=[])
+    >>> Manifest.from_json(m.to_json(), max_bytes=1 << 20, max_files=10).prefix
+    '/tmp/v'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bootseer.deps.layout import is_data_name, is_key
+from bootseer.errors import StoreError
+
+FORMAT = 1
+MAX_MANIFEST = 512 << 20
+ENTRY_TYPES = ("f", "d", "l", "h")  # file, directory, symlink, hard link
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ManifestError(StoreError):
+    """The manifest is malformed, or disagrees with a limit or with the archive."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    offset: int  # in the archive object
+    length: int  # compressed bytes
+    raw: int  # uncompressed bytes
+    sha256: str  # of the compressed bytes
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str  # relative to the prefix
+    type: str  # one of ENTRY_TYPES
+    size: int = 0
+    link: str = ""
+
+
+@dataclass
+class Manifest:
+    key: str
+    base: str
+    scope: str
+    prefix: str
+    data: str  # archive object name, beside the manifest
+    frames: list[Frame]
+    entries: list[Entry]
+    command: list[str] | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    created: float = field(default_factory=time.time)
+    user: str = ""
+    job_id: int = 0
+    node: str = ""
+    skipped: list[str] = field(default_factory=list)  # sockets etc. left out at capture
+
+    @property
+    def raw_bytes(self) -> int:
+        return sum(f.raw for f in self.frames)
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(f.length for f in self.frames)
+
+    def to_json(self) -> bytes:
+        d = asdict(self)
+        d["format"] = FORMAT
+        d["frames"] = [[f.offset, f.length, f.raw, f.sha256] for f in self.frames]
+        d["entries"] = [[e.name, e.type, e.size, e.link] for e in self.entries]
+        return json.dumps(d, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, *, max_bytes: int, max_files: int) -> Manifest:
+        if len(data) > MAX_MANIFEST:
+            raise ManifestError(f"manifest of {len(data)} bytes is larger than {MAX_MANIFEST}")
+        try:
+            d = json.loads(data)
+        except ValueError as exc:
+            raise ManifestError(f"manifest is not JSON: {exc}") from None
+        try:
+            return _parse(d, max_bytes=max_bytes, max_files=max_files)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ManifestError(f"malformed manifest: {exc!r}") from None
+
+
+def _str(d: dict[str, Any], name: str) -> str:
+    v = d[name]
+    if not isinstance(v, str):
+        raise TypeError(f"{name} must be a string")
+    return v
+
+
+def _int(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{what} must be a non-negative integer, not {v!r}")
+    return v
+
+
+def check_name(name: str) -> str:
+    """A relative, normalized entry name: no leading '/', no '.', '..' or empty part."""
+    if not isinstance(name, str) or not name or len(name) > 4096 or "\0" in name:
+        raise ValueError(f"bad entry name {name!r}")
+    if name.startswith("/") or any(p in ("", ".", "..") for p in name.split("/")):
+        raise ValueError(f"entry name {name!r} is not relative and normalized")
+    return name
+
+
+def _parse(d: Any, *, max_bytes: int, max_files: int) -> Manifest:
+    if not isinstance(d, dict) or d.get("format") != FORMAT:
+        raise ManifestError(f"not a format-{FORMAT} snapshot manifest")
+    key, base, data = _str(d, "key"), _str(d, "base"), _str(d, "data")
+    if not is_key(key) or not is_key(base):
+        raise ValueError("key and base must be 32 hex digits")
+    if not is_data_name(data):
+        raise ValueError(f"data object name {data!r} is not data-<16 hex>.tar.zst")
+    prefix = _str(d, "prefix")
+    if not prefix.startswith("/") or ".." in prefix.split("/"):
+        raise ValueError(f"prefix {prefix!r} is not absolute")
+    frames = []
+    offset = 0
+    for i, raw in enumerate(d["frames"]):
+        off, length, size, sha = raw
+        f = Frame(
+            _int(off, "frame offset"),
+            _int(length, "frame length"),
+            _int(size, "frame size"),
+            str(sha),
+        )
+        if f.offset != offset or f.length == 0 or f.raw == 0 or not _SHA.match(f.sha256):
+            raise ManifestError(f"frame {i} is not contiguous or lacks a checksum")
+        offset += f.length
+        frames.append(f)
+    entries = []
+    names: set[str] = set()
+    if len(d["entries"]) > max_files:
+        raise ManifestError(
+            f"snapshot has {len(d['entries'])} entries, more than deps.max_files={max_files}"
+        )
+    for raw in d["entries"]:
+        name, typ, size, link = raw
+        e = Entry(check_name(name), str(typ), _int(size, "entry size"), str(link))
+        if e.type not in ENTRY_TYPES:
+            raise ValueError(f"entry {e.name!r} has unknown type {e.type!r}")
+        if e.name in names:
+            raise ManifestError(f"entry {e.name!r} appears twice")
+        names.add(e.name)
+        entries.append(e)
+    m = Manifest(
+        key=key,
+        base=base,
+        scope=_str(d, "scope"),
+        prefix=prefix.rstrip("/"),
+        data=data,
+        frames=frames,
+        entries=entries,
+        command=[str(a) for a in d["command"]] if d.get("command") is not None else None,
+        inputs=dict(d.get("inputs") or {}),
+        created=float(d.get("created") or 0),
+        user=str(d.get("user", "")),
+        job_id=int(d.get("job_id") or 0),
+        node=str(d.get("node", "")),
+        skipped=[str(s) for s in d.get("skipped") or []],
+    )
+    if m.raw_bytes > max_bytes:
+        raise ManifestError(
+            f"snapshot unpacks to {m.raw_bytes} bytes, more than deps.max_bytes={max_bytes}"
+        )
+    if sum(e.size for e in entries) > m.raw_bytes:
+        raise ManifestError("entry sizes add up to more than the archive holds")
+    return m

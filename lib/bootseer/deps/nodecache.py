@@ -1,0 +1,93 @@
+"""What a node remembers about its restores: one lock and one stamp per prefix.
+
+Both live in root's node cache directory (``paths.cache_dir``/deps), never in a
+user's tree. Jobs restoring into the same prefix on one node take the prefix's lock
+in turn; the stamp tells the later ones that the prefix already holds their
+snapshot (same key, same owner, and the very directory the restore created, by
+device and inode), so a node restores each snapshot once.
+
+    >>> import tempfile; d = tempfile.mkdtemp()
+    >>> with prefix_lock(Path(d), "/tmp/venv", timeout=1):
+    ...     read_stamp(Path(d), "/tmp/venv") is None
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bootseer.errors import StepError
+
+
+@dataclass(frozen=True)
+class Stamp:
+    prefix: str
+    key: str
+    uid: int
+    dev: int
+    ino: int
+    time: float
+
+    def matches(self, prefix: str, uid: int) -> bool:
+        """True if ``prefix`` is still the directory this stamp's restore created."""
+        try:
+            st = os.lstat(prefix)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino, st.st_uid) == (self.dev, self.ino, uid) and self.uid == uid
+
+
+def _name(prefix: str) -> str:
+    return hashlib.sha256(prefix.encode()).hexdigest()[:32]
+
+
+def _dir(cache_dir: Path, sub: str) -> Path:
+    d = cache_dir / "deps" / sub
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return d
+
+
+@contextlib.contextmanager
+def prefix_lock(cache_dir: Path, prefix: str, timeout: float) -> Iterator[None]:
+    """Hold the node-wide lock of ``prefix`` (waiting at most ``timeout`` seconds)."""
+    path = _dir(cache_dir, "locks") / f"{_name(prefix)}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StepError(
+                        f"another job on this node held the restore lock of {prefix} "
+                        f"for more than {timeout:.0f}s"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_stamp(cache_dir: Path, prefix: str) -> Stamp | None:
+    try:
+        d = json.loads((_dir(cache_dir, "stamps") / f"{_name(prefix)}.json").read_text())
+        return Stamp(**d)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def write_stamp(cache_dir: Path, stamp: Stamp) -> None:
+    d = _dir(cache_dir, "stamps")
+    tmp = d / f".{_name(stamp.prefix)}.{os.getpid()}"
+    tmp.write_text(json.dumps(asdict(stamp)))
+    os.replace(tmp, d / f"{_name(stamp.prefix)}.json")

@@ -1,0 +1,183 @@
+"""Restore: a snapshot from the store into a node-local prefix, whole or not at all.
+
+This process fetches the archive's frames, verifies each against the manifest's
+checksum and decodes them on several threads; a child with the job user's rights
+extracts the stream into a sibling of the prefix and renames it into place
+(:func:`bootseer.deps.archive.extract_snapshot`). The files therefore belong to the
+job's user, and a hostile archive can reach at most what that user could.
+
+    >>> from bootseer.store import open_store
+    >>> store = open_store("file:///tmp/doc-deps-store")
+    >>> find_snapshot(store, "user/nobody-here", "0" * 32) is None
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from bootseer.deps import archive
+from bootseer.deps.asuser import UserChild, UserChildError
+from bootseer.deps.frames import decode_frames, default_threads
+from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
+from bootseer.deps.manifest import Manifest, ManifestError
+from bootseer.errors import StepError, StoreError
+from bootseer.store import Store
+
+
+class RestoreError(StepError):
+    """A restore failed; the prefix was left as it was."""
+
+
+@dataclass
+class RestoreRequest:
+    prefix: str
+    uid: int
+    gid: int
+    groups: Sequence[int] | None = None
+    link_roots: Sequence[str] = ("/usr", "/opt")
+    max_bytes: int = 64 << 30
+    max_files: int = 1_000_000
+    threads: int = 0
+    timeout: float = 600.0
+    replace: bool = False  # the prefix is a restore of ours: swap it for the new one
+
+
+@dataclass
+class Restored:
+    key: str
+    fetched: int  # bytes read from the store (manifest and archive)
+    entries: int
+    bytes: int  # of file contents written
+    dev: int
+    ino: int
+
+
+def find_snapshot(store: Store, scope: str, base: str) -> str | None:
+    """The snapshot key the base key's ref points at, or None."""
+    try:
+        raw = store.read_bytes(ref_path(scope, base))
+    except FileNotFoundError:
+        return None
+    try:
+        key = json.loads(raw)["key"]
+    except (ValueError, KeyError, TypeError):
+        raise ManifestError(f"ref {ref_path(scope, base)} is not valid JSON") from None
+    if not isinstance(key, str) or not is_key(key):
+        raise ManifestError(f"ref {ref_path(scope, base)} names no valid key")
+    return key
+
+
+def read_manifest(
+    store: Store, scope: str, key: str, *, max_bytes: int, max_files: int
+) -> tuple[Manifest, int] | None:
+    """The manifest of a snapshot and its size in bytes, or None if there is none."""
+    try:
+        raw = store.read_bytes(SnapshotPaths(scope, key).manifest)
+    except FileNotFoundError:
+        return None
+    m = Manifest.from_json(raw, max_bytes=max_bytes, max_files=max_files)
+    if m.key != key or m.scope != scope:
+        raise ManifestError(f"manifest at {scope}/{key} claims to be {m.scope}/{m.key}")
+    return m, len(raw)
+
+
+def restore(
+    store: Store,
+    manifest: Manifest,
+    req: RestoreRequest,
+    progress: Callable[[int], None] | None = None,
+) -> Restored:
+    """Fetch, verify, decode and extract ``manifest``'s snapshot into ``req.prefix``."""
+    if manifest.prefix != req.prefix.rstrip("/"):
+        raise RestoreError(
+            f"snapshot {manifest.key} was captured from {manifest.prefix}, not {req.prefix}"
+        )
+    data_key = SnapshotPaths(manifest.scope, manifest.key).data(manifest.data)
+    try:
+        src = store.open_read(data_key)
+        size = src.size()
+    except FileNotFoundError:
+        raise RestoreError(f"snapshot {manifest.key}: archive {manifest.data} is missing") from None
+    if size != manifest.stored_bytes:
+        raise ManifestError(
+            f"snapshot {manifest.key}: archive has {size} bytes, the manifest "
+            f"says {manifest.stored_bytes} (truncated or replaced)"
+        )
+    fetched = 0
+    lock = threading.Lock()
+
+    def fetch(offset: int, length: int) -> bytes:
+        nonlocal fetched
+        data = bytes(src.read_at(length, offset))
+        with lock:
+            fetched += len(data)
+        return data
+
+    entries, prefix, raw_bytes = manifest.entries, req.prefix, manifest.raw_bytes
+    replace = req.replace
+
+    def work(in_fd: int | None, _out: int | None) -> object:
+        assert in_fd is not None
+        return archive.extract_snapshot(
+            in_fd,
+            prefix,
+            entries,
+            raw_bytes=raw_bytes,
+            link_roots=list(req.link_roots),
+            max_bytes=req.max_bytes,
+            max_files=req.max_files,
+            replace=replace,
+        )
+
+    child = UserChild.start(req.uid, req.gid, work, groups=req.groups, feed=True)
+    watchdog = threading.Timer(req.timeout, child.kill)
+    watchdog.daemon = True
+    watchdog.start()
+    failure: BaseException | None = None
+    try:
+        assert child.stdin is not None
+        for chunk in decode_frames(
+            fetch, manifest.frames, threads=default_threads(req.threads), progress=progress
+        ):
+            if not _write_all(child.stdin, chunk):
+                break  # the child gave up; its answer says why
+    except (ManifestError, StoreError, OSError) as exc:
+        failure = exc
+    finally:
+        # Closing the stream (rather than killing the child) lets it clean up its temp dir.
+        child.close_stdin()
+        try:
+            answer = child.result(timeout=req.timeout)
+        except UserChildError as exc:
+            if failure is None:
+                failure = RestoreError(f"extracting into {req.prefix} as uid {req.uid}: {exc}")
+        finally:
+            watchdog.cancel()
+            src.close()
+    if failure is not None:
+        if isinstance(failure, StepError | StoreError):
+            raise failure
+        raise RestoreError(f"restore of {manifest.key}: {failure}") from failure
+    return Restored(
+        manifest.key,
+        fetched,
+        int(answer["entries"]),
+        int(answer["bytes"]),
+        int(answer["dev"]),
+        int(answer["ino"]),
+    )
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except BrokenPipeError:
+        return False
+    return True

@@ -1,0 +1,297 @@
+"""``bootseer deps run``: wrap a job's install so a snapshot replaces it next time.
+
+Inside a job that asked for ``--bootseer-deps`` the prolog has already restored the
+snapshot, if there was one; ``deps run`` then compares the snapshot key with the one
+its own command gives and skips the install when they agree. Otherwise it runs the
+install, notes what it added under the prefix, and leaves the capture to the epilog
+(the job's time is the user's; the epilog runs once, on the first node).
+
+Outside such a job (a person on a login node, or a job without the option) it does
+both sides itself: restore if the store has the snapshot and the prefix does not
+exist yet, else install and capture right after, with progress on a terminal.
+
+    rc = run_install(["pip", "install", "-r", "requirements.txt"],
+                     RunOptions(prefix="/tmp/venv", key_files=["requirements.txt"]))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import getpass
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bootseer.config import SiteConfig, load_config
+from bootseer.deps import jobstate
+from bootseer.deps.inventory import changed, inventory
+from bootseer.deps.key import hash_key_files, key_inputs, scope_dir, snapshot_key
+from bootseer.errors import BootseerError
+
+
+@dataclass
+class RunOptions:
+    prefix: str | None = None
+    key_files: Sequence[str] = field(default_factory=list)
+    scope: str = "user"
+    account: str = ""
+
+
+def say(msg: str) -> None:
+    print(f"bootseer deps: {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def install_phase() -> Iterator[None]:
+    """Mark the install as the job's ``deps_install`` phase (when run inside a job)."""
+    from bootseer.phases import marks
+
+    if not marks.marks_path():
+        yield
+        return
+    with marks.phase("deps_install"):
+        yield
+
+
+def skipped_phase(why: str) -> None:
+    """Record that the job's install was skipped, so the report shows the saving."""
+    from bootseer.phases import marks
+
+    if marks.marks_path():
+        marks.mark("start", "deps_install")
+        marks.mark("end", "deps_install", outcome="skipped", detail=why)
+
+
+def _job_state(cfg: SiteConfig) -> tuple[Path, jobstate.PrologState] | None:
+    job_id, node = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURMD_NODENAME")
+    if not job_id or not node or not job_id.isdigit():
+        return None
+    d = jobstate.job_dir(cfg.for_node(node).paths.run_dir, int(job_id))
+    state = jobstate.PrologState.read(d / "prolog.json")
+    return (d, state) if state is not None else None
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """One install per prefix per node: the job's other tasks wait for the first."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _install(command: Sequence[str], prefix: str) -> tuple[int, list[str], bool]:
+    before = inventory(prefix)
+    env = {**os.environ, "BOOTSEER_DEPS_PREFIX": prefix}
+    say(f"installing into {prefix}: {' '.join(command)}")
+    with install_phase():
+        try:
+            rc = subprocess.call(list(command), env=env)
+        except OSError as exc:
+            raise BootseerError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    return rc, changed(before, inventory(prefix)), not before
+
+
+def _discard(prefix: str) -> None:
+    """Remove a restored prefix that holds another command's snapshot."""
+    if os.path.isdir(prefix) and not os.path.islink(prefix):
+        parent, name = os.path.split(prefix)
+        aside = tempfile.mkdtemp(prefix=f".{name}.bootseer-old-", dir=parent)
+        os.rename(prefix, os.path.join(aside, name))
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def run_install(command: Sequence[str], opts: RunOptions, cfg: SiteConfig | None = None) -> int:
+    if not command:
+        raise BootseerError("no install command given (put it after --)")
+    cfg = cfg or load_config()
+    found = _job_state(cfg)
+    if found is not None:
+        return _run_in_job(command, opts, *found)
+    return _run_alone(command, opts, cfg)
+
+
+def _run_in_job(
+    command: Sequence[str], opts: RunOptions, state_dir: Path, state: jobstate.PrologState
+) -> int:
+    prefix = state.prefix
+    if opts.prefix and opts.prefix.rstrip("/") != prefix:
+        raise BootseerError(
+            f"--prefix {opts.prefix} differs from the job's --bootseer-deps prefix {prefix}"
+        )
+    key = snapshot_key(state.base, list(command))
+    user_dir = state_dir / "job"
+    record_path = str(user_dir / "install.json")
+    with _lock(user_dir / "install.lock"):
+        rec = jobstate.read_install_record(record_path)
+        if rec is not None and rec["command"] == list(command):
+            say(f"installed by another task of this job on this node; skipping ({key})")
+            return 0
+        if state.restored == key and os.path.isdir(prefix):
+            say(f"snapshot {key} restored by the prolog; skipping the install")
+            skipped_phase(f"snapshot {key} restored by the prolog")
+            return 0
+        if state.restored:
+            say(
+                f"the restored snapshot {state.restored} was made by another command; "
+                "reinstalling from scratch"
+            )
+            _discard(prefix)
+        rc, names, fresh = _install(command, prefix)
+        if rc != 0:
+            say(f"install failed (exit {rc}); nothing will be captured")
+            return rc
+        jobstate.write_install_record(
+            record_path,
+            {
+                "command": list(command),
+                "names": names if fresh else None,
+                "prefix": prefix,
+                "key": key,
+                "fresh": fresh,
+            },
+        )
+    if fresh:
+        say(f"installed {len(names)} entries; the epilog captures them as snapshot {key}")
+    else:
+        say(
+            f"{prefix} was not empty before the install: not captured (a snapshot must "
+            "restore into an empty prefix; let the command create it)"
+        )
+    return 0
+
+
+def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int:
+    from bootseer.deps.capture import CaptureRequest, capture, snapshot_exists
+    from bootseer.deps.restore import RestoreRequest, read_manifest, restore
+    from bootseer.deps.step import effective_scope
+    from bootseer.store import open_store
+
+    if not opts.prefix or not opts.prefix.startswith("/"):
+        raise BootseerError("--prefix /ABSOLUTE/PATH is needed outside a --bootseer-deps job")
+    prefix = opts.prefix.rstrip("/")
+    scope, note = effective_scope(opts.scope, cfg)
+    if note:
+        say(note.strip())
+    user = getpass.getuser()
+    sdir = scope_dir(scope, user, opts.account or os.environ.get("SLURM_JOB_ACCOUNT", ""))
+    files = hash_key_files(opts.key_files, os.getcwd(), cfg.deps.max_key_file_bytes)
+    inputs = key_inputs(
+        scope=sdir,
+        prefix=prefix,
+        key_files=files,
+        image=os.environ.get("BOOTSEER_IMAGE"),
+        python=cfg.deps.python,
+    )
+    base = inputs.base()
+    key = snapshot_key(base, list(command))
+    store = open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+    exists = os.path.lexists(prefix)
+    found = read_manifest(
+        store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files
+    )
+    if found is not None and not exists:
+        manifest, _ = found
+        with _progress("restoring", manifest.stored_bytes) as tick:
+            done = restore(
+                store,
+                manifest,
+                RestoreRequest(
+                    prefix=prefix,
+                    uid=os.getuid(),
+                    gid=os.getgid(),
+                    groups=os.getgroups(),
+                    link_roots=cfg.deps.link_roots,
+                    max_bytes=cfg.deps.max_bytes,
+                    max_files=cfg.deps.max_files,
+                    threads=cfg.deps.threads,
+                ),
+                progress=tick,
+            )
+        say(f"restored snapshot {key} into {prefix} ({done.entries} entries); install skipped")
+        return 0
+    parent = os.path.dirname(prefix)
+    os.makedirs(parent, exist_ok=True)
+    with _lock(Path(parent) / f".{os.path.basename(prefix)}.bootseer-lock"):
+        rc, names, fresh = _install(command, prefix)
+    if rc != 0:
+        say(f"install failed (exit {rc}); nothing captured")
+        return rc
+    if not fresh:
+        say(f"{prefix} was not empty before the install: not captured")
+        return 0
+    if snapshot_exists(store, sdir, key):
+        say(f"snapshot {key} is already in the store")
+        return 0
+    req = CaptureRequest(
+        prefix=prefix,
+        scope=sdir,
+        base=base,
+        key=key,
+        uid=os.getuid(),
+        gid=os.getgid(),
+        groups=os.getgroups(),
+        names=names,
+        command=list(command),
+        inputs=inputs.describe(),
+        user=user,
+        node=os.uname().nodename,
+        frame_bytes=cfg.deps.frame_bytes,
+        level=cfg.deps.level,
+        threads=cfg.deps.threads,
+        max_bytes=cfg.deps.max_bytes,
+        max_files=cfg.deps.max_files,
+    )
+    try:
+        with _progress("capturing", None) as tick:
+            m = capture(store, req, progress=lambda raw, stored: tick(0, raw))
+    except BootseerError as exc:
+        say(f"install done, but the capture failed: {exc}")
+        return 0
+    say(
+        f"captured snapshot {key}: {len(m.entries)} entries, {m.raw_bytes} bytes "
+        f"-> {m.stored_bytes} in the store"
+    )
+    return 0
+
+
+@contextlib.contextmanager
+def _progress(what: str, total: int | None) -> Iterator[Any]:
+    """A rich progress bar on a terminal; nothing otherwise."""
+    if not sys.stderr.isatty():
+        yield lambda *a: None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeElapsedColumn,
+        TransferSpeedColumn,
+    )
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(what, total=total)
+
+        def tick(step: int, absolute: int | None = None) -> None:
+            if absolute is not None:
+                bar.update(task, completed=absolute)
+            else:
+                bar.advance(task, step)
+
+        yield tick

@@ -1,0 +1,237 @@
+"""The deps steps of the Prolog (restore) and Epilog (capture).
+
+Both are registered as step ``deps`` (``bootseer.hooks.steps``); the phase records
+name them ``deps_restore`` (prolog) and ``deps_capture`` (epilog). A failure raises
+a :class:`StepError` whose message the phase record carries; the job then installs
+the ordinary way and, if it did, the epilog captures what it installed.
+
+The prolog exports to the job's tasks ``BOOTSEER_DEPS_PREFIX`` and, after a restore,
+``BOOTSEER_DEPS_KEY`` (the snapshot key it restored).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from bootseer.config import SiteConfig
+from bootseer.context import JobContext
+from bootseer.deps import jobstate
+from bootseer.deps.asuser import UserChild, UserChildError, user_groups
+from bootseer.deps.key import hash_key_files_as, key_inputs, scope_dir, snapshot_key
+from bootseer.deps.layout import SnapshotPaths
+from bootseer.errors import StepError
+from bootseer.hooks.steps import StepCall, StepResult
+
+
+def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
+    """The scope a job gets: what it asked for if the site allows it, else ``user``."""
+    if asked == "user" or asked in cfg.deps.scopes:
+        return asked, ""
+    return "user", f"scope={asked} not allowed by the site (deps.scopes); using scope=user. "
+
+
+def _store(cfg: SiteConfig):  # type: ignore[no-untyped-def]
+    from bootseer.store import open_store
+
+    return open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+
+
+def _user_dir(path: os.PathLike[str] | str, uid: int, gid: int) -> None:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    st = os.lstat(path)
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        os.chown(path, uid, gid, follow_symlinks=False)
+    os.chmod(path, 0o700)
+
+
+def prolog(call: StepCall) -> StepResult:
+    ctx, cfg = call.ctx, call.cfg
+    spec = ctx.options.deps
+    assert spec is not None
+    t0 = time.monotonic()
+    state_dir = call.job.sub("deps")
+    _user_dir(state_dir / "job", ctx.uid, ctx.gid)
+    scope, note = effective_scope(spec.scope, cfg)
+    sdir = scope_dir(scope, ctx.user, ctx.account)
+    groups = user_groups(ctx.user, ctx.gid)
+    files = hash_key_files_as(
+        ctx.uid,
+        ctx.gid,
+        groups,
+        spec.keys,
+        ctx.work_dir,
+        cfg.deps.max_key_file_bytes,
+        timeout=min(30.0, call.remaining()),
+    )
+    inputs = key_inputs(
+        scope=sdir,
+        prefix=spec.prefix,
+        key_files=files,
+        image=ctx.options.image,
+        python=cfg.deps.python,
+    )
+    base = inputs.base()
+    state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix)
+    state_path = state_dir / "prolog.json"
+    state.write(state_path)
+    env = {"BOOTSEER_DEPS_PREFIX": spec.prefix}
+    if ctx.options.mode == "refresh":
+        state.why = "--bootseer=refresh"
+        state.write(state_path)
+        return StepResult(
+            outcome="skipped", env=env, detail=f"{note}refresh asked: not restoring base {base}"
+        )
+
+    from bootseer.deps import nodecache
+    from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
+
+    store = _store(cfg)
+    key = find_snapshot(store, sdir, base)
+    found = (
+        read_manifest(store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files)
+        if key
+        else None
+    )
+    if key is None or found is None:
+        state.why = "no snapshot"
+        state.write(state_path)
+        return StepResult(
+            outcome="skipped",
+            env=env,
+            detail=f"{note}no snapshot for base {base} in {sdir}: the job installs",
+        )
+    manifest, mbytes = found
+    cache = cfg.paths.cache_dir
+    with nodecache.prefix_lock(cache, spec.prefix, timeout=call.remaining()):
+        stamp = nodecache.read_stamp(cache, spec.prefix)
+        ours = stamp is not None and stamp.matches(spec.prefix, ctx.uid)
+        if ours and stamp is not None and stamp.key == key:
+            detail = (
+                f"{note}snapshot {key} already in {spec.prefix} (restored earlier on this node)"
+            )
+            fetched, entries = 0, 0
+        else:
+            if os.path.lexists(spec.prefix) and not ours and not _empty_dir(spec.prefix):
+                raise StepError(
+                    f"{spec.prefix} exists on {ctx.node} and was not restored by bootseer; "
+                    "not replacing it (remove it, or use a prefix per job)"
+                )
+            req = RestoreRequest(
+                prefix=spec.prefix,
+                uid=ctx.uid,
+                gid=ctx.gid,
+                groups=groups,
+                link_roots=cfg.deps.link_roots,
+                max_bytes=cfg.deps.max_bytes,
+                max_files=cfg.deps.max_files,
+                threads=cfg.deps.threads,
+                timeout=max(1.0, call.remaining()),
+                replace=ours,
+            )
+            done = restore(store, manifest, req)
+            nodecache.write_stamp(
+                cache, nodecache.Stamp(spec.prefix, key, ctx.uid, done.dev, done.ino, time.time())
+            )
+            fetched, entries = done.fetched, done.entries
+            detail = (
+                f"{note}restored {key} into {spec.prefix}: {entries} entries, "
+                f"{manifest.raw_bytes} bytes"
+            )
+    if ctx.first_node:
+        try:
+            store.write_bytes(SnapshotPaths(sdir, key).used, f"{time.time():.0f}".encode())
+        except Exception as exc:  # last-use marks serve gc; never worth failing a restore
+            call.log(f"step=deps could not mark {key} used: {exc!r}")
+    state.restored = key
+    state.write(state_path)
+    env["BOOTSEER_DEPS_KEY"] = key
+    return StepResult(
+        detail=f"{detail} in {time.monotonic() - t0:.2f}s", bytes=fetched + mbytes, env=env
+    )
+
+
+def _empty_dir(path: str) -> bool:
+    try:
+        return os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
+    except OSError:
+        return False
+
+
+def epilog(call: StepCall) -> StepResult:
+    ctx, cfg = call.ctx, call.cfg
+    state = jobstate.PrologState.read(call.job.sub("deps") / "prolog.json")
+    if state is None:
+        return StepResult(outcome="skipped", detail="no prolog state: nothing to capture")
+    if not ctx.first_node:
+        return StepResult(outcome="skipped", detail="the job's first node captures")
+    record = _install_record(
+        ctx, str(call.job.sub("deps") / "job" / "install.json"), call.remaining()
+    )
+    if record is None and state.restored:
+        return StepResult(outcome="skipped", detail=f"restored {state.restored}; nothing installed")
+    if record is not None and not record["fresh"]:
+        return StepResult(
+            outcome="skipped",
+            detail=f"{state.prefix} was not empty before the install: not captured",
+        )
+    if not os.path.isdir(state.prefix):
+        return StepResult(
+            outcome="skipped", detail=f"{state.prefix} does not exist: nothing to capture"
+        )
+    command = record["command"] if record else None
+    names = record["names"] if record else None
+    return capture_for_job(call, ctx, cfg, state, command, names)
+
+
+def _install_record(ctx: JobContext, path: str, timeout: float) -> dict[str, object] | None:
+    child = UserChild.start(ctx.uid, ctx.gid, lambda _i, _o: jobstate.read_install_record(path))
+    try:
+        rec: dict[str, object] | None = child.result(timeout=min(30.0, timeout))
+    except UserChildError as exc:
+        raise StepError(f"cannot read the job's install record {path}: {exc}") from None
+    return rec
+
+
+def capture_for_job(
+    call: StepCall,
+    ctx: JobContext,
+    cfg: SiteConfig,
+    state: jobstate.PrologState,
+    command: object,
+    names: object,
+) -> StepResult:
+    from bootseer.deps.capture import CaptureRequest, capture, snapshot_exists, write_ref
+
+    cmd = list(command) if isinstance(command, list) else None
+    key = snapshot_key(state.base, cmd)
+    store = _store(cfg)
+    if snapshot_exists(store, state.scope, key):
+        write_ref(store, state.scope, state.base, key, cmd)
+        return StepResult(outcome="skipped", detail=f"snapshot {key} already in the store")
+    req = CaptureRequest(
+        prefix=state.prefix,
+        scope=state.scope,
+        base=state.base,
+        key=key,
+        uid=ctx.uid,
+        gid=ctx.gid,
+        groups=user_groups(ctx.user, ctx.gid),
+        names=list(names) if isinstance(names, list) else None,
+        command=cmd,
+        user=ctx.user,
+        job_id=ctx.job_id,
+        node=ctx.node,
+        frame_bytes=cfg.deps.frame_bytes,
+        level=cfg.deps.level,
+        threads=cfg.deps.threads,
+        max_bytes=cfg.deps.max_bytes,
+        max_files=cfg.deps.max_files,
+        timeout=max(1.0, call.remaining()),
+    )
+    m = capture(store, req)
+    return StepResult(
+        detail=f"captured {key} from {state.prefix}: {len(m.entries)} entries, "
+        f"{m.raw_bytes} bytes -> {m.stored_bytes} stored",
+        bytes=m.stored_bytes,
+    )

@@ -1,0 +1,72 @@
+"""Dependency snapshots on the slurm-dev cluster: the second run restores instead of
+installing, on every node, and the node logs (and so the phase records) say so.
+
+slurm-dev's nodes share one machine, so each node gets its own prefix (one job per
+node, all at once) where a real cluster would use one path on every node.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DevSlurm
+
+pytestmark = pytest.mark.slurm
+
+
+def submit_all(cluster: DevSlurm, work: Path) -> dict[str, int]:
+    jobs = {}
+    for node in cluster.nodes:
+        prefix = work / node / "env"
+        script = (
+            "#!/bin/sh\nset -e\n"
+            f"bootseer deps run -- sh -c 'mkdir -p {prefix}/lib && "
+            f"cp {work}/req.txt {prefix}/lib/installed.txt && "
+            f"ln -sf {sys.executable} {prefix}/python'\n"
+            f"cat {prefix}/lib/installed.txt\n"
+        )
+        jobs[node] = cluster.sbatch(
+            "-w", node, f"--bootseer-deps={prefix},key={work}/req.txt", script=script
+        )
+    for job in jobs.values():
+        assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    return jobs
+
+
+def deps_line(cluster: DevSlurm, node: str, job: int, hook: str) -> str:
+    lines = [ln for ln in cluster.job_log_lines(node, job) if f"{hook} step=deps" in ln]
+    assert lines, cluster.node_log(node)[-2000:]
+    return lines[0]
+
+
+def test_second_run_restores_on_every_node(cluster: DevSlurm) -> None:
+    work = cluster.dir / "deps-it"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    (work / "req.txt").write_text("demo==1\n")
+    cluster.configure(
+        "deps",
+        link_roots=[
+            "/usr",
+            "/opt",
+            str(Path(sys.executable).parents[1]),
+            str(Path(sys.executable).resolve().parents[1]),
+        ],
+    )
+    first = submit_all(cluster, work)
+    for node, job in first.items():
+        assert "no snapshot" in deps_line(cluster, node, job, "prolog")
+        assert "captured" in deps_line(cluster, node, job, "epilog")
+        assert "the epilog captures" in cluster.output(job)
+        shutil.rmtree(work / node / "env")
+    second = submit_all(cluster, work)
+    for node, job in second.items():
+        line = deps_line(cluster, node, job, "prolog")
+        assert "outcome=ok" in line and " restored " in line, line
+        assert "skipping the install" in cluster.output(job)
+        assert "demo==1" in cluster.output(job)
+        assert "nothing installed" in deps_line(cluster, node, job, "epilog")

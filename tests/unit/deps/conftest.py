@@ -1,0 +1,150 @@
+"""Fixtures for the deps tests: a world-traversable scratch dir, a file store, a step call."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bootseer.config import SiteConfig
+from bootseer.context import JobContext
+from bootseer.deps.frames import encode_stream
+from bootseer.deps.layout import SnapshotPaths, new_data_name, ref_path
+from bootseer.deps.manifest import Entry, Manifest
+from bootseer.hooks.jobdir import JobDir
+from bootseer.hooks.log import HookLog
+from bootseer.hooks.steps import StepCall
+from bootseer.options import Options, parse_deps
+from bootseer.store import Store, open_store
+
+USER_A = 4242  # no account needed: numeric ids are enough for the kernel
+USER_B = 4343
+
+
+def needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("dropping to another user needs root")
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A scratch dir other users may enter (pytest's tmp_path is root's alone)."""
+    d = Path(tempfile.mkdtemp(prefix="bootseer-deps-test-", dir="/tmp"))
+    os.chmod(d, 0o1777)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def store(scratch: Path) -> Store:
+    return open_store(f"file://{scratch}/store")
+
+
+def site(scratch: Path, **deps: object) -> SiteConfig:
+    return SiteConfig.from_mapping(
+        {
+            "store": {"uri": f"file://{scratch}/store"},
+            "paths": {
+                "run_dir": f"{scratch}/run/%n",
+                "cache_dir": f"{scratch}/cache/%n",
+                "log_dir": f"{scratch}/log",
+            },
+            "deps": {"python": "/bin/false", **deps},
+        }
+    )
+
+
+def step_call(
+    scratch: Path,
+    cfg: SiteConfig,
+    *,
+    job_id: int,
+    uid: int,
+    user: str,
+    deps: str,
+    node: str = "n1",
+    nodes: tuple[str, ...] = ("n1",),
+    mode: str = "on",
+    work_dir: str = "",
+) -> StepCall:
+    ctx = JobContext(
+        job_id=job_id,
+        user=user,
+        uid=uid,
+        gid=uid,
+        node=node,
+        nodes=nodes,
+        work_dir=work_dir or str(scratch),
+        options=Options(mode=mode, deps=parse_deps(deps)),
+    )
+    cfg = cfg.for_node(node)
+    job = JobDir(cfg.paths.run_dir, job_id).create()
+    log = HookLog(cfg.paths.log_dir, node, job_id, "prolog")
+    import time
+
+    return StepCall(ctx=ctx, cfg=cfg, job=job, log=log, deadline=time.monotonic() + 60)
+
+
+def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for ti, data in members:
+            tf.addfile(ti, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def member(
+    name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", link: str = "", mode: int = 0o644
+) -> tuple[tarfile.TarInfo, bytes | None]:
+    ti = tarfile.TarInfo(name)
+    ti.type = kind
+    ti.mode = mode
+    ti.linkname = link
+    if kind == tarfile.REGTYPE:
+        ti.size = len(data)
+        return ti, data
+    return ti, None
+
+
+def entries_of(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> list[Entry]:
+    from bootseer.deps.archive import entry_of
+
+    out = []
+    for ti, _ in members:
+        e = entry_of(ti)
+        out.append(e if e is not None else Entry(ti.name, "f"))
+    return out
+
+
+def publish(
+    store: Store,
+    raw: bytes,
+    entries: list[Entry],
+    *,
+    prefix: str,
+    scope: str = "user/ada",
+    base: str = "1" * 32,
+    key: str = "2" * 32,
+    frame_bytes: int = 1 << 16,
+) -> Manifest:
+    """Put an arbitrary (possibly hostile) tar stream in the store as a snapshot."""
+    src = io.BytesIO(raw)
+    out = io.BytesIO()
+    frames = encode_stream(src.readinto, out.write, frame_bytes=frame_bytes, level=3, threads=2)
+    name = new_data_name()
+    paths = SnapshotPaths(scope, key)
+    store.write_bytes(paths.data(name), out.getvalue())
+    m = Manifest(
+        key=key, base=base, scope=scope, prefix=prefix, data=name, frames=frames, entries=entries
+    )
+    store.write_bytes(paths.manifest, m.to_json())
+    store.write_bytes(ref_path(scope, base), b'{"key": "%s"}' % key.encode())
+    return m

@@ -1,0 +1,241 @@
+"""Hostile and broken snapshots: a clear error, nothing written outside the prefix,
+and no trace of a half-restored prefix.
+
+Each snapshot goes through the real path: a file store, zstd frames, the manifest,
+parallel decode, and extraction in a child that dropped to an unprivileged user.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from bootseer.deps.manifest import Entry, ManifestError
+from bootseer.deps.restore import RestoreRequest, read_manifest, restore
+from bootseer.errors import BootseerError
+from bootseer.store import Store
+
+from .conftest import USER_A, entries_of, member, needs_root, publish, tar_bytes
+
+MB = 1 << 20
+
+
+def do_restore(
+    store: Store,
+    scratch: Path,
+    members: list,
+    *,
+    entries: list[Entry] | None = None,
+    raw: bytes | None = None,
+    **limits: object,
+) -> Path:
+    needs_root()
+    prefix = scratch / "env"
+    publish(
+        store,
+        raw if raw is not None else tar_bytes(members),
+        entries if entries is not None else entries_of(members),
+        prefix=str(prefix),
+    )
+    m, _ = read_manifest(store, "user/ada", "2" * 32, max_bytes=1 << 30, max_files=1000)  # type: ignore[misc]
+    req = RestoreRequest(
+        prefix=str(prefix),
+        uid=USER_A,
+        gid=USER_A,
+        groups=[USER_A],
+        link_roots=["/usr"],
+        timeout=30,
+        **limits,
+    )  # type: ignore[arg-type]
+    restore(store, m, req)
+    return prefix
+
+
+def assert_nothing_left(scratch: Path) -> None:
+    """Neither the prefix nor a temp dir of it remains, and nothing escaped."""
+    left = sorted(p.name for p in scratch.iterdir() if p.name != "store")
+    assert left == [], left
+
+
+def rejects(store: Store, scratch: Path, members: list, match: str, **kw: object) -> None:
+    with pytest.raises(BootseerError, match=match):
+        do_restore(store, scratch, members, **kw)
+    assert_nothing_left(scratch)
+
+
+def test_a_good_snapshot_restores_owned_by_the_user(store: Store, scratch: Path) -> None:
+    members = [
+        member("bin", tarfile.DIRTYPE, mode=0o755),
+        member("bin/tool", data=b"#!/bin/sh\n", mode=0o755),
+        member("bin/python", tarfile.SYMTYPE, link="/usr/bin/python3"),
+        member("bin/again", tarfile.LNKTYPE, link="bin/tool", mode=0o755),
+    ]
+    prefix = do_restore(store, scratch, members)
+    st = os.lstat(prefix / "bin" / "tool")
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (USER_A, 0o755)
+    assert os.readlink(prefix / "bin" / "python") == "/usr/bin/python3"
+    assert os.lstat(prefix).st_uid == USER_A
+    assert os.stat(prefix / "bin" / "again").st_ino == st.st_ino
+
+
+BENIGN = [Entry("escaped", "f", 1)]  # a manifest that hides what the archive holds
+
+
+def test_absolute_path(store: Store, scratch: Path) -> None:
+    hostile = [member(str(scratch / "escaped"), data=b"x")]
+    rejects(store, scratch, hostile, "not relative")  # the manifest's own entry list
+    rejects(store, scratch, hostile, "absolute path", entries=BENIGN)  # the archive
+    assert not (scratch / "escaped").exists()
+
+
+def test_dotdot(store: Store, scratch: Path) -> None:
+    hostile = [member("a/../../escaped", data=b"x")]
+    rejects(store, scratch, hostile, "not relative")
+    rejects(store, scratch, hostile, r"'\.\.'", entries=BENIGN)
+
+
+def test_symlink_leaving_the_prefix(store: Store, scratch: Path) -> None:
+    rejects(store, scratch, [member("up", tarfile.SYMTYPE, link="../../etc")], "outside|leaves")
+    rejects(store, scratch, [member("etc", tarfile.SYMTYPE, link="/etc")], "leaves the prefix")
+    rejects(store, scratch, [member("x", tarfile.SYMTYPE, link="/usr/../etc/shadow")], "leaves")
+
+
+def test_write_through_a_symlink_inside(store: Store, scratch: Path) -> None:
+    """The data filter allows a link pointing inside; a member below it is still refused."""
+    members = [
+        member("real", tarfile.DIRTYPE, mode=0o755),
+        member("alias", tarfile.SYMTYPE, link="real"),
+        member("alias/file", data=b"x"),
+    ]
+    rejects(store, scratch, members, "below a symlink")
+
+
+def test_hard_links_outside(store: Store, scratch: Path) -> None:
+    rejects(store, scratch, [member("pw", tarfile.LNKTYPE, link="/etc/passwd")], "hard link")
+    rejects(store, scratch, [member("pw", tarfile.LNKTYPE, link="../../etc/passwd")], "hard link")
+
+
+@pytest.mark.parametrize("kind", [tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE])
+def test_devices_and_fifos(store: Store, scratch: Path, kind: bytes) -> None:
+    ti, _ = member("dev", kind)
+    ti.devmajor, ti.devminor = 1, 3
+    rejects(store, scratch, [(ti, None)], "special file|disagrees")
+
+
+def test_setuid_and_setgid_bits_are_dropped(store: Store, scratch: Path) -> None:
+    prefix = do_restore(store, scratch, [member("suid", data=b"x", mode=0o6777)])
+    mode = os.lstat(prefix / "suid").st_mode
+    assert not mode & (stat.S_ISUID | stat.S_ISGID | stat.S_IWOTH)
+
+
+def test_size_bomb(store: Store, scratch: Path) -> None:
+    rejects(store, scratch, [member("big", data=b"\0" * (2 * MB))], "max_bytes", max_bytes=MB)
+
+
+def test_manifest_over_the_size_limit_is_refused_before_fetching(
+    store: Store, scratch: Path
+) -> None:
+    publish(
+        store,
+        tar_bytes([member("a", data=b"x" * 1000)]),
+        entries_of([member("a", data=b"x" * 1000)]),
+        prefix=str(scratch / "env"),
+    )
+    with pytest.raises(ManifestError, match="max_bytes"):
+        read_manifest(store, "user/ada", "2" * 32, max_bytes=100, max_files=10)
+
+
+def test_file_count_bomb(store: Store, scratch: Path) -> None:
+    members = [member(f"f{i}", data=b"") for i in range(50)]
+    rejects(store, scratch, members, "max_files", max_files=10)
+
+
+def test_truncated_archive(store: Store, scratch: Path) -> None:
+    needs_root()
+    prefix = scratch / "env"
+    members = [member("a", data=os.urandom(300_000))]
+    m = publish(store, tar_bytes(members), entries_of(members), prefix=str(prefix))
+    key = f"deps/user/ada/{'2' * 32}/{m.data}"
+    store.write_bytes(key, store.read_bytes(key)[:-100])
+    with pytest.raises(BootseerError, match="truncated"):
+        restore(store, m, RestoreRequest(prefix=str(prefix), uid=USER_A, gid=USER_A))
+    assert_nothing_left(scratch)
+
+
+def test_corrupted_frame(store: Store, scratch: Path) -> None:
+    needs_root()
+    prefix = scratch / "env"
+    members = [member("a", data=os.urandom(300_000))]
+    m = publish(store, tar_bytes(members), entries_of(members), prefix=str(prefix))
+    key = f"deps/user/ada/{'2' * 32}/{m.data}"
+    data = bytearray(store.read_bytes(key))
+    data[m.frames[2].offset + 50] ^= 0xFF
+    store.write_bytes(key, bytes(data))
+    with pytest.raises(BootseerError, match="frame 2: checksum mismatch"):
+        restore(store, m, RestoreRequest(prefix=str(prefix), uid=USER_A, gid=USER_A))
+    assert_nothing_left(scratch)
+
+
+def test_frame_lying_about_its_size(store: Store, scratch: Path) -> None:
+    """A frame whose header declares more than the manifest: refused before decoding."""
+    from dataclasses import replace
+
+    from bootseer.deps.frames import decode_frame
+
+    members = [member("a", data=b"\0" * 100_000)]
+    m = publish(store, tar_bytes(members), entries_of(members), prefix=str(scratch / "env"))
+    data = store.read_range(f"deps/user/ada/{'2' * 32}/{m.data}", 0, m.frames[0].length)
+    with pytest.raises(ManifestError, match="header says"):
+        decode_frame(data, replace(m.frames[0], raw=10), 0)
+
+
+def test_manifest_disagreeing_with_the_archive(store: Store, scratch: Path) -> None:
+    members = [member("a", data=b"abc"), member("b", data=b"def")]
+    lie = [Entry("a", "f", 3), Entry("c", "f", 3)]
+    rejects(store, scratch, members, "disagrees", entries=lie)
+    rejects(store, scratch, members, "more entries than the manifest", entries=lie[:1])
+    rejects(
+        store,
+        scratch,
+        members[:1],
+        "ends after 1 of",
+        entries=[Entry("a", "f", 3)] * 1 + [Entry("b", "f", 0)],
+    )
+
+
+def test_garbage_instead_of_tar(store: Store, scratch: Path) -> None:
+    rejects(
+        store,
+        scratch,
+        [],
+        "broken archive|disagrees|ends after",
+        raw=os.urandom(10_000),
+        entries=[Entry("a", "f", 1)],
+    )
+
+
+def test_prefix_that_exists_is_not_overwritten(store: Store, scratch: Path) -> None:
+    needs_root()
+    (scratch / "env").mkdir()
+    (scratch / "env" / "keep").write_text("mine")
+    os.chown(scratch / "env", USER_A, USER_A)
+    with pytest.raises(BootseerError, match="not empty"):
+        do_restore(store, scratch, [member("a", data=b"x")])
+    assert (scratch / "env" / "keep").read_text() == "mine"
+    assert sorted(p.name for p in scratch.iterdir()) == ["env", "store"]
+
+
+def test_relative_link_to_an_allowed_absolute_link(store: Store, scratch: Path) -> None:
+    """A venv's bin/python3 -> python -> /usr/bin/python3: allowed, as created."""
+    members = [
+        member("bin", tarfile.DIRTYPE, mode=0o755),
+        member("bin/python", tarfile.SYMTYPE, link="/usr/bin/python3"),
+        member("bin/python3", tarfile.SYMTYPE, link="python"),
+        member("lib64", tarfile.SYMTYPE, link="bin"),
+    ]
+    prefix = do_restore(store, scratch, members)
+    assert os.readlink(prefix / "bin" / "python3") == "python"

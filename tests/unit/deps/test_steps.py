@@ -1,0 +1,246 @@
+"""The prolog and epilog steps end to end on a file store (no Slurm): capture after an
+install, restore on the next run, one restore per node, scopes kept apart."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootseer.deps import step
+from bootseer.deps.capture import CaptureRequest, capture
+from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
+from bootseer.errors import StepError
+from bootseer.store import Store
+
+from .conftest import USER_A, USER_B, needs_root, site, step_call
+
+TOP = Path(__file__).resolve().parents[3]
+
+
+def fill(prefix: Path, uid: int) -> None:
+    """What an install leaves: a tree owned by the job's user."""
+    (prefix / "lib" / "pkg").mkdir(parents=True)
+    (prefix / "lib" / "pkg" / "mod.py").write_text("X = 1\n")
+    (prefix / "lib" / "pkg" / "data.bin").write_bytes(os.urandom(200_000))
+    (prefix / "bin").mkdir()
+    (prefix / "bin" / "tool").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(prefix / "bin" / "tool", 0o755)
+    for p in [prefix, *prefix.rglob("*")]:
+        os.chown(p, uid, uid, follow_symlinks=False)
+
+
+def deps_run_in_job(scratch: Path, call, command: list[str]) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    """``bootseer deps run`` as the job's task would run it, as the job's user."""
+    cfg_path = scratch / "site.toml"
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SLURM_JOB_ID": str(call.ctx.job_id),
+        "SLURMD_NODENAME": call.ctx.node,
+        "BOOTSEER_CONFIG": str(cfg_path),
+        "PYTHONPATH": str(TOP / "lib"),
+    }
+    # As root: another uid may not be able to run this interpreter (it may live under /root).
+    assert call.ctx.uid == 0
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from bootseer.cli import main; sys.exit(main(sys.argv[1:]))",
+            "deps",
+            "run",
+            "--",
+            *command,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=scratch,
+    )
+
+
+def write_site(scratch: Path, **deps: object) -> None:
+    lines = [
+        f'[store]\nuri = "file://{scratch}/store"\n',
+        f'[paths]\nrun_dir = "{scratch}/run/%n"\ncache_dir = "{scratch}/cache/%n"\n'
+        f'log_dir = "{scratch}/log"\n',
+        '[deps]\npython = "/bin/false"\n',
+    ]
+    lines += [f"{k} = {json.dumps(v)}\n" for k, v in deps.items()]
+    (scratch / "site.toml").write_text("".join(lines))
+
+
+def test_first_run_captures_second_run_restores(scratch: Path) -> None:
+    needs_root()
+    cfg = site(scratch)
+    (scratch / "req.txt").write_text("numpy\n")
+    prefix = scratch / "env"
+    spec = f"{prefix},key=req.txt"
+
+    first = step_call(scratch, cfg, job_id=1, uid=USER_A, user="ada", deps=spec)
+    r = step.prolog(first)
+    assert r.outcome == "skipped" and "no snapshot" in r.detail
+    fill(prefix, USER_A)
+    r = step.epilog(first)
+    assert r.outcome == "ok" and "captured" in r.detail and r.bytes > 0
+
+    import shutil
+
+    shutil.rmtree(prefix)
+    second = step_call(
+        scratch, cfg, job_id=2, uid=USER_A, user="ada", deps=spec, node="n2", nodes=("n2",)
+    )
+    r = step.prolog(second)
+    assert r.outcome == "ok" and "restored" in r.detail, r.detail
+    assert r.bytes > 200_000 * 0.9
+    assert r.env["BOOTSEER_DEPS_KEY"]
+    assert (prefix / "bin" / "tool").stat().st_uid == USER_A
+    assert os.access(prefix / "bin" / "tool", os.X_OK)
+
+    third = step_call(
+        scratch, cfg, job_id=3, uid=USER_A, user="ada", deps=spec, node="n2", nodes=("n2",)
+    )
+    r = step.prolog(third)
+    assert "already" in r.detail and r.bytes < 10_000  # the manifest only
+    assert step.epilog(third).outcome == "skipped"
+
+
+def test_deps_run_skips_after_a_restore_and_the_epilog_captures_what_it_added(
+    scratch: Path,
+) -> None:
+    needs_root()
+    write_site(scratch)
+    cfg = site(scratch)
+    (scratch / "req.txt").write_text("x\n")
+    os.chmod(scratch / "req.txt", 0o644)
+    prefix = scratch / "env"
+    spec = f"{prefix},key=req.txt"
+    install = ["sh", "-c", f"mkdir -p {prefix}/lib && echo v1 > {prefix}/lib/a.py"]
+
+    first = step_call(scratch, cfg, job_id=11, uid=0, user="root", deps=spec)
+    step.prolog(first)
+    out = deps_run_in_job(scratch, first, install)
+    assert out.returncode == 0, out.stderr
+    assert "the epilog captures" in out.stderr
+    (prefix / "lib" / "later.log").write_text("written by training, after the install\n")
+    r = step.epilog(first)
+    assert "captured" in r.detail, r.detail
+
+    import shutil
+
+    shutil.rmtree(prefix)
+    second = step_call(scratch, cfg, job_id=12, uid=0, user="root", deps=spec)
+    assert "restored" in step.prolog(second).detail
+    assert (prefix / "lib" / "a.py").read_text() == "v1\n"
+    assert not (prefix / "lib" / "later.log").exists()
+    out = deps_run_in_job(scratch, second, install)
+    assert out.returncode == 0 and "skipping the install" in out.stderr, out.stderr
+    assert step.epilog(second).outcome == "skipped"
+
+    changed = ["sh", "-c", f"mkdir -p {prefix}/lib && echo v2 > {prefix}/lib/a.py"]
+    out = deps_run_in_job(scratch, second, changed)
+    assert "reinstalling" in out.stderr, out.stderr
+    assert (prefix / "lib" / "a.py").read_text() == "v2\n"
+
+
+def test_user_b_never_gets_user_a_snapshot(scratch: Path) -> None:
+    needs_root()
+    cfg = site(scratch)
+    (scratch / "req.txt").write_text("same\n")
+    os.chmod(scratch / "req.txt", 0o644)
+    prefix = scratch / "env"
+    spec = f"{prefix},key=req.txt,scope=cluster"  # asks to share; the site does not allow it
+    a = step_call(scratch, cfg, job_id=21, uid=USER_A, user="ada", deps=spec)
+    step.prolog(a)
+    fill(prefix, USER_A)
+    assert "captured" in step.epilog(a).detail
+    import shutil
+
+    shutil.rmtree(prefix)
+    b = step_call(scratch, cfg, job_id=22, uid=USER_B, user="bob", deps=spec)
+    r = step.prolog(b)
+    assert r.outcome == "skipped" and "not allowed" in r.detail and "user/bob" in r.detail
+    assert not prefix.exists()
+
+    shared = site(scratch, scopes=["user", "cluster"])
+    a = step_call(scratch, shared, job_id=23, uid=USER_A, user="ada", deps=spec)
+    step.prolog(a)
+    fill(prefix, USER_A)
+    step.epilog(a)
+    shutil.rmtree(prefix)
+    b = step_call(scratch, shared, job_id=24, uid=USER_B, user="bob", deps=spec)
+    assert "restored" in step.prolog(b).detail
+    assert (prefix / "bin" / "tool").stat().st_uid == USER_B
+
+
+def test_many_jobs_on_one_node_restore_once(scratch: Path) -> None:
+    needs_root()
+    cfg = site(scratch)
+    prefix = scratch / "env"
+    src = scratch / "src"
+    src.mkdir()
+    fill(src, USER_A)
+    # Capture from a copy so the snapshot's prefix is the jobs' prefix.
+    os.rename(src, prefix)
+    first = step_call(scratch, cfg, job_id=31, uid=USER_A, user="ada", deps=str(prefix))
+    step.prolog(first)
+    step.epilog(first)
+    import shutil
+
+    shutil.rmtree(prefix)
+    calls = [
+        step_call(scratch, cfg, job_id=40 + i, uid=USER_A, user="ada", deps=str(prefix))
+        for i in range(4)
+    ]
+    with cf.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(step.prolog, calls))
+    restored = [r for r in results if r.detail.startswith("restored")]
+    already = [r for r in results if "already" in r.detail]
+    assert (len(restored), len(already)) == (1, 3), [r.detail for r in results]
+
+
+def test_two_jobs_capturing_the_same_key_leave_one_good_snapshot(
+    store: Store, scratch: Path
+) -> None:
+    needs_root()
+    prefix = scratch / "env"
+    prefix.mkdir()
+    fill(prefix, USER_A)
+    req = CaptureRequest(
+        prefix=str(prefix),
+        scope="user/ada",
+        base="1" * 32,
+        key="2" * 32,
+        uid=USER_A,
+        gid=USER_A,
+        frame_bytes=1 << 16,
+    )
+    with cf.ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda _: capture(store, req), range(2)))
+    key = find_snapshot(store, "user/ada", "1" * 32)
+    assert key == "2" * 32
+    m, _ = read_manifest(store, "user/ada", key, max_bytes=1 << 30, max_files=100)  # type: ignore[misc]
+    os.rename(prefix, scratch / "old")
+    restore(store, m, RestoreRequest(prefix=str(prefix), uid=USER_A, gid=USER_A))
+    assert (prefix / "lib" / "pkg" / "data.bin").read_bytes() == (
+        scratch / "old" / "lib" / "pkg" / "data.bin"
+    ).read_bytes()
+
+
+def test_a_prefix_bootseer_did_not_make_is_left_alone(scratch: Path) -> None:
+    needs_root()
+    cfg = site(scratch)
+    prefix = scratch / "env"
+    a = step_call(scratch, cfg, job_id=51, uid=USER_A, user="ada", deps=str(prefix))
+    step.prolog(a)
+    fill(prefix, USER_A)
+    step.epilog(a)
+    b = step_call(scratch, cfg, job_id=52, uid=USER_A, user="ada", deps=str(prefix))
+    with pytest.raises(StepError, match="not restored by bootseer"):
+        step.prolog(b)
+    assert (prefix / "lib" / "pkg" / "mod.py").exists()
