@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DevSlurm
+from tests.conftest import DevSlurm
 
 pytestmark = pytest.mark.slurm
 
