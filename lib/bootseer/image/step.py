@@ -73,7 +73,8 @@ def prolog(call: StepCall) -> StepResult:
         f"hit_ratio={p.get('hit_ratio', 1.0)} complete={p.get('complete', True)} "
         f"trace_runs={resp.get('trace_runs', 0)}"
     )
-    return StepResult(detail=detail, bytes=fetched, env={"BOOTSEER_IMAGE": resp["path"]})
+    env = {"BOOTSEER_IMAGE": resp["path"], "BOOTSEER_AGENT_SOCKET": str(call.cfg.image.socket)}
+    return StepResult(detail=detail, bytes=fetched, env=env)
 
 
 def epilog(call: StepCall) -> StepResult:

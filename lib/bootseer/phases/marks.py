@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -33,6 +34,8 @@ from bootseer.phases.schema import DETAIL_MAX, OUTCOMES, STARTUP_END, check_phas
 MARKS_ENV = "BOOTSEER_PHASE_MARKS"
 # Set to 0 to keep first_step from starting a background flush (the epilog still flushes).
 FLUSH_ENV = "BOOTSEER_PHASE_FLUSH"
+# The node agent's socket, set by the image step: first_step ends the job's block trace.
+AGENT_ENV = "BOOTSEER_AGENT_SOCKET"
 
 _fds: dict[str, int] = {}
 _warned = False
@@ -114,6 +117,7 @@ def mark(
         _say_once(f"{event} {name} not recorded: {path}: {exc.strerror}")
         return False
     if event == "end" and name == STARTUP_END:
+        tell_agent_first_step()
         flush_in_background(path)
     return True
 
@@ -132,6 +136,23 @@ def phase(name: str, detail: str = "") -> Iterator[None]:
         mark("end", name, outcome="failed", detail=detail or f"{type(exc).__name__}: {exc}")
         raise
     mark("end", name, detail=detail)
+
+
+def tell_agent_first_step() -> None:
+    """Tell the node agent the job reached its first step, so its block trace ends here.
+
+    Best effort and brief: without an answer within half a second the trace ends with
+    its time window instead. Every task may call it; the agent keeps the first.
+    """
+    path, job = os.environ.get(AGENT_ENV), os.environ.get("SLURM_JOB_ID", "")
+    if not path or not job.isdigit():
+        return
+    request = json.dumps({"op": "first_step", "job_id": int(job)}).encode() + b"\n"
+    with suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        s.connect(path)
+        s.sendall(request)
+        s.recv(1 << 12)
 
 
 def flush_in_background(marks_path: str) -> None:
