@@ -38,6 +38,10 @@ TOP = Path(__file__).resolve().parent.parent
 DEFAULT_STATE = Path(os.environ.get("BOOTSEER_DEV_STATE", "/var/tmp/bootseer-dev"))
 DEFAULT_PORT_BASE = int(os.environ.get("BOOTSEER_DEV_PORT_BASE", "17800"))
 VENV = Path(os.environ.get("BOOTSEER_VENV", "/opt/bootseer/venv"))
+# Each node's own local directory, like a real node's local disk: the same path on every
+# node, a different directory behind it (<state>/nodes/<node>/local, bound in the slurmd's
+# mount namespace). Jobs put node-local things here, e.g. a --bootseer-deps prefix.
+NODE_LOCAL = Path("/var/tmp/slurm-dev-local")
 
 
 @dataclass
@@ -256,6 +260,7 @@ class Cluster:
     def up(self) -> None:
         t0 = time.monotonic()
         self.write_config()
+        self.share_state_dir()
         if self.s.s3:
             self.store_host_up()
         for node in self.s.node_names:
@@ -295,11 +300,26 @@ class Cluster:
     def start_slurmd(self, node: str) -> None:
         if self.alive(f"slurmd-{node}"):
             return
-        # A UTS namespace per slurmd: jobs on node nX see the host name nX, as on a real
-        # cluster (the SPANK plugin finds the node's run dir by it).
-        script = 'hostname "$1" && exec slurmd -f "$2" -N "$1"'
-        cmd = ["unshare", "--uts", "sh", "-c", script, "slurmd", node, str(self.conf)]
+        # Each slurmd gets namespaces of its own: UTS, so jobs on nX see the host name nX
+        # (the SPANK plugin finds the node's run dir by it); mount, so NODE_LOCAL is the
+        # node's own directory. The state dir is a shared mount (share_state_dir), so
+        # mounts under it (agents' images, jobs' checkpoint mounts) show on every side.
+        local = self.dir / "nodes" / node / "local"
+        local.mkdir(parents=True, exist_ok=True)
+        NODE_LOCAL.mkdir(parents=True, exist_ok=True)
+        script = (
+            'hostname "$1" && mount --bind "$3" "$4" && exec slurmd -f "$2" -N "$1"'
+        )
+        cmd = ["unshare", "--uts", "--mount", "--propagation", "unchanged", "sh", "-c", script]
+        cmd += ["slurmd", node, str(self.conf), str(local), str(NODE_LOCAL)]
         run_checked(cmd, env=self.env())
+
+    def share_state_dir(self) -> None:
+        """Make the state dir a shared mount, so mounts below it reach every node's namespace."""
+        # (os.path.ismount cannot see a bind mount of a directory onto itself.)
+        if str(self.dir) not in mount_points():
+            run_checked(["mount", "--bind", str(self.dir), str(self.dir)])
+        run_checked(["mount", "--make-shared", str(self.dir)])
 
     def start_agent(self, node: str) -> None:
         """The node agent (``bootseer agent``): its socket, cache and FUSE mount via %n."""
@@ -373,11 +393,14 @@ class Cluster:
         print(f"slurm-dev: stopped (state kept in {self.dir})")
 
     def unmount_all(self) -> None:
-        prefix = str(self.dir) + "/"
-        with open("/proc/self/mounts") as f:
-            mounts = [line.split()[1] for line in f]
-        for mnt in sorted((m for m in mounts if m.startswith(prefix)), reverse=True):
-            subprocess.run(["umount", "-l", mnt], capture_output=True)
+        """Unmount everything at or below the state dir, deepest first (lazily)."""
+        for _ in range(5):  # mounts stacked on one point come off one per pass
+            top, below = str(self.dir), str(self.dir) + "/"
+            mounts = [m for m in mount_points() if m == top or m.startswith(below)]
+            if not mounts:
+                return
+            for mnt in sorted(set(mounts), reverse=True):
+                subprocess.run(["umount", "-l", mnt], capture_output=True)
 
     # -- the store host --------------------------------------------------------------
 
@@ -531,6 +554,11 @@ def run_checked(cmd: list[str], env: dict[str, str] | None = None) -> None:
         raise SystemExit(
             f"slurm-dev: {' '.join(cmd)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}"
         )
+
+
+def mount_points() -> list[str]:
+    with open("/proc/self/mounts") as f:
+        return [line.split()[1] for line in f]
 
 
 def wait_for(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]

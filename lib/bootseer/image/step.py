@@ -98,8 +98,7 @@ def epilog(call: StepCall) -> StepResult:
             f"fill_state={fill.get('state')} fill_blocks={fill.get('done')}/"
             f"{fill.get('blocks')} fill_bytes={fill.get('bytes')} "
             f"fill_start={fill.get('start')} fill_end={fill.get('end')}"
-        ),
-        bytes=int(fill.get("bytes") or 0),
+        ),  # the fill's bytes go to its own phase row, image_background_fill
     )
 
 
