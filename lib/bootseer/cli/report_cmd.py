@@ -116,7 +116,7 @@ def _job(ds: Any, job_id: int, args: argparse.Namespace, console: Any) -> int:
     if args.plot:
         from bootseer.phases.plot import plot_timeline
 
-        plot_timeline(report.runs[-1], args.plot)
+        plot_timeline(report.runs[-4:], args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 

@@ -26,7 +26,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
 # Kept equal to bootseer.phases.schema (a test checks), not imported from it: a mark
 # from a job script is a process start, and every import counts there.
@@ -150,14 +150,6 @@ def flush_in_background(marks_path: str) -> None:
     """
     if os.environ.get(FLUSH_ENV, "1") == "0":
         return
-    import subprocess
+    from bootseer.phases.spawn import spawn_flush
 
-    with suppress(OSError):
-        subprocess.Popen(
-            [sys.executable, "-m", "bootseer.phases.flush", "--marks", os.path.dirname(marks_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
+    spawn_flush("marks", os.path.dirname(marks_path))
