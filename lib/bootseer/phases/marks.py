@@ -150,6 +150,8 @@ def flush_in_background(marks_path: str) -> None:
     """
     if os.environ.get(FLUSH_ENV, "1") == "0":
         return
+    if os.environ.get("SLURM_LOCALID", "0") != "0":
+        return  # one flush per node, from its first task; the epilog has the other ranks'
     from bootseer.phases.spawn import spawn_flush
 
     spawn_flush("marks", os.path.dirname(marks_path))

@@ -75,7 +75,7 @@ def job_rows(rng: random.Random, job_id: int, t0: float, nodes: int) -> list[Pha
 
 
 def generate(store_dir: Path, total: int, seed: int = 1) -> tuple[int, int]:
-    """Write ``total`` rows; return (a job id from the last day, number of files)."""
+    """Write ``total`` rows; return (a wide job from mid-year, number of files)."""
     rng = random.Random(seed)
     store = open_store(f"file://{store_dir}")
     now = time.time()
@@ -95,11 +95,12 @@ def generate(store_dir: Path, total: int, seed: int = 1) -> tuple[int, int]:
                 for n_rows in _by_node(job_rows(rng, job_id, t0, nodes)):
                     write_rows(store, n_rows, source="epilog")
                     files += 1
-                sample = job_id
                 rows.append(None)  # type: ignore[arg-type]  # count only
                 rows.extend([None] * (nodes * len(PHASES) - 1))  # type: ignore[list-item]
             else:
                 rows.extend(job_rows(rng, job_id, t0, nodes))
+                if d == days // 2 and nodes >= 16:
+                    sample = job_id  # a wide job inside a compacted mid-year file
         if d:
             write_day(store, time.strftime("%Y-%m-%d", time.gmtime(day_start)), to_table(rows))
             files += 1
