@@ -76,42 +76,61 @@ def main() -> int:
         block = per_call(ctx_block, calls)
         env = {**os.environ}
         py = per_process([sys.executable, "-c", "pass"], procs, env)
-        cli = per_process([sys.executable, "-m", "bootseer.cli", "phase", "start", "ckpt_load"],
-                          procs, env)
+        cli = per_process(
+            [sys.executable, "-m", "bootseer.cli", "phase", "start", "ckpt_load"], procs, env
+        )
         script = Path(sys.executable).parent / "bootseer"
         cli_script = per_process([str(script), "phase", "start", "ckpt_load"], procs, env)
 
         # The prolog's share: spool + env file + spawning the detached flush.
-        cfg = SiteConfig.from_mapping({
-            "store": {"uri": f"file://{tmp}/store"},
-            "paths": {"run_dir": str(tmp / "hook-run"), "log_dir": str(tmp / "log")},
-            "phases": {"submit_time": False},
-        })
+        cfg = SiteConfig.from_mapping(
+            {
+                "store": {"uri": f"file://{tmp}/store"},
+                "paths": {"run_dir": str(tmp / "hook-run"), "log_dir": str(tmp / "log")},
+                "phases": {"submit_time": False},
+            }
+        )
         os.environ["BOOTSEER_CONFIG"] = str(tmp / "site.toml")
         (tmp / "site.toml").write_text(f'[store]\nuri = "file://{tmp}/store"\n')
         now = time.time()
         run = HookRun([StepOutcome("image", "ok", now, now + 0.1, 1, "x")], {}, False)
         hook_times = []
         for i in range(procs):
-            ctx = JobContext(job_id=1000 + i, user="root", uid=os.getuid(), gid=os.getgid(),
-                             node="n1", nodes=("n1", "n2"))
+            ctx = JobContext(
+                job_id=1000 + i,
+                user="root",
+                uid=os.getuid(),
+                gid=os.getgid(),
+                node="n1",
+                nodes=("n1", "n2"),
+            )
             JobDir(cfg.paths.run_dir, ctx.job_id).create()
             t = time.perf_counter()
             record_hook_run("prolog", ctx, cfg, run)
             hook_times.append(time.perf_counter() - t)
-        flush_cmd = [sys.executable, "-m", "bootseer.phases.flush", "--prolog",
-                     str(Spool(cfg.paths.run_dir, 1000).path)]
+        flush_cmd = [
+            sys.executable,
+            "-m",
+            "bootseer.phases.flush",
+            "--prolog",
+            str(Spool(cfg.paths.run_dir, 1000).path),
+        ]
         flush = per_process(flush_cmd, max(3, procs // 4), env)
         time.sleep(2)  # let the detached flushes the loop started finish before cleanup
-        print(json.dumps({
-            "mark_python_us_median": round((one - empty) * 1e6, 2),
-            "with_phase_block_us_median": round((block - empty) * 1e6, 2),
-            "mark_cli_ms_median": round(cli_script * 1e3, 1),
-            "mark_cli_python_m_ms_median": round(cli * 1e3, 1),
-            "python_c_pass_ms_median": round(py * 1e3, 1),
-            "prolog_record_ms_median": round(statistics.median(hook_times) * 1e3, 2),
-            "detached_prolog_flush_ms_median": round(flush * 1e3, 1),
-        }, indent=1))
+        print(
+            json.dumps(
+                {
+                    "mark_python_us_median": round((one - empty) * 1e6, 2),
+                    "with_phase_block_us_median": round((block - empty) * 1e6, 2),
+                    "mark_cli_ms_median": round(cli_script * 1e3, 1),
+                    "mark_cli_python_m_ms_median": round(cli * 1e3, 1),
+                    "python_c_pass_ms_median": round(py * 1e3, 1),
+                    "prolog_record_ms_median": round(statistics.median(hook_times) * 1e3, 2),
+                    "detached_prolog_flush_ms_median": round(flush * 1e3, 1),
+                },
+                indent=1,
+            )
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
@@ -114,12 +115,20 @@ def _by_node(rows: list[PhaseRow]) -> list[list[PhaseRow]]:
     return list(out.values())
 
 
-def timed(fn, repeat: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
-    times, result = [], None
+CPU: dict[str, float] = {}
+
+
+def timed(fn, repeat: int, name: str = "") -> tuple[float, object]:  # type: ignore[no-untyped-def]
+    """Median wall seconds (and, in CPU[name], median CPU seconds of this process: the
+    figure a shared, loaded machine disturbs least)."""
+    times, cpus, result = [], [], None
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         result = fn()
         times.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    if name:
+        CPU[name] = round(statistics.median(cpus), 3)
     return statistics.median(times), result
 
 
@@ -143,9 +152,17 @@ def main() -> int:
         gen = time.perf_counter() - t
         ds = PhaseDataset(open_store(f"file://{store_dir}"))
         now = time.time()
-        year, view = timed(lambda: cluster_report(ds, since=now - 366 * 86400), args.repeat)
-        week, _ = timed(lambda: cluster_report(ds, since=now - 7 * 86400), args.repeat)
-        one, job = timed(lambda: job_report(ds, sample), args.repeat)
+        year, view = timed(
+            lambda: cluster_report(ds, since=now - 366 * 86400),
+            args.repeat,
+            "cluster_year_cpu_seconds_median",
+        )
+        week, _ = timed(
+            lambda: cluster_report(ds, since=now - 7 * 86400),
+            args.repeat,
+            "cluster_7d_cpu_seconds_median",
+        )
+        one, job = timed(lambda: job_report(ds, sample), args.repeat, "one_job_cpu_seconds_median")
         result = {
             "rows": view.rows,  # type: ignore[attr-defined]
             "runs": view.runs,  # type: ignore[attr-defined]
@@ -155,6 +172,9 @@ def main() -> int:
             "cluster_7d_seconds_median": round(week, 3),
             "one_job_seconds_median": round(one, 3),
             "one_job_nodes": len(job.runs[0].nodes) if job.runs else 0,  # type: ignore[attr-defined]
+            **CPU,
+            "load_average_1min": round(os.getloadavg()[0], 1),
+            "cpus": os.cpu_count(),
         }
         if args.cli:
             cmd = [
