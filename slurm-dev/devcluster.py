@@ -22,6 +22,7 @@ netem where the kernel has it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -61,12 +62,19 @@ class Settings:
     @property
     def store_ips(self) -> tuple[str, str]:
         """(host side, store side) of the veth link, in a /30 of our own per cluster."""
-        third = (self.port_base // 100) % 250
+        third = (self.port_base // 10) % 250
         return f"10.213.{third}.1", f"10.213.{third}.2"
 
     @property
+    def weed_ports(self) -> tuple[int, int, int, int]:
+        """(master, volume, filer, s3). Unique per cluster: SeaweedFS keeps local sockets
+        named by port in /tmp, shared by every network namespace on the machine."""
+        base = 30000 + (self.port_base % 1000) * 10
+        return base, base + 1, base + 2, base + 3
+
+    @property
     def s3_port(self) -> int:
-        return 8333
+        return self.weed_ports[3]
 
 
 class Cluster:
@@ -104,8 +112,15 @@ class Cluster:
     # -- configuration --------------------------------------------------------------
 
     def write_config(self) -> None:
-        for d in (self.etc, self.run, self.logs, self.dir / "spool", self.dir / "ctld",
-                  self.dir / "store", self.dir / "lib"):
+        for d in (
+            self.etc,
+            self.run,
+            self.logs,
+            self.dir / "spool",
+            self.dir / "ctld",
+            self.dir / "store",
+            self.dir / "lib",
+        ):
             d.mkdir(parents=True, exist_ok=True)
         for node in self.s.node_names:
             for sub in ("run", "cache", "log"):
@@ -119,19 +134,24 @@ class Cluster:
         shutil.copy2(TOP / "spank" / "bootseer.so", self.dir / "lib" / "bootseer.so")
         (self.dir / "cluster.json").write_text(json.dumps(asdict(self.s), indent=1))
         self._write(self.conf, self._slurm_conf())
-        self._write(self.etc / "plugstack.conf",
-                    f"required {self.dir}/lib/bootseer.so rundir={self.dir}/nodes/%n/run\n")
+        self._write(
+            self.etc / "plugstack.conf",
+            f"required {self.dir}/lib/bootseer.so rundir={self.dir}/nodes/%n/run\n",
+        )
         if not self.site_config.exists():
             self._write(self.site_config, self._site_config())
         for hook in ("prolog", "epilog"):
             wrapper = self.etc / hook
-            self._write(wrapper, (
-                "#!/bin/sh\n"
-                "# slurm-dev: point the hook at this cluster's site config and venv.\n"
-                f"export BOOTSEER_CONFIG={self.site_config}\n"
-                f"export BOOTSEER_PYTHON={VENV / 'bin' / 'python3'}\n"
-                f"exec {TOP / hook / f'bootseer-{hook}'}\n"
-            ))
+            self._write(
+                wrapper,
+                (
+                    "#!/bin/sh\n"
+                    "# slurm-dev: point the hook at this cluster's site config and venv.\n"
+                    f"export BOOTSEER_CONFIG={self.site_config}\n"
+                    f"export BOOTSEER_PYTHON={VENV / 'bin' / 'python3'}\n"
+                    f"exec {TOP / hook / f'bootseer-{hook}'}\n"
+                ),
+            )
             wrapper.chmod(0o755)
 
     def _write(self, path: Path, text: str) -> None:
@@ -232,18 +252,26 @@ class Cluster:
         for node in self.s.node_names:
             self.start_slurmd(node)
         self.wait_idle()
-        print(f"slurm-dev: {self.s.nodes} nodes idle in {time.monotonic() - t0:.1f}s "
-              f"(state {self.dir}; `eval $({TOP}/slurm-dev/env)` to use it)")
+        print(
+            f"slurm-dev: {self.s.nodes} nodes idle in {time.monotonic() - t0:.1f}s "
+            f"(state {self.dir}; `eval $({TOP}/slurm-dev/env)` to use it)"
+        )
 
     def start_munged(self) -> None:
         if self.alive("munged"):
             return
         sock = self.run / "munge" / "munge.socket.2"
-        run_checked([
-            "munged", "--force", f"--socket={sock}", f"--key-file={self.etc / 'munge.key'}",
-            f"--pid-file={self.pidfiles()['munged']}", f"--log-file={self.logs / 'munged.log'}",
-            f"--seed-file={self.run / 'munge.seed'}",
-        ])
+        run_checked(
+            [
+                "munged",
+                "--force",
+                f"--socket={sock}",
+                f"--key-file={self.etc / 'munge.key'}",
+                f"--pid-file={self.pidfiles()['munged']}",
+                f"--log-file={self.logs / 'munged.log'}",
+                f"--seed-file={self.run / 'munge.seed'}",
+            ]
+        )
         wait_for(lambda: sock.exists(), 10, "munged socket")
 
     def start_slurmctld(self) -> None:
@@ -254,15 +282,20 @@ class Cluster:
     def start_slurmd(self, node: str) -> None:
         if self.alive(f"slurmd-{node}"):
             return
-        run_checked(["slurmd", "-f", str(self.conf), "-N", node], env=self.env())
+        # A UTS namespace per slurmd: jobs on node nX see the host name nX, as on a real
+        # cluster (the SPANK plugin finds the node's run dir by it).
+        script = 'hostname "$1" && exec slurmd -f "$2" -N "$1"'
+        cmd = ["unshare", "--uts", "sh", "-c", script, "slurmd", node, str(self.conf)]
+        run_checked(cmd, env=self.env())
 
     def scontrol_ok(self, args: list[str]) -> bool:
         r = subprocess.run(["scontrol", *args], env=self.env(), capture_output=True, text=True)
         return r.returncode == 0 and "DOWN" not in r.stdout
 
     def node_states(self) -> dict[str, str]:
-        r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env(),
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env(), capture_output=True, text=True
+        )
         states = {}
         for line in r.stdout.splitlines():
             name, _, state = line.partition(" ")
@@ -273,19 +306,24 @@ class Cluster:
         def idle() -> bool:
             states = self.node_states()
             return all(states.get(n, "").startswith("idle") for n in self.s.node_names)
+
         try:
             wait_for(idle, timeout, "all nodes idle")
         except TimeoutError:
             # A node left down or drained by an earlier run comes back on request.
-            subprocess.run(["scontrol", "update", f"NodeName={','.join(self.s.node_names)}",
-                            "State=RESUME"], env=self.env(), capture_output=True)
+            subprocess.run(
+                ["scontrol", "update", f"NodeName={','.join(self.s.node_names)}", "State=RESUME"],
+                env=self.env(),
+                capture_output=True,
+            )
             wait_for(idle, 30, f"all nodes idle (states: {self.node_states()})")
 
     def down(self) -> None:
         for name, pidfile in reversed(list(self.pidfiles().items())):
             pid = read_pid(pidfile)
             if pid and pid_alive(pid) and looks_like(pid, name):
-                stop_pid(pid, name)
+                # SeaweedFS ignores SIGTERM for a long while; nothing of it needs saving.
+                stop_pid(pid, name, grace=3 if name == "weed" else 15)
             pidfile.unlink(missing_ok=True)
         self.unmount_all()
         if self.s.s3:
@@ -311,8 +349,9 @@ class Cluster:
             run_checked(["ip", "link", "set", ns_if, "netns", ns])
             run_checked(["ip", "addr", "add", f"{host_ip}/30", "dev", host_if])
             run_checked(["ip", "link", "set", host_if, "up"])
-            run_checked(["ip", "netns", "exec", ns, "ip", "addr", "add", f"{store_ip}/30",
-                         "dev", ns_if])
+            run_checked(
+                ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{store_ip}/30", "dev", ns_if]
+            )
             run_checked(["ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up"])
             run_checked(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])
             self.cap_link(host_if, [])
@@ -324,16 +363,20 @@ class Cluster:
         """Cap the rate of one direction of the link; add delay where netem exists."""
         rate = f"{self.s.store_mbit}mbit"
         if self.s.store_delay_ms:
-            netem = prefix + ["tc", "qdisc", "replace", "dev", dev, "root", "netem", "rate", rate,
-                              "delay", f"{self.s.store_delay_ms}ms", "limit", "100000"]
+            delay = f"{self.s.store_delay_ms}ms"
+            netem = [*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "netem"]
+            netem += ["rate", rate, "delay", delay, "limit", "100000"]
             if subprocess.run(netem, capture_output=True).returncode == 0:
                 return
-            print(f"slurm-dev: this kernel has no netem: {dev} gets the rate cap without "
-                  f"the {self.s.store_delay_ms} ms delay", file=sys.stderr)
+            print(
+                f"slurm-dev: this kernel has no netem: {dev} gets the rate cap without "
+                f"the {self.s.store_delay_ms} ms delay",
+                file=sys.stderr,
+            )
         # burst: enough for the rate at a 1 ms timer tick, never below one jumbo frame.
         burst = max(self.s.store_mbit * 1_000_000 // 8 // 250, 16_000)
-        run_checked(prefix + ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
-                              "burst", str(burst), "latency", "100ms"])
+        tbf = ["tbf", "rate", rate, "burst", str(burst), "latency", "100ms"]
+        run_checked([*prefix, "tc", "qdisc", "replace", "dev", dev, "root", *tbf])
 
     def start_weed(self) -> None:
         weed = shutil.which("weed", path=f"{VENV / 'bin'}:{os.environ.get('PATH', '')}")
@@ -344,10 +387,28 @@ class Cluster:
         store_ip = self.s.store_ips[1]
         log = open(self.logs / "weed.log", "ab")  # noqa: SIM115 (handed to the daemon)
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.s.netns, weed, "server", f"-dir={data}",
-             f"-ip={store_ip}", "-ip.bind=0.0.0.0", "-s3", f"-s3.port={self.s.s3_port}",
-             "-master.volumeSizeLimitMB=1024", "-volume.max=64"],
-            stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.s.netns,
+                weed,
+                "server",
+                f"-dir={data}",
+                f"-ip={store_ip}",
+                "-ip.bind=0.0.0.0",
+                "-s3",
+                f"-master.port={self.s.weed_ports[0]}",
+                f"-volume.port={self.s.weed_ports[1]}",
+                f"-filer.port={self.s.weed_ports[2]}",
+                f"-s3.port={self.s.s3_port}",
+                "-master.volumeSizeLimitMB=1024",
+                "-volume.max=64",
+            ],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         # `ip netns exec` execs weed, so the pid is weed's own.
         self.pidfiles()["weed"].write_text(f"{proc.pid}\n")
@@ -358,13 +419,16 @@ class Cluster:
                     return True
             except OSError:
                 return False
+
         wait_for(answers, 60, "SeaweedFS S3 to answer")
         wait_for(self._bucket_ready, 60, "the S3 store to take writes")
 
     def _bucket_ready(self) -> bool:
-        code = (f"import sys; sys.path.insert(0, {str(TOP / 'lib')!r})\n"
-                "from bootseer.store import open_store\n"
-                f"open_store({self.store_uri()!r}).write_bytes('.ready', b'ok')\n")
+        code = (
+            f"import sys; sys.path.insert(0, {str(TOP / 'lib')!r})\n"
+            "from bootseer.store import open_store\n"
+            f"open_store({self.store_uri()!r}).write_bytes('.ready', b'ok')\n"
+        )
         r = subprocess.run([str(VENV / "bin" / "python3"), "-c", code], capture_output=True)
         return r.returncode == 0
 
@@ -384,13 +448,14 @@ def read_pid(path: Path) -> int | None:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie child of ours is reaped and counts as gone."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def looks_like(pid: int, name: str) -> bool:
@@ -409,8 +474,10 @@ def stop_pid(pid: int, name: str, grace: float = 15) -> None:
         if not pid_alive(pid):
             return
         time.sleep(0.1)
-    print(f"slurm-dev: {name} (pid {pid}) ignored SIGTERM for {grace:g}s; sending SIGKILL",
-          file=sys.stderr)
+    print(
+        f"slurm-dev: {name} (pid {pid}) ignored SIGTERM for {grace:g}s; sending SIGKILL",
+        file=sys.stderr,
+    )
     os.kill(pid, signal.SIGKILL)
     wait_for(lambda: not pid_alive(pid), 10, f"{name} to exit")
 
@@ -419,8 +486,9 @@ def run_checked(cmd: list[str], env: dict[str, str] | None = None) -> None:
     full_env = {**os.environ, **(env or {})}
     r = subprocess.run(cmd, env=full_env, capture_output=True, text=True)
     if r.returncode != 0:
-        raise SystemExit(f"slurm-dev: {' '.join(cmd)} failed ({r.returncode}): "
-                         f"{(r.stderr or r.stdout).strip()}")
+        raise SystemExit(
+            f"slurm-dev: {' '.join(cmd)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}"
+        )
 
 
 def wait_for(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -438,19 +506,30 @@ def wait_for(pred, timeout: float, what: str) -> None:  # type: ignore[no-untype
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="slurm-dev")
     p.add_argument("action", choices=["up", "down", "env"])
-    p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE,
-                   help=f"where all state lives (default {DEFAULT_STATE}; $BOOTSEER_DEV_STATE)")
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE,
+        help=f"where all state lives (default {DEFAULT_STATE}; $BOOTSEER_DEV_STATE)",
+    )
     p.add_argument("--nodes", type=int, default=4)
-    p.add_argument("--port-base", type=int, default=DEFAULT_PORT_BASE,
-                   help="slurmctld's port; slurmd nX listen on base+X ($BOOTSEER_DEV_PORT_BASE)")
+    p.add_argument(
+        "--port-base",
+        type=int,
+        default=DEFAULT_PORT_BASE,
+        help="slurmctld's port; slurmd nX listen on base+X ($BOOTSEER_DEV_PORT_BASE)",
+    )
     p.add_argument("--s3", action="store_true", help="run the S3 store host (SeaweedFS)")
     p.add_argument("--store-mbit", type=int, default=200, help="store link rate cap")
     p.add_argument("--store-delay-ms", type=int, default=0, help="store link delay (needs netem)")
     args = p.parse_args(argv)
     state = args.state_dir.resolve()
     if args.action == "env":
-        cluster = Cluster.load(state) if (state / "cluster.json").exists() else Cluster(
-            Settings(str(state)))
+        cluster = (
+            Cluster.load(state)
+            if (state / "cluster.json").exists()
+            else Cluster(Settings(str(state)))
+        )
         for k, v in cluster.env().items():
             print(f"export {k}={v}")
         return 0
@@ -462,8 +541,9 @@ def main(argv: list[str]) -> int:
         return 0
     if args.nodes < 1 or args.nodes > 64:
         raise SystemExit("slurm-dev: --nodes must be 1..64")
-    settings = Settings(str(state), args.nodes, args.port_base, args.s3, args.store_mbit,
-                        args.store_delay_ms)
+    settings = Settings(
+        str(state), args.nodes, args.port_base, args.s3, args.store_mbit, args.store_delay_ms
+    )
     if (state / "cluster.json").exists():
         old = Cluster.load(state)
         if asdict(old.s) != asdict(settings) and any(old.alive(n) for n in old.pidfiles()):

@@ -11,7 +11,7 @@
  * sets its BOOTSEER_* variables in the tasks' environment.
  *
  * plugstack.conf arguments: rundir=PATH (default /run/bootseer, as the site config's
- * paths.run_dir; "%n" stands for the node name, as in the site config).
+ * paths.run_dir; "%n" stands for the short host name, which is the node name).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -178,6 +178,9 @@ static int cb_mode(int val, const char *optarg, int remote)
 {
 	(void)val;
 	(void)remote;
+	/* Slurm hands a job step an optional argument that was never given as "(null)". */
+	if (optarg && !strcmp(optarg, "(null)"))
+		optarg = NULL;
 	if (check_mode(optarg) < 0)
 		return -1;
 	free(opt_mode);
@@ -275,16 +278,21 @@ static int export_to_hooks(spank_t sp)
 	return 0;
 }
 
-/* run_dir with "%n" replaced by the node name. */
-static int node_run_dir(spank_t sp, char *out, size_t size)
+/*
+ * run_dir with "%n" replaced by the short host name. The job's environment is the
+ * user's to change (SLURMD_NODENAME included), the host name is not. slurm-dev runs each
+ * slurmd in a UTS namespace of its own whose host name is the node name.
+ */
+static int node_run_dir(char *out, size_t size)
 {
-	char node[256] = "";
+	char host[256] = "";
 	const char *mark = strstr(run_dir, "%n");
 	if (mark == NULL)
 		return snprintf(out, size, "%s", run_dir) < (int)size ? 0 : -1;
-	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) != ESPANK_SUCCESS)
+	if (gethostname(host, sizeof(host) - 1) < 0)
 		return -1;
-	return snprintf(out, size, "%.*s%s%s", (int)(mark - run_dir), run_dir, node, mark + 2) <
+	host[strcspn(host, ".")] = '\0';
+	return snprintf(out, size, "%.*s%s%s", (int)(mark - run_dir), run_dir, host, mark + 2) <
 			       (int)size
 		       ? 0
 		       : -1;
@@ -298,7 +306,8 @@ static int import_from_prolog(spank_t sp)
 	struct stat st;
 	FILE *f;
 
-	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS || node_run_dir(sp, dir, sizeof(dir)) < 0)
+	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
+	    node_run_dir(dir, sizeof(dir)) < 0)
 		return 0;
 	snprintf(path, sizeof(path), "%s/jobs/%u/env", dir, job_id);
 	f = fopen(path, "re");
@@ -326,15 +335,17 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
 	(void)ac;
 	(void)av;
-	switch (spank_context()) {
-	case S_CTX_LOCAL:
-	case S_CTX_ALLOCATOR:
+	if (spank_context() == S_CTX_LOCAL || spank_context() == S_CTX_ALLOCATOR)
 		return export_to_hooks(sp);
-	case S_CTX_REMOTE:
-		return import_from_prolog(sp);
-	default:
-		return 0;
-	}
+	return 0;
+}
+
+/* Every step, the batch script's included, once its environment is set up. */
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	return import_from_prolog(sp);
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)

@@ -46,15 +46,23 @@ class DevSlurm:
         out.mkdir(exist_ok=True)
         r = subprocess.run(
             ["sbatch", "--parsable", f"--output={out}/%j.out", *args],
-            input=script, env=self.env, capture_output=True, text=True, cwd=self.dir,
+            input=script,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            cwd=self.dir,
         )
         if r.returncode != 0:
             raise subprocess.CalledProcessError(r.returncode, r.args, r.stdout, r.stderr)
         return int(r.stdout.strip().split(";")[0])
 
     def job_state(self, job_id: int) -> str:
-        r = subprocess.run(["scontrol", "-o", "show", "job", str(job_id)], env=self.env,
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["scontrol", "-o", "show", "job", str(job_id)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
         for field in r.stdout.split():
             if field.startswith("JobState="):
                 return field.split("=", 1)[1]
@@ -66,8 +74,12 @@ class DevSlurm:
         final = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
         while time.monotonic() < deadline:
             state = self.job_state(job_id)
-            r = subprocess.run(["squeue", "-h", "-j", str(job_id), "-t", "all", "-o", "%T"],
-                               env=self.env, capture_output=True, text=True)
+            r = subprocess.run(
+                ["squeue", "-h", "-j", str(job_id), "-t", "all", "-o", "%T"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+            )
             completing = "COMPLETING" in r.stdout
             if state in final and not completing:
                 return state
@@ -77,8 +89,12 @@ class DevSlurm:
         raise TimeoutError(f"job {job_id} still {self.job_state(job_id)} after {timeout}s")
 
     def reason(self, job_id: int) -> str:
-        r = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%r"], env=self.env,
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["squeue", "-h", "-j", str(job_id), "-o", "%r"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
         return r.stdout.strip()
 
     def output(self, job_id: int) -> str:
@@ -105,8 +121,11 @@ class DevSlurm:
         states = self.node_states()
         bad = [n for n, s in states.items() if not s.startswith(("idle", "alloc", "mix"))]
         if bad:
-            subprocess.run(["scontrol", "update", f"NodeName={','.join(bad)}", "State=RESUME"],
-                           env=self.env, capture_output=True)
+            subprocess.run(
+                ["scontrol", "update", f"NodeName={','.join(bad)}", "State=RESUME"],
+                env=self.env,
+                capture_output=True,
+            )
 
 
 def to_toml(data: dict[str, dict[str, object]]) -> str:
@@ -141,8 +160,9 @@ def _cluster_session() -> Iterator[DevSlurm]:
         if (TEST_STATE / "cluster.json").exists():
             devcluster.Cluster.load(TEST_STATE).down()
         shutil.rmtree(TEST_STATE)
-    cluster = devcluster.Cluster(devcluster.Settings(str(TEST_STATE), nodes=4,
-                                                     port_base=TEST_PORT_BASE))
+    cluster = devcluster.Cluster(
+        devcluster.Settings(str(TEST_STATE), nodes=4, port_base=TEST_PORT_BASE)
+    )
     try:
         cluster.up()
         yield DevSlurm(cluster)
@@ -155,3 +175,27 @@ def cluster(_cluster_session: DevSlurm) -> Iterator[DevSlurm]:
     """The session's cluster, with the default site config restored after each test."""
     yield _cluster_session
     _cluster_session.reset()
+
+
+@pytest.fixture(scope="session")
+def s3_store() -> Iterator[devcluster.Cluster]:
+    """The S3 store host alone (SeaweedFS in its own network namespace, behind a link
+    capped at 80 Mbit/s); ``.store_uri()`` names a bucket in it."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("the S3 store host needs root and iproute2")
+    state = Path(str(TEST_STATE) + "-s3")
+    shutil.rmtree(state, ignore_errors=True)
+    store = devcluster.Cluster(
+        devcluster.Settings(
+            str(state), nodes=1, port_base=TEST_PORT_BASE + 50, s3=True, store_mbit=80
+        )
+    )
+    store.write_config()
+    try:
+        store.store_host_up()
+        yield store
+    finally:
+        pid = store.alive("weed")
+        if pid:
+            devcluster.stop_pid(pid, "weed", grace=3)
+        store.store_host_down()

@@ -49,8 +49,10 @@ class PathsSection:
 
     def for_node(self, node: str) -> PathsSection:
         return PathsSection(
-            **{f.name: Path(str(getattr(self, f.name)).replace("%n", node))
-               for f in dataclasses.fields(self)}
+            **{
+                f.name: Path(str(getattr(self, f.name)).replace("%n", node))
+                for f in dataclasses.fields(self)
+            }
         )
 
 
@@ -82,16 +84,43 @@ class PhasesSection:
 
 
 @dataclass(frozen=True)
+class CkptSection:
+    """Striped checkpoint storage (``bootseer.ckpt``, ``--bootseer-ckpt``)."""
+
+    # K store URIs; stripe unit i of a file goes to targets[i % K]. The first also holds
+    # the manifests, so keep it first when adding targets.
+    targets: list[str] = field(default_factory=list)
+    unit_size: int = 8 << 20  # bytes per stripe unit
+    read_ahead: int = 16  # units a sequential reader fetches ahead (memory: that many units)
+    max_inflight: int = 8  # store requests in flight per open file, reading or writing
+    verify: bool = True  # check each unit's checksum on read
+    # Where jobs' mounts go (``%n`` = node); empty means ``<paths.run_dir>/ckpt``.
+    mount_root: str = ""
+    mount_timeout: float = 20.0  # seconds the prolog waits for a mount to come up
+    # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
+    kernel_read_ahead_kb: int = 4096
+
+    def mount_dir(self, run_dir: Path, node: str) -> Path:
+        if not self.mount_root:
+            return run_dir / "ckpt"
+        root = Path(self.mount_root.replace("%n", node))
+        if not root.is_absolute():
+            raise ConfigError(f"ckpt.mount_root must be an absolute path, not {self.mount_root!r}")
+        return root
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     store: StoreSection = field(default_factory=StoreSection)
     paths: PathsSection = field(default_factory=PathsSection)
     hooks: HooksSection = field(default_factory=HooksSection)
     phases: PhasesSection = field(default_factory=PhasesSection)
+    ckpt: CkptSection = field(default_factory=CkptSection)
     source: Path | None = None  # the file it came from, for messages
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: Path | None = None) -> SiteConfig:
-        cfg = _build(cls, data, prefix="", skip={"source"})
+        cfg: SiteConfig = _build(cls, data, prefix="", skip={"source"})
         return dataclasses.replace(cfg, source=source)
 
     def for_node(self, node: str) -> SiteConfig:
@@ -129,7 +158,11 @@ def load_config(path: Path | None = None) -> SiteConfig:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def _build(cls: type[Any], data: Mapping[str, Any], prefix: str, skip: set[str] = set()) -> Any:
+def _build(
+    cls: type[Any], data: Mapping[str, Any], prefix: str, skip: set[str] | None = None
+) -> Any:
+    if skip is None:
+        skip = set()
     if not isinstance(data, Mapping):
         raise ConfigError(f"[{prefix.rstrip('.')}] must be a table")
     hints = typing.get_type_hints(cls)

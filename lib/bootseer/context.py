@@ -74,7 +74,7 @@ class JobContext:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JobContext:
         user = env.get("SLURM_JOB_USER", "")
-        if not _USER.match(user):
+        if not _USER.fullmatch(user):
             raise ContextError(f"$SLURM_JOB_USER={user!r} is not a user name")
         node = env.get("SLURMD_NODENAME", "")
         if not node:

@@ -73,7 +73,7 @@ def parse_mode(value: str | None) -> str:
 def _check_path(option: str, value: str, absolute: bool) -> str:
     if not value or len(value) > MAX_PATH:
         raise OptionError(f"{option}: a path of 1 to {MAX_PATH} characters is required")
-    if not _PATH_CHARS.match(value):
+    if not _PATH_CHARS.fullmatch(value):
         raise OptionError(f"{option}={value!r}: only A-Z a-z 0-9 . _ - / + @ : are allowed")
     if absolute and not value.startswith("/"):
         raise OptionError(f"{option}={value!r}: must be an absolute path")
@@ -85,7 +85,7 @@ def _check_path(option: str, value: str, absolute: bool) -> str:
 def parse_image(value: str) -> str:
     if value.startswith("/"):
         return _check_path("--bootseer-image", value, absolute=True)
-    if not _NAME.match(value):
+    if not _NAME.fullmatch(value):
         raise OptionError(
             f"--bootseer-image={value!r}: give an absolute path to a squashfs file or a "
             "registered image NAME[:TAG] (NAME: a-z 0-9 . _ -)"
@@ -119,8 +119,10 @@ def parse_deps(value: str) -> DepsSpec:
 
 
 def parse_ckpt(value: str) -> str:
-    if len(value) > 256 or not _NAMESPACE.match(value) or any(
-        p in (".", "..") for p in value.split("/")
+    if (
+        len(value) > 256
+        or not _NAMESPACE.fullmatch(value)
+        or any(p in (".", "..") for p in value.split("/"))
     ):
         raise OptionError(
             f"--bootseer-ckpt={value!r}: NAMESPACE is a relative name of A-Z a-z 0-9 . _ - "

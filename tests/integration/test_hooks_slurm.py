@@ -18,8 +18,11 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("image-src")
     (src / "hello").write_text("hello from the image\n")
     out = tmp_path_factory.mktemp("image") / "hello.sqsh"
-    subprocess.run(["mksquashfs", str(src), str(out), "-noappend", "-quiet", "-no-progress"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["mksquashfs", str(src), str(out), "-noappend", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+    )
     out.chmod(0o644)
     out.parent.chmod(0o755)
     return out
@@ -27,22 +30,33 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_sbatch_help_lists_the_options(cluster: DevSlurm) -> None:
     r = subprocess.run(["sbatch", "--help"], env=cluster.env, capture_output=True, text=True)
-    for opt in ("--bootseer=[MODE]", "--bootseer-image=IMAGE", "--bootseer-deps=SPEC",
-                "--bootseer-ckpt=SPEC"):
+    for opt in (
+        "--bootseer=[MODE]",
+        "--bootseer-image=IMAGE",
+        "--bootseer-deps=SPEC",
+        "--bootseer-ckpt=SPEC",
+    ):
         assert opt in r.stdout
 
 
 def test_four_node_job_runs_prolog_and_epilog_on_every_node(cluster: DevSlurm, image: Path) -> None:
-    job = cluster.sbatch("-N4", f"--bootseer-image={image}",
-                         script="#!/bin/sh\nsrun -N4 -n4 printenv BOOTSEER_IMAGE\n")
+    # --bootseer without a value, then srun inside: the step re-reads the options.
+    job = cluster.sbatch(
+        "-N4",
+        "--bootseer",
+        f"--bootseer-image={image}",
+        script="#!/bin/sh\nprintenv BOOTSEER_IMAGE\n"
+        "srun -N4 -n4 sh -c 'echo $(hostname) $BOOTSEER_IMAGE' | sort\n",
+    )
     assert cluster.wait(job) == "COMPLETED"
     for node in cluster.nodes:
         lines = cluster.job_log_lines(node, job)
         text = "\n".join(lines)
         assert "prolog start" in text and "prolog step=image outcome=ok" in text, (node, text)
         assert "epilog start" in text and "epilog done" in text, (node, text)
-    # Every task on every node found what the prolog prepared (SPANK plugin, remote side).
-    assert cluster.output(job).split() == [str(image)] * 4
+    # The batch script and every task on every node found what the prolog prepared.
+    lines = cluster.output(job).splitlines()
+    assert lines == [str(image)] + [f"{node} {image}" for node in cluster.nodes]
 
 
 def test_job_without_bootseer_runs_no_step(cluster: DevSlurm) -> None:
@@ -82,8 +96,11 @@ def test_bad_option_value_is_refused_at_submit(cluster: DevSlurm, option: str, n
 
 def test_failing_step_lets_job_run_and_node_stays_idle(cluster: DevSlurm, image: Path) -> None:
     cluster.configure("hooks", failpoints=["image:raise"])
-    job = cluster.sbatch("-N4", f"--bootseer-image={image}",
-                         script="#!/bin/sh\necho ran; printenv BOOTSEER_IMAGE || echo no-image\n")
+    job = cluster.sbatch(
+        "-N4",
+        f"--bootseer-image={image}",
+        script="#!/bin/sh\necho ran; printenv BOOTSEER_IMAGE || echo no-image\n",
+    )
     assert cluster.wait(job) == "COMPLETED"
     assert cluster.output(job).split() == ["ran", "no-image"]
     for node in cluster.nodes:
@@ -105,8 +122,9 @@ def test_step_past_its_deadline_is_skipped(cluster: DevSlurm, image: Path) -> No
 
 def test_strict_mode_fails_the_prolog(cluster: DevSlurm, image: Path) -> None:
     cluster.configure("hooks", strict=True, failpoints=["image:raise"])
-    job = cluster.sbatch("-N1", "-w", "n4", f"--bootseer-image={image}",
-                         script="#!/bin/sh\necho ran\n")
+    job = cluster.sbatch(
+        "-N1", "-w", "n4", f"--bootseer-image={image}", script="#!/bin/sh\necho ran\n"
+    )
     try:
         state = cluster.wait(job)
         # Slurm's answer to a failed Prolog: the job does not run, the node drains.

@@ -15,7 +15,12 @@ from collections.abc import Sequence
 
 from bootseer.errors import BootseerError
 
-COMMANDS = ("bootseer.cli.config_cmd", "bootseer.cli.phase_cmd", "bootseer.cli.report_cmd")
+COMMANDS = (
+    "bootseer.cli.config_cmd",
+    "bootseer.cli.phase_cmd",
+    "bootseer.cli.report_cmd",
+    "bootseer.cli.ckpt_cmd",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

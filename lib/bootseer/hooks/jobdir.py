@@ -38,7 +38,7 @@ class JobDir:
     def write_env(self, env: dict[str, str]) -> None:
         lines = []
         for name, value in sorted(env.items()):
-            if not _ENV_NAME.match(name) or "\n" in value or "\0" in value:
+            if not _ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
                 raise ValueError(f"refusing to export {name}={value!r} to the job")
             lines.append(f"{name}={value}\n")
         self._write_atomic("env", "".join(lines))

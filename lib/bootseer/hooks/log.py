@@ -30,7 +30,9 @@ class HookLog:
 
     def __call__(self, message: str) -> None:
         now = time.time()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+        stamp = (
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+        )
         line = f"{stamp} {self.prefix} {message}\n".encode(errors="replace")
         if self._fd is None:
             sys.stderr.buffer.write(line)

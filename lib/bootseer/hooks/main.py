@@ -34,11 +34,14 @@ def main(argv: list[str]) -> int:
         cfg = load_config().for_node(env.get("SLURMD_NODENAME", "unknown"))
     except BootseerError as exc:
         # Without a config there is no log dir either: stderr is all there is.
-        print(f"bootseer {hook}: {exc}; job {env.get('SLURM_JOB_ID')} starts without bootseer",
-              file=sys.stderr)
+        print(
+            f"bootseer {hook}: {exc}; job {env.get('SLURM_JOB_ID')} starts without bootseer",
+            file=sys.stderr,
+        )
         return 0
-    log = HookLog(cfg.paths.log_dir, env.get("SLURMD_NODENAME", "?"), env.get("SLURM_JOB_ID", "?"),
-                  hook)
+    log = HookLog(
+        cfg.paths.log_dir, env.get("SLURMD_NODENAME", "?"), env.get("SLURM_JOB_ID", "?"), hook
+    )
     try:
         status = _run(hook, cfg, log)
     except BootseerError as exc:
@@ -57,8 +60,10 @@ def main(argv: list[str]) -> int:
 
 def _run(hook: str, cfg: SiteConfig, log: HookLog) -> int:
     ctx = JobContext.from_env(os.environ)
-    log(f"start user={ctx.user} nodes={len(ctx.nodes)} restart={ctx.restart_count} "
-        f"mode={ctx.options.mode}")
+    log(
+        f"start user={ctx.user} nodes={len(ctx.nodes)} restart={ctx.restart_count} "
+        f"mode={ctx.options.mode}"
+    )
     job = JobDir(cfg.paths.run_dir, ctx.job_id)
     if hook == "prolog":
         job.create()
@@ -73,7 +78,7 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog) -> int:
 
 
 def _record(hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog) -> None:
-    """Hand the step outcomes to the phase records (bootseer.phases), if installed."""
+    """Hand the step outcomes to the phase records (bootseer.phases), where present."""
     try:
         from bootseer.phases import hooks as phase_hooks
     except ImportError:

@@ -84,7 +84,8 @@ def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: Hoo
     while pending:
         next_deadline = min(deadlines[futures[f].name] for f in pending)
         done, pending = cf.wait(
-            pending, timeout=max(0.0, next_deadline - time.monotonic()),
+            pending,
+            timeout=max(0.0, next_deadline - time.monotonic()),
             return_when=cf.FIRST_COMPLETED,
         )
         for fut in done:
@@ -95,9 +96,19 @@ def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: Hoo
             spec = futures[fut]
             pending.discard(fut)
             secs = cfg.deadline(hook, spec.name)
-            outcomes.append(StepOutcome(spec.name, "timed_out", started[spec.name][0], time.time(),
-                                        detail=f"no result within its deadline of {secs:g}s"))
-            log(f"step={spec.name} outcome=timed_out deadline={secs:g}s: skipped, job starts without it")
+            outcomes.append(
+                StepOutcome(
+                    spec.name,
+                    "timed_out",
+                    started[spec.name][0],
+                    time.time(),
+                    detail=f"no result within its deadline of {secs:g}s",
+                )
+            )
+            log(
+                f"step={spec.name} outcome=timed_out deadline={secs:g}s: "
+                "skipped, job starts without it"
+            )
     abandoned = any(not f.done() for f in futures)
     pool.shutdown(wait=False, cancel_futures=True)
     order = {s.name: i for i, s in enumerate(specs)}
@@ -105,8 +116,9 @@ def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: Hoo
     return HookRun(outcomes, env, abandoned)
 
 
-def _account(spec: StepSpec, fut: cf.Future[StepResult], start: float, log: HookLog,
-             env: dict[str, str]) -> StepOutcome:
+def _account(
+    spec: StepSpec, fut: cf.Future[StepResult], start: float, log: HookLog, env: dict[str, str]
+) -> StepOutcome:
     end = time.time()
     try:
         result = fut.result()
@@ -118,8 +130,10 @@ def _account(spec: StepSpec, fut: cf.Future[StepResult], start: float, log: Hook
         log(f"step={spec.name} outcome=failed secs={end - start:.3f}: unexpected {exc!r}: {tb}")
         return StepOutcome(spec.name, "failed", start, end, detail=f"unexpected error: {exc!r}")
     env.update(result.env)
-    log(f"step={spec.name} outcome={result.outcome} secs={end - start:.3f} "
-        f"bytes={result.bytes} {result.detail}".rstrip())
+    log(
+        f"step={spec.name} outcome={result.outcome} secs={end - start:.3f} "
+        f"bytes={result.bytes} {result.detail}".rstrip()
+    )
     return StepOutcome(spec.name, result.outcome, start, end, result.bytes, result.detail)
 
 

@@ -58,9 +58,11 @@ class StepSpec:
 # work on the job's options alone).
 PROLOG_STEPS: tuple[StepSpec, ...] = (
     StepSpec("image", "bootseer.image.step:prolog", lambda ctx: ctx.options.image is not None),
+    StepSpec("ckpt", "bootseer.ckpt.step:prolog", lambda ctx: ctx.options.ckpt is not None),
 )
 EPILOG_STEPS: tuple[StepSpec, ...] = (
     StepSpec("image", "bootseer.image.step:epilog", lambda ctx: ctx.options.image is not None),
+    StepSpec("ckpt", "bootseer.ckpt.step:epilog", lambda ctx: ctx.options.ckpt is not None),
 )
 
 

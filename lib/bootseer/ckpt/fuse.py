@@ -1,0 +1,575 @@
+"""The FUSE filesystem that shows one striped namespace as a directory tree.
+
+It runs as root (store credentials never reach the job's user) and is mounted with
+``allow_other,default_permissions``: every inode is reported as the job user's, with
+mode 0700 for directories and 0600 for files, so the kernel lets that user in and
+nobody else (root aside). :mod:`bootseer.ckpt.mount` starts it as a daemon::
+
+    python -m bootseer.ckpt.fuse --namespace ada/llama --uid 1000 --gid 1000 /run/.../ckpt/42
+
+Reads go through a :class:`StripedReader` per open file (read-ahead over all targets).
+Writes stream into a :class:`StripedWriter`: a file is written front to back after
+``open(O_CREAT|O_TRUNC)`` (what checkpoint savers do) and becomes the new version when
+it is closed or fsync'ed; the manifest goes last. When the writing process dies of a
+signal (a killed job), its half-written file is dropped and the previous version stays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import itertools
+import os
+import signal
+import stat
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pyfuse3
+import trio
+
+from bootseer.ckpt.layout import CkptError, CkptIOError, CkptPathError, Namespace, check_path
+from bootseer.ckpt.manifest import Manifest
+from bootseer.ckpt.reader import StripedReader
+from bootseer.ckpt.writer import StripedWriter
+from bootseer.errors import BootseerError, StoreError
+
+T = TypeVar("T")
+TIMEOUT = 1.0  # seconds the kernel may cache names and attributes
+PF_EXITING = 0x4  # include/linux/sched.h
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    sys.stderr.write(f"{stamp} ckpt-fuse[{os.getpid()}] {message}\n")
+    sys.stderr.flush()
+
+
+def died_of_signal(pid: int) -> bool:
+    """True when process ``pid`` is exiting because of a signal (read from /proc).
+
+    The kernel closes a dying process's files after it set ``PF_EXITING`` and its exit
+    code, so a close that FUSE sees from a killed writer can be told from a real one.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return False
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        flags, exit_code = int(fields[6]), int(fields[49])
+    except (IndexError, ValueError):
+        return False
+    return bool(flags & PF_EXITING) and (exit_code & 0x7F) != 0
+
+
+def _tgid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return pid
+
+
+@dataclass
+class _Handle:
+    ino: int
+    path: str
+    reader: StripedReader | None = None
+    writer: StripedWriter | None = None
+    opener: int = 0  # thread group of the process that opened it for writing
+    failed: str = ""  # a write failed: the close reports it and commits nothing
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class CkptFS(pyfuse3.Operations):
+    def __init__(self, ns: Namespace, uid: int, gid: int) -> None:
+        super().__init__()
+        self.ns = ns
+        self.uid = uid
+        self.gid = gid
+        self._paths: dict[int, str] = {pyfuse3.ROOT_INODE: ""}
+        self._inodes: dict[str, int] = {"": pyfuse3.ROOT_INODE}
+        self._next_ino = itertools.count(pyfuse3.ROOT_INODE + 1)
+        self._next_fh = itertools.count(1)
+        self._handles: dict[int, _Handle] = {}
+        self._dirs: dict[int, list[tuple[str, str, Manifest | StripedWriter | bool]]] = {}
+        self._writing: dict[str, StripedWriter] = {}
+        self._versions: dict[int, str] = {}  # inode -> version last opened, for keep_cache
+        self._lock = threading.Lock()
+        self.bytes_read = 0  # served to the job, for the epilog's phase record
+        self.bytes_written = 0
+        self.reads = 0
+
+    # -- helpers
+    def _ino(self, path: str) -> int:
+        with self._lock:
+            ino = self._inodes.get(path)
+            if ino is None:
+                ino = next(self._next_ino)
+                self._inodes[path] = ino
+                self._paths[ino] = path
+            return ino
+
+    def _path(self, ino: int) -> str:
+        try:
+            return self._paths[ino]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.ENOENT) from None
+
+    def _child(self, parent: int, name: bytes, creating: bool) -> str:
+        base = self._path(parent)
+        text = os.fsdecode(name)
+        if len(name) > 255:
+            raise pyfuse3.FUSEError(errno.ENAMETOOLONG)
+        path = f"{base}/{text}" if base else text
+        try:
+            return check_path(path)
+        except CkptPathError as exc:
+            if creating:
+                log(f"refused name {path!r}: {exc}")
+                raise pyfuse3.FUSEError(errno.EINVAL) from None
+            raise pyfuse3.FUSEError(errno.ENOENT) from None
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run blocking store work in a thread; turn errors into errnos (and log lines)."""
+        try:
+            return await trio.to_thread.run_sync(fn, *args)
+        except pyfuse3.FUSEError:
+            raise
+        except CkptIOError as exc:
+            log(str(exc))
+            raise pyfuse3.FUSEError(errno.EIO) from None
+        except CkptPathError:
+            raise pyfuse3.FUSEError(errno.EINVAL) from None
+        except OSError as exc:
+            if exc.errno is None or exc.errno == errno.EIO:
+                log(f"I/O error: {exc}")
+            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
+        except (BootseerError, StoreError) as exc:
+            log(f"error: {exc}")
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    def _kind(self, path: str) -> Manifest | StripedWriter | bool | None:
+        """A manifest or open writer (a file), True (a directory) or None (nothing)."""
+        if path == "":
+            return True
+        writer = self._writing.get(path)
+        if writer is not None:
+            return writer
+        m = self.ns.manifest(path)
+        if m is not None:
+            return m
+        return True if self.ns.is_dir(path) else None
+
+    def _attrs(
+        self, ino: int, kind: Manifest | StripedWriter | bool, timeout: float = TIMEOUT
+    ) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.st_ino = ino
+        a.entry_timeout = timeout
+        a.attr_timeout = timeout
+        a.st_uid = self.uid
+        a.st_gid = self.gid
+        a.st_blksize = 1 << 20
+        if kind is True or kind is False:
+            a.st_mode = stat.S_IFDIR | 0o700
+            a.st_nlink = 2
+            a.st_size = 0
+            mtime = 0.0
+        else:
+            a.st_mode = stat.S_IFREG | 0o600
+            a.st_nlink = 1
+            a.st_size = kind.size
+            mtime = kind.mtime if isinstance(kind, Manifest) else time.time()
+        a.st_blocks = -(-a.st_size // 512)
+        a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = int(mtime * 1e9)
+        return a
+
+    async def _stat(self, path: str) -> pyfuse3.EntryAttributes:
+        kind = await self._run(self._kind, path)
+        if kind is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self._attrs(self._ino(path), kind)
+
+    # -- names
+    async def lookup(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        if name in (b".", b".."):
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return await self._stat(self._child(parent_inode, name, creating=False))
+
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return await self._stat(self._path(inode))
+
+    async def setattr(
+        self,
+        inode: int,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: int | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        path = self._path(inode)
+        if fields.update_size:
+            handle = self._handles.get(fh) if fh is not None else None
+            writer = handle.writer if handle else self._writing.get(path)
+            if writer is not None:
+                if attr.st_size != writer.size:
+                    await self._run(writer.pwrite, attr.st_size, b"")
+                    if attr.st_size != writer.size:
+                        raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+            elif attr.st_size == 0:
+                await self._run(self._truncate, path)
+            else:
+                kind = await self._run(self._kind, path)
+                if not isinstance(kind, Manifest) or kind.size != attr.st_size:
+                    log(f"{path}: truncate to {attr.st_size} bytes is not supported")
+                    raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+        # Owner and mode are the job user's by construction; chmod/utime are accepted
+        # and have no effect, as on many network filesystems.
+        return await self._stat(path)
+
+    def _truncate(self, path: str) -> None:
+        if self.ns.manifest(path) is None:
+            raise FileNotFoundError(errno.ENOENT, path)
+        self.ns.open(path, "wb").close()
+
+    async def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        path = self._child(parent_inode, name, creating=True)
+        if await self._run(self._kind, path) is not None:
+            raise pyfuse3.FUSEError(errno.EEXIST)
+        await self._run(self.ns.mkdir, path)
+        return self._attrs(self._ino(path), True)
+
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        path = self._child(parent_inode, name, creating=False)
+        kind = await self._run(self._kind, path)
+        if kind is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        if kind is not True:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        await self._run(self.ns.rmdir, path)
+
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        path = self._child(parent_inode, name, creating=False)
+        if path in self._writing:
+            raise pyfuse3.FUSEError(errno.EBUSY)
+        kind = await self._run(self._kind, path)
+        if kind is True:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        await self._run(self.ns.remove, path)
+
+    async def rename(
+        self,
+        parent_inode_old: int,
+        name_old: bytes,
+        parent_inode_new: int,
+        name_new: bytes,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
+        src = self._child(parent_inode_old, name_old, creating=False)
+        dst = self._child(parent_inode_new, name_new, creating=True)
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        if src in self._writing or dst in self._writing:
+            raise pyfuse3.FUSEError(errno.EBUSY)
+        kind = await self._run(self._kind, src)
+        if kind is None:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        if kind is True:
+            # Moving a directory means rewriting every manifest under it; EXDEV makes
+            # `mv` fall back to copy and delete.
+            raise pyfuse3.FUSEError(errno.EXDEV)
+        dkind = await self._run(self._kind, dst)
+        if dkind is True:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if dkind is not None and flags & pyfuse3.RENAME_NOREPLACE:
+            raise pyfuse3.FUSEError(errno.EEXIST)
+        await self._run(self.ns.rename, src, dst)
+        with self._lock:
+            ino = self._inodes.pop(src, None)
+            old = self._inodes.pop(dst, None)
+            if old is not None:
+                self._paths.pop(old, None)
+            if ino is not None:
+                self._inodes[dst] = ino
+                self._paths[ino] = dst
+
+    # -- directories
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        path = self._path(inode)
+
+        def listing() -> list[tuple[str, str, Manifest | StripedWriter | bool]]:
+            out = []
+            for e in self.ns.listdir(path):
+                sub = f"{path}/{e.name}" if path else e.name
+                # Readdirplus hands attributes to the kernel: a wrong size would cut the
+                # page cache of a file being read, so each file's manifest is read.
+                kind = True if e.is_dir else self._kind(sub)
+                if kind is not None:
+                    out.append((e.name, sub, kind))
+            return out
+
+        entries = await self._run(listing)
+        fh = next(self._next_fh)
+        self._dirs[fh] = entries
+        return fh
+
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        entries = self._dirs.get(fh, [])
+        for i in range(start_id, len(entries)):
+            name, sub, kind = entries[i]
+            attrs = self._attrs(self._ino(sub), kind)
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attrs, i + 1):
+                break
+
+    async def releasedir(self, fh: int) -> None:
+        self._dirs.pop(fh, None)
+
+    # -- files
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        path = self._path(inode)
+        if flags & os.O_ACCMODE == os.O_RDONLY:
+            reader = await self._run(self._open_read, path)
+            fh = next(self._next_fh)
+            self._handles[fh] = _Handle(inode, path, reader=reader)
+            keep = self._versions.get(inode) == reader.manifest.version
+            self._versions[inode] = reader.manifest.version
+            return pyfuse3.FileInfo(fh=fh, keep_cache=keep)
+        if flags & os.O_APPEND:
+            log(f"{path}: open for append refused: striped files are written whole")
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+        if not flags & os.O_TRUNC:
+            kind = await self._run(self._kind, path)
+            if isinstance(kind, Manifest) and kind.size > 0:
+                log(
+                    f"{path}: open for update without O_TRUNC refused: striped files are "
+                    "written whole (open with 'wb')"
+                )
+                raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+        return await self._open_write(inode, path, ctx)
+
+    def _open_read(self, path: str) -> StripedReader:
+        return self.ns.open(path, "rb")
+
+    async def _open_write(
+        self, ino: int, path: str, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.FileInfo:
+        if path in self._writing:
+            log(f"{path}: already open for writing on this node")
+            raise pyfuse3.FUSEError(errno.ETXTBSY)
+        writer = StripedWriter(self.ns, path)
+        self._writing[path] = writer
+        fh = next(self._next_fh)
+        self._handles[fh] = _Handle(ino, path, writer=writer, opener=_tgid(ctx.pid))
+        self._versions.pop(ino, None)
+        return pyfuse3.FileInfo(fh=fh)
+
+    async def create(
+        self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        path = self._child(parent_inode, name, creating=True)
+        kind = await self._run(self._kind, path)
+        if kind is True:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if kind is not None and flags & os.O_EXCL:
+            raise pyfuse3.FUSEError(errno.EEXIST)
+        if isinstance(kind, Manifest) and kind.size > 0 and not flags & os.O_TRUNC:
+            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+        ino = self._ino(path)
+        info = await self._open_write(ino, path, ctx)
+        # Other nodes see the name from the first commit on; this node sees the writer.
+        return info, self._attrs(ino, self._writing[path])
+
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        h = self._handles[fh]
+        if h.reader is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        # Read-ahead keeps most reads in memory: served here, without a thread hop.
+        data = h.reader.pread_ready(off, size)
+        if data is None:
+            data = await self._run(h.reader.pread, off, size)
+        self.bytes_read += len(data)
+        self.reads += 1
+        return data
+
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        h = self._handles[fh]
+        if h.writer is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        if h.failed:
+            raise pyfuse3.FUSEError(errno.EIO)
+
+        def work() -> int:
+            assert h.writer is not None
+            with h.lock:
+                try:
+                    return h.writer.pwrite(off, buf)
+                except BaseException as exc:
+                    h.failed = str(exc)
+                    raise
+
+        n = await self._run(work)
+        self.bytes_written += n
+        return n
+
+    async def flush(self, fh: int) -> None:
+        h = self._handles[fh]
+        if h.writer is not None:
+            await self._run(self._finish, h, False)
+
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        await self.flush(fh)
+
+    async def release(self, fh: int) -> None:
+        h = self._handles.pop(fh)
+        if h.reader is not None:
+            h.reader.close()
+        if h.writer is not None:
+            try:
+                await self._run(self._finish, h, True)
+            finally:
+                # The kernel took the writer's size (0 after O_TRUNC) as the file's; after
+                # a commit or an abort it must ask again. Not from inside this request.
+                threading.Thread(target=_invalidate, args=(h.ino,), daemon=True).start()
+
+    def _finish(self, h: _Handle, last: bool) -> None:
+        """Commit the handle's writes (close, fsync), or drop them when the writer died."""
+        w = h.writer
+        assert w is not None
+        with h.lock:
+            if w.closed:
+                return
+            if h.failed or died_of_signal(h.opener):
+                why = h.failed or f"process {h.opener} was killed while writing"
+                log(f"{h.path}: new version dropped ({why}); the previous version stays")
+                w.abort()
+                self._writing.pop(h.path, None)
+                if h.failed:
+                    raise CkptIOError(f"{h.path}: {h.failed}")
+                return
+            before = w.committed
+            if last:
+                w.close()
+                self._writing.pop(h.path, None)
+            elif w.size > 0 or before is not None:
+                # A close of one of several descriptors (a shell's dup2) before anything
+                # was written must not replace the previous version with an empty one.
+                w.commit()
+            m = w.committed
+            if m is not None and m is not before:
+                log(
+                    f"{h.path}: committed version {m.version} ({m.size} bytes, "
+                    f"{m.unit_count} units)"
+                )
+
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        s = pyfuse3.StatvfsData()
+        s.f_bsize = s.f_frsize = 1 << 20
+        s.f_blocks = s.f_bfree = s.f_bavail = 1 << 30
+        s.f_files = s.f_ffree = s.f_favail = 1 << 30
+        s.f_namemax = 255
+        return s
+
+    def abort_all(self) -> None:
+        """Drop writes still open at unmount: nobody closed them, so nobody finished them."""
+        for h in list(self._handles.values()):
+            if h.writer is not None and not h.writer.closed:
+                log(f"{h.path}: still open for writing at unmount; new version dropped")
+                h.writer.abort()
+            if h.reader is not None:
+                h.reader.close()
+
+
+def _invalidate(ino: int) -> None:
+    with contextlib.suppress(Exception):
+        pyfuse3.invalidate_inode(ino)
+
+
+async def serve(fs: CkptFS) -> None:
+    """Serve until unmounted (``fusermount3 -u``) or told to stop (SIGTERM, SIGINT)."""
+    async with trio.open_nursery() as nursery:
+
+        async def run_fuse() -> None:
+            await pyfuse3.main(max_tasks=64)
+            nursery.cancel_scope.cancel()
+
+        async def on_signal() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    log(f"signal {signum}: unmounting")
+                    nursery.cancel_scope.cancel()
+                    return
+
+        nursery.start_soon(run_fuse)
+        nursery.start_soon(on_signal)
+
+
+def mount_options(ns: Namespace) -> set[str]:
+    return {
+        f"fsname=bootseer-ckpt:{ns.name}",
+        "subtype=bootseer-ckpt",
+        "default_permissions",
+        "allow_other",
+        "nosuid",
+        "nodev",
+        "noatime",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bootseer.ckpt.fuse",
+        description="Serve a striped checkpoint namespace over FUSE.",
+    )
+    p.add_argument("--namespace", required=True, help="<user>/<name>")
+    p.add_argument("--uid", type=int, required=True)
+    p.add_argument("--gid", type=int, required=True)
+    p.add_argument("--node", default="", help="node name for %%n in the site config")
+    p.add_argument("mountpoint")
+    args = p.parse_args(argv)
+
+    from bootseer.config import load_config
+
+    try:
+        cfg = load_config()
+        if args.node:
+            cfg = cfg.for_node(args.node)
+        user, _, name = args.namespace.partition("/")
+        from bootseer.ckpt.layout import namespace_name
+
+        ns = Namespace.from_config(cfg, namespace_name(user, name))
+    except (BootseerError, CkptError) as exc:
+        log(f"cannot serve {args.namespace}: {exc}")
+        return 1
+    fs = CkptFS(ns, args.uid, args.gid)
+    pyfuse3.init(fs, args.mountpoint, mount_options(ns))
+    log(f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {args.uid}")
+    try:
+        trio.run(serve, fs)
+    finally:
+        fs.abort_all()
+        pyfuse3.close(unmount=True)
+        log(
+            f"unmounted; totals read_bytes={fs.bytes_read} written_bytes={fs.bytes_written} "
+            f"read_requests={fs.reads}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

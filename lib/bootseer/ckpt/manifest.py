@@ -1,0 +1,140 @@
+"""The manifest of one version of a striped file: the last thing written, the commit.
+
+A manifest is a small JSON object under the file's key on the first target::
+
+    {"format": 1, "version": "20261121T101500-3f2a9c1e0b7d", "size": 20971520,
+     "unit_size": 8388608, "checksum": "sha256",
+     "targets": ["file:///a", "file:///b"],
+     "units": [["0", "<hex>"], ["1", "<hex>"], ["2", "<hex>"]]}
+
+Unit ``i`` lives on ``targets[i % len(targets)]`` under ``units/<version>/<name>``;
+its length follows from ``size`` and ``unit_size``. A name is the index, or
+``<index>.<generation>`` for a last partial unit committed by an ``fsync`` before the
+writer went on (a later commit writes the full unit under a new name, so a committed
+manifest never points at an object that is rewritten).
+
+Manifests come from users' namespaces and are read by root: :func:`parse` checks
+every field and refuses targets the site config does not list.
+
+    >>> m = Manifest(version=new_version(), size=3, unit_size=4, targets=("file:///t",),
+    ...              units=(("0", unit_checksum(b"abc")),))
+    >>> parse(m.to_json(), allowed_targets={"file:///t"}) == m
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+
+from bootseer.errors import StoreError
+
+FORMAT = 1
+CHECKSUM = "sha256"
+MAX_UNIT_SIZE = 1 << 30
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_TARGETS = 256
+_VERSION = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{12}$")
+_UNIT_NAME = re.compile(r"^([0-9]{1,12})(\.[0-9]{1,9})?$")
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ManifestError(StoreError):
+    """A manifest is not valid JSON, or a field is outside what a writer produces."""
+
+
+def unit_checksum(data: bytes | bytearray | memoryview) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def new_version() -> str:
+    """A fresh version id: sortable by time, unique by its random part."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:12]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    version: str
+    size: int
+    unit_size: int
+    targets: tuple[str, ...]
+    units: tuple[tuple[str, str], ...]  # (name, checksum) per unit, in order
+    checksum: str = CHECKSUM
+    mtime: float = 0.0  # seconds since the epoch when the version was committed
+
+    @property
+    def unit_count(self) -> int:
+        return -(-self.size // self.unit_size)
+
+    def unit_length(self, index: int) -> int:
+        return min(self.unit_size, self.size - index * self.unit_size)
+
+    def target_of(self, index: int) -> str:
+        return self.targets[index % len(self.targets)]
+
+    def to_json(self) -> bytes:
+        doc = {
+            "format": FORMAT,
+            "version": self.version,
+            "size": self.size,
+            "unit_size": self.unit_size,
+            "checksum": self.checksum,
+            "targets": list(self.targets),
+            "units": [list(u) for u in self.units],
+            "mtime": self.mtime,
+        }
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _need(cond: bool, what: str) -> None:
+    if not cond:
+        raise ManifestError(f"bad manifest: {what}")
+
+
+def parse(raw: bytes, allowed_targets: set[str] | frozenset[str]) -> Manifest:
+    """Check and decode a manifest; ``allowed_targets`` are the site's target URIs."""
+    _need(len(raw) <= MAX_MANIFEST_BYTES, f"larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ManifestError(f"bad manifest: not JSON ({exc})") from None
+    _need(isinstance(doc, dict), "not an object")
+    _need(doc.get("format") == FORMAT, f"format {doc.get('format')!r}, this reader knows {FORMAT}")
+    version, size, unit_size = doc.get("version"), doc.get("size"), doc.get("unit_size")
+    _need(isinstance(version, str) and bool(_VERSION.match(version)), f"version {version!r}")
+    _need(type(size) is int and size >= 0, f"size {size!r}")
+    _need(type(unit_size) is int and 0 < unit_size <= MAX_UNIT_SIZE, f"unit_size {unit_size!r}")
+    _need(doc.get("checksum") == CHECKSUM, f"checksum {doc.get('checksum')!r}")
+    targets = doc.get("targets")
+    _need(isinstance(targets, list) and 0 < len(targets) <= MAX_TARGETS, "targets")
+    for t in targets:
+        _need(isinstance(t, str), "targets")
+        if t not in allowed_targets:
+            raise ManifestError(
+                f"manifest names target {t!r}, which is not in the site config's [ckpt] targets"
+            )
+    units = doc.get("units")
+    count = -(-size // unit_size)
+    _need(isinstance(units, list) and len(units) == count, f"want {count} units")
+    out = []
+    for i, u in enumerate(units):
+        _need(isinstance(u, list) and len(u) == 2, f"unit {i}")
+        name, digest = u
+        m = _UNIT_NAME.match(name) if isinstance(name, str) else None
+        _need(m is not None and int(m.group(1)) == i, f"unit {i} name {name!r}")
+        _need(isinstance(digest, str) and bool(_HEX.match(digest)), f"unit {i} checksum")
+        out.append((name, digest))
+    mtime = doc.get("mtime", 0.0)
+    _need(isinstance(mtime, int | float), "mtime")
+    return Manifest(
+        version=version,
+        size=size,
+        unit_size=unit_size,
+        targets=tuple(targets),
+        units=tuple(out),
+        mtime=float(mtime),
+    )

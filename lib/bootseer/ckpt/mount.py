@@ -1,0 +1,282 @@
+"""Start and stop a job's checkpoint mount: a FUSE daemon that outlives the prolog.
+
+The prolog calls :func:`start`: it makes the mountpoint ``<mount_root>/<job_id>``
+(owned by the job's user, mode 0700), starts ``python -m bootseer.ckpt.fuse`` in a
+session of its own, waits until the kernel lists the mount, and keeps the daemon's
+pid in the job dir. The epilog calls :func:`stop` with that record: it unmounts
+(lazily if the job left processes inside), waits for the daemon, escalates to
+signals if it must, and says whether the daemon had died during the job.
+
+    >>> m = start(mountpoint, "ada/llama", uid=1000, gid=1000, state_dir=job_dir / "ckpt",
+    ...           node="n1", timeout=20)                      # doctest: +SKIP
+    >>> stop(m).died                                         # doctest: +SKIP
+    False
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bootseer.errors import StepError
+
+MNT_DETACH = 2
+DAEMON_MODULE = "bootseer.ckpt.fuse"
+
+
+@dataclass(frozen=True)
+class MountRecord:
+    pid: int
+    mountpoint: str
+    namespace: str
+    log: str  # the daemon's stderr
+
+    def save(self, state_dir: Path) -> None:
+        tmp = state_dir / ".mount.json.tmp"
+        tmp.write_text(json.dumps(asdict(self)))
+        os.replace(tmp, state_dir / "mount.json")
+
+    @classmethod
+    def load(cls, state_dir: Path) -> MountRecord | None:
+        try:
+            doc = json.loads((state_dir / "mount.json").read_text())
+            return cls(
+                int(doc["pid"]), str(doc["mountpoint"]), str(doc["namespace"]), str(doc["log"])
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class StopResult:
+    died: bool  # the daemon was gone before the epilog came
+    forced: bool  # it had to be signalled (or the unmount was lazy)
+    log_tail: str
+    read_bytes: int = 0  # served through the mount, from the daemon's last log line
+    written_bytes: int = 0
+    committed: int = 0  # versions committed, and writes dropped (killed writers)
+    dropped: int = 0
+
+
+def _unescape(field: str) -> str:
+    return (
+        field.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+    )
+
+
+def mount_device(path: str | Path) -> str | None:
+    """``major:minor`` of what is mounted at ``path``, from /proc/self/mountinfo (without
+    touching the mount: a dead daemon hangs stat)."""
+    target = os.path.normpath(str(path))
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if _unescape(fields[4]) == target:
+                    return fields[2]
+    except OSError:
+        pass
+    return None
+
+
+def is_mounted(path: str | Path) -> bool:
+    return mount_device(path) is not None
+
+
+def set_read_ahead(path: str | Path, kb: int) -> bool:
+    """Raise the kernel's read-ahead for the mount: FUSE starts at 128 KiB, which caps
+    each read request at that size; bigger requests cut the daemon's per-request cost."""
+    dev = mount_device(path)
+    if dev is None or kb <= 0:
+        return False
+    try:
+        Path(f"/sys/class/bdi/{dev}/read_ahead_kb").write_text(str(kb))
+    except OSError:
+        return False
+    return True
+
+
+def daemon_alive(pid: int, mountpoint: str) -> bool:
+    """Whether ``pid`` is our mount daemon for ``mountpoint`` (not a reused pid, not a zombie)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    if state[state.rfind(b")") + 2 :][:1] in (b"Z", b"X"):
+        return False
+    return DAEMON_MODULE.encode() in cmdline and os.fsencode(mountpoint) in cmdline
+
+
+def umount(path: str | Path, lazy: bool = False) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(str(path)), MNT_DETACH if lazy else 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"umount {path}: {os.strerror(err)}")
+
+
+def log_tail(path: str | Path, lines: int = 8) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return "(no daemon log)"
+    return " | ".join(text.strip().splitlines()[-lines:]) or "(daemon log empty)"
+
+
+def prepare_mountpoint(root: Path, name: str, uid: int, gid: int) -> Path:
+    """``root/name``: a fresh directory of the job's user, mode 0700, nothing mounted on it."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o755)
+    st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise StepError(f"mount root {root} must be a directory of root's that only root may write")
+    mp = root / name
+    if is_mounted(mp):
+        # Left by an earlier run of this job id on this node (a requeue after a crash).
+        with contextlib.suppress(OSError):
+            umount(mp, lazy=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(mp, 0o700)
+    st = os.lstat(mp)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StepError(f"mountpoint {mp} exists and is not a directory")
+    os.chown(mp, uid, gid, follow_symlinks=False)
+    os.chmod(mp, 0o700)
+    return mp
+
+
+def start(
+    mountpoint: Path,
+    namespace: str,
+    uid: int,
+    gid: int,
+    state_dir: Path,
+    node: str,
+    timeout: float,
+    log_path: Path | None = None,
+    read_ahead_kb: int = 4096,
+) -> MountRecord:
+    """Start the daemon and wait for the mount; on failure nothing is left running."""
+    log_path = log_path or state_dir / "fuse.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cmd = [
+        sys.executable,
+        "-m",
+        DAEMON_MODULE,
+        "--namespace",
+        namespace,
+        "--uid",
+        str(uid),
+        "--gid",
+        str(gid),
+        "--node",
+        node,
+        str(mountpoint),
+    ]
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with open(fd, "ab") as logf:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+            close_fds=True,
+            start_new_session=True,
+        )
+    record = MountRecord(proc.pid, str(mountpoint), namespace, str(log_path))
+    record.save(state_dir)
+    t_end = time.monotonic() + timeout
+    while time.monotonic() < t_end:
+        if is_mounted(mountpoint):
+            set_read_ahead(mountpoint, read_ahead_kb)
+            return record
+        if proc.poll() is not None:
+            raise StepError(
+                f"checkpoint mount daemon for {namespace} exited with status "
+                f"{proc.returncode} before mounting: {log_tail(log_path)}"
+            )
+        time.sleep(0.05)
+    _kill(proc.pid, mountpoint)
+    with contextlib.suppress(ChildProcessError, OSError):
+        proc.wait(timeout=5)
+    raise StepError(
+        f"checkpoint mount of {namespace} at {mountpoint} not up within {timeout:g}s: "
+        f"{log_tail(log_path)}"
+    )
+
+
+def _kill(pid: int, mountpoint: str | Path, grace: float = 5.0) -> bool:
+    """SIGTERM, then SIGKILL after ``grace`` seconds; True if a signal was needed."""
+    if not daemon_alive(pid, str(mountpoint)):
+        return False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+        t_end = time.monotonic() + grace
+        while time.monotonic() < t_end:
+            if not daemon_alive(pid, str(mountpoint)):
+                return True
+            time.sleep(0.05)
+    return True
+
+
+def stop(record: MountRecord, wait: float = 15.0) -> StopResult:
+    """Unmount and stop the daemon; ``died`` tells whether it had died on its own."""
+    mp = record.mountpoint
+    died = not daemon_alive(record.pid, mp)
+    tail = log_tail(record.log) if died else ""
+    forced = False
+    if is_mounted(mp):
+        try:
+            umount(mp)
+        except OSError as exc:
+            if exc.errno not in (errno.EBUSY, errno.ENOTCONN, errno.EINVAL):
+                raise
+            # Processes of the job still inside (or a dead daemon): detach now, the
+            # kernel finishes when the last user lets go.
+            umount(mp, lazy=True)
+            forced = True
+    # The daemon leaves by itself once unmounted (aborting writes never closed).
+    t_end = time.monotonic() + wait
+    while time.monotonic() < t_end and daemon_alive(record.pid, mp):
+        time.sleep(0.05)
+    forced = _kill(record.pid, mp) or forced
+    if not is_mounted(mp):
+        with contextlib.suppress(OSError):
+            os.rmdir(mp)  # never rmtree: a mount that came back would be emptied
+    return StopResult(died, forced, tail, *_summary(record.log))
+
+
+def _summary(log_path: str) -> tuple[int, int, int, int]:
+    """(read, written, committed, dropped) from the daemon's log."""
+    read = written = committed = dropped = 0
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return 0, 0, 0, 0
+    for line in text.splitlines():
+        if ": committed version " in line:
+            committed += 1
+        elif "new version dropped" in line:
+            dropped += 1
+        elif "totals read_bytes=" in line:
+            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+            with contextlib.suppress(ValueError, KeyError):
+                read, written = int(fields["read_bytes"]), int(fields["written_bytes"])
+    return read, written, committed, dropped

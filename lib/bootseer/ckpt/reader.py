@@ -1,0 +1,240 @@
+"""The parallel reader: one version of a striped file as a seekable, read-only file object.
+
+Units are fetched whole (so each can be checked against its checksum) by a pool of
+``max_inflight`` threads, and a reader moving forward has the next ``read_ahead``
+units on their way from all K targets at once. At most ``read_ahead + 2`` units are
+held in memory per open file.
+
+    >>> import torch                                     # doctest: +SKIP
+    >>> with ns.open("step100/model.pt") as f:           # doctest: +SKIP
+    ...     state = torch.load(f)
+
+:meth:`StripedReader.pread` is safe to call from several threads at once (the FUSE
+mount serves concurrent reads of one open file through it).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import io
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from bootseer.ckpt.layout import CkptError, CkptIOError
+from bootseer.ckpt.manifest import Manifest, unit_checksum
+from bootseer.errors import StoreError
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+    from bootseer.ckpt.layout import Namespace
+
+
+class StripedReader(io.RawIOBase):
+    def __init__(self, ns: Namespace, path: str, manifest: Manifest) -> None:
+        super().__init__()
+        self.ns = ns
+        self.path = path
+        self.manifest = manifest
+        self.name = f"{ns.name}:{path}"
+        self._pos = 0
+        self._lock = threading.Lock()
+        self._units: OrderedDict[int, cf.Future[bytes]] = OrderedDict()
+        self._last = -1
+        self._cap = max(ns.read_ahead, 0) + 2
+        workers = max(1, min(ns.max_inflight, manifest.unit_count))
+        self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="ckpt-read")
+        self.fetched = 0  # bytes read from the targets, read-ahead included
+
+    # -- io.RawIOBase
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    @property
+    def size(self) -> int:
+        return self.manifest.size
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self.manifest.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if pos < 0:
+            raise OSError(22, f"negative seek position {pos}")
+        self._pos = pos
+        return pos
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        self._check_open()
+        out = memoryview(buffer).cast("B")
+        n = self._copy(self._pos, out)
+        self._pos += n
+        return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._check_open()
+        if size is None or size < 0:
+            return self.readall()
+        data = self.pread(self._pos, size)
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        self._check_open()
+        data = self.pread(self._pos, max(0, self.manifest.size - self._pos))
+        self._pos += len(data)
+        return data
+
+    def close(self) -> None:
+        if not self.closed:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            with self._lock:
+                self._units.clear()
+        super().close()
+
+    # -- positional reads
+    def pread(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``offset`` (fewer at the end of the file)."""
+        n = max(0, min(offset + size, self.manifest.size) - offset)
+        if n == 0:
+            return b""
+        u = self.manifest.unit_size
+        index = offset // u
+        if (offset + n - 1) // u == index:  # inside one unit: a single copy
+            start = offset - index * u
+            return self._unit(index)[start : start + n]
+        out = bytearray(n)
+        self._copy(offset, memoryview(out))
+        return bytes(out)
+
+    def pread_ready(self, offset: int, size: int) -> bytes | None:
+        """Like :meth:`pread` if the units it needs are in memory already, else None.
+
+        It never waits, so an event loop (the FUSE daemon's) can call it directly and
+        hand only the reads that must wait for a target to a thread.
+        """
+        m = self.manifest
+        n = max(0, min(offset + size, m.size) - offset)
+        if n == 0:
+            return b""
+        indexes = range(offset // m.unit_size, (offset + n - 1) // m.unit_size + 1)
+        with self._lock:
+            futs = [self._units.get(i) for i in indexes]
+            for f in futs:
+                if f is None or not f.done() or f.cancelled() or f.exception() is not None:
+                    return None
+            for i in indexes:
+                self._units.move_to_end(i)
+                self._read_ahead(i)
+        parts = [f.result() for f in futs if f is not None]
+        start = offset - indexes[0] * m.unit_size
+        if len(parts) == 1:
+            return parts[0][start : start + n]
+        return b"".join(parts)[start : start + n]
+
+    def _copy(self, offset: int, out: memoryview) -> int:
+        m = self.manifest
+        end = min(offset + len(out), m.size)
+        done = 0
+        while offset + done < end:
+            at = offset + done
+            index = at // m.unit_size
+            data = self._unit(index)
+            start = at - index * m.unit_size
+            take = min(len(data) - start, end - at)
+            out[done : done + take] = memoryview(data)[start : start + take]
+            done += take
+        return done
+
+    # -- units
+    def _unit(self, index: int) -> bytes:
+        while True:
+            with self._lock:
+                fut = self._want(index)
+                self._read_ahead(index)
+            try:
+                return fut.result()
+            except cf.CancelledError:
+                # Another thread's read-ahead evicted it before it started: ask again.
+                if self.closed:
+                    raise ValueError("I/O operation on closed file") from None
+            except BaseException:
+                with self._lock:
+                    if self._units.get(index) is fut:
+                        del self._units[index]  # a later read retries
+                raise
+
+    def _want(self, index: int) -> cf.Future[bytes]:
+        fut = self._units.get(index)
+        if fut is None:
+            fut = self._pool.submit(self._fetch, index)
+            self._units[index] = fut
+        self._units.move_to_end(index)
+        return fut
+
+    def _read_ahead(self, index: int) -> None:
+        # Concurrent FUSE reads arrive slightly out of order: near the last unit is "forward".
+        forward = self._last - 2 <= index <= self._last + 2
+        self._last = index
+        count = self.manifest.unit_count
+        ahead = (
+            range(index + 1, min(index + 1 + self.ns.read_ahead, count)) if forward else range(0)
+        )
+        for j in ahead:
+            if j not in self._units:
+                self._units[j] = self._pool.submit(self._fetch, j)
+        keep = set(ahead) | {index, index - 1}
+        for k in list(self._units):
+            if len(self._units) <= self._cap:
+                break
+            if k not in keep:
+                self._units.pop(k).cancel()
+
+    def _fetch(self, index: int) -> bytes:
+        m = self.manifest
+        unit, digest = m.units[index]
+        uri = m.target_of(index)
+        key = self.ns.unit_key(m.version, unit)
+        try:
+            store = self.ns.store_for(uri)
+            data = store.read_bytes(key)
+        except FileNotFoundError:
+            raise CkptIOError(
+                f"{self.name}: unit {index} ({key}) is missing on target {uri}: the file was "
+                "replaced or removed while being read, or the target lost data"
+            ) from None
+        except (StoreError, CkptError) as exc:
+            raise CkptIOError(f"{self.name}: unit {index}: target {uri} failed: {exc}") from None
+        want = m.unit_length(index)
+        if len(data) != want:
+            raise CkptIOError(
+                f"{self.name}: unit {index} on target {uri} is damaged: {len(data)} bytes, "
+                f"the manifest says {want}"
+            )
+        if self.ns.verify and unit_checksum(data) != digest:
+            raise CkptIOError(
+                f"{self.name}: unit {index} on target {uri} is corrupt: its checksum does not "
+                f"match the manifest (version {m.version}); run `bootseer ckpt verify`"
+            )
+        self.fetched += len(data)
+        return data
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+
+    def __getstate__(self) -> Any:
+        raise TypeError("a StripedReader cannot be pickled")

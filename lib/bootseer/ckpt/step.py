@@ -1,0 +1,62 @@
+"""The ckpt steps of the Prolog and Epilog: mount the job's namespace, unmount it.
+
+``--bootseer-ckpt=NAMESPACE`` names ``<user>/<NAMESPACE>`` on the site's ``[ckpt]
+targets``: the user part comes from Slurm, never from the option, so a job reaches
+its own user's checkpoints only. The prolog mounts it at ``<mount_root>/<job_id>``
+and exports that path as ``BOOTSEER_CKPT``; the epilog unmounts it, even after the
+job was killed, and fails the step (so the phase record shows it) when the mount's
+daemon had died during the job.
+
+The step is named ``ckpt``: its phase record is the job's ``ckpt_mount``.
+"""
+
+from __future__ import annotations
+
+from bootseer.ckpt import mount
+from bootseer.ckpt.layout import CkptError, namespace_name
+from bootseer.errors import StepError
+from bootseer.hooks.steps import StepCall, StepResult
+
+
+def prolog(call: StepCall) -> StepResult:
+    ctx, sec = call.ctx, call.cfg.ckpt
+    assert ctx.options.ckpt is not None
+    if not sec.targets:
+        raise StepError("--bootseer-ckpt: the site config has no [ckpt] targets")
+    try:
+        name = namespace_name(ctx.user, ctx.options.ckpt)
+        root = sec.mount_dir(call.cfg.paths.run_dir, ctx.node)
+    except CkptError as exc:
+        raise StepError(str(exc)) from None
+    mp = mount.prepare_mountpoint(root, str(ctx.job_id), ctx.uid, ctx.gid)
+    state = call.job.sub("ckpt")
+    timeout = max(1.0, min(sec.mount_timeout, call.remaining() - 1.0))
+    # The daemon's log outlives the job dir, for whoever looks into a failed mount.
+    log_path = call.cfg.paths.log_dir / "ckpt" / f"{ctx.job_id}.log"
+    rec = mount.start(
+        mp, name, ctx.uid, ctx.gid, state, ctx.node, timeout, log_path, sec.kernel_read_ahead_kb
+    )
+    return StepResult(
+        detail=f"mounted {name} ({len(sec.targets)} targets) at {mp}, daemon pid {rec.pid}",
+        env={"BOOTSEER_CKPT": str(mp)},
+    )
+
+
+def epilog(call: StepCall) -> StepResult:
+    rec = mount.MountRecord.load(call.job.path / "ckpt")
+    if rec is None:
+        return StepResult(outcome="skipped", detail="no checkpoint mount recorded by the prolog")
+    res = mount.stop(rec)
+    if res.died:
+        raise StepError(
+            f"checkpoint mount {rec.mountpoint} ({rec.namespace}): its daemon (pid {rec.pid}) "
+            f"died during the job, which then saw 'Transport endpoint is not connected'; "
+            f"cleaned up now. Daemon log: {res.log_tail}"
+        )
+    how = "forced" if res.forced else "clean"
+    return StepResult(
+        detail=f"unmounted {rec.mountpoint} ({how}): {res.read_bytes} bytes read, "
+        f"{res.written_bytes} written, {res.committed} versions committed, "
+        f"{res.dropped} writes dropped",
+        bytes=res.read_bytes + res.written_bytes,
+    )

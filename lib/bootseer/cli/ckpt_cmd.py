@@ -1,0 +1,183 @@
+"""``bootseer ckpt put|get|ls|rm|verify|gc``: striped checkpoint files by hand.
+
+Files are named ``NAMESPACE:PATH`` in the caller's own namespaces (root may pass
+``--user``)::
+
+    bootseer ckpt put model.pt llama-25b:step100/model.pt
+    bootseer ckpt ls llama-25b:step100
+    bootseer ckpt get llama-25b:step100/model.pt /tmp/model.pt
+    bootseer ckpt verify llama-25b
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from bootseer.errors import BootseerError
+
+if TYPE_CHECKING:
+    from bootseer.ckpt import Namespace
+
+CHUNK = 8 << 20
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("ckpt", help="striped checkpoint storage: put, get, ls, rm, verify, gc")
+    p.add_argument("--user", help="act on this user's namespaces (root only)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    cmds = p.add_subparsers(dest="ckpt_command", required=True, metavar="ACTION")
+    c = cmds.add_parser("put", help="upload a local file (or - for stdin) as a new version")
+    c.add_argument("local")
+    c.add_argument("remote", metavar="NAMESPACE:PATH")
+    c = cmds.add_parser("get", help="download a file (to - for stdout)")
+    c.add_argument("remote", metavar="NAMESPACE:PATH")
+    c.add_argument("local")
+    c = cmds.add_parser("ls", help="list a directory of a namespace")
+    c.add_argument("remote", metavar="NAMESPACE[:DIR]")
+    c = cmds.add_parser("rm", help="remove a file (its manifest, then its units)")
+    c.add_argument("remote", metavar="NAMESPACE:PATH", nargs="+")
+    c = cmds.add_parser("verify", help="read every unit and check its checksum")
+    c.add_argument("remote", metavar="NAMESPACE[:PATH]")
+    c = cmds.add_parser("gc", help="delete units no manifest names (left by crashed writers)")
+    c.add_argument("namespace")
+    c.add_argument(
+        "--min-age",
+        type=float,
+        default=3600.0,
+        help="only versions older than this many seconds (default 3600)",
+    )
+    p.set_defaults(handler=run)
+
+
+def split_remote(remote: str, need_path: bool) -> tuple[str, str]:
+    ns, _, path = remote.partition(":")
+    if need_path and not path:
+        raise BootseerError(f"{remote!r}: want NAMESPACE:PATH")
+    return ns, path
+
+
+def open_namespace(args: argparse.Namespace, ns: str) -> Namespace:
+    from bootseer.ckpt import Namespace, namespace_name
+    from bootseer.config import load_config
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    user = args.user or me
+    if user != me and os.getuid() != 0:
+        raise BootseerError("--user is for root only")
+    return Namespace.from_config(load_config(), namespace_name(user, ns))
+
+
+@contextmanager
+def progress(
+    args: argparse.Namespace, what: str, total: int | None
+) -> Iterator[Callable[[int], None]]:
+    if args.quiet or not sys.stderr.isatty():
+        yield lambda n: None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def _copy(src: Any, dst: Any, tick: Callable[[int], None]) -> int:
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    total = 0
+    while True:
+        n = src.readinto(buf)
+        if not n:
+            return total
+        dst.write(view[:n])
+        total += n
+        tick(n)
+
+
+def run(args: argparse.Namespace) -> int:
+    action = args.ckpt_command
+    if action == "gc":
+        ns = open_namespace(args, args.namespace)
+        print(f"{ns.gc(args.min_age)} orphaned versions removed")
+        return 0
+    name, path = split_remote(
+        args.remote if action != "rm" else args.remote[0], need_path=action in ("put", "get", "rm")
+    )
+    ns = open_namespace(args, name)
+    if action == "put":
+        src: Any = sys.stdin.buffer if args.local == "-" else open(args.local, "rb")  # noqa: SIM115
+        size = None if args.local == "-" else os.fstat(src.fileno()).st_size
+        t0 = time.monotonic()
+        with src, progress(args, f"put {path}", size) as tick, ns.open(path, "wb") as out:
+            n = _copy(src, out, tick)
+        _rate("put", n, t0)
+        return 0
+    if action == "get":
+        t0 = time.monotonic()
+        with ns.open(path) as f, progress(args, f"get {path}", f.size) as tick:
+            if args.local == "-":
+                n = _copy(f, sys.stdout.buffer, tick)
+            else:
+                tmp = f"{args.local}.part"
+                with open(tmp, "wb") as out:
+                    n = _copy(f, out, tick)
+                os.replace(tmp, args.local)
+        _rate("get", n, t0)
+        return 0
+    if action == "ls":
+        for e in ns.listdir(path):
+            if e.is_dir:
+                print(f"{'dir':>14}  {'':19}  {e.name}/")
+                continue
+            sub = f"{path}/{e.name}" if path else e.name
+            m = ns.manifest(sub)
+            if m is None:
+                continue
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.mtime))
+            print(
+                f"{m.size:>14}  {stamp}  {e.name}  ({m.unit_count} units over "
+                f"{len(m.targets)} targets, version {m.version})"
+            )
+        return 0
+    if action == "rm":
+        for remote in args.remote:
+            n2, p2 = split_remote(remote, need_path=True)
+            (ns if n2 == name else open_namespace(args, n2)).remove(p2)
+        return 0
+    if action == "verify":
+        paths = [path] if path and not ns.is_dir(path) else list(ns.walk(path))
+        problems: list[str] = []
+        total = sum((m.size for m in map(ns.manifest, paths) if m is not None), 0)
+        with progress(args, "verify", total) as tick:
+            for p in paths:
+                problems += ns.verify_file(p, tick)
+        for line in problems:
+            print(line, file=sys.stderr)
+        print(f"{len(paths)} files, {total} bytes checked, {len(problems)} problems")
+        return 1 if problems else 0
+    raise AssertionError(action)
+
+
+def _rate(what: str, n: int, t0: float) -> None:
+    secs = max(time.monotonic() - t0, 1e-9)
+    print(f"{what}: {n} bytes in {secs:.2f}s ({n / secs / 1e6:.1f} MB/s)", file=sys.stderr)

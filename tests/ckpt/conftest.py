@@ -1,0 +1,82 @@
+"""Fixtures for the striped checkpoint tests: file:// targets, a namespace, a real mount."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bootseer.ckpt import Namespace
+from bootseer.ckpt import mount as ckpt_mount
+from bootseer.store import open_store
+
+UNIT = 4096
+JOB_UID = 65534  # nobody: the job's user in mount tests
+OTHER_UID = 1  # daemon: another user who must not get in
+
+
+@pytest.fixture
+def targets(tmp_path: Path) -> list[str]:
+    return [f"file://{tmp_path}/t{i}" for i in range(3)]
+
+
+@pytest.fixture
+def ns(targets: list[str]) -> Namespace:
+    return Namespace(
+        [open_store(u) for u in targets], "ada/test", unit_size=UNIT, read_ahead=4, max_inflight=4
+    )
+
+
+@pytest.fixture
+def site_config(tmp_path: Path, targets: list[str], monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "config.toml"
+    quoted = ", ".join(f'"{t}"' for t in targets)
+    path.write_text(f"[ckpt]\ntargets = [{quoted}]\nunit_size = {UNIT}\nread_ahead = 4\n")
+    monkeypatch.setenv("BOOTSEER_CONFIG", str(path))
+    return path
+
+
+def _fuse_ok() -> bool:
+    return os.geteuid() == 0 and os.path.exists("/dev/fuse")
+
+
+needs_fuse = pytest.mark.skipif(not _fuse_ok(), reason="needs root and /dev/fuse")
+
+
+@pytest.fixture
+def mount_root() -> Iterator[Path]:
+    # Not under tmp_path: the job's user must be able to walk to the mountpoint.
+    root = Path(tempfile.mkdtemp(prefix="bootseer-ckpt-test-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        for sub in root.iterdir():
+            if ckpt_mount.is_mounted(sub):
+                ckpt_mount.umount(sub, lazy=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def mounted(
+    site_config: Path, mount_root: Path, tmp_path: Path
+) -> Iterator[tuple[Path, ckpt_mount.MountRecord]]:
+    """The namespace ``nobody/test`` mounted for uid 65534 by the real daemon."""
+    mp = ckpt_mount.prepare_mountpoint(mount_root, "42", JOB_UID, JOB_UID)
+    state = tmp_path / "state"
+    state.mkdir()
+    rec = ckpt_mount.start(mp, "nobody/test", JOB_UID, JOB_UID, state, node="", timeout=20)
+    try:
+        yield mp, rec
+    finally:
+        ckpt_mount.stop(rec)
+
+
+@pytest.fixture
+def job_ns(targets: list[str]) -> Namespace:
+    """The API's view of the mounted namespace."""
+    return Namespace([open_store(u) for u in targets], "nobody/test", unit_size=UNIT)

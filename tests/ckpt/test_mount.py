@@ -1,0 +1,302 @@
+"""The FUSE mount, for real: the daemon, the job's user, another user, killed writers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bootseer.ckpt import Namespace
+from bootseer.ckpt import mount as ckpt_mount
+from bootseer.ckpt.layout import namespace_name
+from bootseer.config import SiteConfig
+from bootseer.context import JobContext
+from bootseer.errors import StepError
+from bootseer.hooks.jobdir import JobDir
+from bootseer.hooks.log import HookLog
+from bootseer.hooks.steps import StepCall, steps_for
+from bootseer.options import Options
+
+from .conftest import JOB_UID, OTHER_UID, UNIT, needs_fuse
+
+pytestmark = needs_fuse
+PY = "/usr/bin/python3"  # readable by every user, unlike a venv under /root
+WRITE = "import sys; f = open(sys.argv[1], 'wb'); f.write(sys.stdin.buffer.read()); f.close()"
+
+
+def as_user(
+    uid: int, *cmd: str, data: bytes | None = None, check: bool = True
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd],
+        input=data,
+        capture_output=True,
+        check=check,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("size", [0, 1, UNIT - 1, UNIT, UNIT + 1, 3 * UNIT + 1, 10 * UNIT])
+def test_round_trip_through_the_mount(
+    mounted: tuple[Path, object], job_ns: Namespace, size: int
+) -> None:
+    mp, _ = mounted
+    data = os.urandom(size)
+    as_user(JOB_UID, PY, "-c", WRITE, f"{mp}/f.bin", data=data)
+    assert as_user(JOB_UID, "cat", f"{mp}/f.bin").stdout == data
+    with job_ns.open("f.bin") as f:
+        assert f.read() == data
+    assert os.stat(f"{mp}/f.bin").st_size == size
+
+
+def test_api_and_mount_see_the_same_tree(mounted: tuple[Path, object], job_ns: Namespace) -> None:
+    mp, _ = mounted
+    data = os.urandom(2 * UNIT + 3)
+    with job_ns.open("run/step1/model.pt", "wb") as f:
+        f.write(data)
+    assert as_user(JOB_UID, "cat", f"{mp}/run/step1/model.pt").stdout == data
+    as_user(JOB_UID, "mkdir", "-p", f"{mp}/run/step2")
+    as_user(JOB_UID, "cp", f"{mp}/run/step1/model.pt", f"{mp}/run/step2/tmp.pt")
+    as_user(JOB_UID, "mv", f"{mp}/run/step2/tmp.pt", f"{mp}/run/step2/model.pt")
+    with job_ns.open("run/step2/model.pt") as f:
+        assert f.read() == data
+    assert sorted(job_ns.walk()) == ["run/step1/model.pt", "run/step2/model.pt"]
+    listing = as_user(JOB_UID, "ls", f"{mp}/run/step2").stdout.split()
+    assert listing == [b"model.pt"]
+    as_user(JOB_UID, "rm", f"{mp}/run/step1/model.pt")
+    as_user(JOB_UID, "rmdir", f"{mp}/run/step1")
+    assert [e.name for e in job_ns.listdir("run")] == ["step2"]
+
+
+def test_only_the_jobs_user_gets_in(mounted: tuple[Path, object], job_ns: Namespace) -> None:
+    mp, _ = mounted
+    with job_ns.open("secret.pt", "wb") as f:
+        f.write(b"weights")
+    st = os.stat(mp)
+    assert (st.st_uid, st.st_mode & 0o777) == (JOB_UID, 0o700)
+    assert os.stat(mp / "secret.pt").st_mode & 0o777 == 0o600
+    for cmd in (("ls", str(mp)), ("cat", f"{mp}/secret.pt"), ("touch", f"{mp}/x")):
+        res = as_user(OTHER_UID, *cmd, check=False)
+        assert res.returncode != 0 and b"Permission denied" in res.stderr
+    assert as_user(JOB_UID, "cat", f"{mp}/secret.pt").stdout == b"weights"
+
+
+SLOW_WRITER = """
+import sys, time
+f = open(sys.argv[1], "wb")
+f.write(b"n" * 5 * {unit})
+print("writing", flush=True)
+while True:
+    f.write(b"n" * {unit})
+    time.sleep(0.01)
+"""
+
+
+def test_killed_writer_leaves_previous_version(
+    mounted: tuple[Path, ckpt_mount.MountRecord], job_ns: Namespace
+) -> None:
+    mp, rec = mounted
+    old = os.urandom(3 * UNIT + 7)
+    as_user(JOB_UID, PY, "-c", WRITE, f"{mp}/ckpt.pt", data=old)
+    proc = subprocess.Popen(
+        [
+            "setpriv",
+            f"--reuid={JOB_UID}",
+            f"--regid={JOB_UID}",
+            "--clear-groups",
+            PY,
+            "-c",
+            SLOW_WRITER.format(unit=UNIT),
+            f"{mp}/ckpt.pt",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+        time.sleep(0.3)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    time.sleep(0.5)  # the kernel's flush and release of the dead writer's file
+    with job_ns.open("ckpt.pt") as f:
+        assert f.read() == old
+    assert as_user(JOB_UID, "cat", f"{mp}/ckpt.pt").stdout == old
+    assert "new version dropped" in Path(rec.log).read_text()
+
+
+FSYNC_WRITER = """
+import os, sys
+f = open(sys.argv[1], "wb")
+f.write(b"a" * ({unit} + 5))
+f.flush(); os.fsync(f.fileno())
+print("synced", flush=True)
+sys.stdin.readline()
+f.write(b"b" * 10)
+f.close()
+"""
+
+
+def test_fsync_commits_a_version(mounted: tuple[Path, object], job_ns: Namespace) -> None:
+    mp, _ = mounted
+    proc = subprocess.Popen(
+        [
+            "setpriv",
+            f"--reuid={JOB_UID}",
+            f"--regid={JOB_UID}",
+            "--clear-groups",
+            PY,
+            "-c",
+            FSYNC_WRITER.format(unit=UNIT),
+            f"{mp}/f",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        assert proc.stdout.readline() == b"synced\n"
+        with job_ns.open("f") as f:
+            assert f.read() == b"a" * (UNIT + 5)
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+    with job_ns.open("f") as f:
+        assert f.read() == b"a" * (UNIT + 5) + b"b" * 10
+
+
+def test_bad_names_and_updates_are_refused(mounted: tuple[Path, object], job_ns: Namespace) -> None:
+    mp, _ = mounted
+    res = as_user(JOB_UID, "touch", f"{mp}/a b", check=False)
+    assert res.returncode != 0 and b"Invalid argument" in res.stderr
+    res = as_user(JOB_UID, "touch", f"{mp}/.tmp-x", check=False)
+    assert res.returncode != 0
+    as_user(JOB_UID, PY, "-c", WRITE, f"{mp}/f", data=b"12345")
+    res = as_user(JOB_UID, "sh", "-c", f"echo more >> {mp}/f", check=False)
+    assert res.returncode != 0
+    with job_ns.open("f") as f:
+        assert f.read() == b"12345"
+
+
+def test_concurrent_readers_through_the_mount(
+    mounted: tuple[Path, object], job_ns: Namespace
+) -> None:
+    mp, _ = mounted
+    data = os.urandom(20 * UNIT + 11)
+    with job_ns.open("big", "wb") as f:
+        f.write(data)
+    procs = [
+        subprocess.Popen(
+            [
+                "setpriv",
+                f"--reuid={JOB_UID}",
+                f"--regid={JOB_UID}",
+                "--clear-groups",
+                "cat",
+                f"{mp}/big",
+            ],
+            stdout=subprocess.PIPE,
+        )
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert all(o == data for o in outs)
+
+
+def test_dead_daemon_is_reported_and_cleaned_up(
+    mounted: tuple[Path, ckpt_mount.MountRecord],
+) -> None:
+    mp, rec = mounted
+    os.kill(rec.pid, signal.SIGKILL)
+    time.sleep(0.3)
+    assert ckpt_mount.is_mounted(mp)
+    res = ckpt_mount.stop(rec)
+    assert res.died
+    assert not ckpt_mount.is_mounted(mp) and not mp.exists()
+
+
+def _call(tmp_path: Path, mount_root: Path, site_config: Path, ckpt: str) -> StepCall:
+    import tomllib
+
+    doc = tomllib.loads(site_config.read_text())
+    doc["ckpt"]["mount_root"] = str(mount_root)
+    doc["paths"] = {"run_dir": str(tmp_path / "run"), "log_dir": str(tmp_path / "log")}
+    cfg = SiteConfig.from_mapping(doc)
+    ctx = JobContext(
+        job_id=77,
+        user="nobody",
+        uid=JOB_UID,
+        gid=JOB_UID,
+        node="n1",
+        nodes=("n1",),
+        options=Options(mode="on", ckpt=ckpt),
+    )
+    job = JobDir(cfg.paths.run_dir, ctx.job_id).create()
+    return StepCall(
+        ctx=ctx,
+        cfg=cfg,
+        job=job,
+        log=HookLog(cfg.paths.log_dir, "n1", 77, "test"),
+        deadline=time.monotonic() + 30,
+    )
+
+
+def test_prolog_mounts_and_epilog_unmounts(
+    tmp_path: Path, mount_root: Path, site_config: Path, job_ns: Namespace
+) -> None:
+    from bootseer.ckpt import step
+
+    call = _call(tmp_path, mount_root, site_config, "test")
+    assert [s.name for s in steps_for("prolog", call.ctx)] == ["ckpt"]
+    assert [s.name for s in steps_for("epilog", call.ctx)] == ["ckpt"]
+    res = step.prolog(call)
+    try:
+        mp = Path(res.env["BOOTSEER_CKPT"])
+        assert mp == mount_root / "77" and ckpt_mount.is_mounted(mp)
+        as_user(JOB_UID, PY, "-c", WRITE, f"{mp}/m.pt", data=b"saved")
+        with job_ns.open("m.pt") as f:
+            assert f.read() == b"saved"
+    finally:
+        out = step.epilog(call)
+    assert out.outcome == "ok" and "unmounted" in out.detail
+    assert not ckpt_mount.is_mounted(mp) and not mp.exists()
+
+
+def test_epilog_fails_the_step_when_the_daemon_died(
+    tmp_path: Path, mount_root: Path, site_config: Path
+) -> None:
+    from bootseer.ckpt import step
+
+    call = _call(tmp_path, mount_root, site_config, "test")
+    step.prolog(call)
+    rec = ckpt_mount.MountRecord.load(call.job.path / "ckpt")
+    assert rec is not None
+    os.kill(rec.pid, signal.SIGKILL)
+    time.sleep(0.3)
+    with pytest.raises(StepError, match=r"daemon \(pid \d+\) died during the job"):
+        step.epilog(call)
+    assert not ckpt_mount.is_mounted(rec.mountpoint)
+
+
+def test_prolog_reports_an_unreachable_target(
+    tmp_path: Path, mount_root: Path, site_config: Path
+) -> None:
+    from bootseer.ckpt import step
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    site_config.write_text(f'[ckpt]\ntargets = ["file://{blocker}/t"]\n')
+    call = _call(tmp_path, mount_root, site_config, "test")
+    with pytest.raises(StepError, match="is not reachable"):
+        step.prolog(call)
+    assert not ckpt_mount.is_mounted(mount_root / "77")
+
+
+def test_namespace_is_the_users_own() -> None:
+    assert namespace_name("nobody", "team/run") == "nobody/team/run"

@@ -1,0 +1,136 @@
+"""Striped checkpoints on a real Slurm cluster: one job saves through the mount, the next
+loads it back on another node."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bootseer.ckpt import Namespace
+from bootseer.ckpt import mount as ckpt_mount
+from bootseer.store import open_store
+from tests.conftest import DevSlurm
+
+pytestmark = pytest.mark.slurm
+UNIT = 1 << 20
+
+SAVE = """#!/bin/sh
+set -e
+echo "ckpt=$BOOTSEER_CKPT"
+mkdir -p "$BOOTSEER_CKPT/run1"
+/usr/bin/python3 - <<'PY'
+import hashlib, os
+data = bytes(range(256)) * (5 * 4096 + 17)  # a little over 5 units
+with open(os.environ["BOOTSEER_CKPT"] + "/run1/model.bin", "wb") as f:
+    f.write(data)
+print("saved", len(data), hashlib.sha256(data).hexdigest())
+PY
+"""
+
+LOAD = """#!/bin/sh
+set -e
+/usr/bin/python3 - <<'PY'
+import hashlib, os
+with open(os.environ["BOOTSEER_CKPT"] + "/run1/model.bin", "rb") as f:
+    data = f.read()
+print("loaded", len(data), hashlib.sha256(data).hexdigest())
+PY
+ls -l "$BOOTSEER_CKPT/run1"
+"""
+
+
+@pytest.fixture
+def targets(cluster: DevSlurm) -> Iterator[list[str]]:
+    roots = [cluster.dir / f"ckpt-t{i}" for i in range(3)]
+    for r in roots:
+        shutil.rmtree(r, ignore_errors=True)
+    uris = [f"file://{r}" for r in roots]
+    cluster.configure("ckpt", targets=uris, unit_size=UNIT)
+    yield uris
+    for r in roots:
+        shutil.rmtree(r, ignore_errors=True)
+
+
+def _mounts(cluster: DevSlurm) -> list[str]:
+    return [
+        line.split()[1]
+        for line in Path("/proc/mounts").read_text().splitlines()
+        if line.startswith("bootseer-ckpt:") and str(cluster.dir) in line
+    ]
+
+
+def test_a_job_saves_through_the_mount_and_the_next_job_loads_it(
+    cluster: DevSlurm, targets: list[str]
+) -> None:
+    n1, n2 = cluster.nodes[0], cluster.nodes[1]
+    save = cluster.sbatch("-N1", f"-w{n1}", "--bootseer-ckpt=demo/llama", script=SAVE)
+    assert cluster.wait(save) == "COMPLETED", cluster.output(save)
+    out = cluster.output(save)
+    mp = cluster.dir / "nodes" / n1 / "run" / "ckpt" / str(save)
+    assert f"ckpt={mp}" in out
+    saved = next(line for line in out.splitlines() if line.startswith("saved"))
+    log = "\n".join(cluster.job_log_lines(n1, save))
+    assert "prolog step=ckpt outcome=ok" in log and "epilog step=ckpt outcome=ok" in log, log
+
+    # The file is striped over the targets: its units are spread over all three.
+    ns = Namespace([open_store(u) for u in targets], "root/demo/llama", unit_size=UNIT)
+    m = ns.manifest("run1/model.bin")
+    assert m is not None and m.unit_count == 6 and len(set(m.targets)) == 3
+
+    load = cluster.sbatch("-N1", f"-w{n2}", "--bootseer-ckpt=demo/llama", script=LOAD)
+    assert cluster.wait(load) == "COMPLETED", cluster.output(load)
+    loaded = next(line for line in cluster.output(load).splitlines() if line.startswith("loaded"))
+    assert loaded.split()[1:] == saved.split()[1:]
+    expected = hashlib.sha256(bytes(range(256)) * (5 * 4096 + 17)).hexdigest()
+    assert loaded.split()[2] == expected
+    # The epilogs unmounted both jobs' mounts and left no daemon behind.
+    assert _mounts(cluster) == []
+    assert not mp.exists()
+
+
+def test_a_killed_job_is_unmounted_and_its_partial_save_dropped(
+    cluster: DevSlurm, targets: list[str]
+) -> None:
+    n1 = cluster.nodes[0]
+    first = cluster.sbatch("-N1", f"-w{n1}", "--bootseer-ckpt=demo/kill", script=SAVE)
+    assert cluster.wait(first) == "COMPLETED", cluster.output(first)
+    ns = Namespace([open_store(u) for u in targets], "root/demo/kill", unit_size=UNIT)
+    before = ns.manifest("run1/model.bin")
+    assert before is not None
+    # A job that keeps writing until it is cancelled.
+    endless = """#!/bin/sh
+/usr/bin/python3 - <<'PY'
+import os, time
+with open(os.environ["BOOTSEER_CKPT"] + "/run1/model.bin", "wb") as f:
+    print("writing", flush=True)
+    while True:
+        f.write(b"x" * 65536)
+        time.sleep(0.001)
+PY
+"""
+    job = cluster.sbatch("-N1", f"-w{n1}", "--bootseer-ckpt=demo/kill", script=endless)
+    t_end = time.monotonic() + 60
+    while time.monotonic() < t_end and "writing" not in _output(cluster, job):
+        time.sleep(0.2)
+    assert "writing" in _output(cluster, job)
+    subprocess.run(["scancel", str(job)], env=cluster.env, check=True)
+    cluster.wait(job)
+    after = ns.manifest("run1/model.bin")
+    assert after is not None and after.version == before.version
+    log = "\n".join(cluster.job_log_lines(n1, job))
+    assert "epilog step=ckpt outcome=ok" in log and "1 writes dropped" in log, log
+    assert _mounts(cluster) == []
+    assert not ckpt_mount.is_mounted(cluster.dir / "nodes" / n1 / "run" / "ckpt" / str(job))
+
+
+def _output(cluster: DevSlurm, job: int) -> str:
+    try:
+        return cluster.output(job)
+    except FileNotFoundError:
+        return ""

@@ -1,0 +1,32 @@
+"""The SPANK plugin accepts at submit time exactly what bootseer.options accepts."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import DevSlurm
+from tests.unit.test_options import BAD, GOOD
+
+pytestmark = pytest.mark.slurm
+
+CASES = [(kind, v, True) for kind, vs in GOOD.items() for v in vs] + [
+    (kind, v, False) for kind, vs in BAD.items() for v in vs if v
+]
+
+
+@pytest.mark.parametrize(("kind", "value", "good"), CASES)
+def test_plugin_and_library_agree(cluster: DevSlurm, kind: str, value: str, good: bool) -> None:
+    option = f"--bootseer-{kind}={value}"
+    r = subprocess.run(
+        ["sbatch", "--test-only", "-N1", option, "--wrap", "true"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+    )
+    if good:
+        assert r.returncode == 0, r.stderr
+    else:
+        assert r.returncode != 0
+        assert f"--bootseer-{kind}" in r.stderr

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bootseer.config import SiteConfig, load_config
+from bootseer.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    return p
+
+
+def test_missing_default_file_gives_defaults(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("BOOTSEER_CONFIG", raising=False)
+    monkeypatch.setattr("bootseer.config.DEFAULT_PATH", tmp_path / "absent.toml")
+    assert load_config() == SiteConfig()
+
+
+def test_env_var_names_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    p = write(tmp_path, '[store]\nuri = "file:///shared/bs"\n[hooks]\nstrict = true\n')
+    monkeypatch.setenv("BOOTSEER_CONFIG", str(p))
+    cfg = load_config()
+    assert cfg.store.uri == "file:///shared/bs"
+    assert cfg.hooks.strict is True
+    assert cfg.source == p
+
+
+def test_missing_file_named_by_env_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("BOOTSEER_CONFIG", str(tmp_path / "nope.toml"))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[hooks]\nstrict = 1\n", "hooks.strict must be true or false"),
+        ("[hooks]\nprolog_deadline = 'soon'\n", "hooks.prolog_deadline must be a number"),
+        ("[hooks]\nprolog_deadline = -1\n", "hooks.prolog_deadline must not be negative"),
+        ("[paths]\nrun_dir = 'relative'\n", "paths.run_dir must be an absolute path"),
+        ("[hooks]\nstrikt = true\n", "unknown key hooks.strikt"),
+        ("[stroe]\nuri = 'x'\n", "unknown key stroe"),
+        ("hooks = 3\n", r"\[hooks\] must be a table"),
+        ("[hooks]\nfailpoints = 'image:raise'\n", "hooks.failpoints must be a list"),
+        ("[hooks\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text))
+
+
+def test_node_paths_replace_percent_n() -> None:
+    cfg = SiteConfig.from_mapping({"paths": {"run_dir": "/var/tmp/dev/nodes/%n/run"}})
+    assert cfg.for_node("n3").paths.run_dir == Path("/var/tmp/dev/nodes/n3/run")
+
+
+def test_step_deadline_never_exceeds_the_hook_deadline() -> None:
+    cfg = SiteConfig.from_mapping(
+        {"hooks": {"prolog_deadline": 30, "step_deadlines": {"image": 10, "deps": 99}}}
+    )
+    assert cfg.deadline("prolog", "image") == 10
+    assert cfg.deadline("prolog", "deps") == 30
+    assert cfg.deadline("prolog", "ckpt") == 30

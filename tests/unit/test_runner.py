@@ -1,0 +1,95 @@
+"""The hook runner with real threads and real deadlines (steps replaced by small ones)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from bootseer.config import SiteConfig
+from bootseer.context import JobContext
+from bootseer.errors import StepError
+from bootseer.hooks import runner, steps
+from bootseer.hooks.jobdir import JobDir
+from bootseer.hooks.log import HookLog
+from bootseer.hooks.steps import StepCall, StepResult, StepSpec
+
+
+def ok_step(call: StepCall) -> StepResult:
+    return StepResult(detail="fine", bytes=7, env={"BOOTSEER_OK": "1"})
+
+
+def failing_step(call: StepCall) -> StepResult:
+    raise StepError("the store said no")
+
+
+def crashing_step(call: StepCall) -> StepResult:
+    return {}["missing"]  # type: ignore[no-any-return]
+
+
+def slow_step(call: StepCall) -> StepResult:
+    time.sleep(5)
+    return StepResult()
+
+
+@pytest.fixture
+def ctx() -> JobContext:
+    return JobContext(job_id=7, user="ada", uid=1000, gid=1000, node="n1", nodes=("n1",))
+
+
+def run(
+    tmp_path: Path, ctx: JobContext, table: dict[str, str], hooks: dict[str, object]
+) -> runner.HookRun:
+    specs = tuple(StepSpec(name, f"{__name__}:{fn}", lambda c: True) for name, fn in table.items())
+    cfg = SiteConfig.from_mapping({"hooks": hooks})
+    log = HookLog(tmp_path, "n1", 7, "prolog")
+    saved = steps.PROLOG_STEPS
+    steps.PROLOG_STEPS = specs
+    try:
+        return runner.run_steps("prolog", ctx, cfg, JobDir(tmp_path, 7).create(), log)
+    finally:
+        steps.PROLOG_STEPS = saved
+
+
+def test_outcomes_of_ok_failed_and_crashed_steps(tmp_path: Path, ctx: JobContext) -> None:
+    result = run(tmp_path, ctx, {"a": "ok_step", "b": "failing_step", "c": "crashing_step"}, {})
+    assert [(o.step, o.outcome) for o in result.outcomes] == [
+        ("a", "ok"),
+        ("b", "failed"),
+        ("c", "failed"),
+    ]
+    assert result.env == {"BOOTSEER_OK": "1"}
+    assert result.outcomes[0].bytes == 7
+    assert "the store said no" in result.outcomes[1].detail
+    assert "KeyError" in result.outcomes[2].detail
+    log = (tmp_path / "n1.log").read_text()
+    assert "job=7 prolog step=b outcome=failed" in log
+    assert result.failed
+
+
+def test_step_past_deadline_is_abandoned_without_waiting(tmp_path: Path, ctx: JobContext) -> None:
+    t0 = time.monotonic()
+    result = run(
+        tmp_path, ctx, {"slow": "slow_step", "fast": "ok_step"}, {"step_deadlines": {"slow": 0.3}}
+    )
+    assert time.monotonic() - t0 < 2
+    assert {o.step: o.outcome for o in result.outcomes} == {"slow": "timed_out", "fast": "ok"}
+    assert result.abandoned
+
+
+def test_failpoint_raises_in_the_named_step(tmp_path: Path, ctx: JobContext) -> None:
+    result = run(tmp_path, ctx, {"a": "ok_step"}, {"failpoints": ["a:raise"]})
+    assert result.outcomes[0].outcome == "failed"
+    assert "failpoint a:raise" in result.outcomes[0].detail
+
+
+def test_job_dir_env_refuses_foreign_names(tmp_path: Path) -> None:
+    job = JobDir(tmp_path, 1).create()
+    job.write_env({"BOOTSEER_IMAGE": "/x"})
+    assert job.read_env() == {"BOOTSEER_IMAGE": "/x"}
+    with pytest.raises(ValueError):
+        job.write_env({"LD_PRELOAD": "/evil.so"})
+    with pytest.raises(ValueError):
+        job.write_env({"BOOTSEER_X": "a\nLD_PRELOAD=/evil.so"})
+    assert job.read_env() == {"BOOTSEER_IMAGE": "/x"}
