@@ -307,9 +307,7 @@ class Cluster:
         local = self.dir / "nodes" / node / "local"
         local.mkdir(parents=True, exist_ok=True)
         NODE_LOCAL.mkdir(parents=True, exist_ok=True)
-        script = (
-            'hostname "$1" && mount --bind "$3" "$4" && exec slurmd -f "$2" -N "$1"'
-        )
+        script = 'hostname "$1" && mount --bind "$3" "$4" && exec slurmd -f "$2" -N "$1"'
         cmd = ["unshare", "--uts", "--mount", "--propagation", "unchanged", "sh", "-c", script]
         cmd += ["slurmd", node, str(self.conf), str(local), str(NODE_LOCAL)]
         run_checked(cmd, env=self.env())

@@ -13,12 +13,13 @@ through the ``bootseer`` command and the Slurm hooks::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 __version__ = "0.1.0"
 __all__ = ["__version__", "mark", "phase"]
 
+TYPE_CHECKING = False  # not typing's: a mark from a job script pays for every import
 if TYPE_CHECKING:
+    from typing import Any
+
     from bootseer.phases.marks import mark, phase
 
 

@@ -23,7 +23,7 @@ from .conftest import T0, node_rows
 def test_layout_partitions_by_day_and_job(store: Store, dataset: PhaseDataset) -> None:
     key = write_rows(store, node_rows(42, "n1"), source="epilog")
     assert key is not None
-    assert key.startswith("phases/day=2026-09-21/job=42/n1-epilog-") and key.endswith(".parquet")
+    assert key.startswith("phases/day=2026-09-21/job=42/n1-r0-epilog-") and key.endswith(".parquet")
     assert write_rows(store, [], source="epilog") is None
     assert dataset.job(42).num_rows == 7
     assert dataset.job(43).num_rows == 0
@@ -123,3 +123,28 @@ def test_today_is_not_compacted(store: Store) -> None:
     write_rows(store, node_rows(1, "n1"), source="epilog")
     write_rows(store, node_rows(1, "n2"), source="epilog")
     assert compact(store, now=T0 + 3600) == []
+
+
+def test_cluster_reads_skip_flushes_an_epilog_supersedes(store: Store) -> None:
+    m = JobMeta(8, node="n1", node_count=1)
+    write_rows(store, [m.row("prolog", T0, T0 + 1)], source="prolog")
+    write_rows(store, [m.row("ckpt_load", T0 + 2, T0 + 3)], source="marks")
+    write_rows(store, [JobMeta(8, 1, node="n1").row("prolog", T0 + 9, T0 + 10)], source="prolog")
+    ds = PhaseDataset(store)
+    assert ds.since(T0, exact=False).num_rows == 3  # no epilog yet: every flush counts
+    write_rows(
+        store,
+        [
+            m.row("prolog", T0, T0 + 1),
+            m.row("ckpt_load", T0 + 2, T0 + 3),
+            m.row("epilog", T0 + 5, T0 + 6),
+        ],
+        source="epilog",
+    )
+    rows = from_table(ds.since(T0, exact=False))
+    assert sorted((r.restart_count, r.phase) for r in rows) == [
+        (0, "ckpt_load"),
+        (0, "epilog"),
+        (0, "prolog"),
+        (1, "prolog"),
+    ]

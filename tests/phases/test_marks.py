@@ -99,3 +99,14 @@ def test_import_bootseer_stays_cheap() -> None:
     code = "import sys, bootseer; print('pyarrow' in sys.modules, 'rich' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_marks_module_agrees_with_the_schema() -> None:
+    from bootseer.phases import schema
+
+    assert marks.PHASE_NAME.pattern == schema.PHASE_NAME.pattern
+    assert (marks.OUTCOMES, marks.STARTUP_END, marks.DETAIL_MAX) == (
+        schema.OUTCOMES,
+        schema.STARTUP_END,
+        schema.DETAIL_MAX,
+    )

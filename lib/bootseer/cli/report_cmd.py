@@ -13,16 +13,16 @@ Exit status 1 when there are no records for the job.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from bootseer.errors import BootseerError
 
+TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
 if TYPE_CHECKING:
+    from typing import Any
+
     from bootseer.store import Store
 
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--run", type=int, metavar="N", help="only this restart of the job")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--plot", type=Path, metavar="FILE", help="also draw FILE (.png, .svg, .pdf)")
+    p.add_argument("--plot", metavar="FILE", help="also draw FILE (.png, .svg, .pdf)")
     p.add_argument("--store", metavar="URI", help="read this store instead of the site config's")
     p.set_defaults(handler=run)
 
@@ -74,12 +74,16 @@ def open_report_store(uri: str | None) -> Store:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from rich.console import Console
 
     from bootseer.phases.reader import PhaseDataset
 
     if args.job is not None and args.since:
         raise BootseerError("give a JOBID or --since, not both")
+    if args.plot:
+        args.plot = Path(args.plot)
     store = open_report_store(args.store)
     ds = PhaseDataset(store)
     console = Console(highlight=False)
@@ -96,6 +100,8 @@ def _job(ds: Any, job_id: int, args: argparse.Namespace, console: Any) -> int:
     if args.run is not None:
         report.runs = [r for r in report.runs if r.restart_count == args.run]
     if args.json:
+        import json
+
         print(json.dumps(report.to_json(), indent=1))
     if not report.runs:
         what = f"job {job_id}" + (f" run {args.run}" if args.run is not None else "")
@@ -110,7 +116,7 @@ def _job(ds: Any, job_id: int, args: argparse.Namespace, console: Any) -> int:
     if args.plot:
         from bootseer.phases.plot import plot_timeline
 
-        plot_timeline(report.runs[-1], args.plot)
+        plot_timeline(report.runs[-4:], args.plot)
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 
@@ -121,6 +127,8 @@ def _cluster(ds: Any, since: float, args: argparse.Namespace, console: Any) -> i
 
     view = cluster_report(ds, since)
     if args.json:
+        import json
+
         print(json.dumps(view.to_json(), indent=1))
     else:
         render_cluster(view, console)

@@ -6,7 +6,9 @@ Slurm runs the epilog when the job ends). Node-seconds spent starting are startu
 nodes (every node waits for the straggler), GPU-seconds x GPUs per node as well. The
 share of allocated time is over the runs that have ended (those with an epilog row).
 Only runs with a ``prolog`` row count: a run seen only through later rows started
-before the period.
+before the period. Rows are not merged here (see ``PhaseDataset.since(exact=False)``):
+over a year that is most of the time a merge costs, and only the top-phases sums
+could notice the rare duplicate.
 
     >>> from bootseer.store import open_store
     >>> from bootseer.phases.reader import PhaseDataset
@@ -175,7 +177,11 @@ def cluster_report(
 
     until = time.time() if until is None else until
     t0 = time.perf_counter()
-    table = ds.since(since, columns=["start", "end", "node_count", "gpus_per_node"])
+    table = ds.since(
+        since,
+        exact=False,
+        columns=["job_id", "restart_count", "phase", "start", "end", "node_count", "gpus_per_node"],
+    )
     t1 = time.perf_counter()
     runs = run_table(table)
     keep = pc.and_(
@@ -213,24 +219,20 @@ def cluster_report(
         )
 
     # Top phases: job-node rows of the kept runs, startup phases only.
-    kept = pa.table({"job_id": runs["job_id"], "restart_count": runs["restart_count"]})
-    rows = table.select(["job_id", "restart_count", "phase", "start", "end"]).join(
-        kept, keys=["job_id", "restart_count"], join_type="inner"
+    def run_key(t: Any) -> Any:
+        return pc.add(
+            pc.multiply(pc.cast(t["job_id"], pa.int64()), 1000),
+            pc.cast(t["restart_count"], pa.int64()),
+        )
+
+    keep_rows = pc.and_(
+        pc.is_in(run_key(table), value_set=run_key(runs)),
+        pc.invert(pc.is_in(table["phase"], value_set=pa.array(sorted(TEARDOWN_PHASES)))),
     )
-    rows = rows.filter(
-        pc.invert(pc.is_in(rows["phase"], value_set=pa.array(sorted(TEARDOWN_PHASES))))
-    )
+    rows = table.filter(keep_rows)
     dur = pc.subtract(_secs(rows["end"]), _secs(rows["start"]))
     per = (
-        pa.table(
-            {
-                "phase": rows["phase"],
-                "dur": dur,
-                "run": pc.add(
-                    pc.multiply(pc.cast(rows["job_id"], pa.int64()), 1000), rows["restart_count"]
-                ),
-            }
-        )
+        pa.table({"phase": rows["phase"], "dur": dur, "run": run_key(rows)})
         .group_by("phase")
         .aggregate([("dur", "sum"), ("dur", "approximate_median"), ("run", "count_distinct")])
     )

@@ -5,7 +5,7 @@ them, and opening files, not reading rows, is then what a report spends its time
 ``bootseer phase compact`` (daily, from cron or a timer) rewrites each finished day
 as one file sorted by job, so a one-job lookup skips row groups by their statistics::
 
-    phases/day=2026-11-20/job=4242/n1-epilog-....parquet  (x thousands)
+    phases/day=2026-11-20/job=4242/n1-r0-epilog-....parquet  (x thousands)
     -> phases/day=2026-11-20/part-<uuid>.parquet
 
 The new file is complete before any old one goes; a reader that sees both merges the

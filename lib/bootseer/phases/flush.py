@@ -123,19 +123,6 @@ def flush(
     return write_rows(store, _stamp(rows, meta), source=mode), problems
 
 
-def spawn(mode: str, spool: Spool) -> None:
-    """Start ``flush`` in a detached process: its own session, no inherited output, so
-    slurmd (which waits for the prolog's output to close) does not wait for it."""
-    subprocess.Popen(
-        [sys.executable, "-m", "bootseer.phases.flush", f"--{mode}", str(spool.path)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        close_fds=True,
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from bootseer.config import load_config
     from bootseer.errors import BootseerError

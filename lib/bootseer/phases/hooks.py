@@ -111,9 +111,9 @@ def _prolog(ctx: JobContext, cfg: SiteConfig, run: HookRun, spool: Spool, now: f
     if job.path.is_dir():
         job.write_env({**job.read_env(), MARKS_ENV: marks_template(ctx, spool)})
     if cfg.phases.background_flush:
-        from bootseer.phases.flush import spawn
+        from bootseer.phases.spawn import spawn_flush
 
-        spawn("prolog", spool)
+        spawn_flush("prolog", str(spool.path))
     else:
         _flush_inline(spool, cfg, "prolog", first_node=ctx.first_node)
 

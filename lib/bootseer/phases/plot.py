@@ -32,26 +32,54 @@ def _pyplot(path: Path) -> Any:
     return plt
 
 
-def plot_timeline(run: RunReport, path: Path) -> None:
+def plot_timeline(runs: list[RunReport], path: Path) -> None:
+    """Per-node timelines of ``runs`` (one panel each, on one time scale), so a faster
+    second start shows at a glance."""
     plt = _pyplot(path)
-    nodes = run.nodes
     phases: list[str] = []
-    for n in nodes:
-        phases += [
-            r.phase for r in n.rows if r.phase not in TEARDOWN_PHASES and r.phase not in phases
-        ]
+    for run in runs:
+        for n in run.nodes:
+            phases += [
+                r.phase for r in n.rows if r.phase not in TEARDOWN_PHASES and r.phase not in phases
+            ]
     cmap = plt.get_cmap("tab20")
     color = {p: cmap(i % 20) for i, p in enumerate(phases)}
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.45 * len(nodes)))
+    heights = [0.8 + 0.4 * len(run.nodes) for run in runs]
+    fig, axes = plt.subplots(
+        len(runs),
+        1,
+        figsize=(10, 1.4 + sum(heights)),
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
+    )
+    for ax, run in zip(axes[:, 0], runs, strict=True):
+        _timeline_axes(ax, run, color)
+    axes[-1, 0].set_xlabel("seconds after allocation")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=color[p]) for p in phases]
+    fig.legend(
+        handles,
+        phases,
+        loc="lower center",
+        ncol=min(6, len(phases)),
+        fontsize="small",
+        frameon=False,
+    )
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _timeline_axes(ax: Any, run: RunReport, color: dict[str, Any]) -> None:
+    nodes = run.nodes
     for y, n in enumerate(nodes):
         rows = [r for r in n.rows if r.phase not in TEARDOWN_PHASES]
         for r in sorted(rows, key=lambda r: -r.seconds):  # nested steps drawn over the prolog
-            inner = r.phase != "prolog"
             ax.barh(
                 y,
-                max(r.seconds, 0.05),
+                max(r.seconds, 0.02),
                 left=r.start - run.allocated,
-                height=0.6 if inner else 0.8,
+                height=0.8 if r.phase == "prolog" else 0.6,
                 color=color[r.phase],
                 edgecolor="black" if r.outcome in ("failed", "timed_out") else "none",
             )
@@ -62,25 +90,11 @@ def plot_timeline(run: RunReport, path: Path) -> None:
                 label.set_color("red")
     ax.invert_yaxis()
     ax.axvline(run.startup, color="black", linestyle="--", linewidth=1)
-    ax.set_xlabel("seconds after allocation")
     title = f"job {run.job_id}" + (f" run {run.restart_count}" if run.restart_count else "")
     title += f": startup {run.startup:.1f} s"
     if run.straggler:
         title += f", straggler {run.straggler.node} (+{run.straggler.behind:.1f} s)"
-    ax.set_title(title)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=color[p]) for p in phases]
-    ax.legend(
-        handles,
-        phases,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.18 - 0.02 * len(nodes)),
-        ncol=min(5, len(phases)),
-        fontsize="small",
-        frameon=False,
-    )
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    ax.set_title(title, fontsize="medium")
 
 
 def plot_cluster(view: ClusterReport, path: Path) -> None:

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 KEY = ("job_id", "restart_count", "node", "phase")
 _OUTCOME_RANK = ("skipped", "ok", "timed_out", "failed")
-_FILE = re.compile(r"^day=(\d{4}-\d\d-\d\d)/(?:job=(\d+)/)?[^/]+\.parquet$")
+_FILE = re.compile(r"^day=(\d{4}-\d\d-\d\d)/(?:job=(\d+)/)?([^/]+)\.parquet$")
+_FLUSH = re.compile(r"^(.+)-r(\d+)-(prolog|marks|epilog)-[0-9a-f]+$")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,24 @@ class DataFile:
     key: str
     day: str
     job_id: int | None  # None for a compacted day file
+    flush: tuple[str, int, str] | None = None  # (node, restart, prolog|marks|epilog)
+
+
+def superseded(files: list[DataFile]) -> set[str]:
+    """Keys of prolog/marks flushes whose rows a later epilog flush of the same job, run
+    and node also holds (the epilog writes everything the node spooled)."""
+    done = {
+        (f.job_id, f.flush[0], f.flush[1])
+        for f in files
+        if f.flush is not None and f.flush[2] == "epilog"
+    }
+    return {
+        f.key
+        for f in files
+        if f.flush is not None
+        and f.flush[2] != "epilog"
+        and (f.job_id, f.flush[0], f.flush[1]) in done
+    }
 
 
 def warn_stderr(message: str) -> None:
@@ -56,8 +75,12 @@ class PhaseDataset:
         out = []
         for info in self.store.list(PREFIX, recursive=True):
             m = _FILE.match(info.key[len(PREFIX) + 1 :])
-            if m:
-                out.append(DataFile(info.key, m.group(1), int(m.group(2)) if m.group(2) else None))
+            if not m:
+                continue
+            job = int(m.group(2)) if m.group(2) else None
+            f = _FLUSH.match(m.group(3)) if job is not None else None
+            flush = (f.group(1), int(f.group(2)), f.group(3)) if f else None
+            out.append(DataFile(info.key, m.group(1), job, flush))
         return out
 
     def job(self, job_id: int) -> pa.Table:
@@ -66,22 +89,42 @@ class PhaseDataset:
 
         return self._read(lambda f: f.job_id in (None, job_id), pc.field("job_id") == job_id)
 
-    def since(self, t0: float, where: Any = None, columns: list[str] | None = None) -> pa.Table:
+    def since(
+        self,
+        t0: float,
+        where: Any = None,
+        columns: list[str] | None = None,
+        exact: bool = True,
+    ) -> pa.Table:
         """Rows in the day partitions that hold runs started at ``t0`` or later (a superset:
         the caller keeps the runs it wants), optionally filtered by ``where``; only
-        ``columns`` (the key columns always) if given."""
+        ``columns`` (the key columns too, if ``exact``) if given.
+
+        ``exact=False`` skips merging rows (the costly part over millions): duplicates
+        are then avoided per file (an epilog flush supersedes the node's earlier ones;
+        compacted days hold none), which leaves only what a compaction racing this read,
+        or a run whose flushes straddle days, may repeat. Aggregates by min/max are
+        unaffected either way.
+        """
         day0 = time.strftime("%Y-%m-%d", time.gmtime(t0 - 86400))
-        return self._read(lambda f: f.day >= day0, where, columns)
+        return self._read(lambda f: f.day >= day0, where, columns, exact)
 
     def _read(
-        self, wanted: Callable[[DataFile], bool], where: Any, columns: list[str] | None = None
+        self,
+        wanted: Callable[[DataFile], bool],
+        where: Any,
+        columns: list[str] | None = None,
+        exact: bool = True,
     ) -> pa.Table:
-        if columns is not None:
+        if columns is not None and exact:
             columns = [*KEY, *(c for c in columns if c not in KEY)]
         for attempt in range(2):
-            keys = [f.key for f in self.files() if wanted(f)]
+            files = [f for f in self.files() if wanted(f)]
+            drop = set() if exact else superseded(files)
+            keys = [f.key for f in files if f.key not in drop]
             try:
-                return merge(self._scan(keys, where, columns))
+                table = self._scan(keys, where, columns)
+                return merge(table) if exact else table
             except FileNotFoundError:
                 if attempt:  # compaction moved files twice while we read: say so
                     raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from bootseer.phases.report import JobReport, RunReport
+from bootseer.phases.report import JobReport, RunReport, phase_sort_key
 from bootseer.phases.schema import STARTUP_END, TEARDOWN_PHASES
 
 if TYPE_CHECKING:
@@ -85,6 +85,8 @@ def run_header(run: RunReport) -> RenderableType:
             f"\n{run.missing_nodes} of {run.node_count} nodes have no records yet", style="yellow"
         )
     s = run.straggler
+    if s is None and len(run.nodes) > 1:
+        t.append("\nNo straggler: the nodes were ready within 10% of each other")
     if s is not None:
         t.append("\nStraggler ")
         t.append(s.node, style="bold red")
@@ -182,14 +184,23 @@ def history_table(report: JobReport) -> RenderableType | None:
     for r in runs:
         mark = "" if r.job_id == report.job_id else " (earlier job)"
         table.add_column(f"{r.label}{mark}", justify="right")
-    phases: list[str] = []
+    seen: dict[str, float] = {}
     for r in runs:
-        phases += [p.phase for p in r.phases if p.phase not in phases]
-    for name in phases:
+        for p in r.phases:
+            seen.setdefault(
+                p.phase,
+                min(
+                    row.start - r.allocated
+                    for n in r.nodes
+                    for row in n.rows
+                    if row.phase == p.phase
+                ),
+            )
+    for name in sorted(seen, key=lambda n: phase_sort_key(n, seen[n])):
         cells = []
         for r in runs:
-            p = r.phase(name)
-            cells.append("-" if p is None else f"{secs(p.median)} ({secs(p.max)})")
+            stat = r.phase(name)
+            cells.append("-" if stat is None else f"{secs(stat.median)} ({secs(stat.max)})")
         table.add_row(name, *cells)
     table.add_row("[bold]startup[/]", *(f"[bold]{secs(r.startup)}[/]" for r in runs))
     table.add_row("queue wait", *(secs(r.queue_wait) for r in runs))

@@ -8,8 +8,9 @@ Definitions (docs/report.md says the same to users):
   ``first_step`` mark is ready when its last startup phase ends.
 - *startup*: allocation to the end of the last node's ``first_step`` (or, without one,
   to the last ready node).
-- the *straggler*: the node ready last; it held the job back by its lag behind the
-  median node, and the phase it spent most above that phase's median is named.
+- the *straggler*: the node ready last, if it was ready at least 0.5 s and 10% after
+  the median node; it held the job back by that lag, and the phase it spent most above
+  that phase's median is named.
 - *queue wait*: submit time to allocation.
 
     >>> from bootseer.store import open_store
@@ -274,11 +275,20 @@ def phase_stats(rows: list[PhaseRow]) -> list[PhaseStat]:
     return sorted(out, key=lambda s: phase_sort_key(s.phase, starts[s.phase]))
 
 
+# A node counts as the straggler only if it was ready this much after the median node:
+# the larger of an absolute floor and a share of the median node's own startup.
+STRAGGLER_MIN_SECONDS = 0.5
+STRAGGLER_MIN_SHARE = 0.1
+
+
 def find_straggler(nodes: list[NodeTimeline], stats: list[PhaseStat]) -> Straggler | None:
     if len(nodes) < 2:
         return None
     last = max(nodes, key=lambda n: n.ready)
-    behind = last.ready - statistics.median(n.ready for n in nodes)
+    median_ready = statistics.median(n.ready for n in nodes)
+    behind = last.ready - median_ready
+    if behind < max(STRAGGLER_MIN_SECONDS, STRAGGLER_MIN_SHARE * median_ready):
+        return None  # the nodes were ready together: nobody held the job back
     medians = {s.phase: s.median for s in stats}
     worst: tuple[float, PhaseRow] | None = None
     for r in last.rows:

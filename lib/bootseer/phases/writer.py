@@ -2,11 +2,13 @@
 
 The dataset is Hive-partitioned by day, then by job::
 
-    phases/day=2026-11-21/job=4242/n1-prolog-3f9c2a1b7d0e.parquet   one flush of one node
+    phases/day=2026-11-21/job=4242/n1-r0-prolog-3f9c2a1b7d0e.parquet   one flush of one node
     phases/day=2026-11-21/part-8e1d...parquet                       a compacted day
 
 ``day`` is the UTC day of the earliest row in the file, so every row of a job run
-that started on or after a day sits in that day's partition or a later one. Every
+that started on or after a day sits in that day's partition or a later one. The name
+says node, run (restart count) and flush (prolog, marks, epilog): a reader that sees a
+node's epilog file for a run needs none of its earlier flushes of that run. Every
 file has a name no other writer uses (node, source, random suffix) and appears
 whole or not at all (``Store.writer``): many nodes flushing at once never collide.
 A reader merges rows that more than one flush wrote (:mod:`bootseer.phases.reader`).
@@ -16,7 +18,7 @@ A reader merges rows that more than one flush wrote (:mod:`bootseer.phases.reade
     >>> store = open_store("file:///tmp/doc-phases")
     >>> meta = JobMeta(job_id=7, node="n1")
     >>> write_rows(store, [meta.row("prolog", 1e9, 1e9 + 2)], source="prolog")  # doctest: +ELLIPSIS
-    'phases/day=2001-09-09/job=7/n1-prolog-...parquet'
+    'phases/day=2001-09-09/job=7/n1-r0-prolog-...parquet'
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ def day_of(t: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(t))
 
 
-def file_key(day: str, job_id: int, node: str, source: str) -> str:
+def file_key(day: str, job_id: int, node: str, restart: int, source: str) -> str:
     node = _SAFE.sub("_", node)[:64] or "unknown"
-    return f"{PREFIX}/day={day}/job={int(job_id)}/{node}-{source}-{uuid.uuid4().hex[:12]}.parquet"
+    name = f"{node}-r{int(restart)}-{source}-{uuid.uuid4().hex[:12]}.parquet"
+    return f"{PREFIX}/day={day}/job={int(job_id)}/{name}"
 
 
 def parquet_bytes(table: pa.Table, row_group_size: int = 64 * 1024) -> bytes:
@@ -60,6 +63,6 @@ def write_rows(store: Store, rows: list[PhaseRow], source: str) -> str | None:
     if not rows:
         return None
     first = min(rows, key=lambda r: r.start)
-    key = file_key(day_of(first.start), first.job_id, first.node, source)
+    key = file_key(day_of(first.start), first.job_id, first.node, first.restart_count, source)
     store.write_bytes(key, parquet_bytes(to_table(rows)))
     return key

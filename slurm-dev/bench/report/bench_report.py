@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
@@ -75,7 +76,7 @@ def job_rows(rng: random.Random, job_id: int, t0: float, nodes: int) -> list[Pha
 
 
 def generate(store_dir: Path, total: int, seed: int = 1) -> tuple[int, int]:
-    """Write ``total`` rows; return (a job id from the last day, number of files)."""
+    """Write ``total`` rows; return (a wide job from mid-year, number of files)."""
     rng = random.Random(seed)
     store = open_store(f"file://{store_dir}")
     now = time.time()
@@ -95,11 +96,12 @@ def generate(store_dir: Path, total: int, seed: int = 1) -> tuple[int, int]:
                 for n_rows in _by_node(job_rows(rng, job_id, t0, nodes)):
                     write_rows(store, n_rows, source="epilog")
                     files += 1
-                sample = job_id
                 rows.append(None)  # type: ignore[arg-type]  # count only
                 rows.extend([None] * (nodes * len(PHASES) - 1))  # type: ignore[list-item]
             else:
                 rows.extend(job_rows(rng, job_id, t0, nodes))
+                if d == days // 2 and nodes >= 16:
+                    sample = job_id  # a wide job inside a compacted mid-year file
         if d:
             write_day(store, time.strftime("%Y-%m-%d", time.gmtime(day_start)), to_table(rows))
             files += 1
@@ -113,12 +115,20 @@ def _by_node(rows: list[PhaseRow]) -> list[list[PhaseRow]]:
     return list(out.values())
 
 
-def timed(fn, repeat: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
-    times, result = [], None
+CPU: dict[str, float] = {}
+
+
+def timed(fn, repeat: int, name: str = "") -> tuple[float, object]:  # type: ignore[no-untyped-def]
+    """Median wall seconds (and, in CPU[name], median CPU seconds of this process: the
+    figure a shared, loaded machine disturbs least)."""
+    times, cpus, result = [], [], None
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         result = fn()
         times.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    if name:
+        CPU[name] = round(statistics.median(cpus), 3)
     return statistics.median(times), result
 
 
@@ -142,9 +152,17 @@ def main() -> int:
         gen = time.perf_counter() - t
         ds = PhaseDataset(open_store(f"file://{store_dir}"))
         now = time.time()
-        year, view = timed(lambda: cluster_report(ds, since=now - 366 * 86400), args.repeat)
-        week, _ = timed(lambda: cluster_report(ds, since=now - 7 * 86400), args.repeat)
-        one, job = timed(lambda: job_report(ds, sample), args.repeat)
+        year, view = timed(
+            lambda: cluster_report(ds, since=now - 366 * 86400),
+            args.repeat,
+            "cluster_year_cpu_seconds_median",
+        )
+        week, _ = timed(
+            lambda: cluster_report(ds, since=now - 7 * 86400),
+            args.repeat,
+            "cluster_7d_cpu_seconds_median",
+        )
+        one, job = timed(lambda: job_report(ds, sample), args.repeat, "one_job_cpu_seconds_median")
         result = {
             "rows": view.rows,  # type: ignore[attr-defined]
             "runs": view.runs,  # type: ignore[attr-defined]
@@ -154,6 +172,9 @@ def main() -> int:
             "cluster_7d_seconds_median": round(week, 3),
             "one_job_seconds_median": round(one, 3),
             "one_job_nodes": len(job.runs[0].nodes) if job.runs else 0,  # type: ignore[attr-defined]
+            **CPU,
+            "load_average_1min": round(os.getloadavg()[0], 1),
+            "cpus": os.cpu_count(),
         }
         if args.cli:
             cmd = [
