@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -155,12 +154,17 @@ def tell_agent_first_step() -> None:
     path, job = os.environ.get(AGENT_ENV), os.environ.get("SLURM_JOB_ID", "")
     if not path or not job.isdigit():
         return
+    import socket  # here: every other mark stays free of it
+
     request = json.dumps({"op": "first_step", "job_id": int(job)}).encode() + b"\n"
-    with suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        s.connect(path)
-        s.sendall(request)
-        s.recv(1 << 12)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(0.5)
+            s.connect(path)
+            s.sendall(request)
+            s.recv(1 << 12)
+    except OSError:
+        pass
 
 
 def flush_in_background(marks_path: str) -> None:
