@@ -16,11 +16,11 @@ import os
 import pwd
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bootseer.errors import BootseerError
+from bootseer.progress import transfer_bar
 
 if TYPE_CHECKING:
     from bootseer.ckpt import Namespace
@@ -74,31 +74,8 @@ def open_namespace(args: argparse.Namespace, ns: str) -> Namespace:
     return Namespace.from_config(load_config(), namespace_name(user, ns))
 
 
-@contextmanager
-def progress(
-    args: argparse.Namespace, what: str, total: int | None
-) -> Iterator[Callable[[int], None]]:
-    if args.quiet or not sys.stderr.isatty():
-        yield lambda n: None
-        return
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(what, total=total)
-        yield lambda n: bar.advance(task, n)
+def progress(args: argparse.Namespace, what: str, total: int | None) -> Any:
+    return transfer_bar(what, total, quiet=args.quiet)
 
 
 def _copy(src: Any, dst: Any, tick: Callable[[int], None]) -> int:

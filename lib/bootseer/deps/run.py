@@ -27,13 +27,13 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bootseer.config import SiteConfig, load_config
 from bootseer.deps import jobstate
 from bootseer.deps.inventory import changed, inventory
 from bootseer.deps.key import hash_key_files, key_inputs, scope_dir, snapshot_key
 from bootseer.errors import BootseerError
+from bootseer.progress import transfer_bar
 
 
 @dataclass
@@ -201,7 +201,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     )
     if found is not None and not exists:
         manifest, _ = found
-        with _progress("restoring", manifest.stored_bytes) as tick:
+        with transfer_bar("restoring", manifest.stored_bytes) as tick:
             done = restore(
                 store,
                 manifest,
@@ -252,7 +252,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
         max_files=cfg.deps.max_files,
     )
     try:
-        with _progress("capturing", None) as tick:
+        with transfer_bar("capturing", None) as tick:
             m = capture(store, req, progress=lambda raw, stored: tick(0, raw))
     except BootseerError as exc:
         say(f"install done, but the capture failed: {exc}")
@@ -262,36 +262,3 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
         f"-> {m.stored_bytes} in the store"
     )
     return 0
-
-
-@contextlib.contextmanager
-def _progress(what: str, total: int | None) -> Iterator[Any]:
-    """A rich progress bar on a terminal; nothing otherwise."""
-    if not sys.stderr.isatty():
-        yield lambda *a: None
-        return
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TimeElapsedColumn,
-        TransferSpeedColumn,
-    )
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeElapsedColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(what, total=total)
-
-        def tick(step: int, absolute: int | None = None) -> None:
-            if absolute is not None:
-                bar.update(task, completed=absolute)
-            else:
-                bar.advance(task, step)
-
-        yield tick

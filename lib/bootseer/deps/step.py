@@ -12,6 +12,7 @@ The prolog exports to the job's tasks ``BOOTSEER_DEPS_PREFIX`` and, after a rest
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 from bootseer.config import SiteConfig
@@ -108,7 +109,8 @@ def prolog(call: StepCall) -> StepResult:
         ours = stamp is not None and stamp.matches(spec.prefix, ctx.uid)
         if ours and stamp is not None and stamp.key == key:
             detail = (
-                f"{note}snapshot {key} already in {spec.prefix} (restored earlier on this node)"
+                f"{note}snapshot {key} already in {spec.prefix} (restored or installed "
+                "earlier on this node)"
             )
             fetched, entries = 0, 0
         else:
@@ -163,11 +165,13 @@ def epilog(call: StepCall) -> StepResult:
     state = jobstate.PrologState.read(call.job.sub("deps") / "prolog.json")
     if state is None:
         return StepResult(outcome="skipped", detail="no prolog state: nothing to capture")
-    if not ctx.first_node:
-        return StepResult(outcome="skipped", detail="the job's first node captures")
     record = _install_record(
         ctx, str(call.job.sub("deps") / "job" / "install.json"), call.remaining()
     )
+    if record is not None and record["fresh"]:
+        _stamp_install(call, state.prefix, record)
+    if not ctx.first_node:
+        return StepResult(outcome="skipped", detail="the job's first node captures")
     if record is None and state.restored:
         return StepResult(outcome="skipped", detail=f"restored {state.restored}; nothing installed")
     if record is not None and not record["fresh"]:
@@ -182,6 +186,28 @@ def epilog(call: StepCall) -> StepResult:
     command = record["command"] if record else None
     names = record["names"] if record else None
     return capture_for_job(call, ctx, cfg, state, command, names)
+
+
+def _stamp_install(call: StepCall, prefix: str, record: dict[str, object]) -> None:
+    """Note on this node that ``prefix`` holds what the job installed (snapshot key and
+    all), so a restart on this node finds it in place instead of refusing a non-empty
+    prefix. The stamp names the directory itself (device, inode, owner): a prefix
+    replaced or removed since no longer matches it."""
+    from bootseer.deps import nodecache
+
+    key = record.get("key")
+    if not isinstance(key, str) or record.get("prefix") != prefix:
+        return
+    try:
+        st = os.lstat(prefix)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != call.ctx.uid:
+        return
+    cache = call.cfg.paths.cache_dir
+    with nodecache.prefix_lock(cache, prefix, timeout=min(10.0, call.remaining())):
+        stamp = nodecache.Stamp(prefix, key, call.ctx.uid, st.st_dev, st.st_ino, time.time())
+        nodecache.write_stamp(cache, stamp)
 
 
 def _install_record(ctx: JobContext, path: str, timeout: float) -> dict[str, object] | None:
