@@ -168,8 +168,10 @@ def epilog(call: StepCall) -> StepResult:
     record = _install_record(
         ctx, str(call.job.sub("deps") / "job" / "install.json"), call.remaining()
     )
-    if record is not None and record["fresh"]:
-        _stamp_install(call, state.prefix, record)
+    if record is not None and record["fresh"] and record["prefix"] == state.prefix:
+        cmd = record["command"]
+        key = snapshot_key(state.base, list(cmd) if isinstance(cmd, list) else None)
+        _stamp_install(call, state.prefix, key)
     if not ctx.first_node:
         return StepResult(outcome="skipped", detail="the job's first node captures")
     if record is None and state.restored:
@@ -188,16 +190,13 @@ def epilog(call: StepCall) -> StepResult:
     return capture_for_job(call, ctx, cfg, state, command, names)
 
 
-def _stamp_install(call: StepCall, prefix: str, record: dict[str, object]) -> None:
+def _stamp_install(call: StepCall, prefix: str, key: str) -> None:
     """Note on this node that ``prefix`` holds what the job installed (snapshot key and
     all), so a restart on this node finds it in place instead of refusing a non-empty
     prefix. The stamp names the directory itself (device, inode, owner): a prefix
     replaced or removed since no longer matches it."""
     from bootseer.deps import nodecache
 
-    key = record.get("key")
-    if not isinstance(key, str) or record.get("prefix") != prefix:
-        return
     try:
         st = os.lstat(prefix)
     except OSError:
