@@ -17,6 +17,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,6 +100,23 @@ class DevSlurm:
 
     def output(self, job_id: int) -> str:
         return (self.dir / "out" / f"{job_id}.out").read_text()
+
+    def report(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``bootseer report ARGS`` against this cluster's store."""
+        bootseer = Path(sys.executable).parent / "bootseer"
+        return subprocess.run(
+            [str(bootseer), "report", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def report_json(self, job_id: int) -> dict[str, Any]:
+        r = self.report(str(job_id), "--json")
+        assert r.returncode == 0, r.stderr
+        data: dict[str, Any] = json.loads(r.stdout)
+        return data
 
     def node_log(self, node: str) -> str:
         path = self.dir / "nodes" / node / "log" / f"{node}.log"

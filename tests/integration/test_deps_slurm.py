@@ -43,6 +43,12 @@ def deps_line(cluster: DevSlurm, node: str, job: int, hook: str) -> str:
     return lines[0]
 
 
+def node_phases(cluster: DevSlurm, job: int) -> dict[str, dict[str, object]]:
+    (run,) = cluster.report_json(job)["runs"]
+    (node,) = run["nodes"]
+    return {p["phase"]: p for p in node["phases"]}
+
+
 def test_second_run_restores_on_every_node(cluster: DevSlurm) -> None:
     work = cluster.dir / "deps-it"
     shutil.rmtree(work, ignore_errors=True)
@@ -62,6 +68,10 @@ def test_second_run_restores_on_every_node(cluster: DevSlurm) -> None:
         assert "no snapshot" in deps_line(cluster, node, job, "prolog")
         assert "captured" in deps_line(cluster, node, job, "epilog")
         assert "the epilog captures" in cluster.output(job)
+        phases = node_phases(cluster, job)
+        assert phases["deps_install"]["outcome"] == "ok", phases
+        assert phases["deps_install"]["bytes"] == len("demo==1\n")
+        assert phases["deps_capture"]["outcome"] == "ok" and phases["deps_capture"]["bytes"] > 0
     # A restart lands on a fresh node (prefix gone) or back on the same one (prefix kept).
     same = cluster.nodes[0]
     for node in cluster.nodes[1:]:
@@ -73,6 +83,8 @@ def test_second_run_restores_on_every_node(cluster: DevSlurm) -> None:
             assert "outcome=ok" in line and "already in" in line, line
         else:
             assert "outcome=ok" in line and " restored " in line, line
+            assert node_phases(cluster, job)["deps_restore"]["bytes"] > 0
+        assert node_phases(cluster, job)["deps_install"]["outcome"] == "skipped"
         assert "skipping the install" in cluster.output(job)
         assert "demo==1" in cluster.output(job)
         assert "nothing installed" in deps_line(cluster, node, job, "epilog")

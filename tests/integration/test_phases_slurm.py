@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -40,23 +38,6 @@ def job_script(slow_node: str) -> str:
     )
 
 
-def report(cluster: DevSlurm, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BOOTSEER), "report", *args],
-        env=cluster.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def report_json(cluster: DevSlurm, job: int) -> dict[str, Any]:
-    r = report(cluster, str(job), "--json")
-    assert r.returncode == 0, r.stderr
-    data: dict[str, Any] = json.loads(r.stdout)
-    return data
-
-
 def test_four_node_job_phases_come_back_in_order_with_the_straggler(
     cluster: DevSlurm, image: Path, tmp_path: Path
 ) -> None:
@@ -65,7 +46,7 @@ def test_four_node_job_phases_come_back_in_order_with_the_straggler(
         "-N4", "-J", "phases-demo", f"--bootseer-image={image}", script=job_script(slow)
     )
     assert cluster.wait(job, timeout=120) == "COMPLETED", cluster.output(job)
-    data = report_json(cluster, job)
+    data = cluster.report_json(job)
     (run,) = data["runs"]
     assert run["job_name"] == "phases-demo" and run["node_count"] == 4
     assert sorted(n["node"] for n in run["nodes"]) == sorted(cluster.nodes)
@@ -97,11 +78,11 @@ def test_four_node_job_phases_come_back_in_order_with_the_straggler(
     assert run["startup_end"] == "first_step"
     assert run["queue_wait_seconds"] is not None and run["queue_wait_seconds"] >= 0
 
-    text = report(cluster, str(job))
+    text = cluster.report(str(job))
     assert text.returncode == 0, text.stderr
     assert f"Straggler {slow}" in text.stdout and "framework_init" in text.stdout
     png = tmp_path / "timeline.png"
-    r = report(cluster, str(job), "--plot", str(png))
+    r = cluster.report(str(job), "--plot", str(png))
     assert r.returncode == 0, r.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -112,17 +93,17 @@ def test_resubmitted_job_shows_the_earlier_run_beside_it(cluster: DevSlurm) -> N
     assert cluster.wait(first) == "COMPLETED"
     second = cluster.sbatch("-N2", "-J", "phases-again", "--bootseer=on", script=script)
     assert cluster.wait(second) == "COMPLETED"
-    data = report_json(cluster, second)
+    data = cluster.report_json(second)
     assert [r["job_id"] for r in data["earlier_jobs"]] == [first]
     assert len(data["runs"]) == 1 and len(data["runs"][0]["nodes"]) == 2
-    text = report(cluster, str(second)).stdout
+    text = cluster.report(str(second)).stdout
     assert "Runs side by side" in text and "(earlier job)" in text
 
 
 def test_job_without_records_is_said_plainly(cluster: DevSlurm) -> None:
     job = cluster.sbatch("-N1", script="#!/bin/sh\ntrue\n")  # no --bootseer
     assert cluster.wait(job) == "COMPLETED"
-    r = report(cluster, str(job))
+    r = cluster.report(str(job))
     assert r.returncode == 1
     assert f"No phase records for job {job}" in r.stderr
 
@@ -132,7 +113,7 @@ def test_cluster_view_counts_the_runs(cluster: DevSlurm) -> None:
         "-N2", "--bootseer=on", script=f"#!/bin/sh\nsrun -N2 -n2 {BOOTSEER} phase end first_step\n"
     )
     assert cluster.wait(job) == "COMPLETED"
-    r = report(cluster, "--since", "1h", "--json")
+    r = cluster.report("--since", "1h", "--json")
     assert r.returncode == 0, r.stderr
     view = json.loads(r.stdout)
     assert view["runs"] >= 1 and view["node_seconds_starting"] > 0

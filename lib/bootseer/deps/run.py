@@ -48,25 +48,18 @@ def say(msg: str) -> None:
     print(f"bootseer deps: {msg}", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def install_phase() -> Iterator[None]:
-    """Mark the install as the job's ``deps_install`` phase (when run inside a job)."""
+def install_mark(event: str, outcome: str = "ok", detail: str = "", nbytes: int = 0) -> None:
+    """Mark the job's ``deps_install`` phase (inside a job with phase records only)."""
     from bootseer.phases import marks
 
-    if not marks.marks_path():
-        yield
-        return
-    with marks.phase("deps_install"):
-        yield
+    if marks.marks_path():
+        marks.mark(event, "deps_install", outcome=outcome, detail=detail, bytes=nbytes)
 
 
 def skipped_phase(why: str) -> None:
     """Record that the job's install was skipped, so the report shows the saving."""
-    from bootseer.phases import marks
-
-    if marks.marks_path():
-        marks.mark("start", "deps_install")
-        marks.mark("end", "deps_install", outcome="skipped", detail=why)
+    install_mark("start")
+    install_mark("end", "skipped", why)
 
 
 def _job_state(cfg: SiteConfig) -> tuple[Path, jobstate.PrologState] | None:
@@ -93,12 +86,18 @@ def _install(command: Sequence[str], prefix: str) -> tuple[int, list[str], bool]
     before = inventory(prefix)
     env = {**os.environ, "BOOTSEER_DEPS_PREFIX": prefix}
     say(f"installing into {prefix}: {' '.join(command)}")
-    with install_phase():
-        try:
-            rc = subprocess.call(list(command), env=env)
-        except OSError as exc:
-            raise BootseerError(f"cannot run {command[0]!r}: {exc.strerror}") from None
-    return rc, changed(before, inventory(prefix)), not before
+    install_mark("start")
+    try:
+        rc = subprocess.call(list(command), env=env)
+    except OSError as exc:
+        install_mark("end", "failed", f"cannot run {command[0]!r}: {exc.strerror}")
+        raise BootseerError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    after = inventory(prefix)
+    names = changed(before, after)
+    added = sum(after[n][1] for n in names if after[n][0] == "f")
+    outcome, detail = ("ok", f"{len(names)} entries") if rc == 0 else ("failed", f"exit {rc}")
+    install_mark("end", outcome, detail, added)
+    return rc, names, not before
 
 
 def _discard(prefix: str) -> None:
