@@ -20,6 +20,7 @@ from bootseer.image.prefetch import BackgroundFill, prefetch_hot
 from bootseer.image.registry import (
     check_image_file,
     lookup_name,
+    open_image_file,
     register_path,
     tag_image,
 )
@@ -97,6 +98,28 @@ def test_check_image_file_refuses_what_the_user_cannot_read(tmp_path: Path) -> N
     notsq.write_bytes(b"nope")
     with pytest.raises(StoreError, match="not a squashfs"):
         check_image_file(str(notsq), 0, 0)
+
+
+def test_registration_reads_the_checked_file_even_if_the_link_is_swapped(
+    tmp_path: Path,
+) -> None:
+    """The user swaps the image link for a file only root may read right after the check:
+    the agent registers what it checked, never the file the link now names."""
+    store = open_store(f"file://{tmp_path}/store")
+    mine = sqsh_file(tmp_path / "mine.sqsh", 3 * BS, seed=1)
+    mine.chmod(0o644)
+    secret = sqsh_file(tmp_path / "secret.sqsh", 3 * BS, seed=2)
+    secret.chmod(0o600)
+    link = tmp_path / "image.sqsh"
+    link.symlink_to(mine)
+    fd, st = open_image_file(str(link), os.getuid(), os.getgid())
+    try:
+        link.unlink()
+        link.symlink_to(secret)
+        got = register_path(store, str(link), st, BS, 5, read_from=f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+    assert got.id == hash_file(str(mine), BS).id != hash_file(str(secret), BS).id
 
 
 def test_cache_lru_prefers_unpinned_and_survives_restart(tmp_path: Path) -> None:

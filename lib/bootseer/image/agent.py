@@ -42,8 +42,8 @@ from bootseer.image.manifest import Manifest, load_manifest
 from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
 from bootseer.image.registry import (
     RegistrationPending,
-    check_image_file,
     lookup_name,
+    open_image_file,
     register_path,
 )
 from bootseer.image.trace import Recorder, Trace, load_trace, save_trace
@@ -241,12 +241,16 @@ class Agent:
 
     def _resolve(self, ref: str, uid: int, gid: int, until: float) -> tuple[Manifest, BlockSource]:
         if ref.startswith("/"):
-            st = check_image_file(ref, uid, gid)
+            fd, st = open_image_file(ref, uid, gid)
             wait = max(0.0, min(self.icfg.register_wait, until - time.monotonic() - 1.0))
             try:
-                manifest = register_path(self.store, ref, st, self.block_size, wait, self.log)
+                manifest = register_path(
+                    self.store, ref, st, self.block_size, wait, self.log, f"/proc/self/fd/{fd}"
+                )
             except RegistrationPending as exc:
                 raise AgentError(f"{exc}; not ready within {wait:.0f}s") from None
+            finally:
+                os.close(fd)
             return manifest, FileSource(os.path.realpath(ref))
         try:
             return lookup_name(self.store, ref), StoreSource(self.store)

@@ -149,11 +149,13 @@ def register_path(
     block_size: int,
     wait: float,
     log: Callable[[str], None] = lambda _: None,
+    read_from: str | None = None,
 ) -> Manifest:
     """The manifest of the image file at ``path``, registering it if no node has yet.
 
-    Many nodes may ask at once: the one that creates the lock hashes the file; the
-    others poll for the record for up to ``wait`` seconds, then raise
+    Many nodes may ask at once: the one that creates the lock hashes the file (from
+    ``read_from`` if given: the checked descriptor's ``/proc/self/fd/N``); the others
+    poll for the record for up to ``wait`` seconds, then raise
     :class:`RegistrationPending` (the job then reads the file directly).
     """
     found = _path_record(store, path, st)
@@ -172,7 +174,7 @@ def register_path(
                     return found
                 log(f"registering {path} ({st.st_size} bytes)")
                 t0 = time.monotonic()
-                manifest = hash_file(path, block_size)
+                manifest = hash_file(read_from or path, block_size)
                 save_manifest(store, manifest)
                 doc = {
                     "path": path,
@@ -222,10 +224,20 @@ def _may_search(st: os.stat_result, uid: int, gid: int) -> bool:
 
 
 def check_image_file(path: str, uid: int, gid: int) -> os.stat_result:
-    """Stat of the squashfs image at ``path`` if the job's user may read it; else StoreError.
+    """Stat of the squashfs image at ``path`` if the job's user may read it; else StoreError."""
+    fd, st = open_image_file(path, uid, gid)
+    os.close(fd)
+    return st
+
+
+def open_image_file(path: str, uid: int, gid: int) -> tuple[int, os.stat_result]:
+    """An open descriptor and stat of the squashfs image at ``path``, if the job's user
+    may read it; else StoreError.
 
     The caller runs as root: every directory on the resolved path must be searchable
     by the user too, so a symlink cannot lead the agent where the user may not go.
+    Read the image through the descriptor (``/proc/self/fd/N``), never by ``path``
+    again: the user may swap a link on the path once this check is done.
     """
     real = os.path.realpath(path)
     parent = os.path.dirname(real)
@@ -240,7 +252,7 @@ def check_image_file(path: str, uid: int, gid: int) -> os.stat_result:
             break
         parent = os.path.dirname(parent)
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise StoreError(f"image {path} does not exist") from None
     except OSError as exc:
@@ -253,6 +265,7 @@ def check_image_file(path: str, uid: int, gid: int) -> os.stat_result:
             raise StoreError(f"image {path} is not readable by uid {uid}")
         if os.pread(fd, 4, 0) != SQUASHFS_MAGIC:
             raise StoreError(f"image {path} is not a squashfs file (no 'hsqs' magic)")
-        return st
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd, st
