@@ -65,7 +65,7 @@ def run_header(run: RunReport) -> RenderableType:
     from rich.text import Text
 
     t = Text()
-    t.append(f"Run {run.restart_count}" if run.restart_count else "First run", style="bold")
+    t.append(f"Restart {run.restart_count}" if run.restart_count else "Start", style="bold")
     t.append(f"  allocated {clock(run.allocated)}")
     if run.queue_wait is not None:
         t.append(f"  (submitted {clock(run.submit_time)}, queue wait {secs(run.queue_wait)})")
