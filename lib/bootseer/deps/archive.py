@@ -246,6 +246,9 @@ def write_snapshot(out_fd: int, prefix: str, names: Sequence[str] | None) -> dic
                 continue
             ti.uid = ti.gid = 0
             ti.uname = ti.gname = ""
+            # A float mtime costs every member a pax header, which the restore must parse
+            # too; whole seconds are what tar keeps and what .pyc checks compare.
+            ti.mtime = int(ti.mtime)
             if ti.isreg():
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
                 with os.fdopen(fd, "rb") as f:
