@@ -68,7 +68,7 @@ FULL = [
 FROM_SOURCE = {"markupsafe"}  # served as an sdist only: built with the C compiler
 BUILD_DEPS = ["setuptools", "wheel"]
 INDEX_PORT = 8765  # weed uses 8080 in the store namespace
-WORK = Path("/var/tmp/bootseer-bench-deps")
+WORK = Path(os.environ.get("BOOTSEER_BENCH_DIR", "/var/tmp/bootseer-bench-deps"))
 
 
 def sh(cmd: list[str], **kw: object) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,67 @@
+"""The dependency benchmark's smoke size, as CI runs it: pip, uv, restore and the tar floor
+on a 2-node slurm-dev cluster of its own with the S3 store host; it must run through,
+every node must restore, and the report must hold every method."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP
+
+sys.path.insert(0, str(TOP / "slurm-dev"))
+import devcluster  # noqa: E402
+
+pytestmark = [pytest.mark.slurm, pytest.mark.s3]
+
+
+@pytest.fixture
+def bench_cluster() -> Iterator[devcluster.Cluster]:
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("the benchmark's cluster needs root and iproute2")
+    state = Path(str(TEST_STATE) + "-depsbench")
+    shutil.rmtree(state, ignore_errors=True)
+    settings = devcluster.Settings(
+        str(state), nodes=2, port_base=TEST_PORT_BASE + 90, s3=True, store_mbit=400
+    )
+    cluster = devcluster.Cluster(settings)
+    try:
+        cluster.up()
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def test_deps_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path) -> None:
+    out = tmp_path / "deps.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(TOP / "slurm-dev" / "bench" / "deps" / "bench.py"),
+            "--smoke",
+            "--state-dir",
+            str(bench_cluster.dir),
+            "--json",
+            str(out),
+        ],
+        env={**os.environ, "BOOTSEER_BENCH_DIR": str(tmp_path / "work")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    print(r.stdout)
+    got = json.loads(out.read_text())
+    methods = {"pip", "uv", "restore", "restore-local", "floor"}
+    assert set(got["results"]) == methods
+    for method in methods:  # one figure per node, each a real duration
+        assert set(got["results"][method]) == set(bench_cluster.s.node_names), method
+        assert all(s > 0 for s in got["results"][method].values()), method
+    assert got["medians"]["restore"] < got["medians"]["pip"]
