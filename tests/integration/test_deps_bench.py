@@ -14,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP
-
-sys.path.insert(0, str(TOP / "slurm-dev"))
-import devcluster  # noqa: E402
+from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP, devcluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.s3]
 
