@@ -219,17 +219,23 @@ def s3_store() -> Iterator[devcluster.Cluster]:
         store.store_host_down()
 
 
+def squash(src: Path, dest: Path) -> Path:
+    """``mksquashfs`` of ``src`` into ``dest``, readable by every job user."""
+    subprocess.run(
+        ["mksquashfs", str(src), str(dest), "-noappend", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+    )
+    dest.chmod(0o644)
+    return dest
+
+
 @pytest.fixture
 def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small real squashfs image, readable by every user."""
     src = tmp_path_factory.mktemp("image-src")
     (src / "hello").write_text("hello from the image\n")
     out = tmp_path_factory.mktemp("image") / "hello.sqsh"
-    subprocess.run(
-        ["mksquashfs", str(src), str(out), "-noappend", "-quiet", "-no-progress"],
-        check=True,
-        capture_output=True,
-    )
-    out.chmod(0o644)
+    squash(src, out)
     out.parent.chmod(0o755)
     return out

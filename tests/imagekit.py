@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bootseer.image.agent import AgentClient, AgentUnavailable
-from tests.conftest import to_toml
+from tests.conftest import squash, to_toml
 
 
 def make_squashfs(dest: Path, files: dict[str, int], seed: int = 1) -> Path:
@@ -30,13 +30,7 @@ def make_squashfs(dest: Path, files: dict[str, int], seed: int = 1) -> Path:
         p = src / name
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(rng.randbytes(size))
-    subprocess.run(
-        ["mksquashfs", str(src), str(dest), "-noappend", "-quiet", "-no-progress"],
-        check=True,
-        capture_output=True,
-    )
-    dest.chmod(0o644)
-    return dest
+    return squash(src, dest)
 
 
 def site_config(base: Path, node: str = "t1", **image: Any) -> dict[str, dict[str, Any]]:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TOP, DevSlurm
+from tests.conftest import TOP, DevSlurm, squash
 
 pytestmark = pytest.mark.slurm
 
@@ -26,13 +25,7 @@ def app_image(cluster: DevSlurm) -> Path:
     out = cluster.dir / "images" / "app.sqsh"
     out.parent.mkdir(exist_ok=True)
     out.unlink(missing_ok=True)
-    subprocess.run(
-        ["mksquashfs", str(src), str(out), "-noappend", "-quiet", "-no-progress"],
-        check=True,
-        capture_output=True,
-    )
-    out.chmod(0o644)
-    return out
+    return squash(src, out)
 
 
 # The batch step itself does not get BOOTSEER_* (the SPANK plugin sets them for srun
