@@ -47,14 +47,6 @@ class PathsSection:
     cache_dir: Path = Path("/var/cache/bootseer")  # node-local caches (blocks, snapshots)
     log_dir: Path = Path("/var/log/bootseer")  # one log per node, lines tagged with the job id
 
-    def for_node(self, node: str) -> PathsSection:
-        return PathsSection(
-            **{
-                f.name: Path(str(getattr(self, f.name)).replace("%n", node))
-                for f in dataclasses.fields(self)
-            }
-        )
-
 
 @dataclass(frozen=True)
 class HooksSection:
@@ -129,17 +121,6 @@ class ImageSection:
     fetch_timeout: float = 30.0  # a read the store cannot serve by then fails with EIO
     register_wait: float = 60.0  # how long a node waits for another to register a path image
 
-    def for_node(self, node: str) -> ImageSection:
-        def sub(p: Path) -> Path:
-            return Path(str(p).replace("%n", node))
-
-        return dataclasses.replace(
-            self,
-            socket=sub(self.socket),
-            mount_dir=sub(self.mount_dir),
-            cache_dir=sub(self.cache_dir),
-        )
-
 
 @dataclass(frozen=True)
 class DepsSection:
@@ -190,9 +171,23 @@ class SiteConfig:
         return dataclasses.replace(cfg, source=source)
 
     def for_node(self, node: str) -> SiteConfig:
-        """This config with ``%n`` in its paths replaced by ``node``."""
+        """This config with ``%n`` in every path of every section replaced by ``node``."""
+
+        def section(sec: Any) -> Any:
+            paths = {
+                f.name: Path(str(v).replace("%n", node))
+                for f in dataclasses.fields(sec)
+                if isinstance(v := getattr(sec, f.name), Path)
+            }
+            return dataclasses.replace(sec, **paths)
+
         return dataclasses.replace(
-            self, paths=self.paths.for_node(node), image=self.image.for_node(node)
+            self,
+            **{
+                f.name: section(getattr(self, f.name))
+                for f in dataclasses.fields(self)
+                if dataclasses.is_dataclass(getattr(self, f.name))
+            },
         )
 
     def deadline(self, hook: str, step: str) -> float:
