@@ -16,6 +16,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -174,16 +175,24 @@ def to_toml(data: dict[str, dict[str, object]]) -> str:
 def _cluster_session() -> Iterator[DevSlurm]:
     if os.geteuid() != 0 or not shutil.which("slurmctld"):
         pytest.skip("the slurm-dev cluster needs root and Debian's Slurm (scripts/bootstrap)")
-    if TEST_STATE.exists():
-        if (TEST_STATE / "cluster.json").exists():
-            devcluster.Cluster.load(TEST_STATE).down()
-        shutil.rmtree(TEST_STATE)
-    cluster = devcluster.Cluster(
-        devcluster.Settings(str(TEST_STATE), nodes=4, port_base=TEST_PORT_BASE)
-    )
+    settings = devcluster.Settings(str(TEST_STATE), nodes=4, port_base=TEST_PORT_BASE)
+    with own_cluster(settings) as cluster:
+        yield DevSlurm(cluster)
+
+
+@contextmanager
+def own_cluster(settings: devcluster.Settings) -> Iterator[devcluster.Cluster]:
+    """A slurm-dev cluster started from an empty state dir (an earlier run's cluster there
+    is stopped first) and stopped at the end, whatever happened."""
+    state = Path(settings.state_dir)
+    if state.exists():
+        if (state / "cluster.json").exists():
+            devcluster.Cluster.load(state).down()
+        shutil.rmtree(state)
+    cluster = devcluster.Cluster(settings)
     try:
         cluster.up()
-        yield DevSlurm(cluster)
+        yield cluster
     finally:
         cluster.down()
 

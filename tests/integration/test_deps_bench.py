@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP, devcluster
+from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP, devcluster, own_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.s3]
 
@@ -23,17 +23,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.s3]
 def bench_cluster() -> Iterator[devcluster.Cluster]:
     if os.geteuid() != 0 or not shutil.which("ip"):
         pytest.skip("the benchmark's cluster needs root and iproute2")
-    state = Path(str(TEST_STATE) + "-depsbench")
-    shutil.rmtree(state, ignore_errors=True)
+    state = str(TEST_STATE) + "-depsbench"
     settings = devcluster.Settings(
-        str(state), nodes=2, port_base=TEST_PORT_BASE + 90, s3=True, store_mbit=400
+        state, nodes=2, port_base=TEST_PORT_BASE + 90, s3=True, store_mbit=400
     )
-    cluster = devcluster.Cluster(settings)
-    try:
-        cluster.up()
+    with own_cluster(settings) as cluster:
         yield cluster
-    finally:
-        cluster.down()
 
 
 def test_deps_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path) -> None:
