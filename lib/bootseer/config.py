@@ -21,9 +21,12 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bootseer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bootseer.store import Store
 
 DEFAULT_PATH = Path("/etc/bootseer/config.toml")
 ENV_VAR = "BOOTSEER_CONFIG"
@@ -36,6 +39,12 @@ class StoreSection:
     # S3 only; empty means anonymous access (SeaweedFS without an identity file allows it).
     access_key: str = ""
     secret_key: str = ""
+
+    def open(self) -> Store:
+        """The store this section names (pyarrow is imported here, on first use)."""
+        from bootseer.store import open_store
+
+        return open_store(self.uri, self.access_key, self.secret_key)
 
 
 @dataclass(frozen=True)

@@ -119,10 +119,9 @@ def _human(n: float) -> str:
 
 def _store() -> Any:
     from bootseer.config import load_config
-    from bootseer.store import open_store
 
     cfg = load_config()
-    return cfg, open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+    return cfg, cfg.store.open()
 
 
 def _scopes(store: Any, asked: list[str] | None, every: bool) -> list[str]:

@@ -76,10 +76,9 @@ def _node(arg: str | None) -> str:
 
 
 def _store() -> Any:
-    from bootseer.store import open_store
 
     cfg = load_config()
-    return cfg, open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+    return cfg, cfg.store.open()
 
 
 def _add(args: argparse.Namespace) -> int:

@@ -70,7 +70,7 @@ def open_report_store(uri: str | None) -> Store:
     if uri:
         return open_store(uri)
     cfg = load_config()
-    return open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+    return cfg.store.open()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -229,6 +229,10 @@ def write_snapshot(out_fd: int, prefix: str, names: Sequence[str] | None) -> dic
     if not stat.S_ISDIR(st.st_mode):
         raise SnapshotRejected(f"{prefix} is not a directory")
     todo = sorted(names) if names is not None else walk_prefix(prefix)
+    # This runs in a child forked from a threaded hook, where NSS (sssd, LDAP) may
+    # deadlock; gettarinfo would look up a user and group name per member, which the
+    # snapshot drops anyway. Without these modules tarfile leaves the names empty.
+    tarfile.pwd = tarfile.grp = None  # type: ignore[attr-defined]
     with (
         os.fdopen(out_fd, "wb", buffering=1 << 20, closefd=False) as out,
         tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tf,
@@ -245,7 +249,6 @@ def write_snapshot(out_fd: int, prefix: str, names: Sequence[str] | None) -> dic
                 skipped.append(rel)
                 continue
             ti.uid = ti.gid = 0
-            ti.uname = ti.gname = ""
             # A float mtime costs every member a pax header, which the restore must parse
             # too; whole seconds are what tar keeps and what .pyc checks compare.
             ti.mtime = int(ti.mtime)

@@ -35,7 +35,6 @@ class PrologState:
     scope: str
     prefix: str
     restored: str | None = None
-    why: str = ""  # why nothing was restored
 
     @classmethod
     def read(cls, path: Path) -> PrologState | None:

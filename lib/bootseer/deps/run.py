@@ -173,7 +173,6 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     from bootseer.deps.capture import CaptureRequest, capture, snapshot_exists
     from bootseer.deps.restore import RestoreRequest, read_manifest, restore
     from bootseer.deps.step import effective_scope
-    from bootseer.store import open_store
 
     if not opts.prefix or not opts.prefix.startswith("/"):
         raise BootseerError("--prefix /ABSOLUTE/PATH is needed outside a --bootseer-deps job")
@@ -193,7 +192,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     )
     base = inputs.base()
     key = snapshot_key(base, list(command))
-    store = open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+    store = cfg.store.open()
     exists = os.path.lexists(prefix)
     found = read_manifest(
         store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files

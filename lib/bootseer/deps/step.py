@@ -32,12 +32,6 @@ def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
     return "user", f"scope={asked} not allowed by the site (deps.scopes); using scope=user. "
 
 
-def _store(cfg: SiteConfig):  # type: ignore[no-untyped-def]
-    from bootseer.store import open_store
-
-    return open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
-
-
 def _user_dir(path: os.PathLike[str] | str, uid: int, gid: int) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
     st = os.lstat(path)
@@ -75,11 +69,9 @@ def prolog(call: StepCall) -> StepResult:
     base = inputs.base()
     state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix)
     state_path = state_dir / "prolog.json"
-    state.write(state_path)
+    state.write(state_path)  # first: a failed restore still leaves the job what deps run needs
     env = {"BOOTSEER_DEPS_PREFIX": spec.prefix}
     if ctx.options.mode == "refresh":
-        state.why = "--bootseer=refresh"
-        state.write(state_path)
         return StepResult(
             outcome="skipped", env=env, detail=f"{note}refresh asked: not restoring base {base}"
         )
@@ -87,7 +79,7 @@ def prolog(call: StepCall) -> StepResult:
     from bootseer.deps import nodecache
     from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 
-    store = _store(cfg)
+    store = cfg.store.open()
     key = find_snapshot(store, sdir, base)
     found = (
         read_manifest(store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files)
@@ -95,8 +87,6 @@ def prolog(call: StepCall) -> StepResult:
         else None
     )
     if key is None or found is None:
-        state.why = "no snapshot"
-        state.write(state_path)
         return StepResult(
             outcome="skipped",
             env=env,
@@ -142,7 +132,9 @@ def prolog(call: StepCall) -> StepResult:
             )
     if ctx.first_node:
         try:
-            store.write_bytes(SnapshotPaths(sdir, key).used, f"{time.time():.0f}".encode())
+            # In place: one request, not a temp object and a move; nothing needs it whole.
+            used = SnapshotPaths(sdir, key).used
+            store.write_bytes(used, f"{time.time():.0f}".encode(), atomic=False)
         except Exception as exc:  # last-use marks serve gc; never worth failing a restore
             call.log(f"step=deps could not mark {key} used: {exc!r}")
     state.restored = key
@@ -230,7 +222,7 @@ def capture_for_job(
 
     cmd = list(command) if isinstance(command, list) else None
     key = snapshot_key(state.base, cmd)
-    store = _store(cfg)
+    store = cfg.store.open()
     if snapshot_exists(store, state.scope, key):
         write_ref(store, state.scope, state.base, key, cmd)
         return StepResult(outcome="skipped", detail=f"snapshot {key} already in the store")

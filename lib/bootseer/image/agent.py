@@ -48,7 +48,7 @@ from bootseer.image.registry import (
 )
 from bootseer.image.trace import Recorder, Trace, load_trace, save_trace
 from bootseer.options import parse_image
-from bootseer.store import Store, open_store
+from bootseer.store import Store
 
 MAX_REQUEST = 64 << 10
 INODE_BASE = 16  # job file inode = INODE_BASE + job id; below are the root's
@@ -126,7 +126,7 @@ class Agent:
         self.node = node
         self.icfg = cfg.image
         self.log = log or _log_to(cfg.paths.log_dir / f"{node}-agent.log")
-        self.store = store or open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+        self.store = store or cfg.store.open()
         self.block_size = check_block_size(self.icfg.block_size_kib << 10)
         self.cache = BlockCache(
             self.icfg.cache_dir, int(self.icfg.cache_size_gib * (1 << 30)), self.log

@@ -126,7 +126,6 @@ def flush(
 def main(argv: Sequence[str] | None = None) -> int:
     from bootseer.config import load_config
     from bootseer.errors import BootseerError
-    from bootseer.store import open_store
 
     p = argparse.ArgumentParser(prog="python -m bootseer.phases.flush")
     mode = p.add_mutually_exclusive_group(required=True)
@@ -137,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spool = Spool.at(args.spool)
     try:
         cfg = load_config()
-        store = open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
+        store = cfg.store.open()
         first = args.mode == "prolog" and (spool.path / "first-node").exists()
         key, problems = flush(spool, store, args.mode, cfg, first_node=first)
     except (BootseerError, OSError, ValueError) as exc:

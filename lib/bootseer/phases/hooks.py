@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from bootseer.config import SiteConfig
     from bootseer.context import JobContext
     from bootseer.hooks.runner import HookRun
-    from bootseer.store import Store
 
 
 def meta_for(ctx: JobContext) -> JobMeta:
@@ -130,7 +129,7 @@ def _epilog(ctx: JobContext, cfg: SiteConfig, run: HookRun, spool: Spool, now: f
             spool.remove()
         return
     # No spool: the prolog did not record (phases were off, or it failed early).
-    write_rows(_store(cfg), hook_rows("epilog", meta_for(ctx), run, now), source="epilog")
+    write_rows(cfg.store.open(), hook_rows("epilog", meta_for(ctx), run, now), source="epilog")
 
 
 def _flush_inline(
@@ -142,7 +141,9 @@ def _flush_inline(
 ) -> None:
     from bootseer.phases.flush import flush
 
-    _, problems = flush(spool, _store(cfg), mode, cfg, extra=extra or [], first_node=first_node)
+    _, problems = flush(
+        spool, cfg.store.open(), mode, cfg, extra=extra or [], first_node=first_node
+    )
     if problems:
         with contextlib.suppress(Exception):
             from bootseer.hooks.log import HookLog
@@ -151,9 +152,3 @@ def _flush_inline(
             for p in problems:
                 log(f"phase marks: {p}")
             log.close()
-
-
-def _store(cfg: SiteConfig) -> Store:
-    from bootseer.store import open_store
-
-    return open_store(cfg.store.uri, cfg.store.access_key, cfg.store.secret_key)
