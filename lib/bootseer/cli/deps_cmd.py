@@ -56,8 +56,7 @@ def register(sub: Any) -> None:
     spec_args(k)
     k.add_argument(
         "--image",
-        default=os.environ.get("BOOTSEER_IMAGE"),
-        help="container image (default $BOOTSEER_IMAGE)",
+        help="container image (default: the job's --bootseer-image, from $BOOTSEER_IMAGE_REF)",
     )
     k.add_argument("--json", action="store_true")
     k.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD...")
@@ -152,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_key(args: argparse.Namespace) -> int:
     from bootseer.config import load_config
-    from bootseer.deps.key import hash_key_files, key_inputs, scope_dir, snapshot_key
+    from bootseer.deps.key import hash_key_files, job_image, key_inputs, scope_dir, snapshot_key
     from bootseer.deps.step import effective_scope
 
     if not args.prefix:
@@ -164,7 +163,11 @@ def cmd_key(args: argparse.Namespace) -> int:
     )
     files = hash_key_files(args.key_file, os.getcwd(), cfg.deps.max_key_file_bytes)
     inputs = key_inputs(
-        scope=sdir, prefix=args.prefix, key_files=files, image=args.image, python=cfg.deps.python
+        scope=sdir,
+        prefix=args.prefix,
+        key_files=files,
+        image=args.image or job_image(),
+        python=cfg.deps.python,
     )
     cmd = _command(args.cmd) or None
     out: dict[str, Any] = {

@@ -26,7 +26,7 @@ import platform
 import re
 import stat
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -138,6 +138,12 @@ def hash_key_files_as(
     except UserChildError as exc:
         raise KeyInputError(f"{exc} (read as uid {uid})") from None
     return [(str(n), str(d)) for n, d in pairs]
+
+
+def job_image(env: Mapping[str, str] = os.environ) -> str | None:
+    """The image a job's tasks name, as ``--bootseer-image`` gave it: the key must not
+    see ``$BOOTSEER_IMAGE``, the agent's lazy file, whose path changes with every job."""
+    return env.get("BOOTSEER_IMAGE_REF") or env.get("BOOTSEER_IMAGE")
 
 
 def image_identity(image: str | None) -> str:

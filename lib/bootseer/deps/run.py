@@ -31,7 +31,7 @@ from pathlib import Path
 from bootseer.config import SiteConfig, load_config
 from bootseer.deps import jobstate
 from bootseer.deps.inventory import changed, inventory
-from bootseer.deps.key import hash_key_files, key_inputs, scope_dir, snapshot_key
+from bootseer.deps.key import hash_key_files, job_image, key_inputs, scope_dir, snapshot_key
 from bootseer.errors import BootseerError
 from bootseer.progress import transfer_bar
 
@@ -187,7 +187,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
         scope=sdir,
         prefix=prefix,
         key_files=files,
-        image=os.environ.get("BOOTSEER_IMAGE"),
+        image=job_image(),
         python=cfg.deps.python,
     )
     base = inputs.base()

@@ -36,7 +36,7 @@ def _fallback(call: StepCall, image: str, why: str) -> StepResult:
     call.log(f"step=image {why}: the job reads {image} directly")
     return StepResult(
         detail=f"fallback=direct reason={why!r} image={image} size={st.st_size}",
-        env={"BOOTSEER_IMAGE": image},
+        env={"BOOTSEER_IMAGE": image, "BOOTSEER_IMAGE_REF": image},
     )
 
 
@@ -73,7 +73,11 @@ def prolog(call: StepCall) -> StepResult:
         f"hit_ratio={p.get('hit_ratio', 1.0)} complete={p.get('complete', True)} "
         f"trace_runs={resp.get('trace_runs', 0)}"
     )
-    env = {"BOOTSEER_IMAGE": resp["path"], "BOOTSEER_AGENT_SOCKET": str(call.cfg.image.socket)}
+    env = {
+        "BOOTSEER_IMAGE": resp["path"],  # this job's lazy file
+        "BOOTSEER_IMAGE_REF": image,  # what the job asked for (the same in every run)
+        "BOOTSEER_AGENT_SOCKET": str(call.cfg.image.socket),
+    }
     return StepResult(detail=detail, bytes=fetched, env=env)
 
 
