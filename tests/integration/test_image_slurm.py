@@ -42,6 +42,7 @@ rmdir "$mnt"
 lazy=$({importer} get bootseer)
 test "$lazy" = "$BOOTSEER_IMAGE" && echo importer-ok
 {importer} release && {importer} release && echo released
+echo "ref=$BOOTSEER_IMAGE_REF"
 '
 """
 
@@ -70,6 +71,8 @@ def test_job_runs_a_program_from_the_lazy_image_and_the_second_run_prefetches(
         "importer-ok",
         "released",
     ]
+    # What the job asked for, the same every run (a dependency snapshot keys on it).
+    assert f"ref={app_image}" in cluster.output(first)
     line = _detail(cluster, "n2", first, "prolog")
     assert "outcome=ok" in line and "hot_blocks=0" in line, line
     epilog = _detail(cluster, "n2", first, "epilog")
