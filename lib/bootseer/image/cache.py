@@ -140,25 +140,30 @@ class BlockCache:
             self.path(v).unlink(missing_ok=True)
 
     def _victims(self) -> list[str]:
-        """Pick blocks to evict (caller holds the lock): unpinned LRU first, then pinned."""
+        """Pick blocks to evict (caller holds the lock): unpinned LRU first, then pinned.
+
+        Walks from the oldest block and stops once enough is freed: a full cache holds
+        hundreds of thousands of blocks, and every put may come here.
+        """
+        need = self.bytes - self.cap
+        if need <= 0:
+            return []
+        newest = next(reversed(self._lru))  # never the block just added
         victims: list[str] = []
-        if self.bytes <= self.cap:
-            return victims
         for pinned_pass in (False, True):
-            for d in list(self._lru):
-                if self.bytes <= self.cap:
+            for d, entry in self._lru.items():
+                if need <= 0:
                     break
-                if bool(self._pins[d]) != pinned_pass:
-                    continue
-                if d == next(reversed(self._lru)):
-                    continue  # never the block just added
-                self.bytes -= self._lru.pop(d).size
-                victims.append(d)
-            if pinned_pass and victims:
-                self.log(
-                    f"cache over its cap with blocks of running jobs' images: evicted "
-                    f"some of those too (cap {self.cap} bytes)"
-                )
+                if d != newest and bool(self._pins[d]) == pinned_pass:
+                    victims.append(d)
+                    need -= entry.size
+        if any(self._pins[d] for d in victims):
+            self.log(
+                "cache over its cap with blocks of running jobs' images: evicted "
+                f"some of those too (cap {self.cap} bytes)"
+            )
+        for d in victims:
+            self.bytes -= self._lru.pop(d).size
         self.evicted += len(victims)
         return victims
 
