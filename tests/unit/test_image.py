@@ -14,7 +14,7 @@ from bootseer.config import SiteConfig
 from bootseer.errors import ConfigError, StoreError
 from bootseer.image.blocks import block_range, check_block_size, digest
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import BACKGROUND, DEMAND, Fetcher, FetchError, FileSource
+from bootseer.image.fetch import Fetcher, FetchError, FileSource
 from bootseer.image.manifest import Manifest, ManifestError, hash_file, upload_file
 from bootseer.image.prefetch import BackgroundFill, prefetch_hot
 from bootseer.image.registry import (
@@ -226,10 +226,6 @@ def test_prefetch_may_return_once_the_leading_part_is_local(tmp_path: Path) -> N
         assert src.reads == list(range(8))  # the rest streamed on, in trace order
     finally:
         fetcher.stop()
-
-
-def test_fetch_priorities_are_ordered() -> None:
-    assert DEMAND < BACKGROUND
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 from typing import Any
 
-from bootseer.config import load_config
 from bootseer.errors import BootseerError
 
 
@@ -72,10 +70,13 @@ def register(sub: Any) -> None:
 
 
 def _node(arg: str | None) -> str:
+    import socket  # here, like the config below: `bootseer phase` builds this parser too
+
     return arg or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
 def _store() -> Any:
+    from bootseer.config import load_config
 
     cfg = load_config()
     return cfg, cfg.store.open()
@@ -84,6 +85,7 @@ def _store() -> Any:
 def _add(args: argparse.Namespace) -> int:
     from bootseer.image.manifest import upload_file
     from bootseer.image.registry import SQUASHFS_MAGIC, tag_image
+    from bootseer.progress import transfer_bar
 
     cfg, store = _store()
     path = os.path.abspath(args.file)
@@ -96,44 +98,14 @@ def _add(args: argparse.Namespace) -> int:
     name_key(name)  # check the name before the long part
     bs = (args.block_size_kib or cfg.image.block_size_kib) << 10
     t0 = time.monotonic()
-    progress, close = _progress_bar(os.path.getsize(path))
-    try:
-        manifest = upload_file(store, path, bs, args.parallel, progress)
-    finally:
-        close()
+    with transfer_bar("adding", os.path.getsize(path)) as tick:
+        manifest = upload_file(store, path, bs, args.parallel, lambda done, _t, _u: tick(0, done))
     tag_image(store, name, manifest)
     print(
         f"{name}: image {manifest.id} ({manifest.size} bytes, {manifest.nblocks} blocks of "
         f"{bs >> 10} KiB) in {time.monotonic() - t0:.1f}s"
     )
     return 0
-
-
-def _progress_bar(total: int) -> tuple[Any, Any]:
-    if not sys.stderr.isatty():
-        last = [0.0]
-
-        def plain(done: int, _total: int, uploaded: int) -> None:
-            if time.monotonic() - last[0] > 5 or done == total:
-                last[0] = time.monotonic()
-                print(
-                    f"{done >> 20}/{total >> 20} MiB read, {uploaded >> 20} MiB uploaded",
-                    file=sys.stderr,
-                )
-
-        return plain, lambda: None
-    from rich.progress import DownloadColumn, Progress, TransferSpeedColumn
-
-    bar = Progress(
-        *Progress.get_default_columns(), DownloadColumn(), TransferSpeedColumn(), transient=True
-    )
-    task = bar.add_task("adding", total=total)
-    bar.start()
-
-    def update(done: int, _total: int, uploaded: int) -> None:
-        bar.update(task, completed=done, description=f"uploaded {uploaded >> 20} MiB")
-
-    return update, bar.stop
 
 
 def _ls(args: argparse.Namespace) -> int:
@@ -218,6 +190,7 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _client(node: str | None) -> Any:
+    from bootseer.config import load_config
     from bootseer.image.agent import AgentClient
 
     cfg = load_config().for_node(_node(node))
@@ -241,6 +214,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _agent(args: argparse.Namespace) -> int:
+    from bootseer.config import load_config
     from bootseer.image.fuse import serve
 
     node = _node(args.node)

@@ -460,6 +460,8 @@ def peer_uid(sock: socket.socket) -> int:
 
 class _Handler(socketserver.StreamRequestHandler):
     server: AgentServer
+    # The socket is open to every user: an idle connection must not hold a thread forever.
+    timeout = 10.0
 
     def handle(self) -> None:
         uid = peer_uid(self.request)

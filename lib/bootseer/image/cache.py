@@ -186,7 +186,3 @@ class BlockCache:
         with self._lock:
             self._pins.subtract(digests)
             self._pins = +self._pins  # drop zero counts
-
-    def pinned(self, block_digest: str) -> bool:
-        with self._lock:
-            return self._pins[block_digest] > 0

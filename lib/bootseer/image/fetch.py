@@ -220,10 +220,6 @@ class Fetcher:
         self._failed.pop(d, None)
         return data
 
-    def busy(self) -> int:
-        with self._cond:
-            return self._running_fg
-
     def _pick(self) -> _Job | None:
         while self._heap:
             prio, _, job = self._heap[0]

@@ -23,7 +23,6 @@ import os
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from bootseer.errors import StoreError
@@ -43,17 +42,6 @@ STALE_LOCK = 900.0  # a registration lock older than this is a crashed registrar
 
 class RegistrationPending(StoreError):
     """Another node is registering this path image and did not finish in time."""
-
-
-@dataclass(frozen=True)
-class Resolved:
-    manifest: Manifest
-    path: str | None  # blocks come from this file; None: from the store
-    ref: str
-
-    @property
-    def id(self) -> str:
-        return self.manifest.id
 
 
 def split_ref(ref: str) -> tuple[str, str]:
