@@ -271,17 +271,12 @@ class Namespace:
         if old is not None and old.version != m.version:
             self.delete_units(old)
 
-    def delete_units(self, m: Manifest, keep: frozenset[str] = frozenset()) -> None:
-        """Delete a version's unit objects (all but ``keep``); best effort, gc catches the rest."""
-        for i, (unit, _) in enumerate(m.units):
-            if unit in keep:
-                continue
+    def delete_units(self, m: Manifest) -> None:
+        """Delete a version's unit objects: one prefix delete per target (batched on S3),
+        not a request per unit; best effort, gc catches the rest."""
+        for uri in set(m.targets):
             with contextlib.suppress(Exception):
-                self.store_for(m.target_of(i)).delete(self.unit_key(m.version, unit))
-        if not keep:
-            for uri in set(m.targets):
-                with contextlib.suppress(Exception):
-                    self.store_for(uri).delete_prefix(f"{self.name}/units/{m.version}")
+                self.store_for(uri).delete_prefix(f"{self.name}/units/{m.version}")
 
     def verify_file(self, path: str, progress: Callable[[int], None] | None = None) -> list[str]:
         """Read every unit of ``path`` and check its checksum; the problems found, if any."""

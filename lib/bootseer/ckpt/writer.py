@@ -216,7 +216,13 @@ class StripedWriter(io.RawIOBase):
         with contextlib.suppress(BaseException):
             cf.wait(self._pending)
         self._pending = set()
-        keep = frozenset(u[0] for u in self.committed.units) if self.committed else frozenset()
+        if self.committed is None:  # nothing of this version is named: drop it all at once
+            for store in self.ns.targets:
+                with contextlib.suppress(Exception):
+                    store.delete_prefix(f"{self.ns.name}/units/{self.version}")
+            return
+        # A committed manifest names some units of this version: delete only the others.
+        keep = frozenset(u[0] for u in self.committed.units)
         names = [(i, str(i)) for i in range(len(self._units))]
         if self._partial is not None:
             names.append((int(self._partial.split(".")[0]), self._partial))
@@ -226,7 +232,3 @@ class StripedWriter(io.RawIOBase):
                     self.ns.store_for(self.targets[index % len(self.targets)]).delete(
                         self.ns.unit_key(self.version, name)
                     )
-        if self.committed is None:
-            for store in self.ns.targets:
-                with contextlib.suppress(Exception):
-                    store.delete_prefix(f"{self.ns.name}/units/{self.version}")
