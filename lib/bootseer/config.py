@@ -173,10 +173,12 @@ class SiteConfig:
     image: ImageSection = field(default_factory=ImageSection)
     deps: DepsSection = field(default_factory=DepsSection)
     source: Path | None = None  # the file it came from, for messages
+    # for_node's input, with ``%n`` still in its paths (None: this one is not node-resolved).
+    template: SiteConfig | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: Path | None = None) -> SiteConfig:
-        cfg: SiteConfig = _build(cls, data, prefix="", skip={"source"})
+        cfg: SiteConfig = _build(cls, data, prefix="", skip={"source", "template"})
         return dataclasses.replace(cfg, source=source)
 
     def for_node(self, node: str) -> SiteConfig:
@@ -192,10 +194,11 @@ class SiteConfig:
 
         return dataclasses.replace(
             self,
+            template=self.template or self,
             **{
                 f.name: section(getattr(self, f.name))
                 for f in dataclasses.fields(self)
-                if dataclasses.is_dataclass(getattr(self, f.name))
+                if f.name != "template" and dataclasses.is_dataclass(getattr(self, f.name))
             },
         )
 

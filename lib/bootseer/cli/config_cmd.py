@@ -25,5 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         print(f"{cfg.source or config_path()}: ok" if cfg.source else "no site config; defaults")
         return 0
-    print(json.dumps(dataclasses.asdict(cfg), indent=2, default=str))
+    doc = dataclasses.asdict(cfg)
+    doc.pop("template")  # for_node's bookkeeping, not a setting
+    print(json.dumps(doc, indent=2, default=str))
     return 0

@@ -68,22 +68,24 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog) -> int:
     if hook == "prolog":
         job.create()
         run = run_steps(hook, ctx, cfg, job, log)
-        job.write_env(run.env)
+        marks_env = _record(hook, ctx, cfg, run, log)
+        job.write_env({**run.env, **marks_env})
         job.write_json("prolog.json", outcomes_json(run))
     else:
         run = run_steps(hook, ctx, cfg, job, log)
         job.remove()
-    _record(hook, ctx, cfg, run, log)
+        _record(hook, ctx, cfg, run, log)
     return 1 if (run.failed and cfg.hooks.strict) else 0
 
 
-def _record(hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog) -> None:
-    """Hand the step outcomes to the phase records (bootseer.phases), where present."""
+def _record(
+    hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog
+) -> dict[str, str]:
+    """Hand the step outcomes to the phase records; the variables the job's marks need."""
+    from bootseer.phases import hooks as phase_hooks
+
     try:
-        from bootseer.phases import hooks as phase_hooks
-    except ImportError:
-        return
-    try:
-        phase_hooks.record_hook_run(hook, ctx, cfg, run)
+        return phase_hooks.record_hook_run(hook, ctx, cfg, run)
     except Exception as exc:  # records are worth a log line, never a failed job
         log(f"phase records not written: {exc!r}")
+        return {}

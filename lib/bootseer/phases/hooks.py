@@ -65,7 +65,7 @@ def hook_rows(hook: str, meta: JobMeta, run: HookRun, now: float) -> list[PhaseR
     return rows
 
 
-def marks_template(ctx: JobContext, spool: Spool) -> str:
+def marks_template(cfg: SiteConfig, job_id: int) -> str:
     """The marks path with ``%n`` for the node where the site config's run_dir has it.
 
     srun hands the batch step's environment to every task, where it can override what
@@ -73,42 +73,32 @@ def marks_template(ctx: JobContext, spool: Spool) -> str:
     itself (from ``$SLURMD_NODENAME``). On a real cluster run_dir has no ``%n`` and the
     path is the same, node-local, everywhere.
     """
-    from bootseer.config import load_config
-    from bootseer.errors import ConfigError
-
-    try:
-        raw = load_config().paths.run_dir
-    except ConfigError:
-        return str(spool.marks_path)
-    if "%n" not in str(raw) or str(raw).replace("%n", ctx.node) != str(spool.path.parents[1]):
-        return str(spool.marks_path)
-    return str(Spool(raw, ctx.job_id).marks_path)
+    raw = cfg.template.paths.run_dir if cfg.template else cfg.paths.run_dir
+    return str(Spool(raw, job_id).marks_path)
 
 
-def record_hook_run(hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun) -> None:
-    """Record one prolog or epilog run on this node (called by the hook runner)."""
+def record_hook_run(hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun) -> dict[str, str]:
+    """Record one prolog or epilog run on this node (called by the hook runner); the
+    variables the job's tasks need for their own marks (the runner writes them with the
+    steps' own)."""
     if not cfg.phases.enabled:
-        return
+        return {}
     now = time.time()
     spool = Spool(cfg.paths.run_dir, ctx.job_id)
     if hook == "prolog":
         _prolog(ctx, cfg, run, spool, now)
-    else:
-        _epilog(ctx, cfg, run, spool, now)
+        return {MARKS_ENV: marks_template(cfg, ctx.job_id)}
+    _epilog(ctx, cfg, run, spool, now)
+    return {}
 
 
 def _prolog(ctx: JobContext, cfg: SiteConfig, run: HookRun, spool: Spool, now: float) -> None:
-    from bootseer.hooks.jobdir import JobDir
-
     meta = meta_for(ctx)
     remove_stale(cfg.paths.run_dir, keep=ctx.job_id, now=now)
     spool.create(meta, ctx.uid, ctx.gid)
     if ctx.first_node:
         (spool.path / "first-node").touch()
     spool.append_rows(hook_rows("prolog", meta, run, now))
-    job = JobDir(cfg.paths.run_dir, ctx.job_id)
-    if job.path.is_dir():
-        job.write_env({**job.read_env(), MARKS_ENV: marks_template(ctx, spool)})
     if cfg.phases.background_flush:
         from bootseer.phases.spawn import spawn_flush
 
