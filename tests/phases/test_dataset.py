@@ -119,6 +119,18 @@ def test_compaction_makes_one_file_per_day_and_keeps_every_row(
     assert compact(store, now=T0 + 3 * 86400) == []  # one file: nothing to do
 
 
+def test_compaction_keeps_a_file_it_could_not_read(store: Store) -> None:
+    for job in (1, 2):
+        write_rows(store, node_rows(job, "n1", nodes=1), source="epilog")
+    day = [f.day for f in PhaseDataset(store).files()][0]
+    broken = f"phases/day={day}/job=9/n1-0-epilog-broken.parquet"
+    store.write_bytes(broken, b"not parquet")
+    skipped: list[str] = []
+    (done,) = compact(store, now=T0 + 3 * 86400, on_skip=skipped.append)
+    assert done.files_in == 2 and any("broken" in m for m in skipped)
+    assert store.exists(broken)  # never deleted: its rows are not in the compacted file
+
+
 def test_today_is_not_compacted(store: Store) -> None:
     write_rows(store, node_rows(1, "n1"), source="epilog")
     write_rows(store, node_rows(1, "n2"), source="epilog")

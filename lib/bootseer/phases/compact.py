@@ -75,15 +75,10 @@ def compact(
     for day, keys in sorted(by_day.items()):
         if len(keys) < 2:
             continue
-        bad: list[str] = []
-
-        def skip(msg: str, bad: list[str] = bad) -> None:
-            bad.append(msg)
-            on_skip(msg)
-
-        table = merge(PhaseDataset(store, on_skip=skip)._scan(keys, None))
+        day_ds = PhaseDataset(store, on_skip=on_skip)
+        table = merge(day_ds.read_files(keys))
         key = write_day(store, day, table)
-        readable = [k for k in keys if not any(store.path(k) in m for m in bad)]
+        readable = [k for k in keys if store.path(k) not in day_ds.skipped]
         for k in readable:
             store.delete(k)
         c = Compacted(day, len(readable), table.num_rows, key)

@@ -70,6 +70,11 @@ class PhaseDataset:
     def __init__(self, store: Store, on_skip: Callable[[str], None] = warn_stderr) -> None:
         self.store = store
         self.on_skip = on_skip
+        self.skipped: set[str] = set()  # store paths of files that could not be read
+
+    def read_files(self, keys: list[str]) -> pa.Table:
+        """All rows of these files; the unreadable ones end up in :attr:`skipped`."""
+        return self._scan(keys, None)
 
     def files(self) -> list[DataFile]:
         out = []
@@ -163,6 +168,7 @@ class PhaseDataset:
             except FileNotFoundError:
                 raise
             except (OSError, pa.ArrowException) as exc:
+                self.skipped.add(frag.path)
                 self.on_skip(f"skipped {frag.path}: cannot read it ({_short(exc)})")
         return pa.concat_tables(tables) if tables else empty
 
@@ -176,10 +182,12 @@ class PhaseDataset:
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException) as exc:
+            self.skipped.add(path)
             self.on_skip(f"skipped {path}: not a readable Parquet file ({_short(exc)})")
             return None
         problem = _schema_problem(physical)
         if problem:
+            self.skipped.add(path)
             self.on_skip(f"skipped {path}: not a phase records file ({problem})")
             return None
         return frag
