@@ -122,7 +122,7 @@ def test_compaction_makes_one_file_per_day_and_keeps_every_row(
 def test_compaction_keeps_a_file_it_could_not_read(store: Store) -> None:
     for job in (1, 2):
         write_rows(store, node_rows(job, "n1", nodes=1), source="epilog")
-    day = [f.day for f in PhaseDataset(store).files()][0]
+    day = next(f.day for f in PhaseDataset(store).files())
     broken = f"phases/day={day}/job=9/n1-0-epilog-broken.parquet"
     store.write_bytes(broken, b"not parquet")
     skipped: list[str] = []
