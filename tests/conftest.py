@@ -225,7 +225,7 @@ def s3_store() -> Iterator[devcluster.Cluster]:
         pid = store.alive("weed")
         if pid:
             devcluster.stop_pid(pid, "weed", grace=3)
-        store.store_host_down()
+        store.s.network.down()
 
 
 def squash(src: Path, dest: Path) -> Path:
