@@ -425,6 +425,13 @@ class Cluster:
         if not self.alive("weed"):
             self.start_weed()
 
+    def store_host_down(self) -> None:
+        """Stop the store host started alone by store_host_up (no Slurm), and its network."""
+        pid = self.alive("weed")
+        if pid:
+            stop_pid(pid, "weed", grace=3)
+        self.s.network.down()
+
     def start_weed(self) -> None:
         weed = shutil.which("weed", path=f"{VENV / 'bin'}:{os.environ.get('PATH', '')}")
         if not weed:
