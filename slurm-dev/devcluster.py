@@ -14,9 +14,11 @@ one munged of our own. Everything lives under one state directory::
 It never touches the host's /etc/slurm. ``up`` is safe to run again; ``down`` stops
 exactly what ``up`` started, by pid, and leaves no mounts.
 
-The S3 store host (``--s3``): SeaweedFS in its own network namespace, reached over a
-veth pair whose rate is capped with tc (tbf) in both directions, and delayed with
-netem where the kernel has it.
+The network (:mod:`network`): each node is a host in its own network namespace with
+its own address and a capped link to a bridge (``--node-mbit``); the S3 store host
+(``--s3``: SeaweedFS) sits on the same bridge behind a slower capped link
+(``--store-mbit``), delayed with netem where the kernel has it. slurmctld listens on
+the machine's own address on the bridge.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from network import Network
 
 TOP = Path(__file__).resolve().parent.parent
 DEFAULT_STATE = Path(os.environ.get("BOOTSEER_DEV_STATE", "/var/tmp/bootseer-dev"))
@@ -57,6 +61,17 @@ class Settings:
     store_mbit: int = 200
     store_delay_ms: int = 0
     cpus_per_node: int = 8
+    node_mbit: int = 0  # 0: ten times store_mbit
+
+    @property
+    def network(self) -> Network:
+        return Network(
+            self.port_base,
+            tuple(self.node_names),
+            self.node_mbit or 10 * self.store_mbit,
+            self.store_mbit,
+            self.store_delay_ms,
+        )
 
     @property
     def node_names(self) -> list[str]:
@@ -64,14 +79,12 @@ class Settings:
 
     @property
     def netns(self) -> str:
-        # One store host per cluster: the port base tells clusters apart.
-        return f"bsstore{self.port_base}"
+        return self.network.store_netns
 
     @property
     def store_ips(self) -> tuple[str, str]:
-        """(host side, store side) of the veth link, in a /30 of our own per cluster."""
-        third = (self.port_base // 10) % 250
-        return f"10.213.{third}.1", f"10.213.{third}.2"
+        """(this machine, the store host) on the cluster's bridge."""
+        return self.network.host_ip, self.network.store_ip
 
     @property
     def weed_ports(self) -> tuple[int, int, int, int]:
@@ -177,7 +190,7 @@ class Cluster:
         lines = [
             "# Written by bootseer's slurm-dev/up: a development cluster on one machine.",
             "ClusterName=bootseerdev",
-            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldHost={host}({s.network.host_ip})",
             f"SlurmctldPort={s.port_base}",
             f"SlurmdPort={s.port_base + 1}",
             "SlurmUser=root",
@@ -220,7 +233,8 @@ class Cluster:
         ]
         for i, node in enumerate(s.node_names, start=1):
             lines.append(
-                f"NodeName={node} NodeHostname={host} NodeAddr=127.0.0.1 Port={s.port_base + i} "
+                f"NodeName={node} NodeHostname={host} NodeAddr={s.network.node_ip(node)} "
+                f"Port={s.port_base + i} "
                 f"CPUs={s.cpus_per_node} RealMemory=4096 State=UNKNOWN"
             )
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
@@ -270,6 +284,8 @@ class Cluster:
         ensure_users()
         self.write_config()
         self.share_state_dir()
+        for node in self.s.node_names:
+            self.s.network.node_up(node)
         if self.s.s3:
             self.store_host_up()
         for node in self.s.node_names:
@@ -317,7 +333,9 @@ class Cluster:
         local.mkdir(parents=True, exist_ok=True)
         NODE_LOCAL.mkdir(parents=True, exist_ok=True)
         script = 'hostname "$1" && mount --bind "$3" "$4" && exec slurmd -f "$2" -N "$1"'
-        cmd = ["unshare", "--uts", "--mount", "--propagation", "unchanged", "sh", "-c", script]
+        # Its network namespace is the node's host on the cluster's bridge (network.py).
+        cmd = [*self.s.network.enter(node), "unshare", "--uts", "--mount"]
+        cmd += ["--propagation", "unchanged", "sh", "-c", script]
         cmd += ["slurmd", node, str(self.conf), str(local), str(NODE_LOCAL)]
         run_checked(cmd, env=self.env())
 
@@ -336,7 +354,8 @@ class Cluster:
         sock = self.dir / "nodes" / node / "run" / "agent.sock"
         log = open(self.dir / "nodes" / node / "log" / "agent.err", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
-            [str(VENV / "bin" / "bootseer"), "agent", "--node", node],
+            # On the node's host, so what it fetches and serves crosses the node's link.
+            [*self.s.network.enter(node), str(VENV / "bin" / "bootseer"), "agent", "--node", node],
             env={**os.environ, **self.env()},
             stdout=log,
             stderr=log,
@@ -395,8 +414,7 @@ class Cluster:
                 stop_pid(pid, name, grace=3 if name == "weed" else 15)
             pidfile.unlink(missing_ok=True)
         self.unmount_all()
-        if self.s.s3:
-            self.store_host_down()
+        self.s.network.down()
         print(f"slurm-dev: stopped (state kept in {self.dir})")
 
     def unmount_all(self) -> None:
@@ -412,43 +430,16 @@ class Cluster:
     # -- the store host --------------------------------------------------------------
 
     def store_host_up(self) -> None:
-        ns = self.s.netns
-        host_if, ns_if = f"bsh{self.s.port_base}", f"bss{self.s.port_base}"
-        host_ip, store_ip = self.s.store_ips
-        if subprocess.run(["ip", "netns", "exec", ns, "true"], capture_output=True).returncode:
-            run_checked(["ip", "netns", "add", ns])
-            run_checked(["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if])
-            run_checked(["ip", "link", "set", ns_if, "netns", ns])
-            run_checked(["ip", "addr", "add", f"{host_ip}/30", "dev", host_if])
-            run_checked(["ip", "link", "set", host_if, "up"])
-            run_checked(
-                ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{store_ip}/30", "dev", ns_if]
-            )
-            run_checked(["ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up"])
-            run_checked(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])
-            self.cap_link(host_if, [])
-            self.cap_link(ns_if, ["ip", "netns", "exec", ns])
+        self.s.network.store_up()
         if not self.alive("weed"):
             self.start_weed()
 
-    def cap_link(self, dev: str, prefix: list[str]) -> None:
-        """Cap the rate of one direction of the link; add delay where netem exists."""
-        rate = f"{self.s.store_mbit}mbit"
-        if self.s.store_delay_ms:
-            delay = f"{self.s.store_delay_ms}ms"
-            netem = [*prefix, "tc", "qdisc", "replace", "dev", dev, "root", "netem"]
-            netem += ["rate", rate, "delay", delay, "limit", "100000"]
-            if subprocess.run(netem, capture_output=True).returncode == 0:
-                return
-            print(
-                f"slurm-dev: this kernel has no netem: {dev} gets the rate cap without "
-                f"the {self.s.store_delay_ms} ms delay",
-                file=sys.stderr,
-            )
-        # burst: enough for the rate at a 1 ms timer tick, never below one jumbo frame.
-        burst = max(self.s.store_mbit * 1_000_000 // 8 // 250, 16_000)
-        tbf = ["tbf", "rate", rate, "burst", str(burst), "latency", "100ms"]
-        run_checked([*prefix, "tc", "qdisc", "replace", "dev", dev, "root", *tbf])
+    def store_host_down(self) -> None:
+        """Stop the store host started alone by store_host_up (no Slurm), and its network."""
+        pid = self.alive("weed")
+        if pid:
+            stop_pid(pid, "weed", grace=3)
+        self.s.network.down()
 
     def start_weed(self) -> None:
         weed = shutil.which("weed", path=f"{VENV / 'bin'}:{os.environ.get('PATH', '')}")
@@ -460,10 +451,7 @@ class Cluster:
         log = open(self.logs / "weed.log", "ab")  # noqa: SIM115 (handed to the daemon)
         proc = subprocess.Popen(
             [
-                "ip",
-                "netns",
-                "exec",
-                self.s.netns,
+                *self.s.network.enter_store(),
                 weed,
                 "server",
                 f"-dir={data}",
@@ -482,7 +470,7 @@ class Cluster:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        # `ip netns exec` execs weed, so the pid is weed's own.
+        # nsenter execs weed, so the pid is weed's own.
         self.pidfiles()["weed"].write_text(f"{proc.pid}\n")
 
         def answers() -> bool:
@@ -503,10 +491,6 @@ class Cluster:
         )
         r = subprocess.run([str(VENV / "bin" / "python3"), "-c", code], capture_output=True)
         return r.returncode == 0
-
-    def store_host_down(self) -> None:
-        subprocess.run(["ip", "netns", "del", self.s.netns], capture_output=True)
-        subprocess.run(["ip", "link", "del", f"bsh{self.s.port_base}"], capture_output=True)
 
 
 def ensure_users() -> None:
@@ -629,6 +613,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--s3", action="store_true", help="run the S3 store host (SeaweedFS)")
     p.add_argument("--store-mbit", type=int, default=200, help="store link rate cap")
     p.add_argument("--store-delay-ms", type=int, default=0, help="store link delay (needs netem)")
+    p.add_argument(
+        "--node-mbit",
+        type=int,
+        default=0,
+        help="each node's link rate cap (default: 10x --store-mbit)",
+    )
     args = p.parse_args(argv)
     state = args.state_dir.resolve()
     if args.action == "env":
@@ -649,7 +639,13 @@ def main(argv: list[str]) -> int:
     if args.nodes < 1 or args.nodes > 64:
         raise SystemExit("slurm-dev: --nodes must be 1..64")
     settings = Settings(
-        str(state), args.nodes, args.port_base, args.s3, args.store_mbit, args.store_delay_ms
+        str(state),
+        args.nodes,
+        args.port_base,
+        args.s3,
+        args.store_mbit,
+        args.store_delay_ms,
+        node_mbit=args.node_mbit,
     )
     if (state / "cluster.json").exists():
         old = Cluster.load(state)

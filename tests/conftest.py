@@ -235,9 +235,6 @@ def s3_store() -> Iterator[devcluster.Cluster]:
         store.store_host_up()
         yield store
     finally:
-        pid = store.alive("weed")
-        if pid:
-            devcluster.stop_pid(pid, "weed", grace=3)
         store.store_host_down()
 
 

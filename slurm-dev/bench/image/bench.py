@@ -178,9 +178,6 @@ def store_host(mbit: int, delay_ms: int, port_base: int) -> Iterator[devcluster.
         host.store_host_up()
         yield host
     finally:
-        pid = host.alive("weed")
-        if pid:
-            devcluster.stop_pid(pid, "weed", grace=3)
         host.store_host_down()
 
 
