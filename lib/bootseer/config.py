@@ -79,8 +79,8 @@ class PhasesSection:
     # The first node asks Slurm for the job's submit time (off the start path), so the
     # report tells queue wait from startup.
     submit_time: bool = True
-    scontrol: Path = Path("/usr/bin/scontrol")
-    scontrol_timeout: float = 3.0
+    squeue: Path = Path("/usr/bin/squeue")
+    squeue_timeout: float = 3.0
     max_marks_bytes: int = 1 << 20  # per job and node; marks beyond are dropped with a note
 
 
