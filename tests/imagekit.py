@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bootseer.image.agent import AgentClient, AgentUnavailable
+from bootseer.image.client import AgentClient
+from bootseer.image.protocol import AgentUnavailable
 from tests.conftest import squash, to_toml
 
 
