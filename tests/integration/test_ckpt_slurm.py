@@ -79,7 +79,7 @@ def test_a_job_saves_through_the_mount_and_the_next_job_loads_it(
     assert "prolog step=ckpt outcome=ok" in log and "epilog step=ckpt outcome=ok" in log, log
 
     # The file is striped over the targets: its units are spread over all three.
-    ns = Namespace([open_store(u) for u in targets], "root/demo/llama", unit_size=UNIT)
+    ns = Namespace([open_store(u) for u in targets], "alice/demo/llama", unit_size=UNIT)
     m = ns.manifest("run1/model.bin")
     assert m is not None and m.unit_count == 6 and len(set(m.targets)) == 3
 
@@ -100,7 +100,7 @@ def test_a_killed_job_is_unmounted_and_its_partial_save_dropped(
     n1 = cluster.nodes[0]
     first = cluster.sbatch("-N1", f"-w{n1}", "--bootseer-ckpt=demo/kill", script=SAVE)
     assert cluster.wait(first) == "COMPLETED", cluster.output(first)
-    ns = Namespace([open_store(u) for u in targets], "root/demo/kill", unit_size=UNIT)
+    ns = Namespace([open_store(u) for u in targets], "alice/demo/kill", unit_size=UNIT)
     before = ns.manifest("run1/model.bin")
     assert before is not None
     # A job that keeps writing until it is cancelled.

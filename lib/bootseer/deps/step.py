@@ -21,6 +21,7 @@ from bootseer.deps import jobstate
 from bootseer.deps.asuser import UserChild, UserChildError, user_groups
 from bootseer.deps.key import hash_key_files_as, key_inputs, scope_dir, snapshot_key
 from bootseer.deps.layout import SnapshotPaths
+from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, StepResult
 
@@ -70,6 +71,13 @@ def prolog(call: StepCall) -> StepResult:
     state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix)
     state_path = state_dir / "prolog.json"
     state.write(state_path)  # first: a failed restore still leaves the job what deps run needs
+    # (`bootseer deps run` checks the prefix again, as the user, and refuses it too.)
+    unsafe = unsafe_reason(spec.prefix, ctx.uid)
+    if unsafe:
+        raise StepError(
+            f"refusing --bootseer-deps prefix {spec.prefix} on {ctx.node}: {unsafe}. "
+            "Use a directory of your own (e.g. under /tmp or the node's local disk)"
+        )
     env = {"BOOTSEER_DEPS_PREFIX": spec.prefix}
     if ctx.options.mode == "refresh":
         return StepResult(
@@ -168,7 +176,13 @@ def epilog(call: StepCall) -> StepResult:
         return StepResult(outcome="skipped", detail="the job's first node captures")
     if record is None and state.restored:
         return StepResult(outcome="skipped", detail=f"restored {state.restored}; nothing installed")
-    if record is not None and not record["fresh"]:
+    # Only what `bootseer deps run` installed, never whatever directory the job named.
+    if record is None:
+        return StepResult(
+            outcome="skipped",
+            detail=f"nothing installed by `bootseer deps run` into {state.prefix}: not captured",
+        )
+    if not record["fresh"] or record["prefix"] != state.prefix:
         return StepResult(
             outcome="skipped",
             detail=f"{state.prefix} was not empty before the install: not captured",
@@ -177,9 +191,10 @@ def epilog(call: StepCall) -> StepResult:
         return StepResult(
             outcome="skipped", detail=f"{state.prefix} does not exist: nothing to capture"
         )
-    command = record["command"] if record else None
-    names = record["names"] if record else None
-    return capture_for_job(call, ctx, cfg, state, command, names)
+    unsafe = unsafe_reason(state.prefix, ctx.uid)
+    if unsafe:
+        raise StepError(f"not capturing {state.prefix} on {ctx.node}: {unsafe}")
+    return capture_for_job(call, ctx, cfg, state, record["command"], record["names"])
 
 
 def _stamp_install(call: StepCall, prefix: str, key: str) -> None:
