@@ -154,6 +154,14 @@ class Cluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
+        # The site key (root only): agents derive each job's peer token from it.
+        site_key = self.etc / "site.key"
+        if not site_key.exists():
+            fd = os.open(site_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, os.urandom(32).hex().encode() + b"\n")
+            os.close(fd)
+        hosts = [f"{self.s.network.node_ip(n)} {n}" for n in self.s.node_names]
+        self._write(self.etc / "hosts", "\n".join(hosts) + "\n")
         (self.run / "munge").mkdir(exist_ok=True, mode=0o755)
         # The plugin is copied so a rebuild in spank/ never changes a running cluster.
         shutil.copy2(TOP / "spank" / "bootseer.so", self.dir / "lib" / "bootseer.so")
@@ -262,7 +270,11 @@ class Cluster:
             f'socket = "{d}/nodes/%n/run/agent.sock"\n'
             f'mount_dir = "{d}/nodes/%n/images"\n'
             f'cache_dir = "{d}/nodes/%n/cache/image"\n'
-            "cache_size_gib = 20\n"
+            "cache_size_gib = 20\n\n"
+            "[p2p]\n"
+            f'key_file = "{d}/etc/site.key"\n'
+            "# slurm-dev's node names are not in the machine's resolver.\n"
+            f'hosts_file = "{d}/etc/hosts"\n'
         )
 
     # -- daemons --------------------------------------------------------------------

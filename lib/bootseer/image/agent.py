@@ -29,6 +29,7 @@ from bootseer.image.blocks import check_block_size
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import Fetcher
 from bootseer.image.jobs import Jobs
+from bootseer.image.peers import Peers
 from bootseer.image.protocol import StatsReply
 from bootseer.image.reader import ImageReader
 from bootseer.linelog import LineLog
@@ -57,9 +58,12 @@ class Agent:
             icfg.background_parallel,
             icfg.fetch_timeout,
             self.log,
+            background_bps=icfg.fill_mbit * 1e6 / 8,
         )
         block_size = check_block_size(icfg.block_size_kib << 10)
         self.jobs = Jobs(icfg, self.store, self.cache, self.fetcher, block_size, self.log)
+        self.peers = Peers.start(cfg.p2p, node, self.jobs.served, self.log)
+        self.jobs.peers = self.peers
         self.reader = ImageReader(self.cache, self.fetcher)
 
     def stats(self) -> StatsReply:
@@ -83,3 +87,5 @@ class Agent:
     def close(self) -> None:
         self.fetcher.stop()
         self.jobs.close()
+        if self.peers is not None:
+            self.peers.close()

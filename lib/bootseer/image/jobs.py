@@ -20,12 +20,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from bootseer.config import ImageSection
-from bootseer.errors import OptionError, StoreError
+from bootseer.context import expand_nodes
+from bootseer.errors import ContextError, OptionError, StoreError
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
+from bootseer.image.fetch import PREFETCH, BlockSource, Fetcher, FileSource, StoreSource
 from bootseer.image.manifest import Manifest, load_manifest
+from bootseer.image.peers import Peers, PeerSource
 from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
 from bootseer.image.protocol import (
     AgentBadRequest,
@@ -48,6 +51,9 @@ from bootseer.image.registry import (
 from bootseer.image.restart import RestartState, SavedJob
 from bootseer.image.trace import Recorder, Trace, load_trace, save_trace
 from bootseer.options import parse_image
+from bootseer.p2p.server import ServedJob
+from bootseer.p2p.swarm import Swarm
+from bootseer.p2p.wire import PeerError
 from bootseer.store import Store
 
 INODE_BASE = 16  # job file inode = INODE_BASE + job id; below are the mount root's
@@ -58,14 +64,25 @@ class PreparedImage:
     """An image some jobs on this node use, read from one block source."""
 
     manifest: Manifest
-    source: BlockSource
+    source: BlockSource  # the job's peers first (PeerSource), or the origin itself
     ref: str
     users: int = 0
     fill: BackgroundFill | None = None
+    _index: dict[str, int] | None = None
 
     @property
     def id(self) -> str:
         return self.manifest.id
+
+    @property
+    def origin(self) -> BlockSource:
+        """Where the image's bytes really are: the store or the image file."""
+        return self.source.origin if isinstance(self.source, PeerSource) else self.source
+
+    def index_of(self, block_digest: str) -> int | None:
+        if self._index is None:
+            self._index = {d: i for i, d in reversed(list(enumerate(self.manifest.blocks)))}
+        return self._index.get(block_digest)
 
 
 @dataclass(eq=False)
@@ -84,6 +101,10 @@ class JobView:
     fetched_before_first_step: int | None = None
     prefetch: PrefetchResult | None = None
     trace_runs: int = 0
+    swarm: Swarm | None = None
+    peer_addresses: frozenset[str] = frozenset()
+    peers_at_prepare: dict[str, int] | None = None
+    fill_timer: threading.Timer | None = None
 
     @property
     def inode(self) -> int:
@@ -112,6 +133,7 @@ class Jobs:
         self.fetcher = fetcher
         self.block_size = block_size
         self.log = log
+        self.peers: Peers | None = None  # set by the agent when p2p is on
         self.restart = RestartState(icfg.cache_dir / "jobs", log)
         self._jobs: dict[int, JobView] = {}
         self._images: dict[tuple[str, str], PreparedImage] = {}
@@ -142,6 +164,47 @@ class Jobs:
     def _add(self, view: JobView) -> None:
         with self._lock:
             self._jobs[view.job_id] = view
+        if self.peers is not None:
+            self.peers.server.jobs_changed()
+
+    # -- peers --------------------------------------------------------------------------
+
+    def _swarm(self, req: Prepare) -> tuple[Swarm | None, frozenset[str]]:
+        if self.peers is None or not req.nodelist:
+            return None, frozenset()
+        try:
+            nodes = expand_nodes(req.nodelist)
+        except ContextError as exc:
+            raise AgentBadRequest(str(exc)) from None
+        if len(nodes) < 2 or self.peers.node not in nodes:
+            return None, frozenset()
+        return self.peers.swarm(req.job_id, nodes), self.peers.addresses(nodes)
+
+    def served(self, job_id: int) -> ServedJob | None:
+        """What the peer server may give the job's other nodes (None: not here)."""
+        view = self.get(job_id)
+        if view is None or view.swarm is None:
+            return None
+
+        def provide(piece: str, priority: int, deadline: float) -> bytes:
+            return self._provide(view, piece, priority, deadline)
+
+        return ServedJob(view.peer_addresses, provide)
+
+    def _provide(self, view: JobView, piece: str, priority: int, deadline: float) -> bytes:
+        image = view.image
+        i = image.index_of(piece)
+        if i is None:
+            raise PeerError("missing", f"{piece[:12]} is no block of job {view.job_id}'s image")
+        data = self.cache.read(piece, 0, image.manifest.block_length(i))
+        if data is not None:
+            return data
+        # A peer's background fill was already paced and held back on its node.
+        fut = self.fetcher.request(image.source, image.manifest, i, min(priority, PREFETCH))
+        try:
+            return fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception as exc:
+            raise PeerError("failed", f"block {i} of job {view.job_id}: {exc}") from None
 
     # -- prepare ------------------------------------------------------------------------
 
@@ -163,10 +226,13 @@ class Jobs:
         view = self.get(req.job_id)
         if view is not None:
             return view  # a retried prolog: the same answer
+        swarm, addresses = self._swarm(req)
         with self._single_flight(ref):
             manifest, source = self._resolve(ref, req.uid, req.gid, until)
             if time.monotonic() >= until:
                 raise AgentTimeout(f"image {ref} took longer than the prolog waits to prepare")
+            if swarm is not None:
+                source = PeerSource(source, swarm)
             image = self._use_image(manifest, source, ref)
         view = JobView(
             req.job_id,
@@ -176,6 +242,8 @@ class Jobs:
             Recorder(manifest.nblocks, self.icfg.trace_window),
             refresh=req.mode == "refresh",
             fetched_at_prepare=self.fetcher.stats.by_image[manifest.id],
+            swarm=swarm,
+            peer_addresses=addresses,
         )
         self._add(view)
         self.restart.save(
@@ -186,7 +254,7 @@ class Jobs:
                 image.ref,
                 image.id,
                 view.refresh,
-                image.source.path if isinstance(image.source, FileSource) else None,
+                image.origin.path if isinstance(image.origin, FileSource) else None,
             )
         )
         trace = None if view.refresh else load_trace(self.store, manifest, self.log)
@@ -196,9 +264,16 @@ class Jobs:
         view.prefetch = prefetch_hot(
             self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
         )
-        if image.fill is None or image.fill.cancelled:
-            image.fill = BackgroundFill(manifest.id)
-            image.fill.start(self.fetcher, source, manifest, set(hot))
+        if swarm is not None:
+            view.peers_at_prepare = {
+                "store_bytes": swarm.stats.store_bytes,
+                "peer_bytes": swarm.stats.peer_bytes,
+            }
+        # The cold rest waits for the job's first step (or fill_delay): until then the
+        # link belongs to startup (the hot set, the job's reads, restores, checkpoints).
+        view.fill_timer = threading.Timer(self.icfg.fill_delay, self._start_fill, (view,))
+        view.fill_timer.daemon = True
+        view.fill_timer.start()
         p = view.prefetch
         self.log(
             f"job={req.job_id} prepared {ref} ({manifest.id[:12]}, {manifest.size} bytes): "
@@ -243,7 +318,20 @@ class Jobs:
 
     # -- first step ---------------------------------------------------------------------
 
+    def _start_fill(self, view: JobView) -> None:
+        """Queue the image's blocks not yet local, behind every other fetch (once per image)."""
+        image = view.image
+        with self._lock:
+            if view.job_id not in self._jobs or not (image.fill is None or image.fill.cancelled):
+                return
+            image.fill = BackgroundFill(image.id)
+        image.fill.start(self.fetcher, image.source, image.manifest, set())
+        self.log(f"job={view.job_id} background fill: {image.fill.total} blocks")
+
     def first_step(self, view: JobView) -> None:
+        if view.fill_timer is not None:
+            view.fill_timer.cancel()
+            threading.Thread(target=self._start_fill, args=(view,), daemon=True).start()
         if view.first_step_at is None:
             view.first_step_at = time.time()
             view.recorder.stop()
@@ -263,6 +351,8 @@ class Jobs:
         self.restart.forget(job_id)
         if view is None:
             return ReleaseReply(released=False)
+        if view.fill_timer is not None:
+            view.fill_timer.cancel()
         view.recorder.stop()
         job = self.describe(view)
         try:
@@ -317,7 +407,21 @@ class Jobs:
             recorded_blocks=len(view.recorder.order),
             first_step_at=view.first_step_at,
             fetched_before_first_step=view.fetched_before_first_step,
+            peers=self._peer_stats(view),
         )
+
+    def _peer_stats(self, view: JobView) -> dict[str, Any] | None:
+        if view.swarm is None:
+            return None
+        st = view.swarm.stats
+        return {
+            "store_bytes": st.store_bytes,
+            "peer_bytes": st.peer_bytes,
+            "peer_failures": st.peer_failures,
+            "corrupt": st.corrupt,
+            "dropped": dict(st.dropped),
+            "at_prepare": view.peers_at_prepare,
+        }
 
     # -- restart ------------------------------------------------------------------------
 

@@ -166,6 +166,7 @@ class Prepare(JobRequest):
     image: str
     mode: str = "on"  # or "refresh": ignore the stored trace
     deadline: float = 60.0
+    nodelist: str = ""  # the job's nodes (Slurm's compact form): its peers
 
 
 REQUESTS: dict[str, type[Request]] = {
@@ -194,7 +195,10 @@ def parse_request(doc: object) -> Request:
         raise AgentBadRequest("image must be a string and mode on or refresh")
     if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
         raise AgentBadRequest("deadline must be a positive number of seconds")
-    return Prepare(job_id, uid, gid, image, mode, float(deadline))
+    nodelist = doc.get("nodelist", "")
+    if not isinstance(nodelist, str):
+        raise AgentBadRequest("nodelist must be a string")
+    return Prepare(job_id, uid, gid, image, mode, float(deadline), nodelist)
 
 
 def encode(doc: dict[str, Any]) -> bytes:
@@ -242,6 +246,9 @@ class JobReply(Reply):
     recorded_blocks: int
     first_step_at: float | None
     fetched_before_first_step: int | None
+    # Where the job's blocks came from on this node (Swarm stats: store_bytes, peer_bytes,
+    # peer_failures, corrupt), in all and by the prolog's return ("at_prepare").
+    peers: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

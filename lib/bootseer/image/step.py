@@ -17,6 +17,7 @@ the background fill, which becomes the ``image_background_fill`` phase.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from bootseer.errors import StepError, StoreError
 from bootseer.hooks.steps import StepCall, StepResult
@@ -64,6 +65,7 @@ def prolog(call: StepCall) -> StepResult:
         image,
         mode=call.ctx.options.mode,
         deadline=wait - MARGIN,
+        nodelist=",".join(call.ctx.nodes),
     )
     try:
         resp = client.prepare(request, timeout=wait)
@@ -78,7 +80,7 @@ def prolog(call: StepCall) -> StepResult:
         f"hot_bytes={p.get('hot_bytes', 0)} local_blocks={p.get('local_before', 0)} "
         f"fetched_blocks={p.get('fetched_blocks', 0)} fetched_bytes={fetched} "
         f"hit_ratio={p.get('hit_ratio', 1.0)} complete={p.get('complete', True)} "
-        f"trace_runs={resp.trace_runs}"
+        f"trace_runs={resp.trace_runs}{_sources(resp.peers, 'at_prepare')}"
     )
     env = {
         "BOOTSEER_IMAGE": resp.path,  # this job's lazy file
@@ -86,6 +88,20 @@ def prolog(call: StepCall) -> StepResult:
         "BOOTSEER_AGENT_SOCKET": str(call.cfg.image.socket),
     }
     return StepResult(detail=detail, bytes=fetched, env=env)
+
+
+def _sources(peers: dict[str, Any] | None, part: str = "") -> str:
+    """`` store_bytes=S peer_bytes=P`` of the agent's peer stats (the job's whole life, or
+    one part of it), or nothing for a job without peers."""
+    if not peers:
+        return ""
+    counts = peers.get(part) if part else peers
+    if not isinstance(counts, dict):
+        return ""
+    out = f" store_bytes={counts.get('store_bytes', 0)} peer_bytes={counts.get('peer_bytes', 0)}"
+    if not part:
+        out += f" peer_failures={peers.get('peer_failures', 0)} corrupt={peers.get('corrupt', 0)}"
+    return out
 
 
 def epilog(call: StepCall) -> StepResult:
@@ -107,6 +123,7 @@ def epilog(call: StepCall) -> StepResult:
             f"fill_state={fill.get('state')} fill_blocks={fill.get('done')}/"
             f"{fill.get('blocks')} fill_bytes={fill.get('bytes')} "
             f"fill_start={fill.get('start')} fill_end={fill.get('end')}"
+            f"{_sources(resp.job.peers)}"
         ),  # the fill's bytes go to its own phase row, image_background_fill
     )
 

@@ -1,0 +1,71 @@
+"""Peer-to-peer in real Slurm jobs: a job's nodes share the image's blocks over their links."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DevSlurm, squash
+
+pytestmark = pytest.mark.slurm
+
+SCRIPT = """#!/bin/sh
+srun sh -e -c '
+mnt=$(mktemp -d)
+squashfuse "$BOOTSEER_IMAGE" "$mnt"
+cmp "$mnt/blob" {blob} && echo "blob-same on $(hostname)"
+bootseer phase start first_step && bootseer phase end first_step
+fusermount3 -u "$mnt"
+rmdir "$mnt"
+'
+"""
+
+
+@pytest.fixture
+def blob_image(cluster: DevSlurm) -> tuple[Path, Path]:
+    """A squashfs whose start reads 6 MiB of random bytes (fresh blocks: no cache has them)."""
+    src = cluster.dir / "p2p-src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir()
+    (src / "blob").write_bytes(os.urandom(6 << 20))
+    out = cluster.dir / "images" / "p2p.sqsh"
+    out.parent.mkdir(exist_ok=True)
+    out.unlink(missing_ok=True)
+    return squash(src, out), src / "blob"
+
+
+def _prolog_counts(cluster: DevSlurm, node: str, job: int) -> dict[str, int]:
+    for line in cluster.job_log_lines(node, job):
+        if "prolog step=image" in line:
+            return {k: int(v) for k, v in re.findall(r" (\w+_bytes)=(\d+)", line)}
+    raise AssertionError(f"no prolog image step for job {job} on {node}")
+
+
+def test_each_hot_block_leaves_the_store_once_for_the_whole_job(
+    cluster: DevSlurm, blob_image: tuple[Path, Path]
+) -> None:
+    image, blob = blob_image
+    env_py = f"--export=ALL,BOOTSEER_PYTHON={shutil.which('python3', path=cluster.env['PATH'])}"
+    script = SCRIPT.format(blob=blob)
+    first = cluster.sbatch("-N1", "-w", "n1", env_py, f"--bootseer-image={image}", script=script)
+    assert cluster.wait(first) == "COMPLETED", cluster.output(first)
+
+    second = cluster.sbatch(
+        "-N2", "-w", "n3,n4", env_py, f"--bootseer-image={image}", script=script
+    )
+    assert cluster.wait(second) == "COMPLETED", cluster.output(second)
+    assert cluster.output(second).count("blob-same") == 2, cluster.output(second)
+    n3, n4 = (_prolog_counts(cluster, n, second) for n in ("n3", "n4"))
+    hot = n3["hot_bytes"]
+    assert hot >= 6 << 20 and n4["hot_bytes"] == hot
+    # Each node fetched its own share from the store and the rest from its peer: the
+    # store gave the job the hot set about once, not once per node.
+    store = n3["store_bytes"] + n4["store_bytes"]
+    peer = n3["peer_bytes"] + n4["peer_bytes"]
+    assert store + peer >= 2 * hot * 0.9, (n3, n4)
+    assert store <= hot * 1.1, (n3, n4)
+    assert min(n3["peer_bytes"], n4["peer_bytes"]) > 0, (n3, n4)
