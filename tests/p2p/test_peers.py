@@ -32,11 +32,11 @@ def piece_owned_by(node: str, nodes: tuple[str, ...]) -> tuple[str, bytes]:
             return d, data
 
 
-def provider(pieces: dict[str, bytes]) -> Callable[[str, int, float], bytes]:
-    def provide(piece: str, priority: int, deadline: float) -> bytes:
-        if piece not in pieces:
-            raise PeerError("missing", f"{piece[:12]} is not a piece of job {JOB}")
-        return pieces[piece]
+def provider(pieces: dict[str, bytes]) -> Callable[[PieceRequest, float], bytes]:
+    def provide(req: PieceRequest, deadline: float) -> bytes:
+        if req.piece not in pieces:
+            raise PeerError("missing", f"{req.piece[:12]} is not a piece of job {JOB}")
+        return pieces[req.piece]
 
     return provide
 
