@@ -38,16 +38,15 @@ from bootseer.ckpt.manifest import Manifest
 from bootseer.ckpt.reader import StripedReader
 from bootseer.ckpt.writer import StripedWriter
 from bootseer.errors import BootseerError, StoreError
+from bootseer.linelog import LineLog
 
 T = TypeVar("T")
 TIMEOUT = 1.0  # seconds the kernel may cache names and attributes
 PF_EXITING = 0x4  # include/linux/sched.h
 
 
-def log(message: str) -> None:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    sys.stderr.write(f"{stamp} ckpt-fuse[{os.getpid()}] {message}\n")
-    sys.stderr.flush()
+# The daemon's stderr is its log file (bootseer.ckpt.mount opens it).
+log = LineLog(None, f"ckpt-fuse[{os.getpid()}]")
 
 
 def died_of_signal(pid: int) -> bool:
