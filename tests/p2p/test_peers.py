@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from bootseer.image.peers import PeerSource
 from bootseer.p2p.auth import job_token
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.owner import owner
 from bootseer.p2p.server import PeerServer, ServedJob
 from bootseer.p2p.swarm import Swarm
-from bootseer.image.peers import PeerSource
 from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest, read_message
 
 KEY = b"site-key-" + b"x" * 32
