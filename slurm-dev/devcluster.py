@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -46,6 +47,9 @@ VENV = Path(os.environ.get("BOOTSEER_VENV", "/opt/bootseer/venv"))
 # node, a different directory behind it (<state>/nodes/<node>/local, bound in the slurmd's
 # mount namespace). Jobs put node-local things here, e.g. a --bootseer-deps prefix.
 NODE_LOCAL = Path("/var/tmp/slurm-dev-local")
+# Ordinary users, as on a real cluster: tests and the demo submit jobs as them (root only
+# where an admin acts). Real accounts (useradd, with home directories), made by `up`.
+USERS = ("alice", "bob", "mallory")
 
 
 @dataclass
@@ -142,10 +146,22 @@ class Cluster:
         for node in self.s.node_names:
             for sub in ("run", "cache", "log"):
                 (self.dir / "nodes" / node / sub).mkdir(parents=True, exist_ok=True)
+            # The node's NODE_LOCAL, open to every user like a node's /tmp.
+            local = self.dir / "nodes" / node / "local"
+            local.mkdir(parents=True, exist_ok=True)
+            local.chmod(0o1777)
         key = self.etc / "munge.key"
         if not key.exists():
             key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
+        # The site key (root only): agents derive each job's peer token from it.
+        site_key = self.etc / "site.key"
+        if not site_key.exists():
+            fd = os.open(site_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, os.urandom(32).hex().encode() + b"\n")
+            os.close(fd)
+        hosts = [f"{self.s.network.node_ip(n)} {n}" for n in self.s.node_names]
+        self._write(self.etc / "hosts", "\n".join(hosts) + "\n")
         (self.run / "munge").mkdir(exist_ok=True, mode=0o755)
         # The plugin is copied so a rebuild in spank/ never changes a running cluster.
         shutil.copy2(TOP / "spank" / "bootseer.so", self.dir / "lib" / "bootseer.so")
@@ -254,7 +270,11 @@ class Cluster:
             f'socket = "{d}/nodes/%n/run/agent.sock"\n'
             f'mount_dir = "{d}/nodes/%n/images"\n'
             f'cache_dir = "{d}/nodes/%n/cache/image"\n'
-            "cache_size_gib = 20\n"
+            "cache_size_gib = 20\n\n"
+            "[p2p]\n"
+            f'key_file = "{d}/etc/site.key"\n'
+            "# slurm-dev's node names are not in the machine's resolver.\n"
+            f'hosts_file = "{d}/etc/hosts"\n'
         )
 
     # -- daemons --------------------------------------------------------------------
@@ -273,6 +293,7 @@ class Cluster:
 
     def up(self) -> None:
         t0 = time.monotonic()
+        ensure_users()
         self.write_config()
         self.share_state_dir()
         for node in self.s.node_names:
@@ -482,6 +503,36 @@ class Cluster:
         )
         r = subprocess.run([str(VENV / "bin" / "python3"), "-c", code], capture_output=True)
         return r.returncode == 0
+
+
+def ensure_users() -> None:
+    """Create the USERS that do not exist yet (safe to run again, and beside another `up`),
+    and let them use FUSE (squashfuse of a job's image) as on a stock node, where udev
+    makes /dev/fuse 0666; a machine without udev leaves it root's alone."""
+    fuse = Path("/dev/fuse")
+    if fuse.exists() and fuse.stat().st_mode & 0o777 != 0o666:
+        fuse.chmod(0o666)
+    for user in USERS:
+        if subprocess.run(["id", "-u", user], capture_output=True).returncode == 0:
+            continue
+        r = subprocess.run(
+            ["useradd", "--create-home", "--user-group", "--shell", "/bin/sh", user],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode not in (0, 9):  # 9: made meanwhile by another `up`
+            raise SystemExit(f"slurm-dev: useradd {user} failed: {r.stderr.strip()}")
+
+
+def user_env(user: str) -> dict[str, str]:
+    """What a login of ``user`` would have in its environment (sbatch passes it on)."""
+    pw = pwd.getpwnam(user)
+    return {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "SHELL": pw.pw_shell}
+
+
+def as_user(user: str) -> list[str]:
+    """The command prefix that runs a program as ``user`` (with its groups)."""
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"]
 
 
 # -- processes ---------------------------------------------------------------------------

@@ -4,6 +4,9 @@
 it at the end, even when tests fail. Its state dir and ports come from
 ``$BOOTSEER_TEST_STATE`` / ``$BOOTSEER_TEST_PORT_BASE`` so a developer's demo cluster
 (default /var/tmp/bootseer-dev, port 17800) keeps running beside it.
+
+Jobs are submitted as ordinary users (slurm-dev's ``alice``, ``bob``, ``mallory``), as on a
+real cluster; root acts only where an admin would (scancel, scontrol, the site config).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import tomllib
 from collections.abc import Iterator
@@ -42,14 +46,16 @@ class DevSlurm:
         self.site_config = cluster.site_config
         self._default_config = self.site_config.read_text()
 
-    def sbatch(self, *args: str, script: str = "#!/bin/sh\ntrue\n") -> int:
-        """Submit a job; returns its id. Raises CalledProcessError with sbatch's stderr."""
+    def sbatch(self, *args: str, script: str = "#!/bin/sh\ntrue\n", user: str = "alice") -> int:
+        """Submit a job as ``user``; returns its id. Raises CalledProcessError with sbatch's
+        stderr."""
         out = self.dir / "out"
         out.mkdir(exist_ok=True)
+        out.chmod(0o1777)  # every job user writes its output here
         r = subprocess.run(
-            ["sbatch", "--parsable", f"--output={out}/%j.out", *args],
+            [*self.as_user(user), "sbatch", "--parsable", f"--output={out}/%j.out", *args],
             input=script,
-            env=self.env,
+            env=self.user_env(user),
             capture_output=True,
             text=True,
             cwd=self.dir,
@@ -57,6 +63,13 @@ class DevSlurm:
         if r.returncode != 0:
             raise subprocess.CalledProcessError(r.returncode, r.args, r.stdout, r.stderr)
         return int(r.stdout.strip().split(";")[0])
+
+    def as_user(self, user: str) -> list[str]:
+        """The command prefix that runs a program as ``user`` (nothing for root)."""
+        return [] if user == "root" else devcluster.as_user(user)
+
+    def user_env(self, user: str) -> dict[str, str]:
+        return self.env if user == "root" else {**self.env, **devcluster.user_env(user)}
 
     def job_state(self, job_id: int) -> str:
         r = subprocess.run(
@@ -237,11 +250,14 @@ def squash(src: Path, dest: Path) -> Path:
 
 
 @pytest.fixture
-def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small real squashfs image, readable by every user."""
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A small real squashfs image, readable by every user (pytest's own temporary
+    directories are root's alone)."""
     src = tmp_path_factory.mktemp("image-src")
     (src / "hello").write_text("hello from the image\n")
-    out = tmp_path_factory.mktemp("image") / "hello.sqsh"
-    squash(src, out)
-    out.parent.chmod(0o755)
-    return out
+    readable = Path(tempfile.mkdtemp(prefix="bootseer-test-image-", dir="/var/tmp"))
+    readable.chmod(0o755)
+    try:
+        yield squash(src, readable / "hello.sqsh")
+    finally:
+        shutil.rmtree(readable)

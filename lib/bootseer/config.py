@@ -79,8 +79,8 @@ class PhasesSection:
     # The first node asks Slurm for the job's submit time (off the start path), so the
     # report tells queue wait from startup.
     submit_time: bool = True
-    scontrol: Path = Path("/usr/bin/scontrol")
-    scontrol_timeout: float = 3.0
+    squeue: Path = Path("/usr/bin/squeue")
+    squeue_timeout: float = 3.0
     max_marks_bytes: int = 1 << 20  # per job and node; marks beyond are dropped with a note
 
 
@@ -129,6 +129,27 @@ class ImageSection:
     trace_window: float = 300.0  # seconds after the prolog that count as startup
     fetch_timeout: float = 30.0  # a read the store cannot serve by then fails with EIO
     register_wait: float = 60.0  # how long a node waits for another to register a path image
+    # The background fill (the image's cold rest) starts at the job's first step, or this
+    # many seconds after the prolog if no first step is marked, and never exceeds
+    # fill_mbit (0: no cap) on the node's link, so it never competes with startup.
+    fill_delay: float = 300.0
+    fill_mbit: float = 0.0
+
+
+@dataclass(frozen=True)
+class P2PSection:
+    """Peer-to-peer among a job's nodes: each piece leaves the store once per job (docs/p2p.md)."""
+
+    enabled: bool = True
+    port: int = 7461  # TCP port every node's agent serves its jobs' pieces on
+    # Root-only (0600) and the same on every node: peers prove they belong to a job with
+    # a token derived from it. Without it, every node fetches from the store itself.
+    key_file: Path = Path("/etc/bootseer/site.key")
+    # Node name -> address, /etc/hosts format; unset: the system's resolver.
+    hosts_file: Path | None = None
+    peer_timeout: float = 10.0  # a peer's answer takes at most this long, then the store
+    dead_for: float = 30.0  # a peer that failed is skipped this long
+    max_connections: int = 256  # peer connections an agent serves at once
 
 
 @dataclass(frozen=True)
@@ -172,6 +193,7 @@ class SiteConfig:
     ckpt: CkptSection = field(default_factory=CkptSection)
     image: ImageSection = field(default_factory=ImageSection)
     deps: DepsSection = field(default_factory=DepsSection)
+    p2p: P2PSection = field(default_factory=P2PSection)
     source: Path | None = None  # the file it came from, for messages
     # for_node's input, with ``%n`` still in its paths (None: this one is not node-resolved).
     template: SiteConfig | None = field(default=None, compare=False, repr=False)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from bootseer import mounts
 from bootseer.ckpt import Namespace
-from bootseer.ckpt import mount as ckpt_mount
 from bootseer.store import open_store
 from tests.conftest import DevSlurm
 
@@ -79,7 +79,7 @@ def test_a_job_saves_through_the_mount_and_the_next_job_loads_it(
     assert "prolog step=ckpt outcome=ok" in log and "epilog step=ckpt outcome=ok" in log, log
 
     # The file is striped over the targets: its units are spread over all three.
-    ns = Namespace([open_store(u) for u in targets], "root/demo/llama", unit_size=UNIT)
+    ns = Namespace([open_store(u) for u in targets], "alice/demo/llama", unit_size=UNIT)
     m = ns.manifest("run1/model.bin")
     assert m is not None and m.unit_count == 6 and len(set(m.targets)) == 3
 
@@ -100,7 +100,7 @@ def test_a_killed_job_is_unmounted_and_its_partial_save_dropped(
     n1 = cluster.nodes[0]
     first = cluster.sbatch("-N1", f"-w{n1}", "--bootseer-ckpt=demo/kill", script=SAVE)
     assert cluster.wait(first) == "COMPLETED", cluster.output(first)
-    ns = Namespace([open_store(u) for u in targets], "root/demo/kill", unit_size=UNIT)
+    ns = Namespace([open_store(u) for u in targets], "alice/demo/kill", unit_size=UNIT)
     before = ns.manifest("run1/model.bin")
     assert before is not None
     # A job that keeps writing until it is cancelled.
@@ -126,7 +126,7 @@ PY
     log = "\n".join(cluster.job_log_lines(n1, job))
     assert "epilog step=ckpt outcome=ok" in log and "1 writes dropped" in log, log
     assert _mounts(cluster) == []
-    assert not ckpt_mount.is_mounted(cluster.dir / "nodes" / n1 / "run" / "ckpt" / str(job))
+    assert not mounts.is_mounted(cluster.dir / "nodes" / n1 / "run" / "ckpt" / str(job))
 
 
 def _output(cluster: DevSlurm, job: int) -> str:

@@ -1,8 +1,9 @@
 """Dependency snapshots on the slurm-dev cluster: the second run restores instead of
 installing, on every node, and the node logs (and so the phase records) say so.
 
-slurm-dev's nodes share one machine, so each node gets its own prefix (one job per
-node, all at once) where a real cluster would use one path on every node.
+One job per node, all at once, each as an ordinary user with a prefix in the node's own
+local directory (slurm-dev's NODE_LOCAL), named for the node so that each job makes a
+snapshot of its own.
 """
 
 from __future__ import annotations
@@ -13,15 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DevSlurm
+from tests.conftest import DevSlurm, devcluster
 
 pytestmark = pytest.mark.slurm
+
+
+def prefix_of(node: str) -> Path:
+    """The prefix of the job on ``node``, as the job sees it."""
+    return devcluster.NODE_LOCAL / f"deps-it-{node}"
+
+
+def node_prefix(cluster: DevSlurm, node: str) -> Path:
+    """Where that prefix lies on the host."""
+    return cluster.dir / "nodes" / node / "local" / prefix_of(node).name
 
 
 def submit_all(cluster: DevSlurm, work: Path) -> dict[str, int]:
     jobs = {}
     for node in cluster.nodes:
-        prefix = work / node / "env"
+        prefix = prefix_of(node)
         script = (
             "#!/bin/sh\nset -e\n"
             f"bootseer deps run -- sh -c 'mkdir -p {prefix}/lib && "
@@ -53,6 +64,8 @@ def test_second_run_restores_on_every_node(cluster: DevSlurm) -> None:
     work = cluster.dir / "deps-it"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
+    for node in cluster.nodes:
+        shutil.rmtree(node_prefix(cluster, node), ignore_errors=True)
     (work / "req.txt").write_text("demo==1\n")
     cluster.configure(
         "deps",
@@ -75,7 +88,7 @@ def test_second_run_restores_on_every_node(cluster: DevSlurm) -> None:
     # A restart lands on a fresh node (prefix gone) or back on the same one (prefix kept).
     same = cluster.nodes[0]
     for node in cluster.nodes[1:]:
-        shutil.rmtree(work / node / "env")
+        shutil.rmtree(node_prefix(cluster, node))
     second = submit_all(cluster, work)
     for node, job in second.items():
         line = deps_line(cluster, node, job, "prolog")
@@ -88,3 +101,35 @@ def test_second_run_restores_on_every_node(cluster: DevSlurm) -> None:
         assert "skipping the install" in cluster.output(job)
         assert "demo==1" in cluster.output(job)
         assert "nothing installed" in deps_line(cluster, node, job, "epilog")
+
+
+def test_a_prefix_another_user_made_first_is_refused_and_the_job_still_runs(
+    cluster: DevSlurm,
+) -> None:
+    """mallory's job makes alice's predictable node-local prefix first, empty and
+    world-writable; alice's job then gets a clear refusal from the prolog and from
+    `bootseer deps run`, its install never lands in mallory's directory, and the node
+    stays in service."""
+    node = cluster.nodes[1]
+    prefix = devcluster.NODE_LOCAL / "deps-it-taken"
+    shutil.rmtree(node_prefix(cluster, node).with_name(prefix.name), ignore_errors=True)
+    trap = cluster.sbatch("-w", node, script=f"#!/bin/sh\nmkdir -m 777 {prefix}\n", user="mallory")
+    assert cluster.wait(trap) == "COMPLETED", cluster.output(trap)
+    job = cluster.sbatch(
+        "-w",
+        node,
+        f"--bootseer-deps={prefix}",
+        script=(
+            "#!/bin/sh\n"
+            f"bootseer deps run -- sh -c 'touch {prefix}/installed' || echo install-refused\n"
+            "echo ran\n"
+        ),
+    )
+    assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    out = cluster.output(job)
+    assert "refusing to install into" in out and "install-refused" in out and "ran" in out, out
+    line = deps_line(cluster, node, job, "prolog")
+    assert "outcome=failed" in line and "belongs to uid" in line, line
+    assert "outcome=ok" not in deps_line(cluster, node, job, "epilog")
+    assert not (node_prefix(cluster, node).with_name(prefix.name) / "installed").exists()
+    assert cluster.node_states()[node].startswith("idle")

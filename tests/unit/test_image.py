@@ -14,7 +14,7 @@ from bootseer.config import SiteConfig
 from bootseer.errors import ConfigError, StoreError
 from bootseer.image.blocks import block_range, check_block_size, digest
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import Fetcher, FetchError, FileSource
+from bootseer.image.fetch import BACKGROUND, Fetcher, FetchError, FileSource
 from bootseer.image.manifest import Manifest, ManifestError, hash_file, upload_file
 from bootseer.image.prefetch import BackgroundFill, prefetch_hot
 from bootseer.image.registry import (
@@ -145,11 +145,13 @@ class CountingSource(FileSource):
         self.delay = delay
         self.lock = threading.Lock()
 
-    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes:
+    def read_block(
+        self, index: int, block_digest: str, offset: int, length: int, priority: int
+    ) -> bytes:
         with self.lock:
             self.reads.append(index)
         time.sleep(self.delay)  # a slow disk: allowed in a unit test
-        return super().read_block(index, block_digest, offset, length)
+        return super().read_block(index, block_digest, offset, length, priority)
 
 
 def test_fetcher_fetches_a_block_once_however_many_wait(tmp_path: Path) -> None:
@@ -294,3 +296,31 @@ def test_gc_deletes_what_no_name_reaches_and_keeps_shared_blocks(tmp_path: Path)
     assert (report.manifests, report.blocks) == (1, 1)
     assert lookup_name(store, "b:1") == mb
     assert len(store.list("images/blocks", recursive=True)) == 2
+
+
+def test_the_background_fill_is_paced_to_its_rate(tmp_path: Path) -> None:
+    """background_bps caps the fill's average rate (here 4 blocks a second)."""
+    f = sqsh_file(tmp_path / "f.sqsh", 9 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f))
+    fetcher = Fetcher(
+        BlockCache(tmp_path / "c", 1 << 30),
+        workers=4,
+        background_workers=2,
+        timeout=10,
+        quiet=0.0,
+        read_quiet=0.0,
+        background_bps=4 * BS,
+    )
+    try:
+        t0 = time.monotonic()
+        futures = [fetcher.request(src, m, i, BACKGROUND) for i in range(9)]
+        for fut in futures:
+            fut.result(timeout=10)
+        # 9 blocks at 4 a second: the pacer lets the first go at once, the ninth at 2 s.
+        assert time.monotonic() - t0 >= 1.9
+        demand = time.monotonic()
+        fetcher.get(src, m, 0)  # cached now; a demand read is never paced
+        assert time.monotonic() - demand < 0.5
+    finally:
+        fetcher.stop()

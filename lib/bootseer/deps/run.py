@@ -32,6 +32,7 @@ from bootseer.config import SiteConfig, load_config
 from bootseer.deps import jobstate
 from bootseer.deps.inventory import changed, inventory
 from bootseer.deps.key import hash_key_files, job_image, key_inputs, scope_dir, snapshot_key
+from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import BootseerError
 from bootseer.progress import transfer_bar
 
@@ -82,7 +83,18 @@ def _lock(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def _check_prefix(prefix: str) -> None:
+    """Refuse to install into a prefix that another user could fill or replace."""
+    unsafe = unsafe_reason(prefix, os.getuid())
+    if unsafe:
+        raise BootseerError(
+            f"refusing to install into {prefix}: {unsafe}. Use a directory of your own "
+            "(e.g. under /tmp or the node's local disk)"
+        )
+
+
 def _install(command: Sequence[str], prefix: str) -> tuple[int, list[str], bool]:
+    _check_prefix(prefix)
     before = inventory(prefix)
     env = {**os.environ, "BOOTSEER_DEPS_PREFIX": prefix}
     say(f"installing into {prefix}: {' '.join(command)}")
@@ -92,6 +104,11 @@ def _install(command: Sequence[str], prefix: str) -> tuple[int, list[str], bool]
     except OSError as exc:
         install_mark("end", "failed", f"cannot run {command[0]!r}: {exc.strerror}")
         raise BootseerError(f"cannot run {command[0]!r}: {exc.strerror}") from None
+    # Again: another user may have made the prefix while the install ran.
+    unsafe = unsafe_reason(prefix, os.getuid())
+    if unsafe:
+        install_mark("end", "failed", unsafe)
+        raise BootseerError(f"after the install: {unsafe}; not keeping it for a snapshot")
     after = inventory(prefix)
     names = changed(before, after)
     added = sum(after[n][1] for n in names if after[n][0] == "f")

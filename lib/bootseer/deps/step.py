@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from typing import TYPE_CHECKING
 
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
@@ -21,8 +22,12 @@ from bootseer.deps import jobstate
 from bootseer.deps.asuser import UserChild, UserChildError, user_groups
 from bootseer.deps.key import hash_key_files_as, key_inputs, scope_dir, snapshot_key
 from bootseer.deps.layout import SnapshotPaths
+from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, StepResult
+
+if TYPE_CHECKING:
+    from bootseer.deps.restore import FrameVia
 
 
 def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
@@ -70,6 +75,13 @@ def prolog(call: StepCall) -> StepResult:
     state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix)
     state_path = state_dir / "prolog.json"
     state.write(state_path)  # first: a failed restore still leaves the job what deps run needs
+    # (`bootseer deps run` checks the prefix again, as the user, and refuses it too.)
+    unsafe = unsafe_reason(spec.prefix, ctx.uid)
+    if unsafe:
+        raise StepError(
+            f"refusing --bootseer-deps prefix {spec.prefix} on {ctx.node}: {unsafe}. "
+            "Use a directory of your own (e.g. under /tmp or the node's local disk)"
+        )
     env = {"BOOTSEER_DEPS_PREFIX": spec.prefix}
     if ctx.options.mode == "refresh":
         return StepResult(
@@ -102,7 +114,7 @@ def prolog(call: StepCall) -> StepResult:
                 f"{note}snapshot {key} already in {spec.prefix} (restored or installed "
                 "earlier on this node)"
             )
-            fetched, entries = 0, 0
+            fetched, entries, peer_bytes = 0, 0, 0
         else:
             if os.path.lexists(spec.prefix) and not ours and not _empty_dir(spec.prefix):
                 raise StepError(
@@ -121,14 +133,14 @@ def prolog(call: StepCall) -> StepResult:
                 timeout=max(1.0, call.remaining()),
                 replace=ours,
             )
-            done = restore(store, manifest, req)
+            done = restore(store, manifest, req, via=_via_peers(call))
             nodecache.write_stamp(
                 cache, nodecache.Stamp(spec.prefix, key, ctx.uid, done.dev, done.ino, time.time())
             )
-            fetched, entries = done.fetched, done.entries
+            fetched, entries, peer_bytes = done.fetched, done.entries, done.peer_bytes
             detail = (
                 f"{note}restored {key} into {spec.prefix}: {entries} entries, "
-                f"{manifest.raw_bytes} bytes"
+                f"{manifest.raw_bytes} bytes, store_bytes={fetched} peer_bytes={peer_bytes}"
             )
     if ctx.first_node:
         try:
@@ -141,8 +153,28 @@ def prolog(call: StepCall) -> StepResult:
     state.write(state_path)
     env["BOOTSEER_DEPS_KEY"] = key
     return StepResult(
-        detail=f"{detail} in {time.monotonic() - t0:.2f}s", bytes=fetched + mbytes, env=env
+        detail=f"{detail} in {time.monotonic() - t0:.2f}s",
+        bytes=fetched + mbytes + peer_bytes,
+        env=env,
     )
+
+
+def _via_peers(call: StepCall) -> FrameVia | None:
+    """Frames through the node agent, which shares them among the job's nodes (each frame
+    leaves the store once per job); None for a one-node job or without p2p."""
+    from bootseer.p2p.via import agent_via
+
+    ctx = call.ctx
+    via = agent_via(
+        call.cfg,
+        ctx.job_id,
+        ctx.nodes,
+        lambda m: call.log(f"step=deps {m}"),
+        timeout=max(1.0, call.remaining() - 1.0),
+    )
+    if via is None:
+        return None
+    return lambda key, offset, length, sha: via("", key, offset, length, sha)
 
 
 def _empty_dir(path: str) -> bool:
@@ -168,7 +200,13 @@ def epilog(call: StepCall) -> StepResult:
         return StepResult(outcome="skipped", detail="the job's first node captures")
     if record is None and state.restored:
         return StepResult(outcome="skipped", detail=f"restored {state.restored}; nothing installed")
-    if record is not None and not record["fresh"]:
+    # Only what `bootseer deps run` installed, never whatever directory the job named.
+    if record is None:
+        return StepResult(
+            outcome="skipped",
+            detail=f"nothing installed by `bootseer deps run` into {state.prefix}: not captured",
+        )
+    if not record["fresh"] or record["prefix"] != state.prefix:
         return StepResult(
             outcome="skipped",
             detail=f"{state.prefix} was not empty before the install: not captured",
@@ -177,9 +215,10 @@ def epilog(call: StepCall) -> StepResult:
         return StepResult(
             outcome="skipped", detail=f"{state.prefix} does not exist: nothing to capture"
         )
-    command = record["command"] if record else None
-    names = record["names"] if record else None
-    return capture_for_job(call, ctx, cfg, state, command, names)
+    unsafe = unsafe_reason(state.prefix, ctx.uid)
+    if unsafe:
+        raise StepError(f"not capturing {state.prefix} on {ctx.node}: {unsafe}")
+    return capture_for_job(call, ctx, cfg, state, record["command"], record["names"])
 
 
 def _stamp_install(call: StepCall, prefix: str, key: str) -> None:

@@ -42,7 +42,9 @@ class FetchError(BootseerError):
 
 
 class BlockSource(Protocol):
-    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes: ...
+    def read_block(
+        self, index: int, block_digest: str, offset: int, length: int, priority: int
+    ) -> bytes: ...
 
     def describe(self) -> str: ...
 
@@ -53,7 +55,9 @@ class StoreSource:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes:
+    def read_block(
+        self, index: int, block_digest: str, offset: int, length: int, priority: int
+    ) -> bytes:
         return self.store.read_bytes(block_key(block_digest))
 
     def describe(self) -> str:
@@ -66,7 +70,9 @@ class FileSource:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes:
+    def read_block(
+        self, index: int, block_digest: str, offset: int, length: int, priority: int
+    ) -> bytes:
         fd = os.open(self.path, os.O_RDONLY)
         try:
             return os.pread(fd, length, offset)
@@ -124,6 +130,7 @@ class Fetcher:
         log: Callable[[str], None] = lambda _: None,
         quiet: float = 0.2,
         read_quiet: float = 1.0,
+        background_bps: float = 0.0,
     ) -> None:
         self.cache = cache
         self.timeout = timeout
@@ -132,6 +139,8 @@ class Fetcher:
         self.fail_ttl = min(2.0, timeout)
         self._failed: dict[str, float] = {}  # digest -> when a reader last gave up on it
         self.read_quiet = read_quiet
+        self.background_bps = background_bps  # 0: no cap
+        self._bg_next = 0.0  # when the pacer lets the next background byte go
         self.log = log
         self.stats = FetchStats()
         self._cond = threading.Condition()
@@ -280,6 +289,17 @@ class Fetcher:
                         del self._jobs[job.digest]
                     self._cond.notify_all()
 
+    def _pace(self, nbytes: int) -> None:
+        """Hold a background fetch so the fill stays under ``background_bps`` on average."""
+        if self.background_bps <= 0:
+            return
+        with self._cond:
+            now = time.monotonic()
+            start = max(now, self._bg_next)
+            self._bg_next = start + nbytes / self.background_bps
+        if start > now:
+            time.sleep(start - now)
+
     def _fetch(self, job: _Job) -> bytes:
         deadline = job.created + self.timeout
         attempt = 0
@@ -288,7 +308,11 @@ class Fetcher:
             if cached is not None:
                 return cached
             try:
-                data = job.source.read_block(job.index, job.digest, job.offset, job.length)
+                if job.priority == BACKGROUND:
+                    self._pace(job.length)
+                data = job.source.read_block(
+                    job.index, job.digest, job.offset, job.length, job.priority
+                )
                 if digest(data) == job.digest:
                     self.cache.put(job.digest, data)
                     with self._cond:

@@ -40,6 +40,10 @@ SQUASHFS_MAGIC = b"hsqs"
 STALE_LOCK = 900.0  # a registration lock older than this is a crashed registrar's
 
 
+class UnknownImage(ManifestError):
+    """No image is registered under this name."""
+
+
 class RegistrationPending(StoreError):
     """Another node is registering this path image and did not finish in time."""
 
@@ -74,7 +78,7 @@ def lookup_name(store: Store, ref: str) -> Manifest:
         doc: Any = json.loads(store.read_bytes(name_key(ref)))
         image_id = doc["image"]
     except FileNotFoundError:
-        raise ManifestError(
+        raise UnknownImage(
             f"no image named {ref!r} in {store.uri} (see `bootseer image ls`)"
         ) from None
     except (ValueError, KeyError, TypeError):
@@ -109,7 +113,7 @@ def list_paths(store: Store) -> list[dict[str, Any]]:
 def remove_name(store: Store, ref: str) -> None:
     key = name_key(ref)
     if not store.exists(key):
-        raise ManifestError(f"no image named {ref!r}")
+        raise UnknownImage(f"no image named {ref!r}")
     store.delete(key)
 
 

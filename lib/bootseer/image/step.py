@@ -17,13 +17,24 @@ the background fill, which becomes the ``image_background_fill`` phase.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from bootseer.errors import StepError, StoreError
 from bootseer.hooks.steps import StepCall, StepResult
-from bootseer.image.agent import AgentClient, AgentError, AgentUnavailable
+from bootseer.image.client import AgentClient
+from bootseer.image.protocol import (
+    AgentError,
+    AgentPending,
+    AgentTimeout,
+    AgentUnavailable,
+    Prepare,
+)
 from bootseer.image.registry import check_image_file
 
 MARGIN = 1.0  # seconds left to the runner after the agent's answer
+# The agent cannot serve the image in time, but the job may still read a path image
+# directly: no agent, another node still registering the image, no answer in time.
+FALL_BACK = (AgentUnavailable, AgentPending, AgentTimeout)
 
 
 def _fallback(call: StepCall, image: str, why: str) -> StepResult:
@@ -47,61 +58,72 @@ def prolog(call: StepCall) -> StepResult:
     wait = call.remaining() - MARGIN
     if wait <= 1:
         return _fallback(call, image, "no time left for the agent")
+    request = Prepare(
+        call.ctx.job_id,
+        call.ctx.uid,
+        call.ctx.gid,
+        image,
+        mode=call.ctx.options.mode,
+        deadline=wait - MARGIN,
+        nodelist=",".join(call.ctx.nodes),
+    )
     try:
-        resp = client.call(
-            "prepare",
-            timeout=wait,
-            job_id=call.ctx.job_id,
-            uid=call.ctx.uid,
-            gid=call.ctx.gid,
-            image=image,
-            mode=call.ctx.options.mode,
-            deadline=wait - MARGIN,
-        )
-    except AgentUnavailable as exc:
+        resp = client.prepare(request, timeout=wait)
+    except FALL_BACK as exc:
         return _fallback(call, image, str(exc))
     except AgentError as exc:
-        if "being registered" in str(exc) or "no answer" in str(exc):
-            return _fallback(call, image, str(exc))
         raise StepError(str(exc)) from None
-    p = resp.get("prefetch") or {}
+    p = resp.prefetch or {}
     fetched = int(p.get("fetched_bytes", 0))
     detail = (
-        f"image={resp['image'][:12]} size={resp['size']} hot_blocks={p.get('hot_blocks', 0)} "
+        f"image={resp.image[:12]} size={resp.size} hot_blocks={p.get('hot_blocks', 0)} "
         f"hot_bytes={p.get('hot_bytes', 0)} local_blocks={p.get('local_before', 0)} "
         f"fetched_blocks={p.get('fetched_blocks', 0)} fetched_bytes={fetched} "
         f"hit_ratio={p.get('hit_ratio', 1.0)} complete={p.get('complete', True)} "
-        f"trace_runs={resp.get('trace_runs', 0)}"
+        f"trace_runs={resp.trace_runs}{_sources(resp.peers, 'at_prepare')}"
     )
     env = {
-        "BOOTSEER_IMAGE": resp["path"],  # this job's lazy file
+        "BOOTSEER_IMAGE": resp.path,  # this job's lazy file
         "BOOTSEER_IMAGE_REF": image,  # what the job asked for (the same in every run)
         "BOOTSEER_AGENT_SOCKET": str(call.cfg.image.socket),
     }
     return StepResult(detail=detail, bytes=fetched, env=env)
 
 
+def _sources(peers: dict[str, Any] | None, part: str = "") -> str:
+    """`` store_bytes=S peer_bytes=P`` of the agent's peer stats (the job's whole life, or
+    one part of it), or nothing for a job without peers."""
+    if not peers:
+        return ""
+    counts = peers.get(part) if part else peers
+    if not isinstance(counts, dict):
+        return ""
+    out = f" store_bytes={counts.get('store_bytes', 0)} peer_bytes={counts.get('peer_bytes', 0)}"
+    if not part:
+        out += f" peer_failures={peers.get('peer_failures', 0)} corrupt={peers.get('corrupt', 0)}"
+    return out
+
+
 def epilog(call: StepCall) -> StepResult:
     client = AgentClient(call.cfg.image.socket)
     try:
-        resp = client.call(
-            "release", timeout=max(1.0, call.remaining() - MARGIN), job_id=call.ctx.job_id
-        )
+        resp = client.release(call.ctx.job_id, timeout=max(1.0, call.remaining() - MARGIN))
     except AgentUnavailable:
         return StepResult(outcome="skipped", detail="no node agent: no trace to save")
     except AgentError as exc:
         raise StepError(str(exc)) from None
-    if not resp.get("released"):
+    if not resp.released or resp.job is None:
         return StepResult(outcome="skipped", detail="the agent had no image for this job")
-    fill = resp.get("fill") or {}
+    fill = resp.job.fill or {}
     record_background_fill(call, fill)
     return StepResult(
         detail=(
-            f"trace={resp.get('trace')} recorded_blocks={resp.get('recorded_blocks')} "
-            f"fetched_before_first_step={resp.get('fetched_before_first_step')} "
+            f"trace={resp.trace} recorded_blocks={resp.job.recorded_blocks} "
+            f"fetched_before_first_step={resp.job.fetched_before_first_step} "
             f"fill_state={fill.get('state')} fill_blocks={fill.get('done')}/"
             f"{fill.get('blocks')} fill_bytes={fill.get('bytes')} "
             f"fill_start={fill.get('start')} fill_end={fill.get('end')}"
+            f"{_sources(resp.job.peers)}"
         ),  # the fill's bytes go to its own phase row, image_background_fill
     )
 

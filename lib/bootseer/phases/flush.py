@@ -4,7 +4,7 @@ Three flushes, one module:
 
 - ``prolog``: the prolog's rows, from a detached root process the prolog starts, so
   the job's start never waits for pyarrow or the store. On the job's first node it
-  also asks Slurm for the submit time, name and account (one ``scontrol -o show job``).
+  also asks Slurm for the submit time, name and account (one ``squeue --json``).
 - ``marks``: the job's marks so far, from a detached process started by the job
   when ``first_step`` ends (as the job's user: it needs write access to the store;
   without it nothing is lost, the epilog writes the same rows).
@@ -20,11 +20,10 @@ only make a running job visible sooner.
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,42 +36,55 @@ if TYPE_CHECKING:
     from bootseer.config import SiteConfig
     from bootseer.store import Store
 
-_SUBMIT = re.compile(r"(?:^|\s)SubmitTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\s|$)")
-_NAME = re.compile(r"(?:^|\s)JobName=(.*?) UserId=")
-_ACCOUNT = re.compile(r"(?:^|\s)Account=(\S+)")
+# squeue's JSON for every job in the queue: Slurm 22.05 ignores --jobs with --json.
+MAX_SQUEUE_JSON = 256 << 20
 
 
-def slurm_job_info(job_id: int, scontrol: Path, timeout: float) -> dict[str, object]:
-    """Submit time, name and account from ``scontrol -o show job`` (the prolog's
-    environment lacks them); empty if Slurm does not answer."""
+def slurm_job_info(job_id: int, squeue: Path, timeout: float) -> dict[str, object]:
+    """Submit time, name and account from ``squeue --json`` (the prolog's environment
+    lacks them); empty if Slurm does not answer. Structured output only: the job name is
+    the user's free text, so a line of ``scontrol -o show job`` cannot tell a real
+    ``SubmitTime=`` or ``Account=`` from one inside the name."""
     try:
-        out = subprocess.run(
-            [str(scontrol), "-o", "show", "job", str(int(job_id))],
+        r = subprocess.run(
+            [str(squeue), "--json", "--states=all", f"--jobs={int(job_id)}"],
             capture_output=True,
-            text=True,
             timeout=timeout,
             check=False,
-        ).stdout
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
+    if r.returncode != 0 or len(r.stdout) > MAX_SQUEUE_JSON:
+        return {}
+    try:
+        data = json.loads(r.stdout)
+    except (ValueError, RecursionError):
+        return {}
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    job = next(
+        (j for j in jobs or [] if isinstance(j, dict) and j.get("job_id") == int(job_id)), None
+    )
+    if job is None:
+        return {}
     info: dict[str, object] = {}
-    m = _SUBMIT.search(out)
-    if m:
-        # scontrol prints local time without a zone; it runs on this machine, so mktime agrees.
-        info["submit_time"] = time.mktime(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
-    m = _NAME.search(out)
-    if m:
-        info["job_name"] = m.group(1)[:200]
-    m = _ACCOUNT.search(out)
-    if m and m.group(1) != "(null)":
-        info["account"] = m.group(1)[:64]
+    submit = job.get("submit_time")
+    if isinstance(submit, dict):  # newer Slurm: {"set": true, "number": ...}
+        submit = submit.get("number") if submit.get("set", True) else None
+    if isinstance(submit, int) and not isinstance(submit, bool) and submit > 0:
+        info["submit_time"] = float(submit)
+    name = job.get("name")
+    if isinstance(name, str):
+        info["job_name"] = name[:200]
+    account = job.get("account")
+    if isinstance(account, str) and account and account != "(null)":
+        info["account"] = account[:64]
     return info
 
 
 def with_slurm_info(spool: Spool, meta: JobMeta, cfg: SiteConfig) -> JobMeta:
     if meta.submit_time is not None or not cfg.phases.submit_time:
         return meta
-    info = slurm_job_info(meta.job_id, cfg.phases.scontrol, cfg.phases.scontrol_timeout)
+    info = slurm_job_info(meta.job_id, cfg.phases.squeue, cfg.phases.squeue_timeout)
     if not info:
         return meta
     known = {k: v for k, v in meta.to_dict().items() if v not in ("", None)}

@@ -1,4 +1,9 @@
-"""Terminal rendering of reports with rich: tables, and a per-node timeline (Gantt bars)."""
+"""Terminal rendering of reports with rich: tables, and a per-node timeline (Gantt bars).
+
+Job names, users, accounts, phase names, outcomes and node names come from the job or
+from rows in the store, so every one of them is escaped (``esc``) or put in a ``Text``
+before rich sees it: a job named ``[/]`` must neither restyle the report nor crash it.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,13 @@ PALETTE = (
     "bright_blue",
     "bright_red",
 )
+
+
+def esc(value: object) -> str:
+    """``value`` as text that rich shows as it is (no markup)."""
+    from rich.markup import escape
+
+    return escape(str(value))
 
 
 def secs(v: float | None) -> str:
@@ -112,15 +124,15 @@ def phase_table(run: RunReport, palette: dict[str, str]) -> RenderableType:
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for p in run.phases:
-        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items()))
+        outcomes = esc(", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items())))
         bad = any(k in ("failed", "timed_out") for k in p.outcomes)
         table.add_row(
-            f"[{palette[p.phase]}]■[/] {p.phase}",
+            f"[{palette[p.phase]}]■[/] {esc(p.phase)}",
             str(p.nodes),
             secs(p.min),
             secs(p.median),
             secs(p.max),
-            p.slowest,
+            esc(p.slowest),
             f"[red]{outcomes}[/]" if bad else outcomes,
             nbytes(p.bytes),
         )
@@ -183,7 +195,7 @@ def history_table(report: JobReport) -> RenderableType | None:
     table.add_column("phase")
     for r in runs:
         mark = "" if r.job_id == report.job_id else " (earlier job)"
-        table.add_column(f"{r.label}{mark}", justify="right")
+        table.add_column(esc(f"{r.label}{mark}"), justify="right")
     seen: dict[str, float] = {}
     for r in runs:
         for p in r.phases:
@@ -201,7 +213,7 @@ def history_table(report: JobReport) -> RenderableType | None:
         for r in runs:
             stat = r.phase(name)
             cells.append("-" if stat is None else f"{secs(stat.median)} ({secs(stat.max)})")
-        table.add_row(name, *cells)
+        table.add_row(esc(name), *cells)
     table.add_row("[bold]startup[/]", *(f"[bold]{secs(r.startup)}[/]" for r in runs))
     table.add_row("queue wait", *(secs(r.queue_wait) for r in runs))
     table.add_row("nodes", *(str(r.node_count) for r in runs))
@@ -210,14 +222,17 @@ def history_table(report: JobReport) -> RenderableType | None:
 
 def render_job(report: JobReport, console: Console, run_index: int | None = None) -> None:
     from rich.rule import Rule
+    from rich.text import Text
 
     first = report.runs[0]
     gpus = f" x {first.gpus_per_node} GPUs" if first.gpus_per_node else ""
     console.print(
         Rule(
-            f"Job {report.job_id} {first.job_name!r}  user {first.user}"
-            + (f"  account {first.account}" if first.account else "")
-            + f"  {first.node_count} nodes{gpus}"
+            Text(
+                f"Job {report.job_id} {first.job_name!r}  user {first.user}"
+                + (f"  account {first.account}" if first.account else "")
+                + f"  {first.node_count} nodes{gpus}"
+            )
         )
     )
     palette = colors([*report.earlier, *report.runs])
@@ -270,7 +285,7 @@ def render_cluster(view: ClusterReport, console: Console) -> None:
     for col in ("phase", "node-seconds", "runs", "median per node"):
         phases.add_column(col, justify="left" if col == "phase" else "right")
     for p in view.top_phases:
-        phases.add_row(p.phase, f"{p.node_seconds:,.0f}", str(p.runs), secs(p.median))
+        phases.add_row(esc(p.phase), f"{p.node_seconds:,.0f}", str(p.runs), secs(p.median))
     console.print(phases)
     console.print(
         f"[dim]{view.rows:,} rows read in {view.read_seconds:.2f} s, "

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.deps import step
+from bootseer.deps import jobstate, step
+from bootseer.deps.archive import walk_prefix
 from bootseer.deps.capture import CaptureRequest, capture
 from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 from bootseer.errors import StepError
@@ -33,6 +34,24 @@ def fill(prefix: Path, uid: int) -> None:
     os.chmod(prefix / "bin" / "tool", 0o755)
     for p in [prefix, *prefix.rglob("*")]:
         os.chown(p, uid, uid, follow_symlinks=False)
+
+
+def installed(call, prefix: Path) -> None:  # type: ignore[no-untyped-def]
+    """What ``bootseer deps run`` leaves after an install into an empty ``prefix``: the
+    tree (``fill``) and the job's install record naming what it added."""
+    fill(prefix, call.ctx.uid)
+    job = call.job.sub("deps") / "job"
+    record = str(job / "install.json")
+    jobstate.write_install_record(
+        record,
+        {
+            "command": ["pip", "install"],
+            "names": walk_prefix(str(prefix)),
+            "prefix": str(prefix),
+            "fresh": True,
+        },
+    )
+    os.chown(record, call.ctx.uid, call.ctx.gid)
 
 
 def deps_run_in_job(scratch: Path, call, command: list[str]) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
@@ -85,7 +104,7 @@ def test_first_run_captures_second_run_restores(scratch: Path) -> None:
     first = step_call(scratch, cfg, job_id=1, uid=USER_A, user="ada", deps=spec)
     r = step.prolog(first)
     assert r.outcome == "skipped" and "no snapshot" in r.detail
-    fill(prefix, USER_A)
+    installed(first, prefix)
     r = step.epilog(first)
     assert r.outcome == "ok" and "captured" in r.detail and r.bytes > 0
 
@@ -157,7 +176,7 @@ def test_user_b_never_gets_user_a_snapshot(scratch: Path) -> None:
     spec = f"{prefix},key=req.txt,scope=cluster"  # asks to share; the site does not allow it
     a = step_call(scratch, cfg, job_id=21, uid=USER_A, user="ada", deps=spec)
     step.prolog(a)
-    fill(prefix, USER_A)
+    installed(a, prefix)
     assert "captured" in step.epilog(a).detail
     import shutil
 
@@ -170,7 +189,7 @@ def test_user_b_never_gets_user_a_snapshot(scratch: Path) -> None:
     shared = site(scratch, scopes=["user", "cluster"])
     a = step_call(scratch, shared, job_id=23, uid=USER_A, user="ada", deps=spec)
     step.prolog(a)
-    fill(prefix, USER_A)
+    installed(a, prefix)
     step.epilog(a)
     shutil.rmtree(prefix)
     b = step_call(scratch, shared, job_id=24, uid=USER_B, user="bob", deps=spec)
@@ -182,13 +201,9 @@ def test_many_jobs_on_one_node_restore_once(scratch: Path) -> None:
     needs_root()
     cfg = site(scratch)
     prefix = scratch / "env"
-    src = scratch / "src"
-    src.mkdir()
-    fill(src, USER_A)
-    # Capture from a copy so the snapshot's prefix is the jobs' prefix.
-    os.rename(src, prefix)
     first = step_call(scratch, cfg, job_id=31, uid=USER_A, user="ada", deps=str(prefix))
     step.prolog(first)
+    installed(first, prefix)
     step.epilog(first)
     import shutil
 
@@ -238,9 +253,88 @@ def test_a_prefix_bootseer_did_not_make_is_left_alone(scratch: Path) -> None:
     prefix = scratch / "env"
     a = step_call(scratch, cfg, job_id=51, uid=USER_A, user="ada", deps=str(prefix))
     step.prolog(a)
+    installed(a, prefix)
+    assert "captured" in step.epilog(a).detail
+    # Made anew by hand: another directory than the one the epilog stamped (the old one
+    # kept meanwhile, so the new one cannot get its inode number).
+    os.rename(prefix, scratch / "old-env")
     fill(prefix, USER_A)
-    step.epilog(a)
     b = step_call(scratch, cfg, job_id=52, uid=USER_A, user="ada", deps=str(prefix))
     with pytest.raises(StepError, match="not restored by bootseer"):
         step.prolog(b)
     assert (prefix / "lib" / "pkg" / "mod.py").exists()
+
+
+def test_the_epilog_captures_only_what_deps_run_installed(scratch: Path) -> None:
+    """A job naming a directory it never installed into (/usr/share/doc) gets nothing of
+    it into the store."""
+    needs_root()
+    cfg = site(scratch)
+    prefix = scratch / "env"
+    fill(prefix, USER_A)  # there, but not by `bootseer deps run`
+    a = step_call(scratch, cfg, job_id=61, uid=USER_A, user="ada", deps=str(prefix))
+    step.prolog(a)
+    r = step.epilog(a)
+    assert r.outcome == "skipped" and "nothing installed" in r.detail, r.detail
+    doc = step_call(scratch, cfg, job_id=62, uid=0, user="root", deps="/usr/share/doc")
+    step.prolog(doc)
+    r = step.epilog(doc)
+    assert r.outcome == "skipped" and "nothing installed" in r.detail, r.detail
+    assert not list((scratch / "store").rglob("manifest*"))
+
+
+def test_a_prefix_another_user_made_first_is_refused(scratch: Path) -> None:
+    """Mallory creates ada's predictable node-local prefix first, empty and world-writable:
+    the prolog refuses it (no restore into it), and so do deps run and the epilog."""
+    needs_root()
+    write_site(scratch)
+    cfg = site(scratch)
+    prefix = scratch / "env"
+    prefix.mkdir()
+    os.chown(prefix, USER_B, USER_B)
+    os.chmod(prefix, 0o777)
+    a = step_call(scratch, cfg, job_id=71, uid=USER_A, user="ada", deps=str(prefix))
+    with pytest.raises(StepError, match="belongs to uid 4343, not the job's user"):
+        step.prolog(a)
+    # The prolog's state is there, so the epilog runs; it refuses to capture.
+    installed(a, prefix)
+    with pytest.raises(StepError, match="not capturing"):
+        step.epilog(a)
+    assert not list((scratch / "store").rglob("manifest*"))
+
+
+@pytest.mark.parametrize(
+    ("parent_owner", "mode", "needle"),
+    [
+        (0, 0o777, "writable by other users without the sticky bit"),
+        (USER_B, 0o755, "belongs to uid 4343"),
+    ],
+)
+def test_a_prefix_under_a_directory_others_can_change_is_refused(
+    scratch: Path, parent_owner: int, mode: int, needle: str
+) -> None:
+    needs_root()
+    cfg = site(scratch)
+    parent = scratch / "shared"
+    parent.mkdir()
+    os.chown(parent, parent_owner, parent_owner)
+    os.chmod(parent, mode)
+    a = step_call(scratch, cfg, job_id=81, uid=USER_A, user="ada", deps=str(parent / "env"))
+    with pytest.raises(StepError, match=needle):
+        step.prolog(a)
+
+
+def test_deps_run_refuses_a_prefix_of_another_user(scratch: Path) -> None:
+    needs_root()
+    write_site(scratch)
+    cfg = site(scratch)
+    prefix = scratch / "env"
+    call = step_call(scratch, cfg, job_id=91, uid=0, user="root", deps=str(prefix))
+    step.prolog(call)
+    prefix.mkdir()  # made by another user after the prolog looked
+    os.chown(prefix, USER_B, USER_B)
+    os.chmod(prefix, 0o777)
+    out = deps_run_in_job(scratch, call, ["sh", "-c", f"touch {prefix}/x"])
+    assert out.returncode != 0 and "refusing to install into" in out.stderr, out.stderr
+    assert not (prefix / "x").exists()
+    assert step.epilog(call).outcome == "skipped"

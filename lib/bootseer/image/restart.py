@@ -1,0 +1,73 @@
+"""What the agent keeps on disk about each prepared job, so a restart loses no job.
+
+A job's lazy image file must keep working when the agent restarts (an upgrade, a
+crash) while the job runs: the prolog's answer named that file and the job holds it.
+So ``prepare`` writes one small JSON file per job, ``release`` removes it, and a
+starting agent reads them all back (:meth:`bootseer.image.jobs.Jobs.restore`). The
+trace recorded before the restart is lost; the file is not.
+
+    >>> state = RestartState(Path("/var/cache/bootseer/image/jobs"), print)
+    >>> state.save(SavedJob(42, 1000, 1000, "pytorch:24.05", "ab12...", False, None))
+    >>> [job.job_id for job in state.load()]
+    [42]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SavedJob:
+    job_id: int
+    uid: int
+    gid: int
+    ref: str  # what the job asked for
+    image: str  # the manifest id
+    refresh: bool
+    path: str | None  # the image file a path image's blocks are read from; None: the store
+
+
+class RestartState:
+    """One ``<job_id>.json`` per prepared job in ``directory`` (root's alone)."""
+
+    def __init__(self, directory: Path, log: Callable[[str], None]) -> None:
+        self.dir = directory
+        self.log = log
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def _file(self, job_id: int) -> Path:
+        return self.dir / f"{job_id}.json"
+
+    def save(self, job: SavedJob) -> None:
+        tmp = self.dir / f".{job.job_id}.json.tmp"
+        tmp.write_text(json.dumps(asdict(job)))
+        os.replace(tmp, self._file(job.job_id))
+
+    def forget(self, job_id: int, why: str = "") -> None:
+        if why:
+            self.log(f"state {job_id}.json not restored: {why}")
+        self._file(job_id).unlink(missing_ok=True)
+
+    def load(self) -> Iterator[SavedJob]:
+        """Every saved job; a damaged file is logged and removed."""
+        for f in sorted(self.dir.glob("*.json")):
+            try:
+                doc = json.loads(f.read_text())
+                path = doc.get("path")
+                yield SavedJob(
+                    int(doc["job_id"]),
+                    int(doc["uid"]),
+                    int(doc["gid"]),
+                    str(doc["ref"]),
+                    str(doc["image"]),
+                    bool(doc["refresh"]),
+                    str(path) if path else None,
+                )
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                self.log(f"state {f.name} not restored: {exc}")
+                f.unlink(missing_ok=True)

@@ -1,0 +1,55 @@
+"""Who may fetch a job's pieces from a peer: agents that hold the job's token.
+
+The token is an HMAC of the job id under the site key, a file only root can read, the
+same on every node (``[p2p] key_file``). Every node's agent derives it on its own; no
+user ever sees it, so a user (even on one of the job's nodes) cannot ask a peer for
+pieces, and a node of another job cannot either::
+
+    >>> job_token(b"k" * 32, 42).hex()[:16]
+    'd26eb31aa54afb58'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import stat
+from pathlib import Path
+
+from bootseer.errors import ConfigError
+
+MIN_KEY = 16
+
+
+def job_token(site_key: bytes, job_id: int) -> bytes:
+    return hmac.new(site_key, b"bootseer p2p v1 job %d" % job_id, hashlib.sha256).digest()
+
+
+def check_token(site_key: bytes, job_id: int, token_hex: str) -> bool:
+    try:
+        given = bytes.fromhex(token_hex)
+    except ValueError:
+        return False
+    return hmac.compare_digest(given, job_token(site_key, job_id))
+
+
+def load_site_key(path: Path) -> bytes:
+    """The site key; refused unless it is root's and no one else may read or write it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ConfigError(f"p2p.key_file {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
+            raise ConfigError(
+                f"p2p.key_file {path} must be a regular file owned by root with mode 0600 "
+                f"(it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
+            )
+        key = os.read(fd, 4096).strip()
+    finally:
+        os.close(fd)
+    if len(key) < MIN_KEY:
+        raise ConfigError(f"p2p.key_file {path} holds {len(key)} bytes; at least {MIN_KEY}")
+    return key

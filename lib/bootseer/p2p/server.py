@@ -1,0 +1,147 @@
+"""The agent's peer server: serves a job's pieces to that job's other nodes, and no one else.
+
+A request must carry the job's token (:mod:`.auth`) and come from an address of one of
+the job's nodes; the piece must be one of the job's. An owner that does not hold the
+piece yet fetches it first (``ServedJob.provide``). Connections are capped; an idle one
+is closed after ``idle_timeout`` seconds::
+
+    >>> server = PeerServer(("0.0.0.0", 7461), site_key, jobs.get, log)
+    >>> server.start(); ...; server.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bootseer.p2p.auth import check_token
+from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest, read_message
+
+
+@dataclass(frozen=True)
+class ServedJob:
+    """What the server needs of one job the agent prepared."""
+
+    addresses: frozenset[str]  # the job's nodes' addresses: only they may ask
+    # (request, deadline) -> the piece's bytes; PeerError("missing"/"failed") otherwise
+    provide: Callable[[PieceRequest, float], bytes]
+
+
+class PeerServer:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        site_key: bytes,
+        lookup: Callable[[int], ServedJob | None],
+        log: Callable[[str], None],
+        max_connections: int = 256,
+        job_wait: float = 5.0,
+        serve_timeout: float = 30.0,
+        idle_timeout: float = 120.0,
+    ) -> None:
+        self.site_key = site_key
+        self.lookup = lookup
+        self.log = log
+        self.max_connections = max_connections
+        self.job_wait = job_wait
+        self.serve_timeout = serve_timeout
+        self.idle_timeout = idle_timeout
+        self.served_bytes = 0
+        self.served_pieces = 0
+        self.refused = 0
+        self._active = 0
+        self._jobs_changed = threading.Condition()
+        self._lock = threading.Lock()
+        self._sock = socket.create_server(address, reuse_port=False, backlog=128)
+        self.port = self._sock.getsockname()[1]
+        self._closed = False
+
+    def start(self) -> None:
+        threading.Thread(target=self._accept, name="peer-accept", daemon=True).start()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+
+    def jobs_changed(self) -> None:
+        """The agent prepared a job: wake requests waiting for it."""
+        with self._jobs_changed:
+            self._jobs_changed.notify_all()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, addr = self._sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                full = self._active >= self.max_connections
+                if not full:
+                    self._active += 1
+            if full:
+                conn.close()
+                continue
+            threading.Thread(
+                target=self._serve, args=(conn, addr[0]), name="peer-serve", daemon=True
+            ).start()
+
+    def _serve(self, conn: socket.socket, peer: str) -> None:
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while True:
+                conn.settimeout(self.idle_timeout)
+                doc = read_message(conn)
+                if doc is None:
+                    return
+                try:
+                    req = PieceRequest.decode(doc)
+                    data = self._answer(req, peer)
+                except PeerError as exc:
+                    conn.sendall(PieceReply(error=exc.kind, message=str(exc)).encode())
+                    if exc.kind in ("protocol", "refused"):
+                        return
+                    continue
+                with self._lock:
+                    self.served_bytes += len(data)
+                    self.served_pieces += 1
+                conn.sendall(PieceReply(size=len(data)).encode())
+                conn.sendall(data)
+        except (OSError, PeerError):
+            pass
+        finally:
+            conn.close()
+            with self._lock:
+                self._active -= 1
+
+    def _answer(self, req: PieceRequest, peer: str) -> bytes:
+        if not check_token(self.site_key, req.job_id, req.token):
+            self._refuse(f"peer {peer}: bad token for job {req.job_id}")
+        job = self._wait_for(req.job_id)
+        if job is None:
+            raise PeerError("unknown", f"job {req.job_id} is not prepared here")
+        if peer not in job.addresses:
+            self._refuse(f"peer {peer}: not a node of job {req.job_id}")
+        return job.provide(req, time.monotonic() + self.serve_timeout)
+
+    def _refuse(self, why: str) -> None:
+        with self._lock:
+            self.refused += 1
+        self.log(f"p2p: refused {why}")
+        raise PeerError("refused", "refused")  # the asker learns nothing more
+
+    def _wait_for(self, job_id: int) -> ServedJob | None:
+        """The job, waiting a little for its prolog on this node (nodes start it apart)."""
+        deadline = time.monotonic() + self.job_wait
+        with self._jobs_changed:
+            while (job := self.lookup(job_id)) is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._jobs_changed.wait(left)
+        return job

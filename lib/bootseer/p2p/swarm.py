@@ -1,0 +1,133 @@
+"""One job's peers as one node sees them: who owns a piece, who is dead, what came from where.
+
+``fetch`` returns a piece from its owner, verified, or None when this node must go to
+the store itself: it owns the piece, the owner is dead or slow or served bad bytes (it
+is then skipped for ``dead_for`` seconds, so a node never waits on a dead peer twice)::
+
+    >>> swarm = Swarm(42, "n2", ("n1", "n2"), token, resolve, client, log)
+    >>> data = swarm.fetch(piece_digest, PREFETCH) or store.read_bytes(key)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from bootseer.p2p.client import Address, PeerClient
+from bootseer.p2p.owner import owner
+from bootseer.p2p.wire import PeerError, PieceRequest
+
+RESCUE_PEERS = 3  # nodes asked for a piece the store failed to give
+
+
+@dataclass
+class SwarmStats:
+    peer_bytes: int = 0  # verified bytes received from peers
+    store_bytes: int = 0  # bytes this node fetched from the store itself (counted by callers)
+    peer_failures: int = 0
+    corrupt: int = 0  # pieces a peer served with the wrong digest (refused)
+    dropped: dict[str, str] = field(default_factory=dict)  # node -> why it was last dropped
+
+
+class Swarm:
+    def __init__(
+        self,
+        job_id: int,
+        node: str,
+        nodes: Sequence[str],
+        token: bytes,
+        resolve: Callable[[str], Address],
+        client: PeerClient,
+        log: Callable[[str], None],
+        dead_for: float = 30.0,
+    ) -> None:
+        self.job_id = job_id
+        self.node = node
+        self.nodes = tuple(nodes)
+        self.token = token.hex()
+        self.resolve = resolve
+        self.client = client
+        self.log = log
+        self.dead_for = dead_for
+        self.stats = SwarmStats()
+        self._dead_until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def owner(self, piece: str) -> str | None:
+        """The node to ask for ``piece``; None when this node fetches it from the store."""
+        if len(self.nodes) < 2 or self.node not in self.nodes:
+            return None
+        o = owner(piece, self.nodes)
+        if o == self.node or self._dead_until.get(o, 0.0) > time.monotonic():
+            return None
+        return o
+
+    def fetch(
+        self, piece: str, priority: int, where: tuple[str, str, int, int] | None = None
+    ) -> bytes | None:
+        """``piece`` from its owner, verified; None: fetch it from the store yourself.
+        ``where`` (target, store key, offset, length) locates a piece outside an image."""
+        o = self.owner(piece)
+        return None if o is None else self._ask(o, piece, priority, where)
+
+    def rescue(
+        self, piece: str, priority: int, where: tuple[str, str, int, int] | None = None
+    ) -> bytes | None:
+        """``piece`` from any of a few other live nodes, for when the store failed: one
+        that holds it (an earlier job's, a fill's) still serves it. None if none does."""
+        others = [
+            n
+            for n in self.nodes
+            if n != self.node and self._dead_until.get(n, 0.0) <= time.monotonic()
+        ]
+        start = int(piece[:8], 16)
+        for k in range(min(RESCUE_PEERS, len(others))):
+            node = others[(start + k) % len(others)]
+            data = self._ask(node, piece, priority, where, cached_only=True)
+            if data is not None:
+                return data
+        return None
+
+    def _ask(
+        self,
+        o: str,
+        piece: str,
+        priority: int,
+        where: tuple[str, str, int, int] | None,
+        cached_only: bool = False,
+    ) -> bytes | None:
+        target, key, offset, length = where or ("", "", 0, 0)
+        req = PieceRequest(
+            self.job_id, self.token, piece, priority, key, offset, length, target, cached_only
+        )
+        try:
+            data = self.client.fetch(self.resolve(o), req)
+        except PeerError as exc:
+            if not (cached_only and exc.kind == "missing"):  # not holding it is no fault
+                self._drop(o, f"{exc.kind}: {exc}")
+            return None
+        except OSError as exc:  # the name did not resolve
+            self._drop(o, f"unresolvable: {exc}")
+            return None
+        if hashlib.sha256(data).hexdigest() != piece:
+            with self._lock:
+                self.stats.corrupt += 1
+            self._drop(o, f"served {len(data)} bytes that do not match piece {piece[:12]}")
+            return None
+        with self._lock:
+            self.stats.peer_bytes += len(data)
+        return data
+
+    def count_store(self, nbytes: int) -> None:
+        with self._lock:
+            self.stats.store_bytes += nbytes
+
+    def _drop(self, node: str, why: str) -> None:
+        with self._lock:
+            self.stats.peer_failures += 1
+            self.stats.dropped[node] = why
+            self._dead_until[node] = time.monotonic() + self.dead_for
+        self.log(f"job={self.job_id} p2p: peer {node} dropped for {self.dead_for:g}s: {why}")

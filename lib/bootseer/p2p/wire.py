@@ -1,0 +1,150 @@
+"""The peer protocol: one typed request and reply, framed, on a persistent TCP connection.
+
+Each message is a 4-byte big-endian length and a JSON object; a reply that carries a
+piece is followed by exactly ``size`` bytes::
+
+    >>> PieceRequest(42, "ab" * 32, "cd" * 32, 1).encode()[:4]
+    b'\\x00\\x00\\x00\\xb0'
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bootseer.errors import BootseerError
+
+MAX_HEADER = 4096  # no request or reply header is longer; a longer one ends the connection
+MAX_PIECE = 64 << 20
+
+
+class PeerError(BootseerError):
+    """A peer could not serve a piece; ``kind`` says why (one of :data:`KINDS`)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+# refused: not authenticated for the job; unknown: the job is not (yet) on that node;
+# missing: not a piece of the job; failed: the owner could not fetch it; protocol: bad bytes
+KINDS = ("refused", "unknown", "missing", "failed", "protocol", "unreachable", "timeout")
+
+
+@dataclass(frozen=True)
+class PieceRequest:
+    job_id: int
+    token: str  # hex of the job's token (auth.job_token)
+    piece: str  # hex SHA-256 of the piece
+    priority: int  # the fetch priority the asking node needs it at (fetch.DEMAND ...)
+    # Where the piece is in the store, for pieces outside an image's manifest (a
+    # snapshot's frames): a byte range of one object. Empty for image blocks.
+    key: str = ""
+    offset: int = 0
+    length: int = 0
+    target: str = ""  # the store the key is in: a checkpoint target's URI, "" the main store
+    cached_only: bool = False  # answer only from what the peer holds (the store failed)
+
+    def encode(self) -> bytes:
+        return _frame(asdict(self))
+
+    @classmethod
+    def decode(cls, doc: Any) -> PieceRequest:
+        try:
+            req = cls(
+                int(doc["job_id"]),
+                str(doc["token"]),
+                str(doc["piece"]),
+                int(doc["priority"]),
+                str(doc.get("key", "")),
+                int(doc.get("offset", 0)),
+                int(doc.get("length", 0)),
+                str(doc.get("target", "")),
+                doc.get("cached_only", False) is True,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise PeerError("protocol", "malformed piece request") from None
+        if (
+            len(req.piece) != 64
+            or len(req.token) != 64
+            or not 0 < req.job_id < 2**40
+            or len(req.key) > 1024
+            or len(req.target) > 1024
+            or req.offset < 0
+            or not 0 <= req.length <= MAX_PIECE
+        ):
+            raise PeerError("protocol", "malformed piece request")
+        return req
+
+
+@dataclass(frozen=True)
+class PieceReply:
+    size: int = 0  # bytes of the piece that follow
+    error: str = ""  # a kind from KINDS, or "" when the piece follows
+    message: str = ""
+
+    def encode(self) -> bytes:
+        return _frame(asdict(self))
+
+    @classmethod
+    def decode(cls, doc: Any) -> PieceReply:
+        try:
+            reply = cls(int(doc["size"]), str(doc["error"]), str(doc["message"]))
+        except (KeyError, TypeError, ValueError):
+            raise PeerError("protocol", "malformed piece reply") from None
+        if not 0 <= reply.size <= MAX_PIECE:
+            raise PeerError("protocol", f"piece size {reply.size} out of bounds")
+        return reply
+
+    def raise_error(self) -> None:
+        if self.error:
+            kind = self.error if self.error in KINDS else "protocol"
+            raise PeerError(kind, self.message or kind)
+
+
+def _frame(doc: dict[str, Any]) -> bytes:
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def read_message(sock: socket.socket, deadline: float | None = None) -> Any | None:
+    """The next message's JSON, or None if the peer closed the connection cleanly."""
+    head = recv_exact(sock, 4, deadline, eof_ok=True)
+    if head is None:
+        return None
+    (n,) = struct.unpack(">I", head)
+    if n > MAX_HEADER:
+        raise PeerError("protocol", f"message of {n} bytes is too long")
+    body = recv_exact(sock, n, deadline)
+    assert body is not None
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise PeerError("protocol", "message is not JSON") from None
+
+
+def recv_exact(
+    sock: socket.socket, n: int, deadline: float | None = None, eof_ok: bool = False
+) -> bytes | None:
+    """``n`` bytes; with a ``deadline`` (monotonic), all of them by then or TimeoutError,
+    however slowly the peer trickles them."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{got} of {n} bytes by the deadline")
+            sock.settimeout(left)
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            if eof_ok and got == 0:
+                return None
+            raise PeerError("protocol", f"connection closed after {got} of {n} bytes")
+        got += k
+    return bytes(buf)

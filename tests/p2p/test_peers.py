@@ -1,0 +1,231 @@
+"""Peers over real TCP on loopback: serve, authenticate, verify, drop the bad ones in time."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from bootseer.image.peers import PeerSource
+from bootseer.p2p.auth import job_token
+from bootseer.p2p.client import PeerClient
+from bootseer.p2p.owner import owner
+from bootseer.p2p.server import PeerServer, ServedJob
+from bootseer.p2p.swarm import Swarm
+from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest, read_message
+
+KEY = b"site-key-" + b"x" * 32
+JOB = 42
+LOOPBACK = frozenset({"127.0.0.1"})
+
+
+def piece_owned_by(node: str, nodes: tuple[str, ...]) -> tuple[str, bytes]:
+    """Some bytes whose digest ``owner`` gives to ``node``."""
+    while True:
+        data = os.urandom(64 << 10)
+        d = hashlib.sha256(data).hexdigest()
+        if owner(d, nodes) == node:
+            return d, data
+
+
+def provider(pieces: dict[str, bytes]) -> Callable[[PieceRequest, float], bytes]:
+    def provide(req: PieceRequest, deadline: float) -> bytes:
+        if req.piece not in pieces:
+            raise PeerError("missing", f"{req.piece[:12]} is not a piece of job {JOB}")
+        return pieces[req.piece]
+
+    return provide
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., PeerServer]]:
+    servers: list[PeerServer] = []
+
+    def start(jobs: dict[int, ServedJob], **kw: float) -> PeerServer:
+        s = PeerServer(("127.0.0.1", 0), KEY, jobs.get, lambda _: None, **kw)  # type: ignore[arg-type]
+        s.start()
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def swarm_to(port: int, node: str = "n2", job: int = JOB, timeout: float = 5.0) -> Swarm:
+    return Swarm(
+        job,
+        node,
+        ("n1", "n2"),
+        job_token(KEY, job),
+        lambda n: ("127.0.0.1", port),
+        PeerClient(timeout=timeout),
+        lambda _: None,
+    )
+
+
+def test_a_piece_comes_from_its_owner_verified(serve: Callable[..., PeerServer]) -> None:
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    server = serve({JOB: ServedJob(LOOPBACK, provider({d: data}))})
+    swarm = swarm_to(server.port)
+    assert swarm.fetch(d, 1) == data
+    assert swarm.fetch(d, 1) == data  # again, on the kept connection
+    assert swarm.stats.peer_bytes == 2 * len(data)
+    assert server.served_pieces == 2
+
+
+def test_the_owner_fetches_from_the_store_itself(serve: Callable[..., PeerServer]) -> None:
+    d, _ = piece_owned_by("n2", ("n1", "n2"))
+    server = serve({})
+    assert swarm_to(server.port).fetch(d, 1) is None  # n2 owns it: no peer asked
+    assert server.served_pieces == 0
+
+
+def test_a_wrong_token_or_another_jobs_token_is_refused(serve: Callable[..., PeerServer]) -> None:
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    server = serve({JOB: ServedJob(LOOPBACK, provider({d: data}))})
+    client = PeerClient(timeout=5)
+    for token in (job_token(KEY, JOB + 1), job_token(b"another-key" * 3, JOB), b"\0" * 32):
+        with pytest.raises(PeerError) as err:
+            client.fetch(("127.0.0.1", server.port), PieceRequest(JOB, token.hex(), d, 1))
+        assert err.value.kind == "refused"
+    assert server.refused == 3 and server.served_pieces == 0
+
+
+def test_an_address_outside_the_job_is_refused(serve: Callable[..., PeerServer]) -> None:
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    server = serve({JOB: ServedJob(frozenset({"10.9.9.9"}), provider({d: data}))})
+    swarm = swarm_to(server.port)
+    assert swarm.fetch(d, 1) is None
+    assert server.refused == 1 and "refused" in swarm.stats.dropped["n1"]
+
+
+def test_bad_bytes_are_refused_and_the_peer_dropped(serve: Callable[..., PeerServer]) -> None:
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    bad = bytes([data[0] ^ 1]) + data[1:]
+    server = serve({JOB: ServedJob(LOOPBACK, provider({d: bad}))})
+    swarm = swarm_to(server.port)
+    assert swarm.fetch(d, 1) is None
+    assert swarm.stats.corrupt == 1 and swarm.stats.peer_bytes == 0
+    # Dropped: the next piece it owns goes straight to the store, no peer asked.
+    assert swarm.owner(d) is None
+    assert server.served_pieces == 1
+
+
+def test_a_dead_peer_costs_no_wait(serve: Callable[..., PeerServer]) -> None:
+    d, _ = piece_owned_by("n1", ("n1", "n2"))
+    server = serve({})
+    port = server.port
+    server.close()
+    t0 = time.monotonic()
+    swarm = swarm_to(port)
+    assert swarm.fetch(d, 1) is None
+    assert time.monotonic() - t0 < 1.0
+    assert "unreachable" in swarm.stats.dropped["n1"]
+
+
+def test_a_hung_peer_is_dropped_within_the_timeout() -> None:
+    """A peer that accepts and never answers (stopped, wedged) costs one timeout, once."""
+    d, _ = piece_owned_by("n1", ("n1", "n2"))
+    hung = socket.create_server(("127.0.0.1", 0))
+    try:
+        swarm = swarm_to(hung.getsockname()[1], timeout=0.5)
+        t0 = time.monotonic()
+        assert swarm.fetch(d, 1) is None
+        assert 0.4 < time.monotonic() - t0 < 2.0
+        assert "timeout" in swarm.stats.dropped["n1"]
+    finally:
+        hung.close()
+
+
+def test_a_request_waits_for_the_job_to_be_prepared(serve: Callable[..., PeerServer]) -> None:
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    jobs: dict[int, ServedJob] = {}
+    server = serve(jobs, job_wait=5.0)
+    prepared = threading.Timer(
+        0.3,
+        lambda: (
+            jobs.__setitem__(JOB, ServedJob(LOOPBACK, provider({d: data}))),
+            server.jobs_changed(),
+        ),
+    )
+    prepared.start()
+    assert swarm_to(server.port).fetch(d, 1) == data
+
+
+def test_an_unknown_job_is_answered_after_the_wait(serve: Callable[..., PeerServer]) -> None:
+    d, _ = piece_owned_by("n1", ("n1", "n2"))
+    server = serve({}, job_wait=0.2)
+    swarm = swarm_to(server.port)
+    assert swarm.fetch(d, 1) is None
+    assert "unknown" in swarm.stats.dropped["n1"]
+
+
+def test_a_peer_killed_mid_transfer_is_dropped_at_once() -> None:
+    """A peer that dies after half a piece (its agent killed): the asker gets None at
+    once, not after the timeout, and goes to the store."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    half_dead = socket.create_server(("127.0.0.1", 0))
+
+    def serve_half() -> None:
+        conn, _ = half_dead.accept()
+        read_message(conn)
+        conn.sendall(PieceReply(size=len(data)).encode() + data[: len(data) // 2])
+        conn.close()
+
+    t = threading.Thread(target=serve_half, daemon=True)
+    t.start()
+    try:
+        swarm = swarm_to(half_dead.getsockname()[1], timeout=5.0)
+        t0 = time.monotonic()
+        assert swarm.fetch(d, 1) is None
+        assert time.monotonic() - t0 < 1.0
+        assert "closed after" in swarm.stats.dropped["n1"]
+        assert swarm.stats.peer_bytes == 0
+    finally:
+        half_dead.close()
+
+
+class DownStore:
+    """A block source whose store is down."""
+
+    def read_block(self, index: int, digest: str, offset: int, length: int, priority: int) -> bytes:
+        raise ConnectionError("store unreachable")
+
+    def describe(self) -> str:
+        return "a store that is down"
+
+
+def test_a_store_that_is_down_while_a_peer_holds_the_piece(
+    serve: Callable[..., PeerServer],
+) -> None:
+    """n2 owns the piece, so it would read the store; the store is down, and n1 (which
+    holds the piece, from an earlier job) serves it from what it holds."""
+    d, data = piece_owned_by("n2", ("n1", "n2"))
+    asked: list[bool] = []
+
+    def holder(req: PieceRequest, deadline: float) -> bytes:
+        asked.append(req.cached_only)
+        return data
+
+    server = serve({JOB: ServedJob(LOOPBACK, holder)})
+    source = PeerSource(DownStore(), swarm_to(server.port))
+    assert source.read_block(0, d, 0, len(data), 1) == data
+    assert asked == [True]  # a rescue asks for what the peer holds, never a fetch
+    assert source.swarm.stats.store_bytes == 0
+
+
+def test_the_store_error_stands_when_no_peer_holds_the_piece(
+    serve: Callable[..., PeerServer],
+) -> None:
+    d, data = piece_owned_by("n2", ("n1", "n2"))
+    server = serve({JOB: ServedJob(LOOPBACK, provider({}))})
+    swarm = swarm_to(server.port)
+    with pytest.raises(ConnectionError):
+        PeerSource(DownStore(), swarm).read_block(0, d, 0, len(data), 1)
+    assert "n1" not in swarm.stats.dropped  # not holding a piece is no fault
