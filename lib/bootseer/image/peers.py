@@ -23,9 +23,17 @@ class PeerSource:
         self, index: int, block_digest: str, offset: int, length: int, priority: int
     ) -> bytes:
         data = self.swarm.fetch(block_digest, priority)
-        if data is None:
+        if data is not None:
+            return data
+        try:
             data = self.origin.read_block(index, block_digest, offset, length, priority)
-            self.swarm.count_store(len(data))
+        except Exception:
+            # The store is down or lost the block: a peer may hold it all the same.
+            data = self.swarm.rescue(block_digest, priority)
+            if data is None:
+                raise
+            return data
+        self.swarm.count_store(len(data))
         return data
 
     def describe(self) -> str:
