@@ -122,7 +122,7 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ns = sorted({int(round(10 ** (k / 8))) for k in range(0, 33)})
+    ns = sorted({round(10 ** (k / 8)) for k in range(0, 33)})
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for v, color in (("baseline", "tab:red"), ("bootseer", "tab:blue")):
         ax.plot(
@@ -135,8 +135,8 @@ def plot(
     ax.set_xlabel("nodes in the job")
     ax.set_ylabel("startup (s): allocation to the last node's first step")
     ax.set_title(
-        "Startup against job size (store link %.0f Mbit/s, node links %.0f Mbit/s)"
-        % (rs / MBIT / EFFICIENCY, rn / MBIT / EFFICIENCY),
+        f"Startup against job size (store link {rs / MBIT / EFFICIENCY:.0f} Mbit/s, "
+        f"node links {rn / MBIT / EFFICIENCY:.0f} Mbit/s)",
         fontsize=9,
     )
     ax.grid(True, which="both", alpha=0.3)
