@@ -149,7 +149,9 @@ class P2PSection:
     key_file: Path = Path("/etc/bootseer/site.key")
     # Node name -> address, /etc/hosts format; unset: the system's resolver.
     hosts_file: Path | None = None
-    peer_timeout: float = 10.0  # a peer's answer takes at most this long, then the store
+    # The longest a piece from a peer may take (an owner waiting on the store says so every
+    # second; one silent for 3 s is dropped at once), then the store.
+    peer_timeout: float = 30.0
     dead_for: float = 30.0  # a peer that failed is skipped this long
     max_connections: int = 256  # peer connections an agent serves at once
 

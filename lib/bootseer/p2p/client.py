@@ -15,6 +15,7 @@ from collections import defaultdict
 
 from bootseer.p2p.auth import prove
 from bootseer.p2p.wire import (
+    LIVENESS,
     Hello,
     PeerError,
     PieceReply,
@@ -46,21 +47,25 @@ class PeerClient:
             proof = prove(token, nonce, req.job_id, req.piece)
             sock.settimeout(max(0.01, deadline - time.monotonic()))
             sock.sendall(dataclasses.replace(req, proof=proof).encode())
-            doc = read_message(sock, deadline)
-            if doc is None:
-                raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
-            reply = PieceReply.decode(doc)
+            while True:  # heartbeats while the owner gets the piece; silence means dead
+                doc = read_message(sock, min(deadline, time.monotonic() + LIVENESS))
+                if doc is None:
+                    raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
+                reply = PieceReply.decode(doc)
+                if not reply.pending:
+                    break
             if reply.error:
                 # The server keeps the connection after a miss, not after a refusal.
                 keep = reply.error not in ("refused", "protocol")
                 reply.raise_error()
-            data = recv_exact(sock, reply.size, deadline)
+            data = recv_exact(sock, reply.size, deadline)  # all of it by the deadline
             assert data is not None
             keep = True
             return data
         except TimeoutError:
             raise PeerError(
-                "timeout", f"peer {addr[0]}: no piece within {self.timeout:g}s"
+                "timeout",
+                f"peer {addr[0]}: no piece within {self.timeout:g}s, or silent for {LIVENESS:g}s",
             ) from None
         except OSError as exc:
             raise PeerError("unreachable", f"peer {addr[0]}:{addr[1]}: {exc}") from None
@@ -78,7 +83,7 @@ class PeerClient:
         sock = socket.create_connection(addr, timeout=self.connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            hello = read_message(sock, deadline)
+            hello = read_message(sock, min(deadline, time.monotonic() + LIVENESS))
             if hello is None:
                 raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
             return sock, Hello.decode(hello)

@@ -20,7 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bootseer.p2p.auth import check_proof
-from bootseer.p2p.wire import Hello, PeerError, PieceReply, PieceRequest, read_message
+from bootseer.p2p.wire import (
+    HEARTBEAT,
+    Hello,
+    PeerError,
+    PieceReply,
+    PieceRequest,
+    read_message,
+)
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,7 @@ class PeerServer:
                     return
                 try:
                     req = PieceRequest.decode(doc)
-                    data = self._answer(req, peer, nonce)
+                    data = self._answer_beating(conn, req, peer, nonce)
                 except PeerError as exc:
                     conn.sendall(PieceReply(error=exc.kind, message=str(exc)).encode())
                     if exc.kind in ("protocol", "refused"):
@@ -122,6 +129,31 @@ class PeerServer:
             conn.close()
             with self._lock:
                 self._active -= 1
+
+    def _answer_beating(
+        self, conn: socket.socket, req: PieceRequest, peer: str, nonce: bytes
+    ) -> bytes:
+        """The answer, with a heartbeat every HEARTBEAT seconds while it takes: the asker
+        tells a busy owner (waiting on the store) from a dead one by it."""
+        done = threading.Event()
+        result: list[bytes] = []
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                result.append(self._answer(req, peer, nonce))
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="peer-answer", daemon=True).start()
+        while not done.wait(HEARTBEAT):
+            conn.sendall(PieceReply(pending=True).encode())
+        if failure:
+            exc = failure[0]
+            raise exc if isinstance(exc, PeerError) else PeerError("failed", str(exc))
+        return result[0]
 
     def _answer(self, req: PieceRequest, peer: str, nonce: bytes) -> bytes:
         if not check_proof(self.site_key, nonce, req.job_id, req.piece, req.proof):

@@ -20,6 +20,10 @@ from bootseer.errors import BootseerError
 
 MAX_HEADER = 4096  # no request or reply header is longer; a longer one ends the connection
 MAX_PIECE = 64 << 20
+# A server still getting a piece (its owner reads the store for it) says so this often,
+# and an asker that hears nothing for LIVENESS seconds drops the peer as dead or hung.
+HEARTBEAT = 1.0
+LIVENESS = 3.0
 
 
 class PeerError(BootseerError):
@@ -106,6 +110,7 @@ class PieceReply:
     size: int = 0  # bytes of the piece that follow
     error: str = ""  # a kind from KINDS, or "" when the piece follows
     message: str = ""
+    pending: bool = False  # a heartbeat: the piece is on its way, the answer follows
 
     def encode(self) -> bytes:
         return _frame(asdict(self))
@@ -113,7 +118,12 @@ class PieceReply:
     @classmethod
     def decode(cls, doc: Any) -> PieceReply:
         try:
-            reply = cls(int(doc["size"]), str(doc["error"]), str(doc["message"]))
+            reply = cls(
+                int(doc["size"]),
+                str(doc["error"]),
+                str(doc["message"]),
+                doc.get("pending", False) is True,
+            )
         except (KeyError, TypeError, ValueError):
             raise PeerError("protocol", "malformed piece reply") from None
         if not 0 <= reply.size <= MAX_PIECE:
