@@ -69,3 +69,15 @@ def test_each_hot_block_leaves_the_store_once_for_the_whole_job(
     assert store + peer >= 2 * hot * 0.9, (n3, n4)
     assert store <= hot * 1.1, (n3, n4)
     assert min(n3["peer_bytes"], n4["peer_bytes"]) > 0, (n3, n4)
+
+    # The report says the same from the phase records' typed columns: per phase and
+    # node, and the job's store egress over all its phases (the fill included).
+    (run,) = cluster.report_json(second)["runs"]
+    phases = {p["phase"]: p for p in run["phases"]}
+    pre = phases["image_prefetch"]
+    assert pre["store_bytes"] == store and pre["peer_bytes"] == peer, (pre, n3, n4)
+    nodes = {n["node"]: n for n in run["nodes"]}
+    assert min(nodes[n]["peer_bytes"] for n in ("n3", "n4")) > 0, nodes
+    assert run["peer_bytes"] > 0
+    assert store <= run["store_egress_bytes"] <= image.stat().st_size * 1.2, run
+    assert run["store_egress_bytes"] == sum(p["store_bytes"] for p in run["phases"])

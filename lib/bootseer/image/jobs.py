@@ -104,6 +104,7 @@ class JobView:
     swarm: Swarm | None = None
     peer_addresses: frozenset[str] = frozenset()
     peers_at_prepare: dict[str, int] | None = None
+    peers_at_fill: dict[str, int] | None = None  # when this job's fill started
     fill_timer: threading.Timer | None = None
 
     @property
@@ -264,11 +265,7 @@ class Jobs:
         view.prefetch = prefetch_hot(
             self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
         )
-        if swarm is not None:
-            view.peers_at_prepare = {
-                "store_bytes": swarm.stats.store_bytes,
-                "peer_bytes": swarm.stats.peer_bytes,
-            }
+        view.peers_at_prepare = _counts(swarm)
         # The cold rest waits for the job's first step (or fill_delay): until then the
         # link belongs to startup (the hot set, the job's reads, restores, checkpoints).
         view.fill_timer = threading.Timer(self.icfg.fill_delay, self._start_fill, (view,))
@@ -325,6 +322,7 @@ class Jobs:
             if view.job_id not in self._jobs or not (image.fill is None or image.fill.cancelled):
                 return
             image.fill = BackgroundFill(image.id)
+            view.peers_at_fill = _counts(view.swarm)
         image.fill.start(self.fetcher, image.source, image.manifest, set())
         self.log(f"job={view.job_id} background fill: {image.fill.total} blocks")
 
@@ -421,6 +419,7 @@ class Jobs:
             "corrupt": st.corrupt,
             "dropped": dict(st.dropped),
             "at_prepare": view.peers_at_prepare,
+            "at_fill": view.peers_at_fill,
         }
 
     # -- restart ------------------------------------------------------------------------
@@ -452,3 +451,10 @@ class Jobs:
         for image in self.images():
             if image.fill is not None:
                 image.fill.cancel()
+
+
+def _counts(swarm: Swarm | None) -> dict[str, int] | None:
+    """The swarm's store and peer bytes so far (None without a swarm)."""
+    if swarm is None:
+        return None
+    return {"store_bytes": swarm.stats.store_bytes, "peer_bytes": swarm.stats.peer_bytes}
