@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DevSlurm, squash
+from tests.conftest import DevSlurm, devcluster, squash
 
 pytestmark = pytest.mark.slurm
 
@@ -38,11 +38,11 @@ def blob_image(cluster: DevSlurm) -> tuple[Path, Path]:
     return squash(src, out), src / "blob"
 
 
-def _prolog_counts(cluster: DevSlurm, node: str, job: int) -> dict[str, int]:
+def _counts(cluster: DevSlurm, node: str, job: int, hook: str) -> dict[str, int]:
     for line in cluster.job_log_lines(node, job):
-        if "prolog step=image" in line:
+        if f"{hook} step=image" in line:
             return {k: int(v) for k, v in re.findall(r" (\w+_bytes)=(\d+)", line)}
-    raise AssertionError(f"no prolog image step for job {job} on {node}")
+    raise AssertionError(f"no {hook} image step for job {job} on {node}")
 
 
 def test_each_hot_block_leaves_the_store_once_for_the_whole_job(
@@ -59,11 +59,11 @@ def test_each_hot_block_leaves_the_store_once_for_the_whole_job(
     )
     assert cluster.wait(second) == "COMPLETED", cluster.output(second)
     assert cluster.output(second).count("blob-same") == 2, cluster.output(second)
-    n3, n4 = (_prolog_counts(cluster, n, second) for n in ("n3", "n4"))
-    hot = n3["hot_bytes"]
-    assert hot >= 6 << 20 and n4["hot_bytes"] == hot
-    # Each node fetched its own share from the store and the rest from its peer: the
-    # store gave the job the hot set about once, not once per node.
+    hot = _counts(cluster, "n3", second, "prolog")["hot_bytes"]
+    assert hot >= 6 << 20
+    # Over the job (the epilog's counts): each node fetched its own share from the store
+    # and the rest from its peer, so the store gave the job the hot set once, not twice.
+    n3, n4 = (_counts(cluster, n, second, "epilog") for n in ("n3", "n4"))
     store = n3["store_bytes"] + n4["store_bytes"]
     peer = n3["peer_bytes"] + n4["peer_bytes"]
     assert store + peer >= 2 * hot * 0.9, (n3, n4)
@@ -81,3 +81,38 @@ def test_each_hot_block_leaves_the_store_once_for_the_whole_job(
     assert run["peer_bytes"] > 0
     assert store <= run["store_egress_bytes"] <= image.stat().st_size * 1.2, run
     assert run["store_egress_bytes"] == sum(p["store_bytes"] for p in run["phases"])
+
+
+def test_snapshot_frames_leave_the_store_once_for_the_whole_job(cluster: DevSlurm) -> None:
+    """A 2-node restart restores the snapshot on both nodes; each frame is read from the
+    store by one of them and handed to the other by its agent."""
+    cluster.configure("deps", frame_bytes=256 << 10)  # 3 MiB of random bytes: 12 frames
+    work = cluster.dir / "p2p-deps"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(mode=0o755)
+    (work / "req.txt").write_text(f"blob {os.urandom(8).hex()}\n")
+    (work / "req.txt").chmod(0o644)
+    prefix = devcluster.NODE_LOCAL / f"p2p-deps-{os.urandom(4).hex()}"
+    opt = f"--bootseer-deps={prefix},key={work}/req.txt"
+    install = (
+        "#!/bin/sh\nset -e\n"
+        f"bootseer deps run -- sh -c 'mkdir -p {prefix}/lib && "
+        f"head -c 3145728 /dev/urandom > {prefix}/lib/blob'\n"
+    )
+    first = cluster.sbatch("-N1", "-w", "n1", opt, script=install)
+    assert cluster.wait(first) == "COMPLETED", cluster.output(first)
+
+    check = f"#!/bin/sh\nsrun sh -c 'test -s {prefix}/lib/blob && echo restored-on-$(hostname)'\n"
+    second = cluster.sbatch("-N2", "-w", "n3,n4", opt, script=check)
+    assert cluster.wait(second) == "COMPLETED", cluster.output(second)
+    assert cluster.output(second).count("restored-on-") == 2, cluster.output(second)
+    counts = []
+    for node in ("n3", "n4"):
+        (line,) = [ln for ln in cluster.job_log_lines(node, second) if "prolog step=deps" in ln]
+        assert " restored " in line, line
+        counts.append({k: int(v) for k, v in re.findall(r" (\w+_bytes)=(\d+)", line)})
+    store = sum(c["store_bytes"] for c in counts)
+    peer = sum(c["peer_bytes"] for c in counts)
+    archive = 3 << 20  # random bytes: zstd stores them about as they are
+    assert archive * 0.9 <= store <= archive * 1.15, counts
+    assert peer >= archive * 0.3 and all(c["peer_bytes"] > 0 for c in counts), counts

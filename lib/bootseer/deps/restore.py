@@ -53,6 +53,7 @@ class RestoreRequest:
 class Restored:
     key: str
     fetched: int  # bytes read from the store (manifest and archive)
+    peer_bytes: int  # archive bytes that came from the job's other nodes
     entries: int
     bytes: int  # of file contents written
     dev: int
@@ -88,13 +89,20 @@ def read_manifest(
     return m, len(raw)
 
 
+# (store key, offset, length, sha256) -> (the frame's bytes, "peer"/"store"/"cache"), or
+# None: read it from the store here. The prolog's way to the job's peers (the agent).
+FrameVia = Callable[[str, int, int, str], tuple[bytes, str] | None]
+
+
 def restore(
     store: Store,
     manifest: Manifest,
     req: RestoreRequest,
     progress: Callable[[int], None] | None = None,
+    via: FrameVia | None = None,
 ) -> Restored:
-    """Fetch, verify, decode and extract ``manifest``'s snapshot into ``req.prefix``."""
+    """Fetch, verify, decode and extract ``manifest``'s snapshot into ``req.prefix``;
+    with ``via``, frames come through the job's peers where they can."""
     if manifest.prefix != req.prefix.rstrip("/"):
         raise RestoreError(
             f"snapshot {manifest.key} was captured from {manifest.prefix}, not {req.prefix}"
@@ -110,14 +118,19 @@ def restore(
             f"snapshot {manifest.key}: archive has {size} bytes, the manifest "
             f"says {manifest.stored_bytes} (truncated or replaced)"
         )
-    fetched = 0
+    fetched = peer_bytes = 0
     lock = threading.Lock()
+    sha_at = {f.offset: f.sha256 for f in manifest.frames}
 
     def fetch(offset: int, length: int) -> bytes:
-        nonlocal fetched
-        data = bytes(src.read_at(length, offset))
+        nonlocal fetched, peer_bytes
+        got = via(data_key, offset, length, sha_at[offset]) if via is not None else None
+        data, source = got if got is not None else (bytes(src.read_at(length, offset)), "store")
         with lock:
-            fetched += len(data)
+            if source == "store":
+                fetched += len(data)
+            elif source == "peer":
+                peer_bytes += len(data)
         return data
 
     entries, prefix, raw_bytes = manifest.entries, req.prefix, manifest.raw_bytes
@@ -169,6 +182,7 @@ def restore(
     return Restored(
         manifest.key,
         fetched,
+        peer_bytes,
         int(answer["entries"]),
         int(answer["bytes"]),
         int(answer["dev"]),

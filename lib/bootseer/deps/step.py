@@ -11,9 +11,11 @@ The prolog exports to the job's tasks ``BOOTSEER_DEPS_PREFIX`` and, after a rest
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
+from typing import TYPE_CHECKING
 
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
@@ -24,6 +26,9 @@ from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, StepResult
+
+if TYPE_CHECKING:
+    from bootseer.deps.restore import FrameVia
 
 
 def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
@@ -110,7 +115,7 @@ def prolog(call: StepCall) -> StepResult:
                 f"{note}snapshot {key} already in {spec.prefix} (restored or installed "
                 "earlier on this node)"
             )
-            fetched, entries = 0, 0
+            fetched, entries, peer_bytes = 0, 0, 0
         else:
             if os.path.lexists(spec.prefix) and not ours and not _empty_dir(spec.prefix):
                 raise StepError(
@@ -129,15 +134,15 @@ def prolog(call: StepCall) -> StepResult:
                 timeout=max(1.0, call.remaining()),
                 replace=ours,
             )
-            done = restore(store, manifest, req)
+            done = restore(store, manifest, req, via=_via_peers(call))
             nodecache.write_stamp(
                 cache, nodecache.Stamp(spec.prefix, key, ctx.uid, done.dev, done.ino, time.time())
             )
-            fetched, entries = done.fetched, done.entries
+            fetched, entries, peer_bytes = done.fetched, done.entries, done.peer_bytes
             detail = (
                 f"{note}restored {key} into {spec.prefix}: {entries} entries, "
                 f"{manifest.raw_bytes} bytes"
-            )
+            )  # from where: store_bytes and peer_bytes of the phase row
     if ctx.first_node:
         try:
             # In place: one request, not a temp object and a move; nothing needs it whole.
@@ -149,8 +154,48 @@ def prolog(call: StepCall) -> StepResult:
     state.write(state_path)
     env["BOOTSEER_DEPS_KEY"] = key
     return StepResult(
-        detail=f"{detail} in {time.monotonic() - t0:.2f}s", bytes=fetched + mbytes, env=env
+        detail=f"{detail} in {time.monotonic() - t0:.2f}s",
+        bytes=fetched + mbytes + peer_bytes,
+        store_bytes=fetched + mbytes,
+        peer_bytes=peer_bytes,
+        env=env,
     )
+
+
+def _via_peers(call: StepCall) -> FrameVia | None:
+    """Frames through the node agent, which shares them among the job's nodes (each frame
+    leaves the store once per job); None for a one-node job or without p2p. A frame the
+    agent cannot give comes from the store here, as without it."""
+    if len(call.ctx.nodes) < 2 or not call.cfg.p2p.enabled:
+        return None
+    from bootseer.image.client import AgentClient
+    from bootseer.image.protocol import AgentError, AgentUnavailable, FetchPiece
+
+    client = AgentClient(call.cfg.image.socket)
+    nodelist = ",".join(call.ctx.nodes)
+    broken = False
+
+    def via(key: str, offset: int, length: int, sha256: str) -> tuple[bytes, str] | None:
+        nonlocal broken
+        if broken:
+            return None
+        req = FetchPiece(call.ctx.job_id, nodelist, key, offset, length, sha256)
+        try:
+            piece = client.fetch_piece(req, timeout=max(1.0, call.remaining() - 1.0))
+            with open(piece.path, "rb") as f:
+                data = f.read(length + 1)
+        except AgentUnavailable:
+            broken = True  # no agent: every frame from the store, without asking again
+            return None
+        except (AgentError, OSError) as exc:
+            call.log(f"step=deps frame at {offset} not from the agent: {exc}")
+            return None
+        # The cache file could have changed since the agent checked it: check again.
+        if len(data) != length or hashlib.sha256(data).hexdigest() != sha256:
+            return None
+        return data, piece.source
+
+    return via
 
 
 def _empty_dir(path: str) -> bool:

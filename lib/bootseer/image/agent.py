@@ -22,17 +22,22 @@ parts, each a module of its own:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from bootseer.config import SiteConfig
+from bootseer.context import expand_nodes
+from bootseer.errors import ContextError
 from bootseer.image.blocks import check_block_size
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import Fetcher
 from bootseer.image.jobs import Jobs
-from bootseer.image.peers import Peers
-from bootseer.image.protocol import StatsReply
+from bootseer.image.protocol import AgentBadRequest, AgentError, FetchPiece, PieceFile, StatsReply
 from bootseer.image.reader import ImageReader
 from bootseer.linelog import LineLog
+from bootseer.p2p.node import PeerNode
+from bootseer.p2p.pieces import Located, Pieces
+from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.store import Store
 
 
@@ -62,9 +67,37 @@ class Agent:
         )
         block_size = check_block_size(icfg.block_size_kib << 10)
         self.jobs = Jobs(icfg, self.store, self.cache, self.fetcher, block_size, self.log)
-        self.peers = Peers.start(cfg.p2p, node, self.jobs.served, self.log)
+        self.pieces = Pieces(self.store, self.cache)
+        self.peers = PeerNode.start(cfg.p2p, node, self.provide, self.log)
         self.jobs.peers = self.peers
         self.reader = ImageReader(self.cache, self.fetcher)
+
+    def provide(self, req: PieceRequest, deadline: float) -> bytes:
+        """A piece for another node of one of this node's jobs (the peer server asks)."""
+        if not req.key:
+            return self.jobs.provide_block(req, deadline)
+        swarm = self.peers.join_existing(req.job_id) if self.peers else None
+        loc = Located(req.key, req.offset, req.length, req.piece)
+        timeout = max(0.0, deadline - time.monotonic())
+        data, _ = self.pieces.get(swarm, loc, req.priority, timeout, local=False)
+        return data
+
+    def fetch_piece(self, req: FetchPiece) -> PieceFile:
+        """A located piece for this node's prolog: from the cache, the job's peers or the store."""
+        swarm = None
+        if self.peers is not None and req.nodelist:
+            try:
+                swarm = self.peers.join(req.job_id, expand_nodes(req.nodelist))
+            except ContextError as exc:
+                raise AgentBadRequest(str(exc)) from None
+        loc = Located(req.key, req.offset, req.length, req.sha256)
+        try:
+            _, source = self.pieces.get(
+                swarm, loc, req.priority, self.cfg.image.fetch_timeout, local=True
+            )
+        except PeerError as exc:
+            raise AgentError(str(exc)) from None
+        return PieceFile(str(self.cache.path(req.sha256)), source, req.length)
 
     def stats(self) -> StatsReply:
         s = self.fetcher.stats

@@ -19,8 +19,10 @@ from bootseer.image.protocol import (
     AgentError,
     AgentTimeout,
     AgentUnavailable,
+    FetchPiece,
     FirstStep,
     JobReply,
+    PieceFile,
     Ping,
     PingReply,
     Prepare,
@@ -99,6 +101,9 @@ class AgentClient:
 
     def first_step(self, job_id: int, timeout: float = 10.0) -> JobReply:
         return JobReply.from_wire(self.send(FirstStep(job_id), timeout))
+
+    def fetch_piece(self, request: FetchPiece, timeout: float) -> PieceFile:
+        return PieceFile.from_wire(self.send(request, timeout))
 
     def release(self, job_id: int, timeout: float = 10.0) -> ReleaseReply:
         return ReleaseReply.from_wire(self.send(Release(job_id), timeout))

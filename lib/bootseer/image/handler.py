@@ -19,6 +19,7 @@ from bootseer.image.protocol import (
     AgentBadRequest,
     AgentNotFound,
     AgentRefused,
+    FetchPiece,
     FirstStep,
     JobRequest,
     Ping,
@@ -48,6 +49,8 @@ def handle(agent: Agent, req: Request, peer_uid: int) -> Reply:
         return agent.jobs.describe(agent.jobs.prepare(req))
     if isinstance(req, Release):
         return agent.jobs.release(req.job_id)
+    if isinstance(req, FetchPiece):
+        return agent.fetch_piece(req)
     raise AgentBadRequest(f"op {req.op!r} has no handler")
 
 

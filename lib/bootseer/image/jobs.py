@@ -28,7 +28,7 @@ from bootseer.errors import ContextError, OptionError, StoreError
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import PREFETCH, BlockSource, Fetcher, FileSource, StoreSource
 from bootseer.image.manifest import Manifest, load_manifest
-from bootseer.image.peers import Peers, PeerSource
+from bootseer.image.peers import PeerSource
 from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
 from bootseer.image.protocol import (
     AgentBadRequest,
@@ -51,9 +51,9 @@ from bootseer.image.registry import (
 from bootseer.image.restart import RestartState, SavedJob
 from bootseer.image.trace import Recorder, Trace, load_trace, save_trace
 from bootseer.options import parse_image
-from bootseer.p2p.server import ServedJob
+from bootseer.p2p.node import PeerNode
 from bootseer.p2p.swarm import Swarm
-from bootseer.p2p.wire import PeerError
+from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.store import Store
 
 INODE_BASE = 16  # job file inode = INODE_BASE + job id; below are the mount root's
@@ -102,7 +102,6 @@ class JobView:
     prefetch: PrefetchResult | None = None
     trace_runs: int = 0
     swarm: Swarm | None = None
-    peer_addresses: frozenset[str] = frozenset()
     peers_at_prepare: dict[str, int] | None = None
     peers_at_fill: dict[str, int] | None = None  # when this job's fill started
     fill_timer: threading.Timer | None = None
@@ -134,11 +133,12 @@ class Jobs:
         self.fetcher = fetcher
         self.block_size = block_size
         self.log = log
-        self.peers: Peers | None = None  # set by the agent when p2p is on
+        self.peers: PeerNode | None = None  # set by the agent when p2p is on
         self.restart = RestartState(icfg.cache_dir / "jobs", log)
         self._jobs: dict[int, JobView] = {}
         self._images: dict[tuple[str, str], PreparedImage] = {}
         self._lock = threading.RLock()
+        self._added = threading.Condition(self._lock)
         self._ref_locks: dict[str, threading.Lock] = {}
 
     # -- the job table ------------------------------------------------------------------
@@ -163,34 +163,31 @@ class Jobs:
             return list(self._images.values())
 
     def _add(self, view: JobView) -> None:
-        with self._lock:
+        with self._added:
             self._jobs[view.job_id] = view
-        if self.peers is not None:
-            self.peers.server.jobs_changed()
+            self._added.notify_all()
 
     # -- peers --------------------------------------------------------------------------
 
-    def _swarm(self, req: Prepare) -> tuple[Swarm | None, frozenset[str]]:
+    def _swarm(self, req: Prepare) -> Swarm | None:
         if self.peers is None or not req.nodelist:
-            return None, frozenset()
+            return None
         try:
-            nodes = expand_nodes(req.nodelist)
+            return self.peers.join(req.job_id, expand_nodes(req.nodelist))
         except ContextError as exc:
             raise AgentBadRequest(str(exc)) from None
-        if len(nodes) < 2 or self.peers.node not in nodes:
-            return None, frozenset()
-        return self.peers.swarm(req.job_id, nodes), self.peers.addresses(nodes)
 
-    def served(self, job_id: int) -> ServedJob | None:
-        """What the peer server may give the job's other nodes (None: not here)."""
-        view = self.get(job_id)
-        if view is None or view.swarm is None:
-            return None
-
-        def provide(piece: str, priority: int, deadline: float) -> bytes:
-            return self._provide(view, piece, priority, deadline)
-
-        return ServedJob(view.peer_addresses, provide)
+    def provide_block(self, req: PieceRequest, deadline: float) -> bytes:
+        """A block of the job's image for one of its other nodes (the peer server asks)."""
+        # The job joined its swarm as its prepare began; the image may take a moment more.
+        with self._added:
+            self._added.wait_for(
+                lambda: req.job_id in self._jobs, max(0.0, min(deadline - time.monotonic(), 5.0))
+            )
+            view = self._jobs.get(req.job_id)
+        if view is None:
+            raise PeerError("unknown", f"job {req.job_id} has no image here")
+        return self._provide(view, req.piece, req.priority, deadline)
 
     def _provide(self, view: JobView, piece: str, priority: int, deadline: float) -> bytes:
         image = view.image
@@ -227,7 +224,7 @@ class Jobs:
         view = self.get(req.job_id)
         if view is not None:
             return view  # a retried prolog: the same answer
-        swarm, addresses = self._swarm(req)
+        swarm = self._swarm(req)
         with self._single_flight(ref):
             manifest, source = self._resolve(ref, req.uid, req.gid, until)
             if time.monotonic() >= until:
@@ -244,7 +241,6 @@ class Jobs:
             refresh=req.mode == "refresh",
             fetched_at_prepare=self.fetcher.stats.by_image[manifest.id],
             swarm=swarm,
-            peer_addresses=addresses,
         )
         self._add(view)
         self.restart.save(
@@ -265,7 +261,7 @@ class Jobs:
         view.prefetch = prefetch_hot(
             self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
         )
-        view.peers_at_prepare = _counts(swarm)
+        view.peers_at_prepare = _counts(view)
         # The cold rest waits for the job's first step (or fill_delay): until then the
         # link belongs to startup (the hot set, the job's reads, restores, checkpoints).
         view.fill_timer = threading.Timer(self.icfg.fill_delay, self._start_fill, (view,))
@@ -322,7 +318,7 @@ class Jobs:
             if view.job_id not in self._jobs or not (image.fill is None or image.fill.cancelled):
                 return
             image.fill = BackgroundFill(image.id)
-            view.peers_at_fill = _counts(view.swarm)
+            view.peers_at_fill = _counts(view)
         image.fill.start(self.fetcher, image.source, image.manifest, set())
         self.log(f"job={view.job_id} background fill: {image.fill.total} blocks")
 
@@ -351,6 +347,8 @@ class Jobs:
             return ReleaseReply(released=False)
         if view.fill_timer is not None:
             view.fill_timer.cancel()
+        if self.peers is not None:
+            self.peers.leave(job_id)
         view.recorder.stop()
         job = self.describe(view)
         try:
@@ -413,8 +411,7 @@ class Jobs:
             return None
         st = view.swarm.stats
         return {
-            "store_bytes": st.store_bytes,
-            "peer_bytes": st.peer_bytes,
+            **(_counts(view) or {}),  # the image's blocks (the swarm serves frames too)
             "peer_failures": st.peer_failures,
             "corrupt": st.corrupt,
             "dropped": dict(st.dropped),
@@ -453,8 +450,7 @@ class Jobs:
                 image.fill.cancel()
 
 
-def _counts(swarm: Swarm | None) -> dict[str, int] | None:
-    """The swarm's store and peer bytes so far (None without a swarm)."""
-    if swarm is None:
-        return None
-    return {"store_bytes": swarm.stats.store_bytes, "peer_bytes": swarm.stats.peer_bytes}
+def _counts(view: JobView) -> dict[str, int] | None:
+    """The job's image bytes so far from the store and from peers (None without peers)."""
+    source = view.image.source
+    return source.counts() if isinstance(source, PeerSource) else None

@@ -169,8 +169,24 @@ class Prepare(JobRequest):
     nodelist: str = ""  # the job's nodes (Slurm's compact form): its peers
 
 
+@dataclass(frozen=True)
+class FetchPiece(JobRequest):
+    """A piece outside any image (a snapshot frame: ``length`` bytes of store object
+    ``key`` at ``offset``, with SHA-256 ``sha256``) for the job's prolog, through the
+    job's peers; the agent answers with the cache file that holds it."""
+
+    op = "piece"
+    root_only = True
+    nodelist: str
+    key: str
+    offset: int
+    length: int
+    sha256: str
+    priority: int = 1
+
+
 REQUESTS: dict[str, type[Request]] = {
-    cls.op: cls for cls in (Ping, Stats, Status, FirstStep, Release, Prepare)
+    cls.op: cls for cls in (Ping, Stats, Status, FirstStep, Release, Prepare, FetchPiece)
 }
 
 
@@ -187,6 +203,19 @@ def parse_request(doc: object) -> Request:
     job_id = doc.get("job_id")
     if not isinstance(job_id, int) or isinstance(job_id, bool) or not 0 < job_id < MAX_JOB_ID:
         raise AgentBadRequest("job_id must be a positive whole number")
+    if cls is FetchPiece:
+        nodelist, key, sha = doc.get("nodelist"), doc.get("key"), doc.get("sha256")
+        if not (isinstance(nodelist, str) and isinstance(key, str) and isinstance(sha, str)):
+            raise AgentBadRequest("nodelist, key and sha256 must be strings")
+        return FetchPiece(
+            job_id,
+            nodelist,
+            key,
+            _whole(doc.get("offset"), "offset"),
+            _whole(doc.get("length"), "length", 1),
+            sha,
+            _whole(doc.get("priority", 1), "priority", 0, 3),
+        )
     if cls is not Prepare:
         return cls(job_id)
     image, mode, deadline = doc.get("image"), doc.get("mode", "on"), doc.get("deadline", 60.0)
@@ -250,6 +279,15 @@ class JobReply(Reply):
     # peer_failures, corrupt), in all, by the prolog's return ("at_prepare") and when the
     # job's background fill started ("at_fill"; None before).
     peers: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class PieceFile(Reply):
+    """Where the agent keeps the verified piece (root reads it; verify again on read)."""
+
+    path: str
+    source: str  # cache, peer or store
+    size: int
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ class ServedJob:
     """What the server needs of one job the agent prepared."""
 
     addresses: frozenset[str]  # the job's nodes' addresses: only they may ask
-    # (piece, priority, deadline) -> its bytes; PeerError("missing"/"failed") otherwise
-    provide: Callable[[str, int, float], bytes]
+    # (request, deadline) -> the piece's bytes; PeerError("missing"/"failed") otherwise
+    provide: Callable[[PieceRequest, float], bytes]
 
 
 class PeerServer:
@@ -127,7 +127,7 @@ class PeerServer:
             raise PeerError("unknown", f"job {req.job_id} is not prepared here")
         if peer not in job.addresses:
             self._refuse(f"peer {peer}: not a node of job {req.job_id}")
-        return job.provide(req.piece, req.priority, time.monotonic() + self.serve_timeout)
+        return job.provide(req, time.monotonic() + self.serve_timeout)
 
     def _refuse(self, why: str) -> None:
         with self._lock:

@@ -63,14 +63,18 @@ class Swarm:
             return None
         return o
 
-    def fetch(self, piece: str, priority: int) -> bytes | None:
+    def fetch(
+        self, piece: str, priority: int, where: tuple[str, int, int] | None = None
+    ) -> bytes | None:
+        """``piece`` from its owner, verified; None: fetch it from the store yourself.
+        ``where`` (store key, offset, length) locates a piece outside an image."""
         o = self.owner(piece)
         if o is None:
             return None
+        key, offset, length = where or ("", 0, 0)
+        req = PieceRequest(self.job_id, self.token, piece, priority, key, offset, length)
         try:
-            data = self.client.fetch(
-                self.resolve(o), PieceRequest(self.job_id, self.token, piece, priority)
-            )
+            data = self.client.fetch(self.resolve(o), req)
         except PeerError as exc:
             self._drop(o, f"{exc.kind}: {exc}")
             return None

@@ -41,6 +41,11 @@ class PieceRequest:
     token: str  # hex of the job's token (auth.job_token)
     piece: str  # hex SHA-256 of the piece
     priority: int  # the fetch priority the asking node needs it at (fetch.DEMAND ...)
+    # Where the piece is in the store, for pieces outside an image's manifest (a
+    # snapshot's frames): a byte range of one object. Empty for image blocks.
+    key: str = ""
+    offset: int = 0
+    length: int = 0
 
     def encode(self) -> bytes:
         return _frame(asdict(self))
@@ -49,11 +54,24 @@ class PieceRequest:
     def decode(cls, doc: Any) -> PieceRequest:
         try:
             req = cls(
-                int(doc["job_id"]), str(doc["token"]), str(doc["piece"]), int(doc["priority"])
+                int(doc["job_id"]),
+                str(doc["token"]),
+                str(doc["piece"]),
+                int(doc["priority"]),
+                str(doc.get("key", "")),
+                int(doc.get("offset", 0)),
+                int(doc.get("length", 0)),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise PeerError("protocol", "malformed piece request") from None
-        if len(req.piece) != 64 or len(req.token) != 64 or not 0 < req.job_id < 2**40:
+        if (
+            len(req.piece) != 64
+            or len(req.token) != 64
+            or not 0 < req.job_id < 2**40
+            or len(req.key) > 1024
+            or req.offset < 0
+            or not 0 <= req.length <= MAX_PIECE
+        ):
             raise PeerError("protocol", "malformed piece request")
         return req
 
