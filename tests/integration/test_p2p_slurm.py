@@ -123,3 +123,42 @@ def test_snapshot_frames_leave_the_store_once_for_the_whole_job(cluster: DevSlur
     restore = next(p for p in run["phases"] if p["phase"] == "deps_restore")
     assert (restore["store_bytes"], restore["peer_bytes"]) == (store, peer), restore
     assert run["store_egress_bytes"] >= store and run["peer_bytes"] >= peer, run
+
+
+CKPT_SAVE = """#!/bin/sh
+set -e
+head -c 4194304 /dev/urandom > "$BOOTSEER_CKPT/model.bin"
+"""
+CKPT_LOAD = """#!/bin/sh
+srun sh -e -c 'sha256sum < "$BOOTSEER_CKPT/model.bin" | sed "s/^/loaded $(hostname) /"'
+"""
+
+
+def test_checkpoint_units_leave_the_targets_once_for_the_whole_job(cluster: DevSlurm) -> None:
+    """A data-parallel restart reads the same checkpoint on every node: each unit is read
+    from its target by one node and handed to the other by its agent."""
+    roots = [cluster.dir / f"p2p-ckpt-t{i}" for i in range(2)]
+    for r in roots:
+        shutil.rmtree(r, ignore_errors=True)
+    cluster.configure("ckpt", targets=[f"file://{r}" for r in roots], unit_size=256 << 10)
+    name = f"p2p-{os.urandom(4).hex()}"
+    first = cluster.sbatch("-N1", "-w", "n1", f"--bootseer-ckpt={name}", script=CKPT_SAVE)
+    assert cluster.wait(first) == "COMPLETED", cluster.output(first)
+
+    second = cluster.sbatch("-N2", "-w", "n3,n4", f"--bootseer-ckpt={name}", script=CKPT_LOAD)
+    assert cluster.wait(second) == "COMPLETED", cluster.output(second)
+    sums = {ln.split()[2] for ln in cluster.output(second).splitlines() if ln.startswith("loaded")}
+    assert len(sums) == 1, cluster.output(second)  # both nodes read the same bytes
+    counts = []
+    for node in ("n3", "n4"):
+        (line,) = [ln for ln in cluster.job_log_lines(node, second) if "epilog step=ckpt" in ln]
+        counts.append({k: int(v) for k, v in re.findall(r" (\w+_bytes)=(\d+)", line)})
+    size = 4 << 20
+    store = sum(c["store_bytes"] for c in counts)
+    assert size * 0.9 <= store <= size * 1.15, counts
+    assert all(c["peer_bytes"] > 0 for c in counts), counts
+    # The ckpt_unmount rows say the same, and count toward the job's store egress.
+    (run,) = cluster.report_json(second)["runs"]
+    unmount = next(p for p in run["phases"] if p["phase"] == "ckpt_unmount")
+    assert unmount["store_bytes"] == store and unmount["peer_bytes"] > 0, unmount
+    assert run["store_egress_bytes"] >= store, run

@@ -11,10 +11,8 @@ the fetcher. A new listener (a peer server for other nodes) starts and stops her
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import signal
-import subprocess
 import threading
 from collections.abc import Callable
 
@@ -23,25 +21,9 @@ import trio
 
 from bootseer.config import SiteConfig
 from bootseer.image.agent import Agent
-from bootseer.image.fuse import MOUNT_OPTIONS, READ_AHEAD_KIB, ImageFS, raise_read_ahead
+from bootseer.image.fuse import MOUNT_OPTIONS, READ_AHEAD_KIB, ImageFS
 from bootseer.image.server import AgentServer
-
-
-def unmount_stale(mountpoint: str) -> None:
-    """Detach a mount a crashed agent left behind ("Transport endpoint is not connected")."""
-    try:
-        os.stat(mountpoint)
-        if not os.path.ismount(mountpoint):
-            return
-    except OSError as exc:
-        if exc.errno != errno.ENOTCONN:
-            return
-    subprocess.run(
-        ["fusermount3", "-u", "-z", mountpoint],
-        check=False,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+from bootseer.mounts import raise_read_ahead_when_ready, unmount_stale
 
 
 def serve(
@@ -62,7 +44,7 @@ def serve(
         server = AgentServer(cfg.image.socket, agent)
         threading.Thread(target=server.serve_forever, name="agent-socket", daemon=True).start()
         threading.Thread(
-            target=raise_read_ahead, args=(mountpoint, READ_AHEAD_KIB), daemon=True
+            target=raise_read_ahead_when_ready, args=(mountpoint, READ_AHEAD_KIB), daemon=True
         ).start()
         agent.log(
             f"agent up: node={node} socket={cfg.image.socket} mount={mountpoint} "

@@ -12,13 +12,11 @@ store cannot serve in time fails with EIO. :func:`bootseer.image.daemon.serve` m
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import itertools
 import os
 import stat
 import time
-from pathlib import Path
 from typing import Any
 
 import pyfuse3
@@ -143,21 +141,3 @@ class ImageFS(pyfuse3.Operations):  # type: ignore[misc]
         s.f_files = len(self.agent.jobs.ids()) + 1
         s.f_namemax = 255
         return s
-
-
-def raise_read_ahead(mountpoint: str, kib: int, timeout: float = 10.0) -> None:
-    """Raise the mount's kernel read-ahead once it answers (the FUSE INIT reply resets it).
-
-    FUSE starts at 128 KiB, which also caps each read request; every request is a round
-    trip into Python, so larger ones read sequentially several times faster.
-    """
-    until = time.monotonic() + timeout
-    while time.monotonic() < until:
-        with open("/proc/self/mountinfo") as f:
-            devs = [ln.split()[2] for ln in f if ln.split()[4] == mountpoint]
-        if devs:
-            with contextlib.suppress(OSError):
-                os.stat(mountpoint)  # answered only after INIT
-                Path(f"/sys/class/bdi/{devs[-1]}/read_ahead_kb").write_text(str(kib))
-                return
-        time.sleep(0.05)

@@ -64,15 +64,15 @@ class Swarm:
         return o
 
     def fetch(
-        self, piece: str, priority: int, where: tuple[str, int, int] | None = None
+        self, piece: str, priority: int, where: tuple[str, str, int, int] | None = None
     ) -> bytes | None:
         """``piece`` from its owner, verified; None: fetch it from the store yourself.
-        ``where`` (store key, offset, length) locates a piece outside an image."""
+        ``where`` (target, store key, offset, length) locates a piece outside an image."""
         o = self.owner(piece)
         if o is None:
             return None
-        key, offset, length = where or ("", 0, 0)
-        req = PieceRequest(self.job_id, self.token, piece, priority, key, offset, length)
+        target, key, offset, length = where or ("", "", 0, 0)
+        req = PieceRequest(self.job_id, self.token, piece, priority, key, offset, length, target)
         try:
             data = self.client.fetch(self.resolve(o), req)
         except PeerError as exc:

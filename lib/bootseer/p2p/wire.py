@@ -46,6 +46,7 @@ class PieceRequest:
     key: str = ""
     offset: int = 0
     length: int = 0
+    target: str = ""  # the store the key is in: a checkpoint target's URI, "" the main store
 
     def encode(self) -> bytes:
         return _frame(asdict(self))
@@ -61,6 +62,7 @@ class PieceRequest:
                 str(doc.get("key", "")),
                 int(doc.get("offset", 0)),
                 int(doc.get("length", 0)),
+                str(doc.get("target", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PeerError("protocol", "malformed piece request") from None
@@ -69,6 +71,7 @@ class PieceRequest:
             or len(req.token) != 64
             or not 0 < req.job_id < 2**40
             or len(req.key) > 1024
+            or len(req.target) > 1024
             or req.offset < 0
             or not 0 <= req.length <= MAX_PIECE
         ):
