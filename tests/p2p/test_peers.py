@@ -11,12 +11,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from bootseer.image.peers import PeerSource
 from bootseer.p2p.auth import job_token
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.owner import owner
 from bootseer.p2p.server import PeerServer, ServedJob
 from bootseer.p2p.swarm import Swarm
-from bootseer.p2p.wire import PeerError, PieceRequest
+from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest, read_message
 
 KEY = b"site-key-" + b"x" * 32
 JOB = 42
@@ -188,3 +189,68 @@ def test_a_peer_source_counts_its_own_blocks_by_where_they_came_from(
     swarm.fetch(theirs, 1)  # another kind of piece through the same swarm: not the image's
     assert source.counts() == {"store_bytes": len(own), "peer_bytes": len(data)}
     assert swarm.stats.peer_bytes == 2 * len(data)
+
+
+def test_a_peer_killed_mid_transfer_is_dropped_at_once() -> None:
+    """A peer that dies after half a piece (its agent killed): the asker gets None at
+    once, not after the timeout, and goes to the store."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    half_dead = socket.create_server(("127.0.0.1", 0))
+
+    def serve_half() -> None:
+        conn, _ = half_dead.accept()
+        read_message(conn)
+        conn.sendall(PieceReply(size=len(data)).encode() + data[: len(data) // 2])
+        conn.close()
+
+    t = threading.Thread(target=serve_half, daemon=True)
+    t.start()
+    try:
+        swarm = swarm_to(half_dead.getsockname()[1], timeout=5.0)
+        t0 = time.monotonic()
+        assert swarm.fetch(d, 1) is None
+        assert time.monotonic() - t0 < 1.0
+        assert "closed after" in swarm.stats.dropped["n1"]
+        assert swarm.stats.peer_bytes == 0
+    finally:
+        half_dead.close()
+
+
+class DownStore:
+    """A block source whose store is down."""
+
+    def read_block(self, index: int, digest: str, offset: int, length: int, priority: int) -> bytes:
+        raise ConnectionError("store unreachable")
+
+    def describe(self) -> str:
+        return "a store that is down"
+
+
+def test_a_store_that_is_down_while_a_peer_holds_the_piece(
+    serve: Callable[..., PeerServer],
+) -> None:
+    """n2 owns the piece, so it would read the store; the store is down, and n1 (which
+    holds the piece, from an earlier job) serves it from what it holds."""
+    d, data = piece_owned_by("n2", ("n1", "n2"))
+    asked: list[bool] = []
+
+    def holder(req: PieceRequest, deadline: float) -> bytes:
+        asked.append(req.cached_only)
+        return data
+
+    server = serve({JOB: ServedJob(LOOPBACK, holder)})
+    source = PeerSource(DownStore(), swarm_to(server.port))
+    assert source.read_block(0, d, 0, len(data), 1) == data
+    assert asked == [True]  # a rescue asks for what the peer holds, never a fetch
+    assert source.swarm.stats.store_bytes == 0
+
+
+def test_the_store_error_stands_when_no_peer_holds_the_piece(
+    serve: Callable[..., PeerServer],
+) -> None:
+    d, data = piece_owned_by("n2", ("n1", "n2"))
+    server = serve({JOB: ServedJob(LOOPBACK, provider({}))})
+    swarm = swarm_to(server.port)
+    with pytest.raises(ConnectionError):
+        PeerSource(DownStore(), swarm).read_block(0, d, 0, len(data), 1)
+    assert "n1" not in swarm.stats.dropped  # not holding a piece is no fault

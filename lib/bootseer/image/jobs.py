@@ -187,9 +187,11 @@ class Jobs:
             view = self._jobs.get(req.job_id)
         if view is None:
             raise PeerError("unknown", f"job {req.job_id} has no image here")
-        return self._provide(view, req.piece, req.priority, deadline)
+        return self._provide(view, req.piece, req.priority, deadline, req.cached_only)
 
-    def _provide(self, view: JobView, piece: str, priority: int, deadline: float) -> bytes:
+    def _provide(
+        self, view: JobView, piece: str, priority: int, deadline: float, cached_only: bool
+    ) -> bytes:
         image = view.image
         i = image.index_of(piece)
         if i is None:
@@ -197,6 +199,8 @@ class Jobs:
         data = self.cache.read(piece, 0, image.manifest.block_length(i))
         if data is not None:
             return data
+        if cached_only:
+            raise PeerError("missing", f"block {i} is not held here")
         # A peer's background fill was already paced and held back on its node.
         fut = self.fetcher.request(image.source, image.manifest, i, min(priority, PREFETCH))
         try:

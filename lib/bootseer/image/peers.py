@@ -30,14 +30,23 @@ class PeerSource:
         self, index: int, block_digest: str, offset: int, length: int, priority: int
     ) -> bytes:
         data = self.swarm.fetch(block_digest, priority)
-        if data is None:
-            data = self.origin.read_block(index, block_digest, offset, length, priority)
-            self.swarm.count_store(len(data))
-            with self._lock:
-                self.store_bytes += len(data)
-        else:
+        if data is not None:
             with self._lock:
                 self.peer_bytes += len(data)
+            return data
+        try:
+            data = self.origin.read_block(index, block_digest, offset, length, priority)
+        except Exception:
+            # The store is down or lost the block: a peer may hold it all the same.
+            data = self.swarm.rescue(block_digest, priority)
+            if data is None:
+                raise
+            with self._lock:
+                self.peer_bytes += len(data)
+            return data
+        self.swarm.count_store(len(data))
+        with self._lock:
+            self.store_bytes += len(data)
         return data
 
     def counts(self) -> dict[str, int]:

@@ -47,6 +47,7 @@ class PieceRequest:
     offset: int = 0
     length: int = 0
     target: str = ""  # the store the key is in: a checkpoint target's URI, "" the main store
+    cached_only: bool = False  # answer only from what the peer holds (the store failed)
 
     def encode(self) -> bytes:
         return _frame(asdict(self))
@@ -63,6 +64,7 @@ class PieceRequest:
                 int(doc.get("offset", 0)),
                 int(doc.get("length", 0)),
                 str(doc.get("target", "")),
+                doc.get("cached_only", False) is True,
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PeerError("protocol", "malformed piece request") from None
