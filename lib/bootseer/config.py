@@ -141,7 +141,9 @@ class P2PSection:
     """Peer-to-peer among a job's nodes: each piece leaves the store once per job (docs/p2p.md)."""
 
     enabled: bool = True
-    port: int = 7461  # TCP port every node's agent serves its jobs' pieces on
+    # TCP port every node's agent serves its jobs' pieces on; below 1024, so that no user
+    # can listen on it while an agent is down and relay its peers' requests.
+    port: int = 746
     # Root-only (0600) and the same on every node: peers prove they belong to a job with
     # a token derived from it. Without it, every node fetches from the store itself.
     key_file: Path = Path("/etc/bootseer/site.key")

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from bootseer.image.peers import PeerSource
-from bootseer.p2p.auth import job_token
+from bootseer.p2p.auth import job_token, prove
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.owner import owner
 from bootseer.p2p.server import PeerServer, ServedJob
 from bootseer.p2p.swarm import Swarm
-from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest, read_message
+from bootseer.p2p.wire import Hello, PeerError, PieceReply, PieceRequest, read_message
 
 KEY = b"site-key-" + b"x" * 32
 JOB = 42
@@ -92,7 +92,7 @@ def test_a_wrong_token_or_another_jobs_token_is_refused(serve: Callable[..., Pee
     client = PeerClient(timeout=5)
     for token in (job_token(KEY, JOB + 1), job_token(b"another-key" * 3, JOB), b"\0" * 32):
         with pytest.raises(PeerError) as err:
-            client.fetch(("127.0.0.1", server.port), PieceRequest(JOB, token.hex(), d, 1))
+            client.fetch(("127.0.0.1", server.port), PieceRequest(JOB, "", d, 1), token)
         assert err.value.kind == "refused"
     assert server.refused == 3 and server.served_pieces == 0
 
@@ -199,6 +199,7 @@ def test_a_peer_killed_mid_transfer_is_dropped_at_once() -> None:
 
     def serve_half() -> None:
         conn, _ = half_dead.accept()
+        conn.sendall(Hello(os.urandom(16).hex()).encode())
         read_message(conn)
         conn.sendall(PieceReply(size=len(data)).encode() + data[: len(data) // 2])
         conn.close()
@@ -254,3 +255,24 @@ def test_the_store_error_stands_when_no_peer_holds_the_piece(
     with pytest.raises(ConnectionError):
         PeerSource(DownStore(), swarm).read_block(0, d, 0, len(data), 1)
     assert "n1" not in swarm.stats.dropped  # not holding a piece is no fault
+
+
+def test_a_captured_request_is_worth_nothing_on_another_connection(
+    serve: Callable[..., PeerServer],
+) -> None:
+    """What a listener on a peer port sees (a request and its proof) cannot be replayed:
+    each connection has its own nonce, and the token itself never crosses the wire."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    server = serve({JOB: ServedJob(LOOPBACK, provider({d: data}))})
+    token = job_token(KEY, JOB)
+    first = socket.create_connection(("127.0.0.1", server.port))
+    nonce = Hello.decode(read_message(first))
+    captured = PieceRequest(JOB, prove(token, nonce, JOB, d), d, 1)
+    assert token.hex().encode() not in captured.encode()
+    first.close()
+    replay = socket.create_connection(("127.0.0.1", server.port))
+    Hello.decode(read_message(replay))  # a new nonce
+    replay.sendall(captured.encode())
+    reply = PieceReply.decode(read_message(replay))
+    replay.close()
+    assert reply.error == "refused" and server.served_pieces == 0

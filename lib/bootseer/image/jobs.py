@@ -15,7 +15,6 @@ job uses it. Jobs that use one image share one :class:`PreparedImage`.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,6 +56,13 @@ from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.store import Store
 
 INODE_BASE = 16  # job file inode = INODE_BASE + job id; below are the mount root's
+
+
+def _close_origin(source: BlockSource) -> None:
+    """Close the image file behind ``source`` (its descriptor), if it reads one."""
+    origin = source.origin if isinstance(source, PeerSource) else source
+    if isinstance(origin, FileSource):
+        origin.close()
 
 
 @dataclass(eq=False)
@@ -256,6 +262,7 @@ class Jobs:
                 image.id,
                 view.refresh,
                 image.origin.path if isinstance(image.origin, FileSource) else None,
+                image.origin.identity if isinstance(image.origin, FileSource) else None,
             )
         )
         trace = None if view.refresh else load_trace(self.store, manifest, self.log)
@@ -286,16 +293,20 @@ class Jobs:
                 fd, st = open_image_file(ref, uid, gid)
             except StoreError as exc:
                 raise AgentRefused(str(exc)) from None
+            # The one descriptor the image is read through from now on: never by path again.
+            source = FileSource(ref, fd)
             wait = max(0.0, min(self.icfg.register_wait, until - time.monotonic() - 1.0))
             try:
                 manifest = register_path(
                     self.store, ref, st, self.block_size, wait, self.log, f"/proc/self/fd/{fd}"
                 )
             except RegistrationPending as exc:
+                source.close()
                 raise AgentPending(f"{exc}; not ready within {wait:.0f}s") from None
-            finally:
-                os.close(fd)
-            return manifest, FileSource(os.path.realpath(ref))
+            except BaseException:
+                source.close()
+                raise
+            return manifest, source
         try:
             return lookup_name(self.store, ref), StoreSource(self.store)
         except UnknownImage as exc:
@@ -310,6 +321,8 @@ class Jobs:
             if image is None:
                 image = self._images[key] = PreparedImage(manifest, source, ref)
                 self.cache.pin(manifest.blocks)
+            else:
+                _close_origin(source)  # the same file, already open for another job
             image.users += 1
             return image
 
@@ -368,6 +381,7 @@ class Jobs:
                 if image.fill is not None:
                     image.fill.cancel()
                 self._images.pop((image.id, image.source.describe()), None)
+                _close_origin(image.source)
         self.log(f"job={job_id} released: trace {trace}")
         return ReleaseReply(released=True, trace=trace, job=job)
 
@@ -433,7 +447,13 @@ class Jobs:
             except StoreError as exc:
                 self.restart.forget(saved.job_id, str(exc))
                 continue
-            source: BlockSource = FileSource(saved.path) if saved.path else StoreSource(self.store)
+            source: BlockSource = StoreSource(self.store)
+            if saved.path:
+                try:
+                    source = self._reopen(saved)
+                except StoreError as exc:
+                    self.restart.forget(saved.job_id, str(exc))
+                    continue
             image = self._use_image(manifest, source, saved.ref)
             self._add(
                 JobView(
@@ -447,6 +467,18 @@ class Jobs:
             )
         if ids := self.ids():
             self.log(f"restored {len(ids)} prepared jobs: {ids}")
+
+    def _reopen(self, saved: SavedJob) -> FileSource:
+        """The path image's file again, opened as the job's user, if it is the same file."""
+        assert saved.path is not None
+        if saved.file is None:
+            raise StoreError(f"{saved.path}: saved without the file's identity")
+        fd, _ = open_image_file(saved.path, saved.uid, saved.gid)
+        source = FileSource(saved.path, fd)
+        if source.identity != saved.file:
+            source.close()
+            raise StoreError(f"{saved.path} is no longer the file the job was prepared with")
+        return source
 
     def close(self) -> None:
         for image in self.images():

@@ -38,7 +38,7 @@ KINDS = ("refused", "unknown", "missing", "failed", "protocol", "unreachable", "
 @dataclass(frozen=True)
 class PieceRequest:
     job_id: int
-    token: str  # hex of the job's token (auth.job_token)
+    proof: str  # hex HMAC of the connection's nonce and this request (auth.prove)
     piece: str  # hex SHA-256 of the piece
     priority: int  # the fetch priority the asking node needs it at (fetch.DEMAND ...)
     # Where the piece is in the store, for pieces outside an image's manifest (a
@@ -57,7 +57,7 @@ class PieceRequest:
         try:
             req = cls(
                 int(doc["job_id"]),
-                str(doc["token"]),
+                str(doc["proof"]),
                 str(doc["piece"]),
                 int(doc["priority"]),
                 str(doc.get("key", "")),
@@ -70,7 +70,7 @@ class PieceRequest:
             raise PeerError("protocol", "malformed piece request") from None
         if (
             len(req.piece) != 64
-            or len(req.token) != 64
+            or len(req.proof) != 64
             or not 0 < req.job_id < 2**40
             or len(req.key) > 1024
             or len(req.target) > 1024
@@ -79,6 +79,26 @@ class PieceRequest:
         ):
             raise PeerError("protocol", "malformed piece request")
         return req
+
+
+@dataclass(frozen=True)
+class Hello:
+    """What a server says first on every connection: the nonce requests must prove with."""
+
+    nonce: str  # hex, 16 random bytes
+
+    def encode(self) -> bytes:
+        return _frame(asdict(self))
+
+    @classmethod
+    def decode(cls, doc: Any) -> bytes:
+        try:
+            nonce = bytes.fromhex(str(doc["nonce"]))
+        except (KeyError, TypeError, ValueError):
+            raise PeerError("protocol", "malformed hello") from None
+        if len(nonce) != 16:
+            raise PeerError("protocol", "malformed hello")
+        return nonce
 
 
 @dataclass(frozen=True)
