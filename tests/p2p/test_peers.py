@@ -189,6 +189,31 @@ def test_an_unknown_job_is_answered_after_the_wait(serve: Callable[..., PeerServ
     assert "unknown" in swarm.stats.dropped["n1"]
 
 
+def test_a_peer_source_counts_its_own_blocks_by_where_they_came_from(
+    serve: Callable[..., PeerServer],
+) -> None:
+    from bootseer.image.peers import PeerSource
+
+    theirs, data = piece_owned_by("n1", ("n1", "n2"))
+    mine, own = piece_owned_by("n2", ("n1", "n2"))
+    server = serve({JOB: ServedJob(LOOPBACK, provider({theirs: data}))})
+    swarm = swarm_to(server.port)
+
+    class Origin:
+        def read_block(self, index: int, digest: str, offset: int, length: int, p: int) -> bytes:
+            return own
+
+        def describe(self) -> str:
+            return "origin"
+
+    source = PeerSource(Origin(), swarm)  # type: ignore[arg-type]
+    assert source.read_block(0, theirs, 0, len(data), 1) == data
+    assert source.read_block(1, mine, 0, len(own), 1) == own
+    swarm.fetch(theirs, 1)  # another kind of piece through the same swarm: not the image's
+    assert source.counts() == {"store_bytes": len(own), "peer_bytes": len(data)}
+    assert swarm.stats.peer_bytes == 2 * len(data)
+
+
 def test_a_peer_killed_mid_transfer_is_dropped_at_once() -> None:
     """A peer that dies after half a piece (its agent killed): the asker gets None at
     once, not after the timeout, and goes to the store."""
