@@ -109,6 +109,7 @@ class JobView:
     trace_runs: int = 0
     swarm: Swarm | None = None
     peers_at_prepare: dict[str, int] | None = None
+    peers_at_fill: dict[str, int] | None = None  # when this job's fill started
     fill_timer: threading.Timer | None = None
 
     @property
@@ -271,11 +272,7 @@ class Jobs:
         view.prefetch = prefetch_hot(
             self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
         )
-        if swarm is not None:
-            view.peers_at_prepare = {
-                "store_bytes": swarm.stats.store_bytes,
-                "peer_bytes": swarm.stats.peer_bytes,
-            }
+        view.peers_at_prepare = _counts(view)
         # The cold rest waits for the job's first step (or fill_delay): until then the
         # link belongs to startup (the hot set, the job's reads, restores, checkpoints).
         view.fill_timer = threading.Timer(self.icfg.fill_delay, self._start_fill, (view,))
@@ -338,6 +335,7 @@ class Jobs:
             if view.job_id not in self._jobs or not (image.fill is None or image.fill.cancelled):
                 return
             image.fill = BackgroundFill(image.id)
+            view.peers_at_fill = _counts(view)
         image.fill.start(self.fetcher, image.source, image.manifest, set())
         self.log(f"job={view.job_id} background fill: {image.fill.total} blocks")
 
@@ -431,12 +429,12 @@ class Jobs:
             return None
         st = view.swarm.stats
         return {
-            "store_bytes": st.store_bytes,
-            "peer_bytes": st.peer_bytes,
+            **(_counts(view) or {}),  # the image's blocks (the swarm serves frames too)
             "peer_failures": st.peer_failures,
             "corrupt": st.corrupt,
             "dropped": dict(st.dropped),
             "at_prepare": view.peers_at_prepare,
+            "at_fill": view.peers_at_fill,
         }
 
     # -- restart ------------------------------------------------------------------------
@@ -486,3 +484,9 @@ class Jobs:
         for image in self.images():
             if image.fill is not None:
                 image.fill.cancel()
+
+
+def _counts(view: JobView) -> dict[str, int] | None:
+    """The job's image bytes so far from the store and from peers (None without peers)."""
+    source = view.image.source
+    return source.counts() if isinstance(source, PeerSource) else None

@@ -47,7 +47,7 @@ class Swarm:
         self.job_id = job_id
         self.node = node
         self.nodes = tuple(nodes)
-        self.token = token.hex()
+        self.token = token
         self.resolve = resolve
         self.client = client
         self.log = log
@@ -101,16 +101,16 @@ class Swarm:
     ) -> bytes | None:
         target, key, offset, length = where or ("", "", 0, 0)
         req = PieceRequest(
-            self.job_id, self.token, piece, priority, key, offset, length, target, cached_only
+            self.job_id, "", piece, priority, key, offset, length, target, cached_only
         )
         try:
-            data = self.client.fetch(self.resolve(o), req)
+            data = self.client.fetch(self.resolve(o), req, self.token)
         except PeerError as exc:
             if not (cached_only and exc.kind == "missing"):  # not holding it is no fault
                 self._drop(o, f"{exc.kind}: {exc}")
             return None
-        except OSError as exc:  # the name did not resolve
-            self._drop(o, f"unresolvable: {exc}")
+        except OSError as exc:  # the name did not resolve, or the connection failed
+            self._drop(o, f"unreachable: {exc}")
             return None
         if hashlib.sha256(data).hexdigest() != piece:
             with self._lock:
