@@ -173,6 +173,9 @@ class DepsSection:
     max_files: int = 1_000_000  # most entries (files, dirs, links) in one snapshot
     max_key_file_bytes: int = 16 << 20  # largest key file hashed
     frame_bytes: int = 8 << 20  # uncompressed bytes per independent zstd frame
+    # Largest frame a restore decodes (each is held in memory whole): a manifest that
+    # declares more is refused before any frame is fetched. At least frame_bytes.
+    max_frame_bytes: int = 64 << 20
     level: int = 3  # zstd level for captures
     threads: int = 0  # decode/encode threads; 0: one per core, at most 8
 
@@ -187,6 +190,11 @@ class DepsSection:
             raise ConfigError(f"deps.level must be 1 to 22, not {self.level}")
         if self.frame_bytes < 64 << 10:
             raise ConfigError(f"deps.frame_bytes must be at least 65536, not {self.frame_bytes}")
+        if self.max_frame_bytes < self.frame_bytes:
+            raise ConfigError(
+                f"deps.max_frame_bytes ({self.max_frame_bytes}) must be at least "
+                f"deps.frame_bytes ({self.frame_bytes})"
+            )
 
 
 @dataclass(frozen=True)
