@@ -60,7 +60,8 @@ class PathsSection:
 @dataclass(frozen=True)
 class HooksSection:
     strict: bool = False  # a failed step fails the prolog (Slurm then drains the node)
-    prolog_deadline: float = 90.0  # seconds for all prolog steps together
+    # Seconds for everything a hook does: its steps, then its phase records (records_reserve).
+    prolog_deadline: float = 90.0
     epilog_deadline: float = 90.0
     # Per-step deadlines in seconds; a step without an entry gets the hook's deadline.
     step_deadlines: dict[str, float] = field(default_factory=dict)
@@ -249,8 +250,17 @@ class SiteConfig:
             },
         )
 
+    def hook_deadline(self, hook: str) -> float:
+        """Seconds for everything one hook does: its steps, then its phase records."""
+        return self.hooks.prolog_deadline if hook == "prolog" else self.hooks.epilog_deadline
+
+    def records_reserve(self, hook: str) -> float:
+        """The end of the hook's deadline kept for writing its phase records: the steps
+        end this long before it (10 s, or a fifth of a short deadline)."""
+        return min(10.0, self.hook_deadline(hook) / 5)
+
     def deadline(self, hook: str, step: str) -> float:
-        whole = self.hooks.prolog_deadline if hook == "prolog" else self.hooks.epilog_deadline
+        whole = self.hook_deadline(hook)
         return min(self.hooks.step_deadlines.get(step, whole), whole)
 
 
