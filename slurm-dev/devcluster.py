@@ -154,6 +154,14 @@ class Cluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
+        # The site key (root only): agents derive each job's peer token from it.
+        site_key = self.etc / "site.key"
+        if not site_key.exists():
+            fd = os.open(site_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, os.urandom(32).hex().encode() + b"\n")
+            os.close(fd)
+        hosts = [f"{self.s.network.node_ip(n)} {n}" for n in self.s.node_names]
+        self._write(self.etc / "hosts", "\n".join(hosts) + "\n")
         (self.run / "munge").mkdir(exist_ok=True, mode=0o755)
         # The plugin is copied so a rebuild in spank/ never changes a running cluster.
         shutil.copy2(TOP / "spank" / "bootseer.so", self.dir / "lib" / "bootseer.so")
@@ -165,6 +173,10 @@ class Cluster:
         )
         if not self.site_config.exists():
             self._write(self.site_config, self._site_config())
+        elif "[p2p]" not in self.site_config.read_text():
+            # A config written before peer-to-peer: add its section, keep the admin's edits.
+            text = self.site_config.read_text()
+            self._write(self.site_config, text + "\n" + self._p2p_section())
         for hook in ("prolog", "epilog"):
             wrapper = self.etc / hook
             self._write(
@@ -262,7 +274,15 @@ class Cluster:
             f'socket = "{d}/nodes/%n/run/agent.sock"\n'
             f'mount_dir = "{d}/nodes/%n/images"\n'
             f'cache_dir = "{d}/nodes/%n/cache/image"\n'
-            "cache_size_gib = 20\n"
+            "cache_size_gib = 20\n\n" + self._p2p_section()
+        )
+
+    def _p2p_section(self) -> str:
+        return (
+            "[p2p]\n"
+            f'key_file = "{self.etc}/site.key"\n'
+            "# slurm-dev's node names are not in the machine's resolver.\n"
+            f'hosts_file = "{self.etc}/hosts"\n'
         )
 
     # -- daemons --------------------------------------------------------------------

@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bootseer.image.agent import AgentClient, AgentUnavailable
+from bootseer import mounts
+from bootseer.image.client import AgentClient
+from bootseer.image.protocol import AgentUnavailable
 from tests.conftest import squash, to_toml
 
 
@@ -126,10 +128,8 @@ class AgentProc:
 
 
 def detach(mount: Path) -> None:
-    with open("/proc/self/mounts") as f:
-        mounted = any(line.split()[1] == str(mount) for line in f)
-    if mounted:
-        subprocess.run(["fusermount3", "-u", "-z", str(mount)], capture_output=True)
+    if mounts.is_mounted(mount):
+        mounts.umount(mount, lazy=True)
 
 
 @contextmanager

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bootseer import mounts
 from bootseer.ckpt import Namespace
 from bootseer.ckpt import mount as ckpt_mount
 from bootseer.store import open_store
@@ -56,8 +57,8 @@ def mount_root() -> Iterator[Path]:
         yield root
     finally:
         for sub in root.iterdir():
-            if ckpt_mount.is_mounted(sub):
-                ckpt_mount.umount(sub, lazy=True)
+            if mounts.is_mounted(sub):
+                mounts.umount(sub, lazy=True)
         shutil.rmtree(root, ignore_errors=True)
 
 

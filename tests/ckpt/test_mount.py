@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bootseer import mounts
 from bootseer.ckpt import Namespace
 from bootseer.ckpt import mount as ckpt_mount
 from bootseer.ckpt.layout import namespace_name
@@ -74,7 +75,7 @@ def test_api_and_mount_see_the_same_tree(mounted: tuple[Path, object], job_ns: N
 
 def test_mount_reads_ahead_in_big_requests(mounted: tuple[Path, object]) -> None:
     mp, _ = mounted
-    dev = ckpt_mount.mount_device(mp)
+    dev = mounts.mount_device(mp)
     assert dev is not None
     assert Path(f"/sys/class/bdi/{dev}/read_ahead_kb").read_text().strip() == "4096"
 
@@ -222,10 +223,10 @@ def test_dead_daemon_is_reported_and_cleaned_up(
     mp, rec = mounted
     os.kill(rec.pid, signal.SIGKILL)
     time.sleep(0.3)
-    assert ckpt_mount.is_mounted(mp)
+    assert mounts.is_mounted(mp)
     res = ckpt_mount.stop(rec)
     assert res.died
-    assert not ckpt_mount.is_mounted(mp) and not mp.exists()
+    assert not mounts.is_mounted(mp) and not mp.exists()
 
 
 def _call(tmp_path: Path, mount_root: Path, site_config: Path, ckpt: str) -> StepCall:
@@ -265,14 +266,14 @@ def test_prolog_mounts_and_epilog_unmounts(
     res = step.prolog(call)
     try:
         mp = Path(res.env["BOOTSEER_CKPT"])
-        assert mp == mount_root / "77" and ckpt_mount.is_mounted(mp)
+        assert mp == mount_root / "77" and mounts.is_mounted(mp)
         as_user(JOB_UID, PY, "-c", WRITE, f"{mp}/m.pt", data=b"saved")
         with job_ns.open("m.pt") as f:
             assert f.read() == b"saved"
     finally:
         out = step.epilog(call)
     assert out.outcome == "ok" and "unmounted" in out.detail
-    assert not ckpt_mount.is_mounted(mp) and not mp.exists()
+    assert not mounts.is_mounted(mp) and not mp.exists()
 
 
 def test_epilog_fails_the_step_when_the_daemon_died(
@@ -288,7 +289,7 @@ def test_epilog_fails_the_step_when_the_daemon_died(
     time.sleep(0.3)
     with pytest.raises(StepError, match=r"daemon \(pid \d+\) died during the job"):
         step.epilog(call)
-    assert not ckpt_mount.is_mounted(rec.mountpoint)
+    assert not mounts.is_mounted(rec.mountpoint)
 
 
 def test_prolog_reports_an_unreachable_target(
@@ -302,7 +303,7 @@ def test_prolog_reports_an_unreachable_target(
     call = _call(tmp_path, mount_root, site_config, "test")
     with pytest.raises(StepError, match="is not reachable"):
         step.prolog(call)
-    assert not ckpt_mount.is_mounted(mount_root / "77")
+    assert not mounts.is_mounted(mount_root / "77")
     # Nothing left for the epilog: no record, no mountpoint.
     assert step.epilog(call).outcome == "skipped"
     assert not (mount_root / "77").exists()

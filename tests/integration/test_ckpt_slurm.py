@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from bootseer import mounts
 from bootseer.ckpt import Namespace
-from bootseer.ckpt import mount as ckpt_mount
 from bootseer.store import open_store
 from tests.conftest import DevSlurm
 
@@ -126,7 +126,7 @@ PY
     log = "\n".join(cluster.job_log_lines(n1, job))
     assert "epilog step=ckpt outcome=ok" in log and "1 writes dropped" in log, log
     assert _mounts(cluster) == []
-    assert not ckpt_mount.is_mounted(cluster.dir / "nodes" / n1 / "run" / "ckpt" / str(job))
+    assert not mounts.is_mounted(cluster.dir / "nodes" / n1 / "run" / "ckpt" / str(job))
 
 
 def _output(cluster: DevSlurm, job: int) -> str:

@@ -101,3 +101,35 @@ def test_second_run_restores_on_every_node(cluster: DevSlurm) -> None:
         assert "skipping the install" in cluster.output(job)
         assert "demo==1" in cluster.output(job)
         assert "nothing installed" in deps_line(cluster, node, job, "epilog")
+
+
+def test_a_prefix_another_user_made_first_is_refused_and_the_job_still_runs(
+    cluster: DevSlurm,
+) -> None:
+    """mallory's job makes alice's predictable node-local prefix first, empty and
+    world-writable; alice's job then gets a clear refusal from the prolog and from
+    `bootseer deps run`, its install never lands in mallory's directory, and the node
+    stays in service."""
+    node = cluster.nodes[1]
+    prefix = devcluster.NODE_LOCAL / "deps-it-taken"
+    shutil.rmtree(node_prefix(cluster, node).with_name(prefix.name), ignore_errors=True)
+    trap = cluster.sbatch("-w", node, script=f"#!/bin/sh\nmkdir -m 777 {prefix}\n", user="mallory")
+    assert cluster.wait(trap) == "COMPLETED", cluster.output(trap)
+    job = cluster.sbatch(
+        "-w",
+        node,
+        f"--bootseer-deps={prefix}",
+        script=(
+            "#!/bin/sh\n"
+            f"bootseer deps run -- sh -c 'touch {prefix}/installed' || echo install-refused\n"
+            "echo ran\n"
+        ),
+    )
+    assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    out = cluster.output(job)
+    assert "refusing to install into" in out and "install-refused" in out and "ran" in out, out
+    line = deps_line(cluster, node, job, "prolog")
+    assert "outcome=failed" in line and "belongs to uid" in line, line
+    assert "outcome=ok" not in deps_line(cluster, node, job, "epilog")
+    assert not (node_prefix(cluster, node).with_name(prefix.name) / "installed").exists()
+    assert cluster.node_states()[node].startswith("idle")

@@ -20,8 +20,9 @@ CASES = [(kind, v, True) for kind, vs in GOOD.items() for v in vs] + [
 def test_plugin_and_library_agree(cluster: DevSlurm, kind: str, value: str, good: bool) -> None:
     option = f"--bootseer-{kind}={value}"
     r = subprocess.run(
-        ["sbatch", "--test-only", "-N1", option, "--wrap", "true"],
-        env=cluster.env,
+        [*cluster.as_user("bob"), "sbatch", "--test-only", "-N1", option, "--wrap", "true"],
+        env=cluster.user_env("bob"),
+        cwd="/tmp",
         capture_output=True,
         text=True,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -118,3 +119,31 @@ def test_cluster_view_counts_the_runs(cluster: DevSlurm) -> None:
     view = json.loads(r.stdout)
     assert view["runs"] >= 1 and view["node_seconds_starting"] > 0
     assert any(b["bucket"] == "2-4 nodes" for b in view["by_size"])
+
+
+def test_a_hostile_job_name_sets_nothing_and_is_shown_as_text(cluster: DevSlurm) -> None:
+    """A job name that looks like scontrol's fields, with rich markup in it: the records
+    keep the real submit time and account, and the report shows the name as it is."""
+    name = "x SubmitTime=2001-01-01T00:00:00 Account=evil UserId=0(root) [/]"
+    job = cluster.sbatch(
+        "-N1",
+        "-J",
+        name,
+        "--bootseer=on",
+        script=f"#!/bin/sh\nsrun {BOOTSEER} phase run first_step -- true\n",
+        user="mallory",
+    )
+    assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    (run,) = cluster.report_json(job)["runs"]
+    assert run["job_name"] == name
+    assert run["account"] != "evil"
+    assert run["submit_time"] is not None and not run["submit_time"].startswith("2001")
+    text = subprocess.run(
+        [str(BOOTSEER), "report", str(job)],
+        env={**cluster.env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert text.returncode == 0, text.stderr
+    assert repr(name) in text.stdout

@@ -38,16 +38,15 @@ from bootseer.ckpt.manifest import Manifest
 from bootseer.ckpt.reader import StripedReader
 from bootseer.ckpt.writer import StripedWriter
 from bootseer.errors import BootseerError, StoreError
+from bootseer.linelog import LineLog
 
 T = TypeVar("T")
 TIMEOUT = 1.0  # seconds the kernel may cache names and attributes
 PF_EXITING = 0x4  # include/linux/sched.h
 
 
-def log(message: str) -> None:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    sys.stderr.write(f"{stamp} ckpt-fuse[{os.getpid()}] {message}\n")
-    sys.stderr.flush()
+# The daemon's stderr is its log file (bootseer.ckpt.mount opens it).
+log = LineLog(None, f"ckpt-fuse[{os.getpid()}]")
 
 
 def died_of_signal(pid: int) -> bool:
@@ -540,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uid", type=int, required=True)
     p.add_argument("--gid", type=int, required=True)
     p.add_argument("--node", default="", help="node name for %%n in the site config")
+    p.add_argument("--job-id", type=int, default=0, help="the job, for its peers")
+    p.add_argument("--nodes", default="", help="the job's nodes, comma-separated: its peers")
     p.add_argument("mountpoint")
     args = p.parse_args(argv)
 
@@ -553,6 +554,10 @@ def main(argv: list[str] | None = None) -> int:
         from bootseer.ckpt.layout import namespace_name
 
         ns = Namespace.from_config(cfg, namespace_name(user, name))
+        if args.job_id and args.nodes:
+            from bootseer.p2p.via import agent_via
+
+            ns.via = agent_via(cfg, args.job_id, args.nodes.split(","), log)
     except (BootseerError, CkptError) as exc:
         log(f"cannot serve {args.namespace}: {exc}")
         return 1
@@ -566,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         pyfuse3.close(unmount=True)
         log(
             f"unmounted; totals read_bytes={fs.bytes_read} written_bytes={fs.bytes_written} "
-            f"read_requests={fs.reads}"
+            f"read_requests={fs.reads} store_bytes={ns.store_bytes} peer_bytes={ns.peer_bytes}"
         )
     return 0
 

@@ -16,7 +16,6 @@ signals if it must, and says whether the daemon had died during the job.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import json
 import os
@@ -29,8 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bootseer.errors import StepError
+from bootseer.mounts import is_mounted, set_read_ahead, umount
 
-MNT_DETACH = 2
 DAEMON_MODULE = "bootseer.ckpt.fuse"
 
 
@@ -66,47 +65,8 @@ class StopResult:
     written_bytes: int = 0
     committed: int = 0  # versions committed, and writes dropped (killed writers)
     dropped: int = 0
-
-
-def _unescape(field: str) -> str:
-    return (
-        field.replace("\\040", " ")
-        .replace("\\011", "\t")
-        .replace("\\012", "\n")
-        .replace("\\134", "\\")
-    )
-
-
-def mount_device(path: str | Path) -> str | None:
-    """``major:minor`` of what is mounted at ``path``, from /proc/self/mountinfo (without
-    touching the mount: a dead daemon hangs stat)."""
-    target = os.path.normpath(str(path))
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                fields = line.split()
-                if _unescape(fields[4]) == target:
-                    return fields[2]
-    except OSError:
-        pass
-    return None
-
-
-def is_mounted(path: str | Path) -> bool:
-    return mount_device(path) is not None
-
-
-def set_read_ahead(path: str | Path, kb: int) -> bool:
-    """Raise the kernel's read-ahead for the mount: FUSE starts at 128 KiB, which caps
-    each read request at that size; bigger requests cut the daemon's per-request cost."""
-    dev = mount_device(path)
-    if dev is None or kb <= 0:
-        return False
-    try:
-        Path(f"/sys/class/bdi/{dev}/read_ahead_kb").write_text(str(kb))
-    except OSError:
-        return False
-    return True
+    store_bytes: int = 0  # units read from the targets by this node, and from peers
+    peer_bytes: int = 0
 
 
 def daemon_alive(pid: int, mountpoint: str) -> bool:
@@ -119,13 +79,6 @@ def daemon_alive(pid: int, mountpoint: str) -> bool:
     if state[state.rfind(b")") + 2 :][:1] in (b"Z", b"X"):
         return False
     return DAEMON_MODULE.encode() in cmdline and os.fsencode(mountpoint) in cmdline
-
-
-def umount(path: str | Path, lazy: bool = False) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.umount2(os.fsencode(str(path)), MNT_DETACH if lazy else 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"umount {path}: {os.strerror(err)}")
 
 
 def log_tail(path: str | Path, lines: int = 8) -> str:
@@ -170,6 +123,8 @@ def start(
     timeout: float,
     log_path: Path | None = None,
     read_ahead_kb: int = 4096,
+    job_id: int = 0,
+    nodes: tuple[str, ...] = (),
 ) -> MountRecord:
     """Start the daemon and wait for the mount; on failure nothing is left running."""
     log_path = log_path or state_dir / "fuse.log"
@@ -186,6 +141,10 @@ def start(
         str(gid),
         "--node",
         node,
+        "--job-id",
+        str(job_id),
+        "--nodes",
+        ",".join(nodes),
         str(mountpoint),
     ]
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -277,13 +236,13 @@ def stop(record: MountRecord, wait: float = 15.0) -> StopResult:
     return StopResult(died, forced, tail, *_summary(record.log))
 
 
-def _summary(log_path: str) -> tuple[int, int, int, int]:
-    """(read, written, committed, dropped) from the daemon's log."""
-    read = written = committed = dropped = 0
+def _summary(log_path: str) -> tuple[int, int, int, int, int, int]:
+    """(read, written, committed, dropped, store, peer) from the daemon's log."""
+    read = written = committed = dropped = store = peer = 0
     try:
         text = Path(log_path).read_text(errors="replace")
     except OSError:
-        return 0, 0, 0, 0
+        return 0, 0, 0, 0, 0, 0
     for line in text.splitlines():
         if ": committed version " in line:
             committed += 1
@@ -293,4 +252,5 @@ def _summary(log_path: str) -> tuple[int, int, int, int]:
             fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
             with contextlib.suppress(ValueError, KeyError):
                 read, written = int(fields["read_bytes"]), int(fields["written_bytes"])
-    return read, written, committed, dropped
+                store, peer = int(fields["store_bytes"]), int(fields["peer_bytes"])
+    return read, written, committed, dropped, store, peer

@@ -191,7 +191,7 @@ def _gc(args: argparse.Namespace) -> int:
 
 def _client(node: str | None) -> Any:
     from bootseer.config import load_config
-    from bootseer.image.agent import AgentClient
+    from bootseer.image.client import AgentClient
 
     cfg = load_config().for_node(_node(node))
     return AgentClient(cfg.image.socket)
@@ -201,8 +201,8 @@ def _first_step(args: argparse.Namespace) -> int:
     job = args.job or int(os.environ.get("SLURM_JOB_ID", "0"))
     if not job:
         raise BootseerError("no job: give --job or run inside a Slurm job")
-    resp = _client(None).call("first_step", job_id=job)
-    print(f"job {job}: first step marked; {resp['recorded_blocks']} blocks read during startup")
+    resp = _client(None).first_step(job)
+    print(f"job {job}: first step marked; {resp.recorded_blocks} blocks read during startup")
     return 0
 
 
@@ -215,7 +215,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _agent(args: argparse.Namespace) -> int:
     from bootseer.config import load_config
-    from bootseer.image.fuse import serve
+    from bootseer.image.daemon import serve
 
     node = _node(args.node)
     cfg = load_config().for_node(node)

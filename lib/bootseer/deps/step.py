@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from typing import TYPE_CHECKING
 
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
@@ -24,6 +25,9 @@ from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, StepResult
+
+if TYPE_CHECKING:
+    from bootseer.deps.restore import FrameVia
 
 
 def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
@@ -90,7 +94,14 @@ def prolog(call: StepCall) -> StepResult:
     store = cfg.store.open()
     key = find_snapshot(store, sdir, base)
     found = (
-        read_manifest(store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files)
+        read_manifest(
+            store,
+            sdir,
+            key,
+            max_bytes=cfg.deps.max_bytes,
+            max_files=cfg.deps.max_files,
+            max_frame_bytes=cfg.deps.max_frame_bytes,
+        )
         if key
         else None
     )
@@ -110,7 +121,7 @@ def prolog(call: StepCall) -> StepResult:
                 f"{note}snapshot {key} already in {spec.prefix} (restored or installed "
                 "earlier on this node)"
             )
-            fetched, entries = 0, 0
+            fetched, entries, peer_bytes = 0, 0, 0
         else:
             if os.path.lexists(spec.prefix) and not ours and not _empty_dir(spec.prefix):
                 raise StepError(
@@ -125,19 +136,20 @@ def prolog(call: StepCall) -> StepResult:
                 link_roots=cfg.deps.link_roots,
                 max_bytes=cfg.deps.max_bytes,
                 max_files=cfg.deps.max_files,
+                max_frame_bytes=cfg.deps.max_frame_bytes,
                 threads=cfg.deps.threads,
                 timeout=max(1.0, call.remaining()),
                 replace=ours,
             )
-            done = restore(store, manifest, req)
+            done = restore(store, manifest, req, via=_via_peers(call))
             nodecache.write_stamp(
                 cache, nodecache.Stamp(spec.prefix, key, ctx.uid, done.dev, done.ino, time.time())
             )
-            fetched, entries = done.fetched, done.entries
+            fetched, entries, peer_bytes = done.fetched, done.entries, done.peer_bytes
             detail = (
                 f"{note}restored {key} into {spec.prefix}: {entries} entries, "
                 f"{manifest.raw_bytes} bytes"
-            )
+            )  # from where: store_bytes and peer_bytes of the phase row
     if ctx.first_node:
         try:
             # In place: one request, not a temp object and a move; nothing needs it whole.
@@ -149,8 +161,30 @@ def prolog(call: StepCall) -> StepResult:
     state.write(state_path)
     env["BOOTSEER_DEPS_KEY"] = key
     return StepResult(
-        detail=f"{detail} in {time.monotonic() - t0:.2f}s", bytes=fetched + mbytes, env=env
+        detail=f"{detail} in {time.monotonic() - t0:.2f}s",
+        bytes=fetched + mbytes + peer_bytes,
+        store_bytes=fetched + mbytes,
+        peer_bytes=peer_bytes,
+        env=env,
     )
+
+
+def _via_peers(call: StepCall) -> FrameVia | None:
+    """Frames through the node agent, which shares them among the job's nodes (each frame
+    leaves the store once per job); None for a one-node job or without p2p."""
+    from bootseer.p2p.via import agent_via
+
+    ctx = call.ctx
+    via = agent_via(
+        call.cfg,
+        ctx.job_id,
+        ctx.nodes,
+        lambda m: call.log(f"step=deps {m}"),
+        timeout=max(1.0, call.remaining() - 1.0),
+    )
+    if via is None:
+        return None
+    return lambda key, offset, length, sha: via("", key, offset, length, sha)
 
 
 def _empty_dir(path: str) -> bool:

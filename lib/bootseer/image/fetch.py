@@ -21,6 +21,7 @@ import contextlib
 import heapq
 import itertools
 import os
+import stat
 import threading
 import time
 from collections import Counter
@@ -42,7 +43,9 @@ class FetchError(BootseerError):
 
 
 class BlockSource(Protocol):
-    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes: ...
+    def read_block(
+        self, index: int, block_digest: str, offset: int, length: int, priority: int
+    ) -> bytes: ...
 
     def describe(self) -> str: ...
 
@@ -53,7 +56,9 @@ class StoreSource:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes:
+    def read_block(
+        self, index: int, block_digest: str, offset: int, length: int, priority: int
+    ) -> bytes:
         return self.store.read_bytes(block_key(block_digest))
 
     def describe(self) -> str:
@@ -61,20 +66,62 @@ class StoreSource:
 
 
 class FileSource:
-    """Blocks read from the image file itself (a path image on a shared filesystem)."""
+    """Blocks read from the image file itself (a path image on a shared filesystem).
 
-    def __init__(self, path: str) -> None:
+    Through one descriptor, opened once and checked (a regular file the job's user may
+    read: :func:`bootseer.image.registry.open_image_file`), never by the path again: a
+    user who swaps the file for a FIFO, or a directory on its path for a link, after the
+    check changes nothing the agent reads. Without ``fd`` the path is opened here, once
+    (non-blocking, no link as the last component, regular files only). ``close`` waits
+    for no one: a read still under way finishes, and later reads fail.
+    """
+
+    def __init__(self, path: str, fd: int | None = None) -> None:
         self.path = path
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise FetchError(f"{path} is not a regular file")
+            except BaseException:
+                os.close(fd)
+                raise
+        self._fd: int | None = fd
+        self.stat = os.fstat(fd)
+        self._lock = threading.Lock()
+        self._readers = 0
 
-    def read_block(self, index: int, block_digest: str, offset: int, length: int) -> bytes:
-        fd = os.open(self.path, os.O_RDONLY)
+    @property
+    def identity(self) -> tuple[int, int, int, int]:
+        """What the file was when opened: device, inode, size, mtime (ns)."""
+        st = self.stat
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def read_block(
+        self, index: int, block_digest: str, offset: int, length: int, priority: int
+    ) -> bytes:
+        with self._lock:
+            fd = self._fd
+            if fd is None:
+                raise FetchError(f"{self.path}: the image file was closed")
+            self._readers += 1
         try:
             return os.pread(fd, length, offset)
         finally:
-            os.close(fd)
+            with self._lock:
+                self._readers -= 1
+                if self._fd is None and self._readers == 0:
+                    os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self._fd = self._fd, None
+            if fd is not None and self._readers == 0:
+                os.close(fd)
 
     def describe(self) -> str:
-        return self.path
+        dev, ino, _, _ = self.identity
+        return f"{self.path} (dev {dev} inode {ino})"
 
 
 def _nice(value: int) -> None:
@@ -124,6 +171,7 @@ class Fetcher:
         log: Callable[[str], None] = lambda _: None,
         quiet: float = 0.2,
         read_quiet: float = 1.0,
+        background_bps: float = 0.0,
     ) -> None:
         self.cache = cache
         self.timeout = timeout
@@ -132,6 +180,8 @@ class Fetcher:
         self.fail_ttl = min(2.0, timeout)
         self._failed: dict[str, float] = {}  # digest -> when a reader last gave up on it
         self.read_quiet = read_quiet
+        self.background_bps = background_bps  # 0: no cap
+        self._bg_next = 0.0  # when the pacer lets the next background byte go
         self.log = log
         self.stats = FetchStats()
         self._cond = threading.Condition()
@@ -280,6 +330,17 @@ class Fetcher:
                         del self._jobs[job.digest]
                     self._cond.notify_all()
 
+    def _pace(self, nbytes: int) -> None:
+        """Hold a background fetch so the fill stays under ``background_bps`` on average."""
+        if self.background_bps <= 0:
+            return
+        with self._cond:
+            now = time.monotonic()
+            start = max(now, self._bg_next)
+            self._bg_next = start + nbytes / self.background_bps
+        if start > now:
+            time.sleep(start - now)
+
     def _fetch(self, job: _Job) -> bytes:
         deadline = job.created + self.timeout
         attempt = 0
@@ -288,7 +349,11 @@ class Fetcher:
             if cached is not None:
                 return cached
             try:
-                data = job.source.read_block(job.index, job.digest, job.offset, job.length)
+                if job.priority == BACKGROUND:
+                    self._pace(job.length)
+                data = job.source.read_block(
+                    job.index, job.digest, job.offset, job.length, job.priority
+                )
                 if digest(data) == job.digest:
                     self.cache.put(job.digest, data)
                     with self._cond:

@@ -1,35 +1,30 @@
-"""The read-only FUSE filesystem of prepared images, and the agent's main loop.
+"""The read-only FUSE filesystem of prepared images.
 
 The mount holds one file per prepared job, ``<job_id>.sqsh``, owned by the job's
 user and readable by no one else (``default_permissions`` makes the kernel check).
 The mount is ``ro``: opening for write, chmod, truncate and create fail (EROFS).
 Reads of local blocks are served on the event loop; a miss goes to a thread that
 waits for the fetcher, so one slow block never holds up reads of others. A read the
-store cannot serve in time fails with EIO.
+store cannot serve in time fails with EIO. :func:`bootseer.image.daemon.serve` mounts it.
 
-    >>> serve(load_config().for_node("n1"), "n1")  # what `bootseer agent` runs
+    >>> pyfuse3.init(ImageFS(agent), "/run/bootseer/images", set(MOUNT_OPTIONS))
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import itertools
 import os
-import signal
 import stat
-import subprocess
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pyfuse3
 import trio
 
-from bootseer.config import SiteConfig
-from bootseer.image.agent import INODE_BASE, Agent, AgentServer, JobView
+from bootseer.image.agent import Agent
 from bootseer.image.fetch import FetchError
+from bootseer.image.jobs import INODE_BASE, JobView
 
 READ_AHEAD_KIB = 1024
 ROOT = pyfuse3.ROOT_INODE
@@ -76,7 +71,7 @@ class ImageFS(pyfuse3.Operations):  # type: ignore[misc]
         return a
 
     def _view(self, inode: int) -> JobView:
-        view = self.agent.job_by_inode(inode)
+        view = self.agent.jobs.by_inode(inode)
         if view is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         return view
@@ -105,7 +100,7 @@ class ImageFS(pyfuse3.Operations):  # type: ignore[misc]
         return 0
 
     async def readdir(self, fh: pyfuse3.FileHandleT, start_id: int, token: Any) -> None:
-        views = self.agent.job_list()
+        views = self.agent.jobs.views()
         for i, view in enumerate(views):
             if i < start_id:
                 continue
@@ -125,10 +120,10 @@ class ImageFS(pyfuse3.Operations):  # type: ignore[misc]
         if view is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         try:
-            data = self.agent.read(view, off, size, cached_only=True)
+            data = self.agent.reader.read(view, off, size, cached_only=True)
             if data is None:
                 data = await trio.to_thread.run_sync(
-                    self.agent.read, view, off, size, abandon_on_cancel=True
+                    self.agent.reader.read, view, off, size, abandon_on_cancel=True
                 )
         except FetchError as exc:
             self.agent.log(f"job={view.job_id} read at {off}: EIO: {exc}")
@@ -142,93 +137,7 @@ class ImageFS(pyfuse3.Operations):  # type: ignore[misc]
     async def statfs(self, ctx: Any) -> pyfuse3.StatvfsData:
         s = pyfuse3.StatvfsData()
         s.f_bsize = s.f_frsize = 4096
-        s.f_blocks = sum(v.image.manifest.size for v in self.agent.job_list()) // 4096
-        s.f_files = len(self.agent.jobs) + 1
+        s.f_blocks = sum(v.image.manifest.size for v in self.agent.jobs.views()) // 4096
+        s.f_files = len(self.agent.jobs.ids()) + 1
         s.f_namemax = 255
         return s
-
-
-def raise_read_ahead(mountpoint: str, kib: int, timeout: float = 10.0) -> None:
-    """Raise the mount's kernel read-ahead once it answers (the FUSE INIT reply resets it).
-
-    FUSE starts at 128 KiB, which also caps each read request; every request is a round
-    trip into Python, so larger ones read sequentially several times faster.
-    """
-    until = time.monotonic() + timeout
-    while time.monotonic() < until:
-        with open("/proc/self/mountinfo") as f:
-            devs = [ln.split()[2] for ln in f if ln.split()[4] == mountpoint]
-        if devs:
-            with contextlib.suppress(OSError):
-                os.stat(mountpoint)  # answered only after INIT
-                Path(f"/sys/class/bdi/{devs[-1]}/read_ahead_kb").write_text(str(kib))
-                return
-        time.sleep(0.05)
-
-
-def unmount_stale(mountpoint: str) -> None:
-    """Detach a mount a crashed agent left behind ("Transport endpoint is not connected")."""
-    try:
-        os.stat(mountpoint)
-        if not os.path.ismount(mountpoint):
-            return
-    except OSError as exc:
-        if exc.errno != errno.ENOTCONN:
-            return
-    subprocess.run(
-        ["fusermount3", "-u", "-z", mountpoint],
-        check=False,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def serve(
-    cfg: SiteConfig,
-    node: str,
-    log: Callable[[str], None] | None = None,
-    ready: Callable[[], None] | None = None,
-) -> None:
-    """Run the agent until SIGTERM/SIGINT: the FUSE mount and the socket, then clean up."""
-    agent = Agent(cfg, node, log)
-    agent.restore()
-    mountpoint = str(cfg.image.mount_dir)
-    os.makedirs(mountpoint, mode=0o755, exist_ok=True)
-    unmount_stale(mountpoint)
-    ops = ImageFS(agent)
-    pyfuse3.init(ops, mountpoint, set(MOUNT_OPTIONS))
-    server: AgentServer | None = None
-    try:
-        server = AgentServer(cfg.image.socket, agent)
-        import threading
-
-        threading.Thread(target=server.serve_forever, name="agent-socket", daemon=True).start()
-        threading.Thread(
-            target=raise_read_ahead, args=(mountpoint, READ_AHEAD_KIB), daemon=True
-        ).start()
-        agent.log(
-            f"agent up: node={node} socket={cfg.image.socket} mount={mountpoint} "
-            f"cache={cfg.image.cache_dir} ({agent.cache.bytes} bytes cached) "
-            f"store={agent.store.uri}"
-        )
-        if ready:
-            ready()
-        trio.run(_main, cfg.image.prefetch_parallel)
-    finally:
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-            with contextlib.suppress(FileNotFoundError):
-                cfg.image.socket.unlink()
-        pyfuse3.close(unmount=True)
-        agent.close()
-        agent.log("agent stopped")
-
-
-async def _main(parallel: int) -> None:
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(pyfuse3.main, 4, max(64, 4 * parallel))
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break

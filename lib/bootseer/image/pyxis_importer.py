@@ -28,12 +28,12 @@ def _lazy_image() -> str:
     if path and os.path.isfile(path):
         return path
     from bootseer.config import load_config
-    from bootseer.image.agent import AgentClient
+    from bootseer.image.client import AgentClient
 
     node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     cfg = load_config().for_node(node)
     job = int(os.environ.get("SLURM_JOB_ID", "0"))
-    return str(AgentClient(cfg.image.socket).call("status", job_id=job)["path"])
+    return AgentClient(cfg.image.socket).status(job).path
 
 
 def _fallback_path() -> Path:

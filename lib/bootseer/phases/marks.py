@@ -20,6 +20,7 @@ A job that did not run with ``--bootseer`` has no spool: marks then do nothing
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -81,6 +82,8 @@ def mark(
     detail: str = "",
     bytes: int = 0,
     when: float | None = None,
+    store_bytes: int = 0,
+    peer_bytes: int = 0,
 ) -> bool:
     """Record that phase ``name`` starts or ends now; True if the mark was recorded.
 
@@ -117,6 +120,10 @@ def mark(
         record["detail"] = detail[:DETAIL_MAX]
     if bytes:
         record["bytes"] = int(bytes)
+    if store_bytes:
+        record["store_bytes"] = int(store_bytes)
+    if peer_bytes:
+        record["peer_bytes"] = int(peer_bytes)
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
     try:
         os.write(_fd(path), line)  # one write on O_APPEND: lines from many ranks never mix
@@ -154,17 +161,12 @@ def tell_agent_first_step() -> None:
     path, job = os.environ.get(AGENT_ENV), os.environ.get("SLURM_JOB_ID", "")
     if not path or not job.isdigit():
         return
-    import socket  # here: every other mark stays free of it
+    # Here: every other mark stays free of the socket module.
+    from bootseer.image.client import AgentClient
+    from bootseer.image.protocol import AgentError
 
-    request = json.dumps({"op": "first_step", "job_id": int(job)}).encode() + b"\n"
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(0.5)
-            s.connect(path)
-            s.sendall(request)
-            s.recv(1 << 12)
-    except OSError:
-        pass
+    with contextlib.suppress(AgentError):
+        AgentClient(path).first_step(int(job), timeout=0.5)
 
 
 def flush_in_background(marks_path: str) -> None:

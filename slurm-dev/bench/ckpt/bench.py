@@ -42,6 +42,7 @@ from typing import Any
 TOP = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(TOP / "lib"))
 
+from bootseer import mounts  # noqa: E402
 from bootseer.ckpt import Namespace  # noqa: E402
 from bootseer.ckpt import mount as ckpt_mount  # noqa: E402
 from bootseer.config import SiteConfig  # noqa: E402
@@ -381,8 +382,8 @@ def main() -> int:
         return report(results, ks, args.check)
     finally:
         for sub in mnt_root.iterdir() if mnt_root.exists() else ():
-            if ckpt_mount.is_mounted(sub):
-                ckpt_mount.umount(sub, lazy=True)
+            if mounts.is_mounted(sub):
+                mounts.umount(sub, lazy=True)
         for t in targets:
             t.down()
         if args.json:

@@ -1,0 +1,109 @@
+"""Talk to the node's agent: one request, one typed reply or one typed error.
+
+The one client of the agent's socket: the prolog and epilog steps, the CLI, the pyxis
+importer and a job's ``first_step`` mark all use it. Cheap to import (the standard
+library and :mod:`bootseer.image.protocol`): a mark from a job script is a process start.
+
+    >>> AgentClient(Path("/run/bootseer/agent.sock")).ping()
+    PingReply(node='n1', pid=4242)
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from bootseer import jsonlimits
+from bootseer.image.protocol import (
+    AgentError,
+    AgentTimeout,
+    AgentUnavailable,
+    FetchPiece,
+    FirstStep,
+    JobReply,
+    PieceFile,
+    Ping,
+    PingReply,
+    Prepare,
+    Release,
+    ReleaseReply,
+    Request,
+    Stats,
+    StatsReply,
+    Status,
+    encode,
+    error_for,
+)
+
+
+class AgentClient:
+    """The agent at ``path``; every call raises a :class:`~bootseer.image.protocol.AgentError`
+    subclass naming what went wrong (unavailable, timeout, refused, not found, pending...)."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    def send(self, request: Request, timeout: float = 10.0) -> dict[str, Any]:
+        """Send a typed request; the reply's fields, or its error raised by kind."""
+        return self._exchange(request.op, request.to_wire(), timeout)
+
+    def call(self, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
+        """Send ``{"op": op, **args}`` unchecked (the CLI's ``status``, tests)."""
+        return self._exchange(op, {**args, "op": op}, timeout)
+
+    def _exchange(self, op: str, doc: dict[str, Any], timeout: float) -> dict[str, Any]:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        try:
+            try:
+                s.connect(str(self.path))
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                raise AgentUnavailable(f"no node agent on {self.path}: {exc.strerror}") from None
+            s.sendall(encode(doc))
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(1 << 16)
+                if not chunk:
+                    break
+                buf += chunk
+        except TimeoutError:
+            raise AgentTimeout(
+                f"node agent on {self.path}: no answer to {op} within {timeout:g}s"
+            ) from None
+        except OSError as exc:
+            raise AgentUnavailable(f"node agent on {self.path}: {exc}") from None
+        finally:
+            s.close()
+        try:
+            resp: dict[str, Any] = jsonlimits.loads(buf, max_bytes=1 << 30, what="answer")
+            if not isinstance(resp, dict):
+                raise ValueError(resp)
+        except ValueError:
+            raise AgentError(f"node agent on {self.path}: bad answer {buf[:100]!r}") from None
+        if not resp.get("ok"):
+            raise error_for(resp.get("kind"), f"node agent: {resp.get('error', 'request failed')}")
+        return resp
+
+    # -- typed calls ------------------------------------------------------------------
+
+    def ping(self, timeout: float = 10.0) -> PingReply:
+        return PingReply.from_wire(self.send(Ping(), timeout))
+
+    def stats(self, timeout: float = 10.0) -> StatsReply:
+        return StatsReply.from_wire(self.send(Stats(), timeout))
+
+    def prepare(self, request: Prepare, timeout: float) -> JobReply:
+        return JobReply.from_wire(self.send(request, timeout))
+
+    def status(self, job_id: int, timeout: float = 10.0) -> JobReply:
+        return JobReply.from_wire(self.send(Status(job_id), timeout))
+
+    def first_step(self, job_id: int, timeout: float = 10.0) -> JobReply:
+        return JobReply.from_wire(self.send(FirstStep(job_id), timeout))
+
+    def fetch_piece(self, request: FetchPiece, timeout: float) -> PieceFile:
+        return PieceFile.from_wire(self.send(request, timeout))
+
+    def release(self, job_id: int, timeout: float = 10.0) -> ReleaseReply:
+        return ReleaseReply.from_wire(self.send(Release(job_id), timeout))

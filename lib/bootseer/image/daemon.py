@@ -1,0 +1,74 @@
+"""The node agent's main loop: what ``bootseer agent`` runs until SIGTERM.
+
+It brings back the jobs prepared before a restart, mounts the image filesystem
+(:mod:`bootseer.image.fuse`), answers on the socket (:mod:`bootseer.image.server`)
+in a thread of its own, and on SIGTERM/SIGINT unmounts, removes the socket and stops
+the fetcher. A new listener (a peer server for other nodes) starts and stops here.
+
+    >>> serve(load_config().for_node("n1"), "n1")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+import pyfuse3
+import trio
+
+from bootseer.config import SiteConfig
+from bootseer.image.agent import Agent
+from bootseer.image.fuse import MOUNT_OPTIONS, READ_AHEAD_KIB, ImageFS
+from bootseer.image.server import AgentServer
+from bootseer.mounts import raise_read_ahead_when_ready, unmount_stale
+
+
+def serve(
+    cfg: SiteConfig,
+    node: str,
+    log: Callable[[str], None] | None = None,
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Run the agent until SIGTERM/SIGINT: the FUSE mount and the socket, then clean up."""
+    agent = Agent(cfg, node, log)
+    agent.jobs.restore()
+    mountpoint = str(cfg.image.mount_dir)
+    os.makedirs(mountpoint, mode=0o755, exist_ok=True)
+    unmount_stale(mountpoint)
+    pyfuse3.init(ImageFS(agent), mountpoint, set(MOUNT_OPTIONS))
+    server: AgentServer | None = None
+    try:
+        server = AgentServer(cfg.image.socket, agent)
+        threading.Thread(target=server.serve_forever, name="agent-socket", daemon=True).start()
+        threading.Thread(
+            target=raise_read_ahead_when_ready, args=(mountpoint, READ_AHEAD_KIB), daemon=True
+        ).start()
+        agent.log(
+            f"agent up: node={node} socket={cfg.image.socket} mount={mountpoint} "
+            f"cache={cfg.image.cache_dir} ({agent.cache.bytes} bytes cached) "
+            f"store={agent.store.uri}"
+        )
+        if ready:
+            ready()
+        trio.run(_main, cfg.image.prefetch_parallel)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            with contextlib.suppress(FileNotFoundError):
+                cfg.image.socket.unlink()
+        pyfuse3.close(unmount=True)
+        agent.close()
+        agent.log("agent stopped")
+
+
+async def _main(parallel: int) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pyfuse3.main, 4, max(64, 4 * parallel))
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break

@@ -1,0 +1,64 @@
+"""Who may ask the agent what: authorisation and dispatch of one typed request.
+
+The caller is known by ``SO_PEERCRED`` (:mod:`bootseer.image.server`): root (the
+prolog and epilog) may send every request; any other user may only ask ``status``
+or ``first_step`` about a job of their own, and learns nothing of others' jobs (a
+job of another user is "not found", exactly as a job that is not there).
+
+    >>> handle(agent, Status(42), peer_uid=1000)
+    JobReply(job_id=42, path='/run/bootseer/images/42.sqsh', ...)
+"""
+
+from __future__ import annotations
+
+import os
+
+from bootseer.image.agent import Agent
+from bootseer.image.jobs import JobView
+from bootseer.image.protocol import (
+    AgentBadRequest,
+    AgentNotFound,
+    AgentRefused,
+    FetchPiece,
+    FirstStep,
+    JobRequest,
+    Ping,
+    PingReply,
+    Prepare,
+    Release,
+    Reply,
+    Request,
+    Stats,
+    Status,
+)
+
+
+def handle(agent: Agent, req: Request, peer_uid: int) -> Reply:
+    if isinstance(req, Ping):
+        return PingReply(agent.node, os.getpid())
+    if isinstance(req, Stats):
+        return agent.stats()
+    if req.root_only and peer_uid != 0:
+        raise AgentRefused(f"{req.op!r} is for root (the prolog/epilog) only")
+    if isinstance(req, Status | FirstStep):
+        view = own_job(agent, req, peer_uid)
+        if isinstance(req, FirstStep):
+            agent.jobs.first_step(view)
+        return agent.jobs.describe(view)
+    if isinstance(req, Prepare):
+        return agent.jobs.describe(agent.jobs.prepare(req))
+    if isinstance(req, Release):
+        return agent.jobs.release(req.job_id)
+    if isinstance(req, FetchPiece):
+        return agent.fetch_piece(req)
+    raise AgentBadRequest(f"op {req.op!r} has no handler")
+
+
+def own_job(agent: Agent, req: JobRequest, peer_uid: int) -> JobView:
+    view = agent.jobs.get(req.job_id)
+    if view is None or (peer_uid != 0 and view.uid != peer_uid):
+        # The same answer for "not yours" and "not here": no probing others' jobs.
+        raise AgentNotFound(
+            f"no prepared image for job {req.job_id} of uid {peer_uid} on {agent.node}"
+        )
+    return view

@@ -1,0 +1,493 @@
+"""The job lifecycle in the agent: prepare, first step, release.
+
+``prepare`` (the prolog) resolves the job's image (a registered name, or a path
+image registered on first use), loads its trace, prefetches the hot blocks and starts
+the background fill; the job's lazy file appears in the FUSE mount. ``first_step``
+(the job, or ``bootseer image first-step``) ends the job's block trace. ``release``
+(the epilog) saves or merges the trace and lets the image's blocks be evicted once no
+job uses it. Jobs that use one image share one :class:`PreparedImage`.
+
+    >>> view = jobs.prepare(Prepare(42, 1000, 1000, "pytorch:24.05"))
+    >>> jobs.describe(view).path
+    '/run/bootseer/images/42.sqsh'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from bootseer.config import ImageSection
+from bootseer.context import expand_nodes
+from bootseer.errors import ContextError, OptionError, StoreError
+from bootseer.image.cache import BlockCache
+from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
+from bootseer.image.manifest import Manifest, load_manifest
+from bootseer.image.peers import PeerSource
+from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
+from bootseer.image.protocol import (
+    AgentBadRequest,
+    AgentError,
+    AgentNotFound,
+    AgentPending,
+    AgentRefused,
+    AgentTimeout,
+    JobReply,
+    Prepare,
+    ReleaseReply,
+)
+from bootseer.image.registry import (
+    RegistrationPending,
+    UnknownImage,
+    lookup_name,
+    open_image_file,
+    register_path,
+)
+from bootseer.image.restart import RestartState, SavedJob
+from bootseer.image.trace import Recorder, Trace, load_trace, save_trace
+from bootseer.options import parse_image
+from bootseer.p2p.node import PeerNode
+from bootseer.p2p.swarm import Swarm
+from bootseer.p2p.wire import PeerError, PieceRequest
+from bootseer.store import Store
+
+INODE_BASE = 16  # job file inode = INODE_BASE + job id; below are the mount root's
+
+
+def _close_origin(source: BlockSource) -> None:
+    """Close the image file behind ``source`` (its descriptor), if it reads one."""
+    origin = source.origin if isinstance(source, PeerSource) else source
+    if isinstance(origin, FileSource):
+        origin.close()
+
+
+@dataclass(eq=False)
+class PreparedImage:
+    """An image some jobs on this node use, read from one block source."""
+
+    manifest: Manifest
+    source: BlockSource  # the job's peers first (PeerSource), or the origin itself
+    ref: str
+    users: int = 0
+    fill: BackgroundFill | None = None
+    _index: dict[str, int] | None = None
+
+    @property
+    def id(self) -> str:
+        return self.manifest.id
+
+    @property
+    def origin(self) -> BlockSource:
+        """Where the image's bytes really are: the store or the image file."""
+        return self.source.origin if isinstance(self.source, PeerSource) else self.source
+
+    def index_of(self, block_digest: str) -> int | None:
+        if self._index is None:
+            self._index = {d: i for i, d in reversed(list(enumerate(self.manifest.blocks)))}
+        return self._index.get(block_digest)
+
+
+@dataclass(eq=False)
+class JobView:
+    """One prepared job: its image, its user, the blocks it read so far."""
+
+    job_id: int
+    uid: int
+    gid: int
+    image: PreparedImage
+    recorder: Recorder
+    refresh: bool = False
+    prepared_at: float = field(default_factory=time.time)
+    first_step_at: float | None = None
+    fetched_at_prepare: int = 0
+    fetched_before_first_step: int | None = None
+    prefetch: PrefetchResult | None = None
+    trace_runs: int = 0
+    swarm: Swarm | None = None
+    peers_at_prepare: dict[str, int] | None = None
+    peers_at_fill: dict[str, int] | None = None  # when this job's fill started
+    fill_timer: threading.Timer | None = None
+
+    @property
+    def inode(self) -> int:
+        return INODE_BASE + self.job_id
+
+    @property
+    def name(self) -> str:
+        return f"{self.job_id}.sqsh"
+
+
+class Jobs:
+    """The prepared jobs of one node and the images they use."""
+
+    def __init__(
+        self,
+        icfg: ImageSection,
+        store: Store,
+        cache: BlockCache,
+        fetcher: Fetcher,
+        block_size: int,
+        log: Callable[[str], None],
+    ) -> None:
+        self.icfg = icfg
+        self.store = store
+        self.cache = cache
+        self.fetcher = fetcher
+        self.block_size = block_size
+        self.log = log
+        self.peers: PeerNode | None = None  # set by the agent when p2p is on
+        self.restart = RestartState(icfg.cache_dir / "jobs", log)
+        self._jobs: dict[int, JobView] = {}
+        self._images: dict[tuple[str, str], PreparedImage] = {}
+        self._lock = threading.RLock()
+        self._added = threading.Condition(self._lock)
+        self._ref_locks: dict[str, threading.Lock] = {}
+
+    # -- the job table ------------------------------------------------------------------
+
+    def get(self, job_id: int) -> JobView | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def by_inode(self, inode: int) -> JobView | None:
+        return self.get(inode - INODE_BASE)
+
+    def views(self) -> list[JobView]:
+        with self._lock:
+            return sorted(self._jobs.values(), key=lambda v: v.job_id)
+
+    def ids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._jobs)
+
+    def images(self) -> list[PreparedImage]:
+        with self._lock:
+            return list(self._images.values())
+
+    def _add(self, view: JobView) -> None:
+        with self._added:
+            self._jobs[view.job_id] = view
+            self._added.notify_all()
+
+    # -- peers --------------------------------------------------------------------------
+
+    def _swarm(self, req: Prepare) -> Swarm | None:
+        if self.peers is None or not req.nodelist:
+            return None
+        try:
+            return self.peers.join(req.job_id, expand_nodes(req.nodelist))
+        except ContextError as exc:
+            raise AgentBadRequest(str(exc)) from None
+
+    def provide_block(self, req: PieceRequest, deadline: float) -> bytes:
+        """A block of the job's image for one of its other nodes (the peer server asks)."""
+        # The job joined its swarm as its prepare began; the image may take a moment more.
+        with self._added:
+            self._added.wait_for(
+                lambda: req.job_id in self._jobs, max(0.0, min(deadline - time.monotonic(), 5.0))
+            )
+            view = self._jobs.get(req.job_id)
+        if view is None:
+            raise PeerError("unknown", f"job {req.job_id} has no image here")
+        return self._provide(view, req.piece, req.priority, deadline, req.cached_only)
+
+    def _provide(
+        self, view: JobView, piece: str, priority: int, deadline: float, cached_only: bool
+    ) -> bytes:
+        image = view.image
+        i = image.index_of(piece)
+        if i is None:
+            raise PeerError("missing", f"{piece[:12]} is no block of job {view.job_id}'s image")
+        data = self.cache.read(piece, 0, image.manifest.block_length(i))
+        if data is not None:
+            return data
+        if cached_only:
+            raise PeerError("missing", f"block {i} is not held here")
+        # At the asker's priority: a peer's fill waits here too until this node's own start
+        # is quiet (and is paced), or it would compete with this node's startup.
+        fut = self.fetcher.request(image.source, image.manifest, i, priority)
+        try:
+            return fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception as exc:
+            raise PeerError("failed", f"block {i} of job {view.job_id}: {exc}") from None
+
+    # -- prepare ------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _single_flight(self, ref: str) -> Iterator[None]:
+        with self._lock:
+            lock = self._ref_locks.setdefault(ref, threading.Lock())
+        with lock:
+            yield
+
+    def prepare(self, req: Prepare) -> JobView:
+        t0 = time.monotonic()
+        ref = req.image
+        try:
+            parse_image(ref)
+        except OptionError as exc:
+            raise AgentBadRequest(str(exc)) from None
+        until = t0 + req.deadline
+        view = self.get(req.job_id)
+        if view is not None:
+            return view  # a retried prolog: the same answer
+        swarm = self._swarm(req)
+        with self._single_flight(ref):
+            manifest, source = self._resolve(ref, req.uid, req.gid, until)
+            if time.monotonic() >= until:
+                raise AgentTimeout(f"image {ref} took longer than the prolog waits to prepare")
+            if swarm is not None:
+                source = PeerSource(source, swarm)
+            image = self._use_image(manifest, source, ref)
+        view = JobView(
+            req.job_id,
+            req.uid,
+            req.gid,
+            image,
+            Recorder(manifest.nblocks, self.icfg.trace_window),
+            refresh=req.mode == "refresh",
+            fetched_at_prepare=self.fetcher.stats.by_image[manifest.id],
+            swarm=swarm,
+        )
+        self._add(view)
+        self.restart.save(
+            SavedJob(
+                view.job_id,
+                view.uid,
+                view.gid,
+                image.ref,
+                image.id,
+                view.refresh,
+                image.origin.path if isinstance(image.origin, FileSource) else None,
+                image.origin.identity if isinstance(image.origin, FileSource) else None,
+            )
+        )
+        trace = None if view.refresh else load_trace(self.store, manifest, self.log)
+        view.trace_runs = trace.runs if trace else 0
+        hot = trace.blocks if trace else ()
+        hot_until = min(time.monotonic() + self.icfg.hot_deadline, until - 0.5)
+        view.prefetch = prefetch_hot(
+            self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
+        )
+        view.peers_at_prepare = _counts(view)
+        # The cold rest waits for the job's first step (or fill_delay): until then the
+        # link belongs to startup (the hot set, the job's reads, restores, checkpoints).
+        view.fill_timer = threading.Timer(self.icfg.fill_delay, self._start_fill, (view,))
+        view.fill_timer.daemon = True
+        view.fill_timer.start()
+        p = view.prefetch
+        self.log(
+            f"job={req.job_id} prepared {ref} ({manifest.id[:12]}, {manifest.size} bytes): "
+            f"trace={'none' if trace is None else f'{len(hot)} blocks'} "
+            f"local_before={p.local_before} fetched={p.fetched_blocks} "
+            f"failed={p.failed} complete={p.complete} secs={time.monotonic() - t0:.3f}"
+        )
+        return view
+
+    def _resolve(self, ref: str, uid: int, gid: int, until: float) -> tuple[Manifest, BlockSource]:
+        if ref.startswith("/"):
+            try:
+                fd, st = open_image_file(ref, uid, gid)
+            except StoreError as exc:
+                raise AgentRefused(str(exc)) from None
+            # The one descriptor the image is read through from now on: never by path again.
+            source = FileSource(ref, fd)
+            wait = max(0.0, min(self.icfg.register_wait, until - time.monotonic() - 1.0))
+            try:
+                manifest = register_path(
+                    self.store, ref, st, self.block_size, wait, self.log, f"/proc/self/fd/{fd}"
+                )
+            except RegistrationPending as exc:
+                source.close()
+                raise AgentPending(f"{exc}; not ready within {wait:.0f}s") from None
+            except BaseException:
+                source.close()
+                raise
+            return manifest, source
+        try:
+            return lookup_name(self.store, ref), StoreSource(self.store)
+        except UnknownImage as exc:
+            raise AgentNotFound(str(exc)) from None
+        except StoreError as exc:
+            raise AgentError(str(exc)) from None
+
+    def _use_image(self, manifest: Manifest, source: BlockSource, ref: str) -> PreparedImage:
+        key = (manifest.id, source.describe())
+        with self._lock:
+            image = self._images.get(key)
+            if image is None:
+                image = self._images[key] = PreparedImage(manifest, source, ref)
+                self.cache.pin(manifest.blocks)
+            else:
+                _close_origin(source)  # the same file, already open for another job
+            image.users += 1
+            return image
+
+    # -- first step ---------------------------------------------------------------------
+
+    def _start_fill(self, view: JobView) -> None:
+        """Queue the image's blocks not yet local, behind every other fetch (once per image)."""
+        image = view.image
+        with self._lock:
+            if view.job_id not in self._jobs or not (image.fill is None or image.fill.cancelled):
+                return
+            image.fill = BackgroundFill(image.id)
+            view.peers_at_fill = _counts(view)
+        image.fill.start(self.fetcher, image.source, image.manifest, set())
+        self.log(f"job={view.job_id} background fill: {image.fill.total} blocks")
+
+    def first_step(self, view: JobView) -> None:
+        if view.fill_timer is not None:
+            view.fill_timer.cancel()
+            threading.Thread(target=self._start_fill, args=(view,), daemon=True).start()
+        if view.first_step_at is None:
+            view.first_step_at = time.time()
+            view.recorder.stop()
+            view.fetched_before_first_step = (
+                self.fetcher.stats.by_image[view.image.id] - view.fetched_at_prepare
+            )
+            self.log(
+                f"job={view.job_id} first step: {len(view.recorder.order)} blocks read "
+                f"since prepare, {view.fetched_before_first_step} bytes fetched"
+            )
+
+    # -- release ------------------------------------------------------------------------
+
+    def release(self, job_id: int) -> ReleaseReply:
+        with self._lock:
+            view = self._jobs.pop(job_id, None)
+        self.restart.forget(job_id)
+        if view is None:
+            return ReleaseReply(released=False)
+        if view.fill_timer is not None:
+            view.fill_timer.cancel()
+        if self.peers is not None:
+            self.peers.leave(job_id)
+        view.recorder.stop()
+        job = self.describe(view)
+        try:
+            trace = self._keep_trace(view)
+        except StoreError as exc:
+            self.log(f"job={job_id} trace not saved: {exc}")
+            trace = f"not saved: {exc}"
+        with self._lock:
+            image = view.image
+            image.users -= 1
+            if image.users <= 0:
+                self.cache.unpin(image.manifest.blocks)
+                if image.fill is not None:
+                    image.fill.cancel()
+                self._images.pop((image.id, image.source.describe()), None)
+                _close_origin(image.source)
+        self.log(f"job={job_id} released: trace {trace}")
+        return ReleaseReply(released=True, trace=trace, job=job)
+
+    def _keep_trace(self, view: JobView) -> str:
+        order = view.recorder.order
+        if not order:
+            return "none recorded"
+        m = view.image.manifest
+        stored = None if view.refresh else load_trace(self.store, m, self.log)
+        if stored is None:
+            new: Trace | None = Trace(m.id, m.nblocks, m.block_size, tuple(order))
+            verdict = f"saved ({len(order)} blocks)"
+        else:
+            new = stored.merged(order)
+            verdict = (
+                "unchanged"
+                if new is None
+                else f"merged ({len(new.blocks) - len(stored.blocks)} new blocks)"
+            )
+        if new is not None:
+            save_trace(self.store, new)
+        return verdict
+
+    def describe(self, view: JobView) -> JobReply:
+        fill = view.image.fill
+        return JobReply(
+            job_id=view.job_id,
+            path=str(self.icfg.mount_dir / view.name),
+            image=view.image.id,
+            ref=view.image.ref,
+            size=view.image.manifest.size,
+            block_size=view.image.manifest.block_size,
+            blocks=view.image.manifest.nblocks,
+            trace_runs=view.trace_runs,
+            prefetch=view.prefetch.as_dict() if view.prefetch else None,
+            fill=fill.as_dict() if fill else None,
+            recorded_blocks=len(view.recorder.order),
+            first_step_at=view.first_step_at,
+            fetched_before_first_step=view.fetched_before_first_step,
+            peers=self._peer_stats(view),
+        )
+
+    def _peer_stats(self, view: JobView) -> dict[str, Any] | None:
+        if view.swarm is None:
+            return None
+        st = view.swarm.stats
+        return {
+            **(_counts(view) or {}),  # the image's blocks (the swarm serves frames too)
+            "peer_failures": st.peer_failures,
+            "corrupt": st.corrupt,
+            "dropped": dict(st.dropped),
+            "at_prepare": view.peers_at_prepare,
+            "at_fill": view.peers_at_fill,
+        }
+
+    # -- restart ------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Bring back the jobs prepared before a restart, so their image files work again."""
+        for saved in self.restart.load():
+            try:
+                manifest = load_manifest(self.store, saved.image)
+            except StoreError as exc:
+                self.restart.forget(saved.job_id, str(exc))
+                continue
+            source: BlockSource = StoreSource(self.store)
+            if saved.path:
+                try:
+                    source = self._reopen(saved)
+                except StoreError as exc:
+                    self.restart.forget(saved.job_id, str(exc))
+                    continue
+            image = self._use_image(manifest, source, saved.ref)
+            self._add(
+                JobView(
+                    saved.job_id,
+                    saved.uid,
+                    saved.gid,
+                    image,
+                    Recorder(manifest.nblocks, 0),
+                    refresh=saved.refresh,
+                )
+            )
+        if ids := self.ids():
+            self.log(f"restored {len(ids)} prepared jobs: {ids}")
+
+    def _reopen(self, saved: SavedJob) -> FileSource:
+        """The path image's file again, opened as the job's user, if it is the same file."""
+        assert saved.path is not None
+        if saved.file is None:
+            raise StoreError(f"{saved.path}: saved without the file's identity")
+        fd, _ = open_image_file(saved.path, saved.uid, saved.gid)
+        source = FileSource(saved.path, fd)
+        if source.identity != saved.file:
+            source.close()
+            raise StoreError(f"{saved.path} is no longer the file the job was prepared with")
+        return source
+
+    def close(self) -> None:
+        for image in self.images():
+            if image.fill is not None:
+                image.fill.cancel()
+
+
+def _counts(view: JobView) -> dict[str, int] | None:
+    """The job's image bytes so far from the store and from peers (None without peers)."""
+    source = view.image.source
+    return source.counts() if isinstance(source, PeerSource) else None

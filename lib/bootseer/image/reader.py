@@ -1,0 +1,57 @@
+"""Serving an image's bytes to a job: from the block cache, or fetched on demand.
+
+Every read is recorded in the job's trace (the blocks it touches, in order) and
+tells the fetcher a job is reading, so the background fill keeps out of its way. A
+read of several missing blocks asks for all of them at once: they arrive in parallel.
+
+    >>> reader = ImageReader(cache, fetcher)
+    >>> reader.read(view, 0, 4)
+    b'hsqs'
+"""
+
+from __future__ import annotations
+
+import time
+
+from bootseer.image.blocks import block_range
+from bootseer.image.cache import BlockCache
+from bootseer.image.fetch import DEMAND, Fetcher
+from bootseer.image.jobs import JobView
+
+
+class ImageReader:
+    def __init__(self, cache: BlockCache, fetcher: Fetcher) -> None:
+        self.cache = cache
+        self.fetcher = fetcher
+
+    def read(
+        self, view: JobView, offset: int, size: int, cached_only: bool = False
+    ) -> bytes | None:
+        """Bytes of the job's image; with ``cached_only``, None unless all are local.
+
+        Without ``cached_only`` it waits for the fetcher, and raises
+        :class:`~bootseer.image.fetch.FetchError` when a block does not come in time.
+        """
+        m = view.image.manifest
+        if offset >= m.size or size <= 0:
+            return b""
+        size = min(size, m.size - offset)
+        blocks = block_range(offset, size, m.block_size)
+        view.recorder.record(blocks.start, blocks.stop - 1)
+        self.fetcher.last_read = time.monotonic()
+        if not cached_only and len(blocks) > 1:
+            for i in blocks:
+                if m.blocks[i] not in self.cache:
+                    self.fetcher.request(view.image.source, m, i, DEMAND)
+        parts = []
+        for i in blocks:
+            start = i * m.block_size
+            lo = max(offset, start) - start
+            hi = min(offset + size, start + m.block_length(i)) - start
+            data = self.cache.read(m.blocks[i], lo, hi - lo)
+            if data is None:
+                if cached_only:
+                    return None
+                data = self.fetcher.get(view.image.source, m, i)[lo:hi]
+            parts.append(data)
+        return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -1,0 +1,60 @@
+"""One stamped line per event, appended to a node-local log file.
+
+The hooks, the node agent and the ckpt FUSE daemon all log this way::
+
+    2026-11-21T10:02:03.123 n1 job=42 prolog step=image outcome=ok secs=0.012 image ready
+    2026-11-21T10:02:03.125 agent[4242] job=42 prepared pytorch:24.05 (ab12..., ...)
+
+Many processes append to one file at once (a hook per job on the node); each line is
+one ``write`` on an ``O_APPEND`` descriptor, so lines never interleave. Cheap to
+import: the hooks load it on every job.
+
+    >>> log = LineLog(Path("/var/log/bootseer/n1-agent.log"), "agent[4242]")
+    >>> log("agent up")
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def stamp(now: float | None = None) -> str:
+    """Local time to the millisecond, as every bootseer log line starts."""
+    now = time.time() if now is None else now
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+
+
+class LineLog:
+    """``log(message)`` appends ``<stamp> <prefix> <message>`` to ``path``.
+
+    With ``path`` None, or when the file cannot be opened (no log is no reason to
+    fail a job), lines go to stderr, where slurmd or systemd may keep them.
+    """
+
+    def __init__(self, path: Path | None, prefix: str) -> None:
+        self.path = path
+        self.prefix = prefix
+        self._fd: int | None = None
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            print(f"bootseer: cannot open {path}: {exc}", file=sys.stderr)
+
+    def __call__(self, message: str) -> None:
+        line = f"{stamp()} {self.prefix} {message}\n".encode(errors="replace")
+        if self._fd is None:
+            sys.stderr.buffer.write(line)
+            sys.stderr.flush()
+            return
+        os.write(self._fd, line)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

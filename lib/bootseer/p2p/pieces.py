@@ -1,0 +1,124 @@
+"""Located pieces: byte ranges of store objects (a snapshot's frames), shared like blocks.
+
+An image block is found by its digest in the image's manifest; a snapshot frame or a
+checkpoint unit is not in any manifest the agent holds, so its request carries where it
+is: a store (the main store, or one of the site's checkpoint targets), a key, an offset
+and a length, and the SHA-256 the piece must have. The agent fetches each once
+per node (concurrent askers wait for the one fetch), from the piece's owner among the
+job's nodes or, if this node owns it, from the store; verifies it; and keeps it in the
+block cache, where peers and the node's own restore find it::
+
+    >>> data, source = pieces.get(swarm, Located("", "deps/u/k/data.tar.zst", 0, 4096, sha), ...)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bootseer.image.cache import BlockCache
+from bootseer.p2p.swarm import Swarm
+from bootseer.p2p.wire import MAX_PIECE, PeerError
+from bootseer.store import Store
+
+# What a located piece may be: a snapshot's archive in the main store, or a checkpoint
+# unit on a target. A peer proves it is a root agent of the job; it still cannot make
+# this node read anything else.
+MAIN_STORE_KEY = re.compile(r"deps/[^/]+(/[^/]+)+")
+TARGET_KEY = re.compile(r"[^/]+(/[^/]+)*/units/[^/]+/[^/]+")
+
+
+@dataclass(frozen=True)
+class Located:
+    target: str  # "" for the main store, else a checkpoint target's URI
+    key: str
+    offset: int
+    length: int
+    sha256: str
+
+    def check(self) -> None:
+        parts = self.key.split("/")
+        pattern = TARGET_KEY if self.target else MAIN_STORE_KEY
+        if (
+            not pattern.fullmatch(self.key)
+            or any(p in ("", ".", "..") for p in parts)
+            or not 0 < self.length <= MAX_PIECE
+            or self.offset < 0
+            or len(self.sha256) != 64
+        ):
+            raise PeerError("missing", f"not a piece this node serves: {self.key[:100]!r}")
+
+
+class Pieces:
+    def __init__(
+        self, store: Store, cache: BlockCache, target: Callable[[str], Store | None]
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.target = target  # a checkpoint target's URI -> its store; None if not one
+        self._inflight: dict[str, cf.Future[tuple[bytes, str]]] = {}
+        # Where pieces fetched for a peer came from, until this node's own restore takes
+        # them: its record then says what this node fetched (from the store, for the job).
+        self._unclaimed: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def get(
+        self, swarm: Swarm | None, loc: Located, priority: int, timeout: float, local: bool
+    ) -> tuple[bytes, str]:
+        """The piece's verified bytes and where they came from: cache, peer or store.
+        ``local``: for this node's own use (else for a peer)."""
+        loc.check()
+        data = self.cache.read(loc.sha256, 0, loc.length)
+        if data is not None:
+            with self._lock:
+                source = self._unclaimed.pop(loc.sha256, "cache") if local else "cache"
+            return data, source
+        with self._lock:
+            fut = self._inflight.get(loc.sha256)
+            mine = fut is None
+            if fut is None:
+                fut = self._inflight[loc.sha256] = cf.Future()
+        if not mine:
+            data, source = fut.result(timeout=timeout)
+            return self.get(swarm, loc, priority, timeout, local) if local else (data, "cache")
+        try:
+            result = self._fetch(swarm, loc, priority)
+            if not local:
+                with self._lock:
+                    self._unclaimed[loc.sha256] = result[1]
+                    while len(self._unclaimed) > 100_000:  # a restore that never came
+                        del self._unclaimed[next(iter(self._unclaimed))]
+            fut.set_result(result)
+            return result
+        except BaseException as exc:
+            fut.set_exception(exc)
+            raise
+        finally:
+            with self._lock:
+                self._inflight.pop(loc.sha256, None)
+
+    def _fetch(self, swarm: Swarm | None, loc: Located, priority: int) -> tuple[bytes, str]:
+        where = (loc.target, loc.key, loc.offset, loc.length)
+        data = swarm.fetch(loc.sha256, priority, where) if swarm is not None else None
+        source = "peer"
+        if data is None:
+            store = self.target(loc.target) if loc.target else self.store
+            if store is None:
+                raise PeerError("missing", f"{loc.target[:100]!r} is not a checkpoint target")
+            try:
+                data = store.read_range(loc.key, loc.offset, loc.length)
+            except Exception as exc:
+                raise PeerError("failed", f"{loc.key} at {loc.offset}: {exc}") from None
+            if hashlib.sha256(data).hexdigest() != loc.sha256:
+                raise PeerError(
+                    "failed", f"{loc.key} at {loc.offset}: digest mismatch in the store"
+                )
+            if swarm is not None:
+                swarm.count_store(len(data))
+            source = "store"
+        self.cache.put(loc.sha256, data)
+        return data, source

@@ -1,0 +1,231 @@
+"""The agent's socket contract: typed requests, and error kinds that cross as exception classes.
+
+A real :class:`AgentServer` on a unix socket (no FUSE, no Slurm): what the agent raises
+is what the client raises, and the image step falls back on exactly the classes that
+mean "the agent cannot serve this in time".
+"""
+
+from __future__ import annotations
+
+import os
+import socketserver
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bootseer.config import SiteConfig
+from bootseer.context import JobContext
+from bootseer.errors import StepError
+from bootseer.hooks.jobdir import JobDir
+from bootseer.hooks.log import HookLog
+from bootseer.hooks.steps import StepCall
+from bootseer.image import step
+from bootseer.image.agent import Agent
+from bootseer.image.client import AgentClient
+from bootseer.image.handler import handle
+from bootseer.image.protocol import (
+    ERRORS,
+    AgentBadRequest,
+    AgentError,
+    AgentNotFound,
+    AgentPending,
+    AgentRefused,
+    AgentTimeout,
+    AgentUnavailable,
+    FirstStep,
+    Prepare,
+    Release,
+    Status,
+    encode,
+    error_reply,
+    parse_request,
+)
+from bootseer.image.server import AgentServer
+from bootseer.options import Options
+
+
+def config(base: Path) -> SiteConfig:
+    return SiteConfig.from_mapping(
+        {
+            "store": {"uri": f"file://{base}/store"},
+            "paths": {"run_dir": f"{base}/run", "log_dir": f"{base}/log"},
+            "image": {
+                "socket": f"{base}/agent.sock",
+                "mount_dir": f"{base}/mnt",
+                "cache_dir": f"{base}/cache",
+                "block_size_kib": 64,
+            },
+        }
+    )
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[Agent, AgentClient]]:
+    cfg = config(tmp_path)
+    agent = Agent(cfg, "t1")
+    server = AgentServer(cfg.image.socket, agent)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield agent, AgentClient(cfg.image.socket)
+    finally:
+        server.shutdown()
+        server.server_close()
+        agent.close()
+
+
+def test_requests_round_trip_and_bad_ones_are_refused_as_bad_requests() -> None:
+    p = Prepare(42, 1000, 1000, "/shared/a.sqsh", "refresh", 30.0)
+    assert parse_request(p.to_wire()) == p
+    assert parse_request(Status(7).to_wire()) == Status(7)
+    for bad in (
+        [],
+        {"op": "nap"},
+        {"op": "status"},
+        {"op": "status", "job_id": True},
+        {"op": "prepare", "job_id": 1, "uid": -1, "gid": 0, "image": "a"},
+        {"op": "prepare", "job_id": 1, "uid": 0, "gid": 0, "image": "a", "mode": "x"},
+        {"op": "prepare", "job_id": 1, "uid": 0, "gid": 0, "image": "a", "deadline": 0},
+    ):
+        with pytest.raises(AgentBadRequest):
+            parse_request(bad)
+
+
+@pytest.mark.parametrize("cls", list(ERRORS.values()), ids=list(ERRORS))
+def test_every_error_kind_reaches_the_client_as_its_class(tmp_path: Path, cls: type) -> None:
+    sock = tmp_path / "fake.sock"
+
+    class Answer(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            self.rfile.readline()
+            self.wfile.write(encode(error_reply(cls("why"))))
+
+    with socketserver.UnixStreamServer(str(sock), Answer) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        with pytest.raises(AgentError) as exc:
+            AgentClient(sock).status(1)
+        server.shutdown()
+    assert type(exc.value) is cls
+    assert "why" in str(exc.value)
+
+
+def test_an_unknown_kind_is_the_base_class(tmp_path: Path) -> None:
+    sock = tmp_path / "fake.sock"
+
+    class Answer(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            self.rfile.readline()
+            self.wfile.write(encode({"ok": False, "error": "later", "kind": "from-the-future"}))
+
+    with socketserver.UnixStreamServer(str(sock), Answer) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        with pytest.raises(AgentError) as exc:
+            AgentClient(sock).ping()
+        server.shutdown()
+    assert type(exc.value) is AgentError
+
+
+def test_client_side_kinds(tmp_path: Path) -> None:
+    with pytest.raises(AgentUnavailable):
+        AgentClient(tmp_path / "none.sock").ping()
+
+    class Silent(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            time.sleep(0.5)
+
+    sock = tmp_path / "slow.sock"
+    with socketserver.ThreadingUnixStreamServer(str(sock), Silent) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        with pytest.raises(AgentTimeout, match="no answer to status"):
+            AgentClient(sock).status(1, timeout=0.2)
+        server.shutdown()
+
+
+def test_the_real_server_answers_with_typed_errors(
+    agent: tuple[Agent, AgentClient], tmp_path: Path
+) -> None:
+    _, client = agent
+    assert client.ping().node == "t1"
+    assert client.stats().jobs == []
+    with pytest.raises(AgentNotFound, match="no prepared image for job 5"):
+        client.status(5)
+    with pytest.raises(AgentNotFound, match="no image named 'nope:1'"):
+        client.prepare(Prepare(5, 0, 0, "nope:1"), timeout=10)
+    with pytest.raises(AgentBadRequest, match="unknown op"):
+        client.call("nap")
+    with pytest.raises(AgentBadRequest, match="--bootseer-image"):
+        client.prepare(Prepare(5, 0, 0, "/a/../etc/shadow"), timeout=10)
+    secret = tmp_path / "secret.sqsh"
+    secret.write_bytes(b"hsqs" + bytes(100))
+    secret.chmod(0o600)
+    with pytest.raises(AgentRefused, match="by uid 4242"):
+        client.prepare(Prepare(5, 4242, 4242, str(secret)), timeout=10)
+    assert client.release(5).released is False
+
+
+def test_users_are_refused_root_ops_and_see_only_their_own_jobs(
+    agent: tuple[Agent, AgentClient],
+) -> None:
+    a, _ = agent
+    with pytest.raises(AgentRefused, match="for root"):
+        handle(a, Release(5), peer_uid=1000)
+    with pytest.raises(AgentRefused, match="for root"):
+        handle(a, Prepare(5, 1000, 1000, "x:1"), peer_uid=1000)
+    with pytest.raises(AgentNotFound):
+        handle(a, FirstStep(5), peer_uid=1000)
+
+
+# -- the image step decides by class -----------------------------------------------------
+
+
+def step_call(tmp_path: Path, image: str) -> StepCall:
+    ctx = JobContext(
+        job_id=7,
+        user="root",
+        uid=os.getuid(),
+        gid=os.getgid(),
+        node="n1",
+        nodes=("n1",),
+        options=Options(mode="on", image=image),
+    )
+    return StepCall(
+        ctx,
+        config(tmp_path),
+        JobDir(tmp_path / "run", 7).create(),
+        HookLog(tmp_path / "log", "n1", 7, "prolog"),
+        time.monotonic() + 30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("cls", "falls_back"),
+    [
+        (AgentUnavailable, True),
+        (AgentPending, True),
+        (AgentTimeout, True),
+        (AgentRefused, False),
+        (AgentNotFound, False),
+        (AgentBadRequest, False),
+        (AgentError, False),
+    ],
+)
+def test_image_step_falls_back_by_exception_class(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cls: type[AgentError], falls_back: bool
+) -> None:
+    image = tmp_path / "img.sqsh"
+    image.write_bytes(b"hsqs" + bytes(4096))
+
+    def prepare(self: AgentClient, request: Prepare, timeout: float) -> None:
+        raise cls("a message that names no kind")
+
+    monkeypatch.setattr(AgentClient, "prepare", prepare)
+    call = step_call(tmp_path, str(image))
+    if falls_back:
+        result = step.prolog(call)
+        assert result.env["BOOTSEER_IMAGE"] == str(image)
+        assert "fallback=direct" in result.detail
+    else:
+        with pytest.raises(StepError, match="a message that names no kind"):
+            step.prolog(call)
