@@ -40,7 +40,7 @@ def bench_cluster() -> Iterator[devcluster.Cluster]:
 
 def test_startup_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path) -> None:
     out = tmp_path / "startup.json"
-    work = tmp_path / "work"
+    work = bench_cluster.dir / "bench"  # the job user reads and writes here (tmp_path is root's)
     r = subprocess.run(
         [
             sys.executable,
