@@ -60,7 +60,8 @@ class PathsSection:
 @dataclass(frozen=True)
 class HooksSection:
     strict: bool = False  # a failed step fails the prolog (Slurm then drains the node)
-    prolog_deadline: float = 90.0  # seconds for all prolog steps together
+    # Seconds for everything a hook does: its steps, then its phase records (records_reserve).
+    prolog_deadline: float = 90.0
     epilog_deadline: float = 90.0
     # Per-step deadlines in seconds; a step without an entry gets the hook's deadline.
     step_deadlines: dict[str, float] = field(default_factory=dict)
@@ -134,6 +135,19 @@ class ImageSection:
     # fill_mbit (0: no cap) on the node's link, so it never competes with startup.
     fill_delay: float = 300.0
     fill_mbit: float = 0.0
+    # The socket is open to every user and each connection holds a thread until it is
+    # answered (or 10 s idle): users' connections at once, all together and per user.
+    # Root's (the prolog, the epilog) are never refused.
+    max_connections: int = 64
+    max_connections_per_user: int = 8
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_connections_per_user <= self.max_connections:
+            raise ConfigError(
+                "image.max_connections_per_user must be at least 1 and at most "
+                f"image.max_connections ({self.max_connections}), "
+                f"not {self.max_connections_per_user}"
+            )
 
 
 @dataclass(frozen=True)
@@ -141,13 +155,17 @@ class P2PSection:
     """Peer-to-peer among a job's nodes: each piece leaves the store once per job (docs/p2p.md)."""
 
     enabled: bool = True
-    port: int = 7461  # TCP port every node's agent serves its jobs' pieces on
+    # TCP port every node's agent serves its jobs' pieces on; below 1024, so that no user
+    # can listen on it while an agent is down and relay its peers' requests.
+    port: int = 746
     # Root-only (0600) and the same on every node: peers prove they belong to a job with
     # a token derived from it. Without it, every node fetches from the store itself.
     key_file: Path = Path("/etc/bootseer/site.key")
     # Node name -> address, /etc/hosts format; unset: the system's resolver.
     hosts_file: Path | None = None
-    peer_timeout: float = 10.0  # a peer's answer takes at most this long, then the store
+    # The longest a piece from a peer may take (an owner waiting on the store says so every
+    # second; one silent for 3 s is dropped at once), then the store.
+    peer_timeout: float = 30.0
     dead_for: float = 30.0  # a peer that failed is skipped this long
     max_connections: int = 256  # peer connections an agent serves at once
 
@@ -168,6 +186,9 @@ class DepsSection:
     max_files: int = 1_000_000  # most entries (files, dirs, links) in one snapshot
     max_key_file_bytes: int = 16 << 20  # largest key file hashed
     frame_bytes: int = 8 << 20  # uncompressed bytes per independent zstd frame
+    # Largest frame a restore decodes (each is held in memory whole): a manifest that
+    # declares more is refused before any frame is fetched. At least frame_bytes.
+    max_frame_bytes: int = 64 << 20
     level: int = 3  # zstd level for captures
     threads: int = 0  # decode/encode threads; 0: one per core, at most 8
 
@@ -182,6 +203,11 @@ class DepsSection:
             raise ConfigError(f"deps.level must be 1 to 22, not {self.level}")
         if self.frame_bytes < 64 << 10:
             raise ConfigError(f"deps.frame_bytes must be at least 65536, not {self.frame_bytes}")
+        if self.max_frame_bytes < self.frame_bytes:
+            raise ConfigError(
+                f"deps.max_frame_bytes ({self.max_frame_bytes}) must be at least "
+                f"deps.frame_bytes ({self.frame_bytes})"
+            )
 
 
 @dataclass(frozen=True)
@@ -224,8 +250,17 @@ class SiteConfig:
             },
         )
 
+    def hook_deadline(self, hook: str) -> float:
+        """Seconds for everything one hook does: its steps, then its phase records."""
+        return self.hooks.prolog_deadline if hook == "prolog" else self.hooks.epilog_deadline
+
+    def records_reserve(self, hook: str) -> float:
+        """The end of the hook's deadline kept for writing its phase records: the steps
+        end this long before it (10 s, or a fifth of a short deadline)."""
+        return min(10.0, self.hook_deadline(hook) / 5)
+
     def deadline(self, hook: str, step: str) -> float:
-        whole = self.hooks.prolog_deadline if hook == "prolog" else self.hooks.epilog_deadline
+        whole = self.hook_deadline(hook)
         return min(self.hooks.step_deadlines.get(step, whole), whole)
 
 

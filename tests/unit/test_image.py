@@ -122,6 +122,51 @@ def test_registration_reads_the_checked_file_even_if_the_link_is_swapped(
     assert got.id == hash_file(str(mine), BS).id != hash_file(str(secret), BS).id
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="opens as another user")
+def test_a_directory_swapped_during_the_open_never_yields_a_file_the_user_cannot_reach(
+    tmp_path: Path,
+) -> None:
+    """A user flips a directory on the image's path between her own and a link to one
+    only root may enter, as fast as she can, while the agent opens the image for her job:
+    every open either fails or is her file, never root's (the open happens as her)."""
+    tmp_path.chmod(0o755)
+    mine, away = tmp_path / "mine", tmp_path / "mine.away"
+    mine.mkdir()
+    os.chown(mine, 4242, 4242)
+    theirs = tmp_path / "root-only"
+    theirs.mkdir(mode=0o700)
+    secret = sqsh_file(theirs / "x.sqsh", BS, seed=9)
+    own = sqsh_file(mine / "x.sqsh", BS, seed=1)
+    own.chmod(0o644)
+    own_ino, secret_ino = own.stat().st_ino, secret.stat().st_ino
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            mine.rename(away)
+            mine.symlink_to(theirs)
+            mine.unlink()
+            away.rename(mine)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    seen = []
+    until = time.monotonic() + 3.0  # today's check-then-open loses within a fraction of that
+    try:
+        while time.monotonic() < until:
+            try:
+                fd, _st = open_image_file(str(mine / "x.sqsh"), 4242, 4242)
+            except StoreError:
+                continue
+            seen.append(os.fstat(fd).st_ino)
+            os.close(fd)
+    finally:
+        stop.set()
+        flipper.join()
+    assert secret_ino not in seen
+    assert set(seen) <= {own_ino}
+
+
 def test_cache_lru_prefers_unpinned_and_survives_restart(tmp_path: Path) -> None:
     cache = BlockCache(tmp_path / "c", cap_bytes=3 * 10)
     blocks = [bytes([i]) * 10 for i in range(5)]
@@ -322,5 +367,48 @@ def test_the_background_fill_is_paced_to_its_rate(tmp_path: Path) -> None:
         demand = time.monotonic()
         fetcher.get(src, m, 0)  # cached now; a demand read is never paced
         assert time.monotonic() - demand < 0.5
+    finally:
+        fetcher.stop()
+
+
+def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> None:
+    """The owner serves a peer's fill at the fill's priority: while its own job reads,
+    the block is not fetched for the peer (it was, at prefetch priority, during startup)."""
+    from bootseer.config import ImageSection
+    from bootseer.image.jobs import Jobs, JobView, PreparedImage
+    from bootseer.p2p.wire import PieceRequest
+
+    f = sqsh_file(tmp_path / "f.sqsh", 4 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f))
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    fetcher = Fetcher(cache, workers=4, timeout=10, quiet=0.05, read_quiet=1.0)
+    fetcher.last_read = time.monotonic()  # the owner's own job is reading
+    jobs = Jobs(
+        ImageSection(cache_dir=tmp_path / "i"),
+        open_store(f"file://{tmp_path}/s"),
+        cache,
+        fetcher,
+        BS,
+        lambda _: None,
+    )
+    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
+    try:
+        got: list[bytes] = []
+        asked = threading.Thread(
+            target=lambda: got.append(
+                jobs.provide_block(
+                    PieceRequest(7, "", m.blocks[2], BACKGROUND), time.monotonic() + 10
+                )
+            )
+        )
+        reading_until = time.monotonic() + 1.5
+        asked.start()
+        while time.monotonic() < reading_until:  # the owner's own job keeps reading
+            fetcher.last_read = time.monotonic()
+            assert src.reads == []
+            time.sleep(0.05)
+        asked.join(timeout=10)
+        assert got and digest(got[0]) == m.blocks[2] and src.reads == [2]
     finally:
         fetcher.stop()

@@ -26,10 +26,12 @@ import json
 import os
 import select
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.errors import BootseerError
 
 Work = Callable[[int | None, int | None], Any]
@@ -133,12 +135,22 @@ class UserChild:
             self.close_stdout()
             self._reap()
         try:
-            answer = json.loads(b"".join(chunks))
+            answer = jsonlimits.loads(b"".join(chunks), max_bytes=MAX_RESULT, what="answer")
         except ValueError:
             raise UserChildError(f"child died without an answer (status {self._status})") from None
         if "error" in answer:
             raise UserChildError(str(answer["error"]))
         return answer.get("ok")
+
+    def terminate(self, grace: float = 5.0) -> None:
+        """Ask the child to stop (SIGTERM: it unwinds, so a restore removes its temporary
+        directory), and kill it if it has not ended ``grace`` seconds later."""
+        if self._status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+            later = threading.Timer(grace, self.kill)
+            later.daemon = True
+            later.start()
 
     def kill(self) -> None:
         if self._status is None:
@@ -148,6 +160,10 @@ class UserChild:
     def _reap(self) -> None:
         if self._status is None:
             _, self._status = os.waitpid(self.pid, 0)
+
+
+def _stop(signum: int, frame: object) -> None:  # pragma: no cover - in the child
+    raise SystemExit(f"stopped by signal {signum} (past its deadline)")
 
 
 def _child(
@@ -165,6 +181,7 @@ def _child(
         for fd in close:
             os.close(fd)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, _stop)  # terminate(): unwind, cleaning up on the way
         if os.geteuid() == 0 and uid != 0:
             os.setgroups(groups)
             os.setgid(gid)

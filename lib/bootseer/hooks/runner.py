@@ -30,6 +30,8 @@ class StepOutcome:
     end: float
     bytes: int = 0
     detail: str = ""
+    store_bytes: int = 0
+    peer_bytes: int = 0
 
     @property
     def seconds(self) -> float:
@@ -63,7 +65,16 @@ def _run_one(spec: StepSpec, call: StepCall) -> StepResult:
     return spec.load()(call)
 
 
-def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: HookLog) -> HookRun:
+def run_steps(
+    hook: str,
+    ctx: JobContext,
+    cfg: SiteConfig,
+    job: JobDir,
+    log: HookLog,
+    until: float | None = None,
+) -> HookRun:
+    """Run the hook's steps; none runs past its own deadline nor past ``until`` (a
+    ``time.monotonic()``: where the hook's deadline leaves room for its records)."""
     specs = steps_for(hook, ctx)
     if not specs:
         log("no steps asked for")
@@ -72,14 +83,21 @@ def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: Hoo
     pool = cf.ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix=f"{hook}-step")
     futures: dict[cf.Future[StepResult], StepSpec] = {}
     deadlines = {}
+    allowed: dict[str, float] = {}
     for spec in specs:
-        deadline = time.monotonic() + cfg.deadline(hook, spec.name)
+        now = time.monotonic()
+        allowed[spec.name] = cfg.deadline(hook, spec.name)
+        if until is not None and until - now < allowed[spec.name]:
+            allowed[spec.name] = round(max(0.0, until - now), 1)
+        deadline = now + allowed[spec.name]
         deadlines[spec.name] = deadline
         call = StepCall(ctx=ctx, cfg=cfg, job=job, log=log, deadline=deadline)
         futures[pool.submit(_run_one, spec, call)] = spec
 
     outcomes: list[StepOutcome] = []
     env: dict[str, str] = {}
+    for spec in specs:  # promised whatever the step's outcome
+        env.update(spec.env(ctx))
     pending = set(futures)
     while pending:
         next_deadline = min(deadlines[futures[f].name] for f in pending)
@@ -95,7 +113,7 @@ def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: Hoo
         for fut in [f for f in pending if deadlines[futures[f].name] <= now]:
             spec = futures[fut]
             pending.discard(fut)
-            secs = cfg.deadline(hook, spec.name)
+            secs = allowed[spec.name]
             outcomes.append(
                 StepOutcome(
                     spec.name,
@@ -130,11 +148,25 @@ def _account(
         log(f"step={spec.name} outcome=failed secs={end - start:.3f}: unexpected {exc!r}: {tb}")
         return StepOutcome(spec.name, "failed", start, end, detail=f"unexpected error: {exc!r}")
     env.update(result.env)
+    sources = (
+        f"store_bytes={result.store_bytes} peer_bytes={result.peer_bytes} "
+        if result.store_bytes or result.peer_bytes
+        else ""
+    )
     log(
         f"step={spec.name} outcome={result.outcome} secs={end - start:.3f} "
-        f"bytes={result.bytes} {result.detail}".rstrip()
+        f"bytes={result.bytes} {sources}{result.detail}".rstrip()
     )
-    return StepOutcome(spec.name, result.outcome, start, end, result.bytes, result.detail)
+    return StepOutcome(
+        spec.name,
+        result.outcome,
+        start,
+        end,
+        result.bytes,
+        result.detail,
+        store_bytes=result.store_bytes,
+        peer_bytes=result.peer_bytes,
+    )
 
 
 def outcomes_json(run: HookRun) -> list[dict[str, object]]:

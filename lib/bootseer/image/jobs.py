@@ -15,7 +15,6 @@ job uses it. Jobs that use one image share one :class:`PreparedImage`.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from bootseer.config import ImageSection
 from bootseer.context import expand_nodes
 from bootseer.errors import ContextError, OptionError, StoreError
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import PREFETCH, BlockSource, Fetcher, FileSource, StoreSource
+from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
 from bootseer.image.manifest import Manifest, load_manifest
 from bootseer.image.peers import PeerSource
 from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
@@ -57,6 +56,13 @@ from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.store import Store
 
 INODE_BASE = 16  # job file inode = INODE_BASE + job id; below are the mount root's
+
+
+def _close_origin(source: BlockSource) -> None:
+    """Close the image file behind ``source`` (its descriptor), if it reads one."""
+    origin = source.origin if isinstance(source, PeerSource) else source
+    if isinstance(origin, FileSource):
+        origin.close()
 
 
 @dataclass(eq=False)
@@ -103,6 +109,7 @@ class JobView:
     trace_runs: int = 0
     swarm: Swarm | None = None
     peers_at_prepare: dict[str, int] | None = None
+    peers_at_fill: dict[str, int] | None = None  # when this job's fill started
     fill_timer: threading.Timer | None = None
 
     @property
@@ -200,8 +207,9 @@ class Jobs:
             return data
         if cached_only:
             raise PeerError("missing", f"block {i} is not held here")
-        # A peer's background fill was already paced and held back on its node.
-        fut = self.fetcher.request(image.source, image.manifest, i, min(priority, PREFETCH))
+        # At the asker's priority: a peer's fill waits here too until this node's own start
+        # is quiet (and is paced), or it would compete with this node's startup.
+        fut = self.fetcher.request(image.source, image.manifest, i, priority)
         try:
             return fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except Exception as exc:
@@ -255,6 +263,7 @@ class Jobs:
                 image.id,
                 view.refresh,
                 image.origin.path if isinstance(image.origin, FileSource) else None,
+                image.origin.identity if isinstance(image.origin, FileSource) else None,
             )
         )
         trace = None if view.refresh else load_trace(self.store, manifest, self.log)
@@ -264,11 +273,7 @@ class Jobs:
         view.prefetch = prefetch_hot(
             self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
         )
-        if swarm is not None:
-            view.peers_at_prepare = {
-                "store_bytes": swarm.stats.store_bytes,
-                "peer_bytes": swarm.stats.peer_bytes,
-            }
+        view.peers_at_prepare = _counts(view)
         # The cold rest waits for the job's first step (or fill_delay): until then the
         # link belongs to startup (the hot set, the job's reads, restores, checkpoints).
         view.fill_timer = threading.Timer(self.icfg.fill_delay, self._start_fill, (view,))
@@ -289,16 +294,20 @@ class Jobs:
                 fd, st = open_image_file(ref, uid, gid)
             except StoreError as exc:
                 raise AgentRefused(str(exc)) from None
+            # The one descriptor the image is read through from now on: never by path again.
+            source = FileSource(ref, fd)
             wait = max(0.0, min(self.icfg.register_wait, until - time.monotonic() - 1.0))
             try:
                 manifest = register_path(
                     self.store, ref, st, self.block_size, wait, self.log, f"/proc/self/fd/{fd}"
                 )
             except RegistrationPending as exc:
+                source.close()
                 raise AgentPending(f"{exc}; not ready within {wait:.0f}s") from None
-            finally:
-                os.close(fd)
-            return manifest, FileSource(os.path.realpath(ref))
+            except BaseException:
+                source.close()
+                raise
+            return manifest, source
         try:
             return lookup_name(self.store, ref), StoreSource(self.store)
         except UnknownImage as exc:
@@ -313,6 +322,8 @@ class Jobs:
             if image is None:
                 image = self._images[key] = PreparedImage(manifest, source, ref)
                 self.cache.pin(manifest.blocks)
+            else:
+                _close_origin(source)  # the same file, already open for another job
             image.users += 1
             return image
 
@@ -325,6 +336,7 @@ class Jobs:
             if view.job_id not in self._jobs or not (image.fill is None or image.fill.cancelled):
                 return
             image.fill = BackgroundFill(image.id)
+            view.peers_at_fill = _counts(view)
         image.fill.start(self.fetcher, image.source, image.manifest, set())
         self.log(f"job={view.job_id} background fill: {image.fill.total} blocks")
 
@@ -370,6 +382,7 @@ class Jobs:
                 if image.fill is not None:
                     image.fill.cancel()
                 self._images.pop((image.id, image.source.describe()), None)
+                _close_origin(image.source)
         self.log(f"job={job_id} released: trace {trace}")
         return ReleaseReply(released=True, trace=trace, job=job)
 
@@ -417,12 +430,12 @@ class Jobs:
             return None
         st = view.swarm.stats
         return {
-            "store_bytes": st.store_bytes,
-            "peer_bytes": st.peer_bytes,
+            **(_counts(view) or {}),  # the image's blocks (the swarm serves frames too)
             "peer_failures": st.peer_failures,
             "corrupt": st.corrupt,
             "dropped": dict(st.dropped),
             "at_prepare": view.peers_at_prepare,
+            "at_fill": view.peers_at_fill,
         }
 
     # -- restart ------------------------------------------------------------------------
@@ -435,7 +448,13 @@ class Jobs:
             except StoreError as exc:
                 self.restart.forget(saved.job_id, str(exc))
                 continue
-            source: BlockSource = FileSource(saved.path) if saved.path else StoreSource(self.store)
+            source: BlockSource = StoreSource(self.store)
+            if saved.path:
+                try:
+                    source = self._reopen(saved)
+                except StoreError as exc:
+                    self.restart.forget(saved.job_id, str(exc))
+                    continue
             image = self._use_image(manifest, source, saved.ref)
             self._add(
                 JobView(
@@ -450,7 +469,25 @@ class Jobs:
         if ids := self.ids():
             self.log(f"restored {len(ids)} prepared jobs: {ids}")
 
+    def _reopen(self, saved: SavedJob) -> FileSource:
+        """The path image's file again, opened as the job's user, if it is the same file."""
+        assert saved.path is not None
+        if saved.file is None:
+            raise StoreError(f"{saved.path}: saved without the file's identity")
+        fd, _ = open_image_file(saved.path, saved.uid, saved.gid)
+        source = FileSource(saved.path, fd)
+        if source.identity != saved.file:
+            source.close()
+            raise StoreError(f"{saved.path} is no longer the file the job was prepared with")
+        return source
+
     def close(self) -> None:
         for image in self.images():
             if image.fill is not None:
                 image.fill.cancel()
+
+
+def _counts(view: JobView) -> dict[str, int] | None:
+    """The job's image bytes so far from the store and from peers (None without peers)."""
+    source = view.image.source
+    return source.counts() if isinstance(source, PeerSource) else None

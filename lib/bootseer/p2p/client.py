@@ -1,20 +1,39 @@
 """Asking a peer's agent for a piece, over a few persistent connections per peer.
 
 >>> client = PeerClient(timeout=10)
->>> data = client.fetch(("10.0.0.12", 7461), PieceRequest(42, token, piece, PREFETCH))
+>>> data = client.fetch(("10.0.0.12", 746), PieceRequest(42, "", piece, PREFETCH), token)
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
 from collections import defaultdict
 
-from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest, read_message, recv_exact
+from bootseer.p2p.auth import prove
+from bootseer.p2p.wire import (
+    LIVENESS,
+    Hello,
+    PeerError,
+    PieceReply,
+    PieceRequest,
+    read_message,
+    recv_exact,
+)
 
 Address = tuple[str, int]
+
+
+# A kept connection unused this long is closed rather than reused: the server closes idle
+# connections (PeerServer.idle_timeout, 120 s) and a request on one it closed meets EOF.
+REUSE_IDLE = 60.0
+
+
+class _Stale(Exception):
+    """A kept connection the server had closed: retry on a fresh one, no fault of the peer."""
 
 
 class PeerClient:
@@ -22,64 +41,97 @@ class PeerClient:
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.idle_per_peer = idle_per_peer
-        self._idle: dict[Address, list[socket.socket]] = defaultdict(list)
+        # per peer: (connection, its nonce, when it was last used)
+        self._idle: dict[Address, list[tuple[socket.socket, bytes, float]]] = defaultdict(list)
         self._lock = threading.Lock()
 
-    def fetch(self, addr: Address, req: PieceRequest) -> bytes:
+    def fetch(self, addr: Address, req: PieceRequest, token: bytes) -> bytes:
         """The piece's bytes (not yet verified: the caller checks the digest); PeerError
-        within ``timeout`` seconds whatever the peer does."""
+        within ``timeout`` seconds whatever the peer does. The request is proved with the
+        job's ``token`` and the connection's nonce."""
         deadline = time.monotonic() + self.timeout
-        sock = self._take(addr)
-        keep = False
         try:
+            return self._fetch(addr, req, token, deadline, reuse=True)
+        except _Stale:
+            return self._fetch(addr, req, token, deadline, reuse=False)
+
+    def _fetch(
+        self, addr: Address, req: PieceRequest, token: bytes, deadline: float, reuse: bool
+    ) -> bytes:
+        sock: socket.socket | None = None
+        keep = answered = False
+        try:
+            sock, nonce, kept = self._take(addr, deadline, reuse)
+            proof = prove(token, nonce, req.job_id, req.piece)
             sock.settimeout(max(0.01, deadline - time.monotonic()))
-            sock.sendall(req.encode())
-            doc = read_message(sock, deadline)
-            if doc is None:
-                raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
-            reply = PieceReply.decode(doc)
+            sock.sendall(dataclasses.replace(req, proof=proof).encode())
+            while True:  # heartbeats while the owner gets the piece; silence means dead
+                doc = read_message(sock, min(deadline, time.monotonic() + LIVENESS))
+                if doc is None:
+                    raise ConnectionResetError("the peer closed the connection")
+                answered = True
+                reply = PieceReply.decode(doc)
+                if not reply.pending:
+                    break
             if reply.error:
                 # The server keeps the connection after a miss, not after a refusal.
                 keep = reply.error not in ("refused", "protocol")
                 reply.raise_error()
-            data = recv_exact(sock, reply.size, deadline)
+            data = recv_exact(sock, reply.size, deadline)  # all of it by the deadline
             assert data is not None
             keep = True
             return data
         except TimeoutError:
             raise PeerError(
-                "timeout", f"peer {addr[0]}: no piece within {self.timeout:g}s"
+                "timeout",
+                f"peer {addr[0]}: no piece within {self.timeout:g}s, or silent for {LIVENESS:g}s",
             ) from None
-        except OSError as exc:
+        except (OSError, PeerError) as exc:
+            if sock is not None and kept and not answered:
+                raise _Stale() from None
+            if isinstance(exc, PeerError):
+                raise
             raise PeerError("unreachable", f"peer {addr[0]}:{addr[1]}: {exc}") from None
         finally:
-            if keep:
-                self._give(addr, sock)
-            else:
+            if sock is not None and keep:
+                self._give(addr, sock, nonce)
+            elif sock is not None:
                 sock.close()
 
-    def _take(self, addr: Address) -> socket.socket:
+    def _take(
+        self, addr: Address, deadline: float, reuse: bool
+    ) -> tuple[socket.socket, bytes, bool]:
+        """A kept connection to ``addr`` (True), or a new one (False), and its nonce."""
+        now = time.monotonic()
         with self._lock:
-            if self._idle[addr]:
-                return self._idle[addr].pop()
+            kept = self._idle[addr]
+            while reuse and kept:
+                sock, nonce, used = kept.pop()
+                if now - used < REUSE_IDLE:
+                    return sock, nonce, True
+                sock.close()
+        sock = socket.create_connection(addr, timeout=self.connect_timeout)
         try:
-            sock = socket.create_connection(addr, timeout=self.connect_timeout)
-        except OSError as exc:
-            raise PeerError("unreachable", f"peer {addr[0]}:{addr[1]}: {exc}") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            hello = read_message(sock, min(deadline, time.monotonic() + LIVENESS))
+            if hello is None:
+                raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
+            return sock, Hello.decode(hello), False
+        except BaseException:
+            sock.close()
+            raise
 
-    def _give(self, addr: Address, sock: socket.socket) -> None:
+    def _give(self, addr: Address, sock: socket.socket, nonce: bytes) -> None:
         with self._lock:
             if len(self._idle[addr]) < self.idle_per_peer:
-                self._idle[addr].append(sock)
+                self._idle[addr].append((sock, nonce, time.monotonic()))
                 return
         sock.close()
 
     def close(self) -> None:
         with self._lock:
             for socks in self._idle.values():
-                for s in socks:
+                for s, _, _ in socks:
                     with contextlib.suppress(OSError):
                         s.close()
             self._idle.clear()

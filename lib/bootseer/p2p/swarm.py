@@ -21,6 +21,7 @@ from bootseer.p2p.owner import owner
 from bootseer.p2p.wire import PeerError, PieceRequest
 
 RESCUE_PEERS = 3  # nodes asked for a piece the store failed to give
+BACKGROUND = 2  # the fetch priority of a fill (bootseer.image.fetch.BACKGROUND)
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Swarm:
         self.job_id = job_id
         self.node = node
         self.nodes = tuple(nodes)
-        self.token = token.hex()
+        self.token = token
         self.resolve = resolve
         self.client = client
         self.log = log
@@ -101,16 +102,19 @@ class Swarm:
     ) -> bytes | None:
         target, key, offset, length = where or ("", "", 0, 0)
         req = PieceRequest(
-            self.job_id, self.token, piece, priority, key, offset, length, target, cached_only
+            self.job_id, "", piece, priority, key, offset, length, target, cached_only
         )
         try:
-            data = self.client.fetch(self.resolve(o), req)
+            data = self.client.fetch(self.resolve(o), req, self.token)
         except PeerError as exc:
-            if not (cached_only and exc.kind == "missing"):  # not holding it is no fault
+            # Not holding a piece is no fault; nor is an owner that holds a fill back
+            # while its own job starts (the fill is in no hurry, the peer is alive).
+            busy = priority >= BACKGROUND and exc.kind in ("timeout", "failed")
+            if not (cached_only and exc.kind == "missing") and not busy:
                 self._drop(o, f"{exc.kind}: {exc}")
             return None
-        except OSError as exc:  # the name did not resolve
-            self._drop(o, f"unresolvable: {exc}")
+        except OSError as exc:  # the name did not resolve, or the connection failed
+            self._drop(o, f"unreachable: {exc}")
             return None
         if hashlib.sha256(data).hexdigest() != piece:
             with self._lock:
