@@ -44,6 +44,10 @@ and the links' counters (sampled every 0.2 s):
   per node over the job; ``store_cpu_s`` the store host's; ``load1`` the 1-minute load
   average at the last first step, ``load1_max`` the highest sampled.
 
+With ``--train-s S`` every node "trains" (sleeps) S seconds after its first step, so
+that the image's background fill, which starts there, runs in the job: the ``(job)``
+egress is then the whole job's with the fill (``fill_bytes``) included.
+
 Runs as root; the jobs run as an ordinary user (``--user``, default slurm-dev's
 ``alice``). It changes the cluster's site config for its run (checkpoint targets on
 the S3 store host, deadlines inside PrologEpilogTimeout) and puts it back at the end.
@@ -288,8 +292,11 @@ def dump_toml(data: dict[str, Any]) -> str:
 
 
 class Bench:
-    def __init__(self, cluster: devcluster.Cluster, size: Size, mode: str, user: str) -> None:
+    def __init__(
+        self, cluster: devcluster.Cluster, size: Size, mode: str, user: str, train_s: float = 0
+    ) -> None:
         self.c = cluster
+        self.train_s = train_s
         self.size = size
         self.user = user
         self.env = {**os.environ, **cluster.env()}
@@ -458,6 +465,7 @@ class Bench:
             "BENCH_UV": self.uv,
             "BENCH_IMPORTS": self.size.imports.replace(" ", ""),
             "BENCH_SAVE": "1" if save else "0",
+            "BENCH_TRAIN_S": "0" if save else f"{self.train_s:g}",
             "PIP_CONFIG_FILE": "/dev/null",
         }
         r = sh(
@@ -541,7 +549,8 @@ class Bench:
             t0 = time.time()
             job = self.job(variant, nodes)
         run = self.report(job, n)
-        return summarize(variant, nodes, job, run, sampler, t0, self.output(job))
+        row = summarize(variant, nodes, job, run, sampler, t0, self.output(job))
+        return {**row, "train_s": self.train_s} if self.train_s else row
 
 
 def deps_bench() -> Any:
@@ -645,7 +654,7 @@ def summarize(
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'variant':<9}{'N':>3}{'startup s':>10}{'gain':>6}{'spread':>8}{'holds s':>9}"
+        f"{'variant':<9}{'N':>3}{'startup s':>10}{'gain':>8}{'spread':>8}{'holds s':>9}"
         f"{'egress MiB':>11}{'(job)':>7}{'peer MiB':>9}{'(job)':>7}{'cpu s/node':>11}"
         f"{'load':>6}"
     )
@@ -659,7 +668,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         )
         cpu = "" if r["cpu_s_per_node"] is None else f"{r['cpu_s_per_node']:.1f}"
         lines.append(
-            f"{r['variant']:<9}{r['nodes']:>3}{r['startup_s']:>10.1f}{gain:>6}"
+            f"{r['variant']:<9}{r['nodes']:>3}{r['startup_s']:>10.1f}{gain:>8}"
             f"{r['spread'] * 100:>7.0f}%{r['holds_s']:>9.1f}"
             f"{r['store_egress_bytes'] / MiB:>11.0f}{r['store_egress_job_bytes'] / MiB:>7.0f}"
             f"{r['peer_bytes'] / MiB:>9.0f}{r['peer_bytes_job'] / MiB:>7.0f}{cpu:>11}"
@@ -678,6 +687,13 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument("--json", help="write one record per point here (a JSON list)")
     p.add_argument(
+        "--train-s",
+        type=float,
+        default=0,
+        help="seconds each node trains after its first step (the background fill runs then; "
+        "the points' '(job)' egress is the whole job's, fill included)",
+    )
+    p.add_argument(
         "--user",
         default=next((u for u in devcluster.USERS if user_exists(u)), "root"),
         help="submit the jobs as this user (default: slurm-dev's alice)",
@@ -694,7 +710,7 @@ def main(argv: list[str]) -> int:
     if max(counts) > cluster.s.nodes:
         raise SystemExit(f"bench: N up to {max(counts)} needs as many nodes: slurm-dev/up --nodes")
     size = SMOKE if args.smoke else FULL
-    b = Bench(cluster, size, "smoke" if args.smoke else "full", args.user)
+    b = Bench(cluster, size, "smoke" if args.smoke else "full", args.user, args.train_s)
     net = cluster.s.network
     log(
         f"cluster {cluster.dir}: {cluster.s.nodes} nodes, store link {net.store_mbit} Mbit/s, "

@@ -58,6 +58,10 @@ mark start first_step
 "$prefix/bin/python" -c "import $BENCH_IMPORTS"
 mark end first_step
 echo "BENCH ready $(hostname)"
+# Training after the first step (--train-s): the image's background fill runs now.
+if [ "${BENCH_TRAIN_S:-0}" != 0 ]; then
+  sleep "$BENCH_TRAIN_S"
+fi
 
 if [ "${BENCH_SAVE:-0}" = 1 ] && [ "${SLURM_PROCID:-0}" = 0 ]; then
   mark start ckpt_save
