@@ -154,7 +154,8 @@ class Cluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        # The site key (root only): agents derive each job's peer token from it.
+        # The site key (root only): root-run parts seal the records they write to the store
+        # with it (docs/security.md) and agents derive each job's peer token from it.
         site_key = self.etc / "site.key"
         if not site_key.exists():
             fd = os.open(site_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -252,6 +253,9 @@ class Cluster:
         d = self.dir
         return (
             "# bootseer site config for the slurm-dev cluster (written once; edit freely).\n"
+            "[site]\n"
+            "# Root only; seals what root-run parts write to the store, and p2p's tokens.\n"
+            f'key_file = "{d}/etc/site.key"\n\n'
             "[store]\n"
             f'uri = "{self.store_uri()}"\n\n'
             "[paths]\n"
@@ -272,7 +276,6 @@ class Cluster:
             f'cache_dir = "{d}/nodes/%n/cache/image"\n'
             "cache_size_gib = 20\n\n"
             "[p2p]\n"
-            f'key_file = "{d}/etc/site.key"\n'
             "# slurm-dev's node names are not in the machine's resolver.\n"
             f'hosts_file = "{d}/etc/hosts"\n'
         )

@@ -299,7 +299,8 @@ def test_prolog_reports_an_unreachable_target(
 
     blocker = tmp_path / "blocker"
     blocker.write_text("")
-    site_config.write_text(f'[ckpt]\ntargets = ["file://{blocker}/t"]\n')
+    keep = site_config.read_text().split("[ckpt]")[0]  # the [site] key
+    site_config.write_text(f'{keep}[ckpt]\ntargets = ["file://{blocker}/t"]\n')
     call = _call(tmp_path, mount_root, site_config, "test")
     with pytest.raises(StepError, match="is not reachable"):
         step.prolog(call)

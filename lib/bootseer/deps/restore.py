@@ -8,7 +8,7 @@ job's user, and a hostile archive can reach at most what that user could.
 
     >>> from bootseer.store import open_store
     >>> store = open_store("file:///tmp/doc-deps-store")
-    >>> find_snapshot(store, "user/nobody-here", "0" * 32) is None
+    >>> find_snapshot(store, "user/nobody-here", "0" * 32, keys=None) is None
     True
 """
 
@@ -22,12 +22,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from bootseer import sitekey
 from bootseer.deps import archive
 from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
 from bootseer.deps.manifest import Manifest, ManifestError
 from bootseer.errors import StepError, StoreError
+from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
 
@@ -60,12 +62,15 @@ class Restored:
     ino: int
 
 
-def find_snapshot(store: Store, scope: str, base: str) -> str | None:
-    """The snapshot key the base key's ref points at, or None."""
+def find_snapshot(store: Store, scope: str, base: str, *, keys: SiteKeys | None) -> str | None:
+    """The snapshot key the base key's ref points at, or None; with ``keys`` (a root-run
+    reader), :class:`~bootseer.sitekey.SealError` unless the ref verifies."""
+    path = ref_path(scope, base)
     try:
-        raw = store.read_bytes(ref_path(scope, base))
+        raw = store.read_bytes(path)
     except FileNotFoundError:
         return None
+    raw = sitekey.open_with(keys, sitekey.DEPS_REF, path, raw)
     try:
         key = json.loads(raw)["key"]
     except (ValueError, KeyError, TypeError):
@@ -76,17 +81,29 @@ def find_snapshot(store: Store, scope: str, base: str) -> str | None:
 
 
 def read_manifest(
-    store: Store, scope: str, key: str, *, max_bytes: int, max_files: int
+    store: Store,
+    scope: str,
+    key: str,
+    *,
+    max_bytes: int,
+    max_files: int,
+    keys: SiteKeys | None,
 ) -> tuple[Manifest, int] | None:
-    """The manifest of a snapshot and its size in bytes, or None if there is none."""
+    """The manifest of a snapshot and its size in bytes, or None if there is none; with
+    ``keys`` (a root-run reader), :class:`~bootseer.sitekey.SealError` unless it verifies.
+    None is for a user's own ``deps run``/``deps show``, which trust nothing in it that
+    the user could not have written."""
+    path = SnapshotPaths(scope, key).manifest
     try:
-        raw = store.read_bytes(SnapshotPaths(scope, key).manifest)
+        raw = store.read_bytes(path)
     except FileNotFoundError:
         return None
+    size = len(raw)
+    raw = sitekey.open_with(keys, sitekey.DEPS_MANIFEST, path, raw)
     m = Manifest.from_json(raw, max_bytes=max_bytes, max_files=max_files)
     if m.key != key or m.scope != scope:
         raise ManifestError(f"manifest at {scope}/{key} claims to be {m.scope}/{m.key}")
-    return m, len(raw)
+    return m, size
 
 
 # (store key, offset, length, sha256) -> (the frame's bytes, "peer"/"store"/"cache"), or

@@ -26,6 +26,7 @@ from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, StepResult
+from bootseer.sitekey import site_keys
 
 if TYPE_CHECKING:
     from bootseer.deps.restore import FrameVia
@@ -93,9 +94,17 @@ def prolog(call: StepCall) -> StepResult:
     from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 
     store = cfg.store.open()
-    key = find_snapshot(store, sdir, base)
+    keys = site_keys(cfg)  # a ref or manifest that does not verify is refused
+    key = find_snapshot(store, sdir, base, keys=keys)
     found = (
-        read_manifest(store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files)
+        read_manifest(
+            store,
+            sdir,
+            key,
+            max_bytes=cfg.deps.max_bytes,
+            max_files=cfg.deps.max_files,
+            keys=keys,
+        )
         if key
         else None
     )
@@ -281,8 +290,9 @@ def capture_for_job(
     cmd = list(command) if isinstance(command, list) else None
     key = snapshot_key(state.base, cmd)
     store = cfg.store.open()
-    if snapshot_exists(store, state.scope, key):
-        write_ref(store, state.scope, state.base, key, cmd)
+    keys = site_keys(cfg)
+    if snapshot_exists(store, state.scope, key, keys=keys):
+        write_ref(store, state.scope, state.base, key, cmd, keys=keys)
         return StepResult(outcome="skipped", detail=f"snapshot {key} already in the store")
     req = CaptureRequest(
         prefix=state.prefix,
@@ -304,7 +314,7 @@ def capture_for_job(
         max_files=cfg.deps.max_files,
         timeout=max(1.0, call.remaining()),
     )
-    m = capture(store, req)
+    m = capture(store, req, keys=keys)
     return StepResult(
         detail=f"captured {key} from {state.prefix}: {len(m.entries)} entries, "
         f"{m.raw_bytes} bytes -> {m.stored_bytes} stored",

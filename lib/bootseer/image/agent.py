@@ -38,6 +38,7 @@ from bootseer.linelog import LineLog
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.pieces import Located, Pieces
 from bootseer.p2p.wire import PeerError, PieceRequest
+from bootseer.sitekey import site_keys
 from bootseer.store import Store
 
 
@@ -66,7 +67,17 @@ class Agent:
             background_bps=icfg.fill_mbit * 1e6 / 8,
         )
         block_size = check_block_size(icfg.block_size_kib << 10)
-        self.jobs = Jobs(icfg, self.store, self.cache, self.fetcher, block_size, self.log)
+        self.jobs = Jobs(
+            icfg,
+            self.store,
+            self.cache,
+            self.fetcher,
+            block_size,
+            self.log,
+            keys=lambda: site_keys(cfg),
+        )
+        if not (keys := site_keys(cfg)).keys:
+            self.log(f"no site key: every image record will be refused ({keys.missing})")
         self.pieces = Pieces(self.store, self.cache)
         self.peers = PeerNode.start(cfg.p2p, node, self.provide, self.log)
         self.jobs.peers = self.peers

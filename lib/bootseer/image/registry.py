@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bootseer import sitekey
 from bootseer.errors import StoreError
 from bootseer.image.manifest import (
     Manifest,
@@ -34,6 +35,7 @@ from bootseer.image.manifest import (
     save_manifest,
 )
 from bootseer.options import parse_image
+from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store
 
 SQUASHFS_MAGIC = b"hsqs"
@@ -63,27 +65,35 @@ def path_key(path: str) -> str:
     return f"images/paths/{hashlib.sha256(path.encode()).hexdigest()}.json"
 
 
-def tag_image(store: Store, ref: str, manifest: Manifest) -> None:
+def tag_image(store: Store, ref: str, manifest: Manifest, *, keys: SiteKeys | None) -> None:
     doc = {
         "image": manifest.id,
         "size": manifest.size,
         "block_size": manifest.block_size,
         "added": time.time(),
     }
-    store.write_bytes(name_key(ref), json.dumps(doc).encode())
+    key = name_key(ref)
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_NAME, key, body))
 
 
-def lookup_name(store: Store, ref: str) -> Manifest:
+def lookup_name(store: Store, ref: str, *, keys: SiteKeys | None) -> Manifest:
+    """The manifest a name's record points at; with ``keys`` (a root-run reader) the
+    record and the manifest must both verify (:class:`~bootseer.sitekey.SealError`)."""
+    key = name_key(ref)
     try:
-        doc: Any = json.loads(store.read_bytes(name_key(ref)))
-        image_id = doc["image"]
+        raw = store.read_bytes(key)
     except FileNotFoundError:
         raise UnknownImage(
             f"no image named {ref!r} in {store.uri} (see `bootseer image ls`)"
         ) from None
+    raw = sitekey.open_with(keys, sitekey.IMAGE_NAME, key, raw)
+    try:
+        doc: Any = json.loads(raw)
+        image_id = doc["image"]
     except (ValueError, KeyError, TypeError):
         raise ManifestError(f"image name record {ref!r} is damaged") from None
-    return load_manifest(store, str(image_id))
+    return load_manifest(store, str(image_id), keys=keys)
 
 
 def list_names(store: Store) -> list[tuple[str, dict[str, Any]]]:
@@ -93,7 +103,7 @@ def list_names(store: Store) -> list[tuple[str, dict[str, Any]]]:
         if len(parts) != 4 or not parts[3].endswith(".json"):
             continue
         try:
-            doc = json.loads(store.read_bytes(obj.key))
+            doc = json.loads(sitekey.strip(store.read_bytes(obj.key)))  # shown, not trusted
         except (ValueError, FileNotFoundError):
             continue
         out.append((f"{parts[2]}:{parts[3].removesuffix('.json')}", doc))
@@ -104,7 +114,7 @@ def list_paths(store: Store) -> list[dict[str, Any]]:
     out = []
     for obj in store.list("images/paths"):
         try:
-            out.append(json.loads(store.read_bytes(obj.key)))
+            out.append(json.loads(sitekey.strip(store.read_bytes(obj.key))))  # shown, not trusted
         except (ValueError, FileNotFoundError):
             continue
     return out
@@ -117,10 +127,17 @@ def remove_name(store: Store, ref: str) -> None:
     store.delete(key)
 
 
-def _path_record(store: Store, path: str, st: os.stat_result) -> Manifest | None:
+def _path_record(
+    store: Store, path: str, st: os.stat_result, keys: SiteKeys | None
+) -> Manifest | None:
+    """The registered manifest of this very file, or None (then it is registered again:
+    a record or manifest that does not verify is replaced, never used)."""
+    key = path_key(path)
     try:
-        doc: Any = json.loads(store.read_bytes(path_key(path)))
-    except (FileNotFoundError, ValueError):
+        doc: Any = json.loads(
+            sitekey.open_with(keys, sitekey.IMAGE_PATH, key, store.read_bytes(key))
+        )
+    except (FileNotFoundError, ValueError, SealError):
         return None
     if (doc.get("path"), doc.get("size"), doc.get("mtime_ns")) != (
         path,
@@ -129,8 +146,8 @@ def _path_record(store: Store, path: str, st: os.stat_result) -> Manifest | None
     ):
         return None
     try:
-        return load_manifest(store, str(doc.get("image")))
-    except ManifestError:
+        return load_manifest(store, str(doc.get("image")), keys=keys)
+    except (ManifestError, SealError):
         return None
 
 
@@ -142,6 +159,8 @@ def register_path(
     wait: float,
     log: Callable[[str], None] = lambda _: None,
     read_from: str | None = None,
+    *,
+    keys: SiteKeys | None,
 ) -> Manifest:
     """The manifest of the image file at ``path``, registering it if no node has yet.
 
@@ -150,7 +169,9 @@ def register_path(
     poll for the record for up to ``wait`` seconds, then raise
     :class:`RegistrationPending` (the job then reads the file directly).
     """
-    found = _path_record(store, path, st)
+    if keys is not None:
+        keys.require()  # a record it could not seal would be refused by every node
+    found = _path_record(store, path, st, keys)
     if found is not None:
         return found
     lock = f"images/locks/path-{path_key(path).rsplit('/', 1)[1][:-5]}-{st.st_mtime_ns}.lock"
@@ -161,13 +182,13 @@ def register_path(
         ).encode()
         if store.create_exclusive(lock, holder):
             try:
-                found = _path_record(store, path, st)  # done by whoever held the lock before
+                found = _path_record(store, path, st, keys)  # done by whoever held the lock before
                 if found is not None:
                     return found
                 log(f"registering {path} ({st.st_size} bytes)")
                 t0 = time.monotonic()
                 manifest = hash_file(read_from or path, block_size)
-                save_manifest(store, manifest)
+                save_manifest(store, manifest, keys=keys)
                 doc = {
                     "path": path,
                     "size": st.st_size,
@@ -176,12 +197,14 @@ def register_path(
                     "block_size": block_size,
                     "added": time.time(),
                 }
-                store.write_bytes(path_key(path), json.dumps(doc).encode())
+                key = path_key(path)
+                body = json.dumps(doc, separators=(",", ":")).encode()
+                store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_PATH, key, body))
                 log(f"registered {path} as {manifest.id[:12]} in {time.monotonic() - t0:.1f}s")
                 return manifest
             finally:
                 store.delete(lock)
-        found = _path_record(store, path, st)
+        found = _path_record(store, path, st, keys)
         if found is not None:
             return found
         info = store.info(lock)

@@ -18,6 +18,7 @@ from bootseer.deps.capture import CaptureRequest, capture
 from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 from bootseer.errors import StepError
 from bootseer.store import Store
+from tests.sitekeys import KEYS
 
 from .conftest import USER_A, USER_B, needs_root, site, step_call
 
@@ -236,10 +237,10 @@ def test_two_jobs_capturing_the_same_key_leave_one_good_snapshot(
         frame_bytes=1 << 16,
     )
     with cf.ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda _: capture(store, req), range(2)))
-    key = find_snapshot(store, "user/ada", "1" * 32)
+        list(pool.map(lambda _: capture(store, req, keys=KEYS), range(2)))
+    key = find_snapshot(store, "user/ada", "1" * 32, keys=KEYS)
     assert key == "2" * 32
-    m, _ = read_manifest(store, "user/ada", key, max_bytes=1 << 30, max_files=100)  # type: ignore[misc]
+    m, _ = read_manifest(store, "user/ada", key, max_bytes=1 << 30, max_files=100, keys=KEYS)  # type: ignore[misc]
     os.rename(prefix, scratch / "old")
     restore(store, m, RestoreRequest(prefix=str(prefix), uid=USER_A, gid=USER_A))
     assert (prefix / "lib" / "pkg" / "data.bin").read_bytes() == (
