@@ -174,6 +174,16 @@ class Cluster:
         )
         if not self.site_config.exists():
             self._write(self.site_config, self._site_config())
+        else:
+            # A config written before peer-to-peer or the site key: add their sections,
+            # keep the admin's edits.
+            old = text = self.site_config.read_text()
+            if "[p2p]" not in text:
+                text += "\n" + self._p2p_section()
+            if "key_file" not in text:
+                text = self._site_section() + text
+            if text != old:
+                self._write(self.site_config, text)
         for hook in ("prolog", "epilog"):
             wrapper = self.etc / hook
             self._write(
@@ -253,10 +263,8 @@ class Cluster:
         d = self.dir
         return (
             "# bootseer site config for the slurm-dev cluster (written once; edit freely).\n"
-            "[site]\n"
-            "# Root only; seals what root-run parts write to the store, and p2p's tokens.\n"
-            f'key_file = "{d}/etc/site.key"\n\n'
-            "[store]\n"
+            + self._site_section()
+            + "[store]\n"
             f'uri = "{self.store_uri()}"\n\n'
             "[paths]\n"
             f'run_dir = "{d}/nodes/%n/run"\n'
@@ -274,10 +282,21 @@ class Cluster:
             f'socket = "{d}/nodes/%n/run/agent.sock"\n'
             f'mount_dir = "{d}/nodes/%n/images"\n'
             f'cache_dir = "{d}/nodes/%n/cache/image"\n'
-            "cache_size_gib = 20\n\n"
+            "cache_size_gib = 20\n\n" + self._p2p_section()
+        )
+
+    def _site_section(self) -> str:
+        return (
+            "[site]\n"
+            "# Root only; seals what root-run parts write to the store, and p2p's tokens.\n"
+            f'key_file = "{self.etc}/site.key"\n\n'
+        )
+
+    def _p2p_section(self) -> str:
+        return (
             "[p2p]\n"
             "# slurm-dev's node names are not in the machine's resolver.\n"
-            f'hosts_file = "{d}/etc/hosts"\n'
+            f'hosts_file = "{self.etc}/hosts"\n'
         )
 
     # -- daemons --------------------------------------------------------------------

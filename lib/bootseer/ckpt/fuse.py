@@ -539,6 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--uid", type=int, required=True)
     p.add_argument("--gid", type=int, required=True)
     p.add_argument("--node", default="", help="node name for %%n in the site config")
+    p.add_argument("--job-id", type=int, default=0, help="the job, for its peers")
+    p.add_argument("--nodes", default="", help="the job's nodes, comma-separated: its peers")
     p.add_argument("mountpoint")
     args = p.parse_args(argv)
 
@@ -556,6 +558,10 @@ def main(argv: list[str] | None = None) -> int:
         keys = site_keys(cfg)
         keys.require()
         ns = Namespace.from_config(cfg, namespace_name(user, name), keys=keys)
+        if args.job_id and args.nodes:
+            from bootseer.p2p.via import agent_via
+
+            ns.via = agent_via(cfg, args.job_id, args.nodes.split(","), log)
     except (BootseerError, CkptError) as exc:
         log(f"cannot serve {args.namespace}: {exc}")
         return 1
@@ -569,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         pyfuse3.close(unmount=True)
         log(
             f"unmounted; totals read_bytes={fs.bytes_read} written_bytes={fs.bytes_written} "
-            f"read_requests={fs.reads}"
+            f"read_requests={fs.reads} store_bytes={ns.store_bytes} peer_bytes={ns.peer_bytes}"
         )
     return 0
 

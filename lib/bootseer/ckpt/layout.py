@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from bootseer.ckpt.reader import StripedReader
     from bootseer.ckpt.writer import StripedWriter
     from bootseer.config import CkptSection, SiteConfig
+    from bootseer.p2p.via import Via
 
 MAX_PATH = 1024
 _PART = re.compile(r"^[A-Za-z0-9._@+=:-]{1,255}$")
@@ -140,6 +141,11 @@ class Namespace:
         self.max_inflight = max_inflight
         self.verify = verify
         self.keys = keys
+        # Units through the job's peers (bootseer.p2p.via), set by the mount daemon of a
+        # job on several nodes; and where the units it read came from.
+        self.via: Via | None = None
+        self.store_bytes = 0
+        self.peer_bytes = 0
 
     @classmethod
     def from_config(

@@ -65,6 +65,8 @@ class StopResult:
     written_bytes: int = 0
     committed: int = 0  # versions committed, and writes dropped (killed writers)
     dropped: int = 0
+    store_bytes: int = 0  # units read from the targets by this node, and from peers
+    peer_bytes: int = 0
 
 
 def daemon_alive(pid: int, mountpoint: str) -> bool:
@@ -121,6 +123,8 @@ def start(
     timeout: float,
     log_path: Path | None = None,
     read_ahead_kb: int = 4096,
+    job_id: int = 0,
+    nodes: tuple[str, ...] = (),
 ) -> MountRecord:
     """Start the daemon and wait for the mount; on failure nothing is left running."""
     log_path = log_path or state_dir / "fuse.log"
@@ -137,6 +141,10 @@ def start(
         str(gid),
         "--node",
         node,
+        "--job-id",
+        str(job_id),
+        "--nodes",
+        ",".join(nodes),
         str(mountpoint),
     ]
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -228,13 +236,13 @@ def stop(record: MountRecord, wait: float = 15.0) -> StopResult:
     return StopResult(died, forced, tail, *_summary(record.log))
 
 
-def _summary(log_path: str) -> tuple[int, int, int, int]:
-    """(read, written, committed, dropped) from the daemon's log."""
-    read = written = committed = dropped = 0
+def _summary(log_path: str) -> tuple[int, int, int, int, int, int]:
+    """(read, written, committed, dropped, store, peer) from the daemon's log."""
+    read = written = committed = dropped = store = peer = 0
     try:
         text = Path(log_path).read_text(errors="replace")
     except OSError:
-        return 0, 0, 0, 0
+        return 0, 0, 0, 0, 0, 0
     for line in text.splitlines():
         if ": committed version " in line:
             committed += 1
@@ -244,4 +252,5 @@ def _summary(log_path: str) -> tuple[int, int, int, int]:
             fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
             with contextlib.suppress(ValueError, KeyError):
                 read, written = int(fields["read_bytes"]), int(fields["written_bytes"])
-    return read, written, committed, dropped
+                store, peer = int(fields["store_bytes"]), int(fields["peer_bytes"])
+    return read, written, committed, dropped, store, peer

@@ -34,7 +34,17 @@ def prolog(call: StepCall) -> StepResult:
     # The daemon's log outlives the job dir, for whoever looks into a failed mount.
     log_path = call.cfg.paths.log_dir / "ckpt" / f"{ctx.job_id}.log"
     rec = mount.start(
-        mp, name, ctx.uid, ctx.gid, state, ctx.node, timeout, log_path, sec.kernel_read_ahead_kb
+        mp,
+        name,
+        ctx.uid,
+        ctx.gid,
+        state,
+        ctx.node,
+        timeout,
+        log_path,
+        sec.kernel_read_ahead_kb,
+        job_id=ctx.job_id,
+        nodes=ctx.nodes,
     )
     return StepResult(
         detail=f"mounted {name} ({len(sec.targets)} targets) at {mp}, daemon pid {rec.pid}",
@@ -59,4 +69,7 @@ def epilog(call: StepCall) -> StepResult:
         f"{res.written_bytes} written, {res.committed} versions committed, "
         f"{res.dropped} writes dropped",
         bytes=res.read_bytes + res.written_bytes,
+        # Units this node read from the checkpoint targets, and from the job's other nodes.
+        store_bytes=res.store_bytes,
+        peer_bytes=res.peer_bytes,
     )

@@ -11,7 +11,6 @@ The prolog exports to the job's tasks ``BOOTSEER_DEPS_PREFIX`` and, after a rest
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import time
@@ -150,8 +149,8 @@ def prolog(call: StepCall) -> StepResult:
             fetched, entries, peer_bytes = done.fetched, done.entries, done.peer_bytes
             detail = (
                 f"{note}restored {key} into {spec.prefix}: {entries} entries, "
-                f"{manifest.raw_bytes} bytes, store_bytes={fetched} peer_bytes={peer_bytes}"
-            )
+                f"{manifest.raw_bytes} bytes"
+            )  # from where: store_bytes and peer_bytes of the phase row
     if ctx.first_node:
         try:
             # In place: one request, not a temp object and a move; nothing needs it whole.
@@ -165,44 +164,28 @@ def prolog(call: StepCall) -> StepResult:
     return StepResult(
         detail=f"{detail} in {time.monotonic() - t0:.2f}s",
         bytes=fetched + mbytes + peer_bytes,
+        store_bytes=fetched + mbytes,
+        peer_bytes=peer_bytes,
         env=env,
     )
 
 
 def _via_peers(call: StepCall) -> FrameVia | None:
     """Frames through the node agent, which shares them among the job's nodes (each frame
-    leaves the store once per job); None for a one-node job or without p2p. A frame the
-    agent cannot give comes from the store here, as without it."""
-    if len(call.ctx.nodes) < 2 or not call.cfg.p2p.enabled:
+    leaves the store once per job); None for a one-node job or without p2p."""
+    from bootseer.p2p.via import agent_via
+
+    ctx = call.ctx
+    via = agent_via(
+        call.cfg,
+        ctx.job_id,
+        ctx.nodes,
+        lambda m: call.log(f"step=deps {m}"),
+        timeout=max(1.0, call.remaining() - 1.0),
+    )
+    if via is None:
         return None
-    from bootseer.image.client import AgentClient
-    from bootseer.image.protocol import AgentError, AgentUnavailable, FetchPiece
-
-    client = AgentClient(call.cfg.image.socket)
-    nodelist = ",".join(call.ctx.nodes)
-    broken = False
-
-    def via(key: str, offset: int, length: int, sha256: str) -> tuple[bytes, str] | None:
-        nonlocal broken
-        if broken:
-            return None
-        req = FetchPiece(call.ctx.job_id, nodelist, key, offset, length, sha256)
-        try:
-            piece = client.fetch_piece(req, timeout=max(1.0, call.remaining() - 1.0))
-            with open(piece.path, "rb") as f:
-                data = f.read(length + 1)
-        except AgentUnavailable:
-            broken = True  # no agent: every frame from the store, without asking again
-            return None
-        except (AgentError, OSError) as exc:
-            call.log(f"step=deps frame at {offset} not from the agent: {exc}")
-            return None
-        # The cache file could have changed since the agent checked it: check again.
-        if len(data) != length or hashlib.sha256(data).hexdigest() != sha256:
-            return None
-        return data, piece.source
-
-    return via
+    return lambda key, offset, length, sha: via("", key, offset, length, sha)
 
 
 def _empty_dir(path: str) -> bool:

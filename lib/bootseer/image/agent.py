@@ -22,12 +22,13 @@ parts, each a module of its own:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes
-from bootseer.errors import ContextError
+from bootseer.errors import BootseerError, ContextError
 from bootseer.image.blocks import check_block_size
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import Fetcher
@@ -78,7 +79,8 @@ class Agent:
         )
         if not (keys := site_keys(cfg)).keys:
             self.log(f"no site key: every image record will be refused ({keys.missing})")
-        self.pieces = Pieces(self.store, self.cache)
+        self.pieces = Pieces(self.store, self.cache, self._ckpt_target)
+        self._targets: dict[str, Store] = {}
         self.peers = PeerNode.start(cfg.p2p, node, self.provide, self.log)
         self.jobs.peers = self.peers
         self.reader = ImageReader(self.cache, self.fetcher)
@@ -88,7 +90,12 @@ class Agent:
         if not req.key:
             return self.jobs.provide_block(req, deadline)
         swarm = self.peers.join_existing(req.job_id) if self.peers else None
-        loc = Located(req.key, req.offset, req.length, req.piece)
+        loc = Located(req.target, req.key, req.offset, req.length, req.piece)
+        if req.cached_only:
+            data = self.cache.read(req.piece, 0, req.length)
+            if data is None:
+                raise PeerError("missing", f"{req.key} at {req.offset} is not held here")
+            return data
         timeout = max(0.0, deadline - time.monotonic())
         data, _ = self.pieces.get(swarm, loc, req.priority, timeout, local=False)
         return data
@@ -101,7 +108,7 @@ class Agent:
                 swarm = self.peers.join(req.job_id, expand_nodes(req.nodelist))
             except ContextError as exc:
                 raise AgentBadRequest(str(exc)) from None
-        loc = Located(req.key, req.offset, req.length, req.sha256)
+        loc = Located(req.target, req.key, req.offset, req.length, req.sha256)
         try:
             _, source = self.pieces.get(
                 swarm, loc, req.priority, self.cfg.image.fetch_timeout, local=True
@@ -109,6 +116,24 @@ class Agent:
         except PeerError as exc:
             raise AgentError(str(exc)) from None
         return PieceFile(str(self.cache.path(req.sha256)), source, req.length)
+
+    def _ckpt_target(self, uri: str) -> Store | None:
+        """The site's checkpoint target ``uri``, opened once; None if it is not one."""
+        targets = self.cfg.ckpt.targets
+        if uri not in targets and self.cfg.source is not None:
+            # An admin may add targets without restarting the agents: read them afresh.
+            from bootseer.config import load_config
+
+            with contextlib.suppress(BootseerError):
+                targets = load_config(self.cfg.source).ckpt.targets
+        if uri not in targets:
+            return None
+        if uri not in self._targets:
+            from bootseer.store import open_store
+
+            store = self.cfg.store
+            self._targets[uri] = open_store(uri, store.access_key, store.secret_key)
+        return self._targets[uri]
 
     def stats(self) -> StatsReply:
         s = self.fetcher.stats

@@ -183,6 +183,7 @@ class FetchPiece(JobRequest):
     length: int
     sha256: str
     priority: int = 1
+    target: str = ""  # a checkpoint target's URI; "" for the main store
 
 
 REQUESTS: dict[str, type[Request]] = {
@@ -205,8 +206,10 @@ def parse_request(doc: object) -> Request:
         raise AgentBadRequest("job_id must be a positive whole number")
     if cls is FetchPiece:
         nodelist, key, sha = doc.get("nodelist"), doc.get("key"), doc.get("sha256")
-        if not (isinstance(nodelist, str) and isinstance(key, str) and isinstance(sha, str)):
-            raise AgentBadRequest("nodelist, key and sha256 must be strings")
+        target = doc.get("target", "")
+        if not all(isinstance(v, str) for v in (nodelist, key, sha, target)):
+            raise AgentBadRequest("nodelist, key, sha256 and target must be strings")
+        assert isinstance(nodelist, str) and isinstance(key, str) and isinstance(sha, str)
         return FetchPiece(
             job_id,
             nodelist,
@@ -215,6 +218,7 @@ def parse_request(doc: object) -> Request:
             _whole(doc.get("length"), "length", 1),
             sha,
             _whole(doc.get("priority", 1), "priority", 0, 3),
+            str(target),
         )
     if cls is not Prepare:
         return cls(job_id)
@@ -276,7 +280,8 @@ class JobReply(Reply):
     first_step_at: float | None
     fetched_before_first_step: int | None
     # Where the job's blocks came from on this node (Swarm stats: store_bytes, peer_bytes,
-    # peer_failures, corrupt), in all and by the prolog's return ("at_prepare").
+    # peer_failures, corrupt), in all, by the prolog's return ("at_prepare") and when the
+    # job's background fill started ("at_fill"; None before).
     peers: dict[str, Any] | None = None
 
 

@@ -70,6 +70,9 @@ class _Handler(socketserver.StreamRequestHandler):
 
 class AgentServer(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
+    # A job's mount daemon asks for many checkpoint units at once (its read-ahead), and
+    # every prolog of a node at once: the default backlog of 5 refused them (EAGAIN).
+    request_queue_size = 128
 
     def __init__(self, path: Path, agent: Agent) -> None:
         self.agent = agent

@@ -1,20 +1,23 @@
 """Located pieces: byte ranges of store objects (a snapshot's frames), shared like blocks.
 
-An image block is found by its digest in the image's manifest; a snapshot frame is not
-in any manifest the agent holds, so its request carries where it is: a store key, an
-offset and a length, and the SHA-256 the frame must have. The agent fetches each once
+An image block is found by its digest in the image's manifest; a snapshot frame or a
+checkpoint unit is not in any manifest the agent holds, so its request carries where it
+is: a store (the main store, or one of the site's checkpoint targets), a key, an offset
+and a length, and the SHA-256 the piece must have. The agent fetches each once
 per node (concurrent askers wait for the one fetch), from the piece's owner among the
 job's nodes or, if this node owns it, from the store; verifies it; and keeps it in the
 block cache, where peers and the node's own restore find it::
 
-    >>> data, source = pieces.get(swarm, Located("deps/user/k/data.tar.zst", 0, 4096, sha))
+    >>> data, source = pieces.get(swarm, Located("", "deps/u/k/data.tar.zst", 0, 4096, sha), ...)
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bootseer.image.cache import BlockCache
@@ -22,13 +25,16 @@ from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import MAX_PIECE, PeerError
 from bootseer.store import Store
 
-# Store keys a located piece may come from: snapshot archives only. A peer proves it is
-# a root agent of the job; it still cannot make this node read anything else.
-ALLOWED_PREFIXES = ("deps/",)
+# What a located piece may be: a snapshot's archive in the main store, or a checkpoint
+# unit on a target. A peer proves it is a root agent of the job; it still cannot make
+# this node read anything else.
+MAIN_STORE_KEY = re.compile(r"deps/[^/]+(/[^/]+)+")
+TARGET_KEY = re.compile(r"[^/]+(/[^/]+)*/units/[^/]+/[^/]+")
 
 
 @dataclass(frozen=True)
 class Located:
+    target: str  # "" for the main store, else a checkpoint target's URI
     key: str
     offset: int
     length: int
@@ -36,8 +42,9 @@ class Located:
 
     def check(self) -> None:
         parts = self.key.split("/")
+        pattern = TARGET_KEY if self.target else MAIN_STORE_KEY
         if (
-            not self.key.startswith(ALLOWED_PREFIXES)
+            not pattern.fullmatch(self.key)
             or any(p in ("", ".", "..") for p in parts)
             or not 0 < self.length <= MAX_PIECE
             or self.offset < 0
@@ -47,9 +54,12 @@ class Located:
 
 
 class Pieces:
-    def __init__(self, store: Store, cache: BlockCache) -> None:
+    def __init__(
+        self, store: Store, cache: BlockCache, target: Callable[[str], Store | None]
+    ) -> None:
         self.store = store
         self.cache = cache
+        self.target = target  # a checkpoint target's URI -> its store; None if not one
         self._inflight: dict[str, cf.Future[tuple[bytes, str]]] = {}
         # Where pieces fetched for a peer came from, until this node's own restore takes
         # them: its record then says what this node fetched (from the store, for the job).
@@ -92,12 +102,15 @@ class Pieces:
                 self._inflight.pop(loc.sha256, None)
 
     def _fetch(self, swarm: Swarm | None, loc: Located, priority: int) -> tuple[bytes, str]:
-        where = (loc.key, loc.offset, loc.length)
+        where = (loc.target, loc.key, loc.offset, loc.length)
         data = swarm.fetch(loc.sha256, priority, where) if swarm is not None else None
         source = "peer"
         if data is None:
+            store = self.target(loc.target) if loc.target else self.store
+            if store is None:
+                raise PeerError("missing", f"{loc.target[:100]!r} is not a checkpoint target")
             try:
-                data = self.store.read_range(loc.key, loc.offset, loc.length)
+                data = store.read_range(loc.key, loc.offset, loc.length)
             except Exception as exc:
                 raise PeerError("failed", f"{loc.key} at {loc.offset}: {exc}") from None
             if hashlib.sha256(data).hexdigest() != loc.sha256:

@@ -1,0 +1,68 @@
+"""A root-run part's way to the job's peers for located pieces: through the node agent.
+
+The prolog's snapshot restore and the checkpoint mount daemon read byte ranges of
+store objects whose SHA-256 they know (snapshot frames, checkpoint units). Through
+:func:`agent_via` each asks the node's agent, which takes the piece from its owner among
+the job's nodes or, owning it, from the store, and keeps it in its cache; the caller
+reads the cache file and checks the digest again. ``None`` from the function means:
+read it from the store yourself (no agent, an error, a one-node job)::
+
+    >>> via = agent_via(cfg, job_id=42, nodes=("n1", "n2"), log=print)
+    >>> via("", "deps/user/abc/data-1.tar.zst", 0, 262144, sha)  # (bytes, "peer") or None
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+
+from bootseer.config import SiteConfig
+
+# (target URI or "" for the main store, key, offset, length, sha256) -> (bytes, where
+# they came from: "peer", "store" or "cache"), or None.
+Via = Callable[[str, str, int, int, str], tuple[bytes, str] | None]
+
+
+def agent_via(
+    cfg: SiteConfig,
+    job_id: int,
+    nodes: Sequence[str],
+    log: Callable[[str], None],
+    timeout: float = 30.0,
+) -> Via | None:
+    """None for a one-node job or with p2p off: nothing to share."""
+    if len(nodes) < 2 or not cfg.p2p.enabled:
+        return None
+    from bootseer.image.client import AgentClient
+    from bootseer.image.protocol import AgentError, AgentRefused, AgentUnavailable, FetchPiece
+
+    client = AgentClient(cfg.image.socket)
+    nodelist = ",".join(nodes)
+    broken = False
+
+    def via(
+        target: str, key: str, offset: int, length: int, sha256: str
+    ) -> tuple[bytes, str] | None:
+        nonlocal broken
+        if broken:
+            return None
+        req = FetchPiece(job_id, nodelist, key, offset, length, sha256, target=target)
+        try:
+            piece = client.fetch_piece(req, timeout=timeout)
+            with open(piece.path, "rb") as f:
+                data = f.read(length + 1)
+        except (AgentUnavailable, AgentRefused) as exc:
+            # No agent, or not root: the store for every piece, without asking again.
+            broken = isinstance(exc, AgentRefused) or not os.path.exists(cfg.image.socket)
+            log(f"{key} at {offset} from the store: {exc}")
+            return None
+        except (AgentError, OSError) as exc:
+            log(f"{key} at {offset} from the store: {exc}")
+            return None
+        # The cache file may have changed since the agent checked it: check again.
+        if len(data) != length or hashlib.sha256(data).hexdigest() != sha256:
+            return None
+        return data, piece.source
+
+    return via
