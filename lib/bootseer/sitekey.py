@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from bootseer.config import SiteConfig
 
 MIN_KEY = 16
+SEAL_BYTES = 80  # what sealing adds to a record: read limits allow for it
 MAX_KEY_FILE = 64 << 10
 _LABEL = b"bootseer site subkey v1\0"
 _TRAILER = re.compile(rb'(,?)"mac":"([0-9a-f]{64})"\}\Z')

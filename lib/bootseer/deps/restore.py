@@ -16,21 +16,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bootseer import sitekey
+from bootseer import jsonlimits, sitekey
 from bootseer.deps import archive
 from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
-from bootseer.deps.manifest import Manifest, ManifestError
+from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest, ManifestError
 from bootseer.errors import StepError, StoreError
 from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
+
+MAX_REF = 64 << 10
 
 
 class RestoreError(StepError):
@@ -46,6 +47,7 @@ class RestoreRequest:
     link_roots: Sequence[str] = ("/usr", "/opt")
     max_bytes: int = 64 << 30
     max_files: int = 1_000_000
+    max_frame_bytes: int = MAX_FRAME_BYTES
     threads: int = 0
     timeout: float = 600.0
     replace: bool = False  # the prefix is a restore of ours: swap it for the new one
@@ -67,12 +69,12 @@ def find_snapshot(store: Store, scope: str, base: str, *, keys: SiteKeys | None)
     reader), :class:`~bootseer.sitekey.SealError` unless the ref verifies."""
     path = ref_path(scope, base)
     try:
-        raw = store.read_bytes(path)
+        raw = store.read_bytes(path, limit=MAX_REF + sitekey.SEAL_BYTES + 1)
     except FileNotFoundError:
         return None
     raw = sitekey.open_with(keys, sitekey.DEPS_REF, path, raw)
     try:
-        key = json.loads(raw)["key"]
+        key = jsonlimits.loads(raw, max_bytes=MAX_REF, what="ref")["key"]
     except (ValueError, KeyError, TypeError):
         raise ManifestError(f"ref {ref_path(scope, base)} is not valid JSON") from None
     if not isinstance(key, str) or not is_key(key):
@@ -87,6 +89,7 @@ def read_manifest(
     *,
     max_bytes: int,
     max_files: int,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
     keys: SiteKeys | None,
 ) -> tuple[Manifest, int] | None:
     """The manifest of a snapshot and its size in bytes, or None if there is none; with
@@ -95,12 +98,14 @@ def read_manifest(
     the user could not have written."""
     path = SnapshotPaths(scope, key).manifest
     try:
-        raw = store.read_bytes(path)
+        raw = store.read_bytes(path, limit=MAX_MANIFEST + sitekey.SEAL_BYTES + 1)
     except FileNotFoundError:
         return None
     size = len(raw)
     raw = sitekey.open_with(keys, sitekey.DEPS_MANIFEST, path, raw)
-    m = Manifest.from_json(raw, max_bytes=max_bytes, max_files=max_files)
+    m = Manifest.from_json(
+        raw, max_bytes=max_bytes, max_files=max_files, max_frame_bytes=max_frame_bytes
+    )
     if m.key != key or m.scope != scope:
         raise ManifestError(f"manifest at {scope}/{key} claims to be {m.scope}/{m.key}")
     return m, size
@@ -175,7 +180,11 @@ def restore(
     failure: BaseException | None = None
     try:
         for chunk in decode_frames(
-            fetch, manifest.frames, threads=default_threads(req.threads), progress=progress
+            fetch,
+            manifest.frames,
+            threads=default_threads(req.threads),
+            progress=progress,
+            max_raw=req.max_frame_bytes,
         ):
             if not _write_all(child.stdin, chunk):
                 break  # the child gave up; its answer says why

@@ -217,7 +217,13 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     # epilog captures anew). docs/security.md, "Authenticated records".
     keys = keys_if_root(cfg)
     found = read_manifest(
-        store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files, keys=keys
+        store,
+        sdir,
+        key,
+        max_bytes=cfg.deps.max_bytes,
+        max_files=cfg.deps.max_files,
+        max_frame_bytes=cfg.deps.max_frame_bytes,
+        keys=keys,
     )
     if found is not None and not exists:
         manifest, _ = found
@@ -233,6 +239,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
                     link_roots=cfg.deps.link_roots,
                     max_bytes=cfg.deps.max_bytes,
                     max_files=cfg.deps.max_files,
+                    max_frame_bytes=cfg.deps.max_frame_bytes,
                     threads=cfg.deps.threads,
                 ),
                 progress=tick,

@@ -102,6 +102,7 @@ def prolog(call: StepCall) -> StepResult:
             key,
             max_bytes=cfg.deps.max_bytes,
             max_files=cfg.deps.max_files,
+            max_frame_bytes=cfg.deps.max_frame_bytes,
             keys=keys,
         )
         if key
@@ -138,6 +139,7 @@ def prolog(call: StepCall) -> StepResult:
                 link_roots=cfg.deps.link_roots,
                 max_bytes=cfg.deps.max_bytes,
                 max_files=cfg.deps.max_files,
+                max_frame_bytes=cfg.deps.max_frame_bytes,
                 threads=cfg.deps.threads,
                 timeout=max(1.0, call.remaining()),
                 replace=ours,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bootseer import sitekey
+from bootseer import jsonlimits, sitekey
 from bootseer.errors import StoreError
 from bootseer.image.blocks import (
     DIGEST,
@@ -36,6 +36,9 @@ from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
 FORMAT = "bootseer-image/1"
+# 4 million blocks (256 GB at 64 KiB blocks, 1 TB at 256 KiB): more is refused unread.
+MAX_MANIFEST_BYTES = 288 << 20
+MAX_RECORD_BYTES = 64 << 10  # a name or path record
 
 # progress(done_bytes, total_bytes, uploaded_bytes)
 Progress = Callable[[int, int, int], None]
@@ -79,7 +82,7 @@ class Manifest:
     @classmethod
     def from_json(cls, raw: bytes, expect_id: str | None = None) -> Manifest:
         try:
-            doc: Any = json.loads(raw)
+            doc: Any = jsonlimits.loads(raw, max_bytes=MAX_MANIFEST_BYTES, what="manifest")
             if doc.get("format") != FORMAT:
                 raise ValueError(f"format {doc.get('format')!r} is not {FORMAT}")
             size, bs, blocks = doc["size"], doc["block_size"], doc["blocks"]
@@ -110,7 +113,7 @@ def load_manifest(store: Store, image_id: str, *, keys: SiteKeys | None) -> Mani
     """The image's manifest; with ``keys`` (a root-run reader) only a sealed one."""
     key = manifest_key(image_id)
     try:
-        raw = store.read_bytes(key)
+        raw = store.read_bytes(key, limit=MAX_MANIFEST_BYTES + sitekey.SEAL_BYTES + 1)
     except FileNotFoundError:
         raise ManifestError(f"image {image_id} has no manifest in {store.uri}") from None
     raw = sitekey.open_with(keys, sitekey.IMAGE_MANIFEST, key, raw)

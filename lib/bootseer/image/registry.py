@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bootseer import sitekey
+from bootseer import jsonlimits, sitekey
 from bootseer.deps.asuser import UserChild, UserChildError, user_groups
 from bootseer.errors import StoreError
 from bootseer.image.manifest import (
+    MAX_RECORD_BYTES,
     Manifest,
     ManifestError,
     hash_file,
@@ -85,15 +86,12 @@ def lookup_name(store: Store, ref: str, *, keys: SiteKeys | None) -> Manifest:
     record and the manifest must both verify (:class:`~bootseer.sitekey.SealError`)."""
     key = name_key(ref)
     try:
-        raw = store.read_bytes(key)
+        doc: Any = _record(store, key, sitekey.IMAGE_NAME, keys)
+        image_id = doc["image"]
     except FileNotFoundError:
         raise UnknownImage(
             f"no image named {ref!r} in {store.uri} (see `bootseer image ls`)"
         ) from None
-    raw = sitekey.open_with(keys, sitekey.IMAGE_NAME, key, raw)
-    try:
-        doc: Any = json.loads(raw)
-        image_id = doc["image"]
     except (ValueError, KeyError, TypeError):
         raise ManifestError(f"image name record {ref!r} is damaged") from None
     return load_manifest(store, str(image_id), keys=keys)
@@ -106,7 +104,7 @@ def list_names(store: Store) -> list[tuple[str, dict[str, Any]]]:
         if len(parts) != 4 or not parts[3].endswith(".json"):
             continue
         try:
-            doc = json.loads(sitekey.strip(store.read_bytes(obj.key)))  # shown, not trusted
+            doc = _record(store, obj.key, sitekey.IMAGE_NAME, None)  # shown, not trusted
         except (ValueError, FileNotFoundError):
             continue
         out.append((f"{parts[2]}:{parts[3].removesuffix('.json')}", doc))
@@ -117,10 +115,18 @@ def list_paths(store: Store) -> list[dict[str, Any]]:
     out = []
     for obj in store.list("images/paths"):
         try:
-            out.append(json.loads(sitekey.strip(store.read_bytes(obj.key))))  # shown, not trusted
+            out.append(_record(store, obj.key, sitekey.IMAGE_PATH, None))  # shown, not trusted
         except (ValueError, FileNotFoundError):
             continue
     return out
+
+
+def _record(store: Store, key: str, purpose: str, keys: SiteKeys | None) -> Any:
+    """A name or path record that verifies under ``keys`` (else SealError; None: not
+    checked), within its size and depth limits (else ValueError)."""
+    raw = store.read_bytes(key, limit=MAX_RECORD_BYTES + sitekey.SEAL_BYTES + 1)
+    raw = sitekey.open_with(keys, purpose, key, raw)
+    return jsonlimits.loads(raw, max_bytes=MAX_RECORD_BYTES, what=f"record {key}")
 
 
 def remove_name(store: Store, ref: str) -> None:
@@ -137,10 +143,10 @@ def _path_record(
     a record or manifest that does not verify is replaced, never used)."""
     key = path_key(path)
     try:
-        doc: Any = json.loads(
-            sitekey.open_with(keys, sitekey.IMAGE_PATH, key, store.read_bytes(key))
-        )
+        doc: Any = _record(store, key, sitekey.IMAGE_PATH, keys)
     except (FileNotFoundError, ValueError, SealError):
+        return None
+    if not isinstance(doc, dict):
         return None
     if (doc.get("path"), doc.get("size"), doc.get("mtime_ns")) != (
         path,
