@@ -191,13 +191,15 @@ class Namespace:
 
     # -- manifests
     def manifest(self, path: str) -> Manifest | None:
-        """The current version's manifest, or None when ``path`` is no file."""
+        """The current version's manifest, or None when ``path`` is no file; a manifest
+        that cannot be read or does not check out raises :class:`CkptIOError` (EIO)
+        naming the file."""
         key = self.manifest_key(path)
         try:
             info = self.meta.info(key)
             if info is None:
                 return None
-            if info.size > MAX_MANIFEST_BYTES:
+            if info.size > MAX_MANIFEST_BYTES + sitekey.SEAL_BYTES:
                 raise ManifestError(f"bad manifest: larger than {MAX_MANIFEST_BYTES} bytes")
             raw = self.meta.read_bytes(key)
         except (FileNotFoundError, IsADirectoryError):
@@ -205,12 +207,13 @@ class Namespace:
         except StoreError as exc:
             if _is_dir_error(exc):
                 return None
-            raise CkptError(f"{self.name}:{path}: cannot read its manifest: {exc}") from None
+            raise CkptIOError(f"{self.name}:{path}: cannot read its manifest: {exc}") from None
         try:
             raw = sitekey.open_with(self.keys, sitekey.CKPT_MANIFEST, key, raw)
             return parse(raw, frozenset(self.by_uri))
         except (ManifestError, SealError) as exc:
-            raise CkptError(f"{self.name}:{path}: {exc}") from None
+            # An I/O error (EIO), never "no such file": a script would start from step 0.
+            raise CkptIOError(f"{self.name}:{path}: {exc}") from None
 
     def commit(self, path: str, manifest: Manifest) -> None:
         """Make ``manifest`` the file's current version (atomic), sealed with ``keys``."""

@@ -124,7 +124,7 @@ class StripedWriter(io.RawIOBase):
         )
         try:
             previous = self.ns.manifest(self.path)
-        except CkptError:
+        except CkptIOError:
             previous = None  # damaged or not sealed: replaced, its units left to gc
         try:
             self.ns.commit(self.path, m)

@@ -223,7 +223,8 @@ def restore(
     child = UserChild.start(req.uid, req.gid, work, groups=req.groups, feed=True)
     assert child.stdin is not None
     _widen_pipe(child.stdin)
-    watchdog = threading.Timer(req.timeout, child.kill)
+    # terminate, not kill: the child removes its temporary directory as it unwinds
+    watchdog = threading.Timer(req.timeout, child.terminate)
     watchdog.daemon = True
     watchdog.start()
     failure: BaseException | None = None

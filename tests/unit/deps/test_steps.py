@@ -449,3 +449,34 @@ def test_a_manifest_that_does_not_parse_is_dropped(scratch: Path) -> None:
     with pytest.raises(StepError, match=r"the ref of base .* is broken.*dropped"):
         step.prolog(step_call(scratch, cfg, job_id=74, uid=USER_A, user="ada", deps=spec))
     assert not store.exists(ref)
+
+
+def test_a_restore_past_its_deadline_leaves_no_temporary_directory(
+    scratch: Path, store: Store
+) -> None:
+    needs_root()
+    src = scratch / "src"
+    src.mkdir()
+    fill(src, USER_A)
+    m = capture(
+        store,
+        CaptureRequest(
+            prefix=str(src), scope="user/ada", base="1" * 32, key="2" * 32, uid=USER_A, gid=USER_A
+        ),
+        keys=KEYS,
+    )
+    m.prefix = str(scratch / "env")  # restore it elsewhere
+    import threading
+
+    hung = threading.Event()
+
+    def via(key: str, offset: int, length: int, sha: str) -> None:
+        hung.wait(3)  # the store (or the peers) hang past the restore's deadline
+        return None
+
+    req = RestoreRequest(prefix=str(scratch / "env"), uid=USER_A, gid=USER_A, timeout=1.0)
+    with pytest.raises(StepError):
+        restore(store, m, req, via=via)
+    assert not (scratch / "env").exists()
+    left = [p.name for p in scratch.iterdir() if p.name.startswith(".env.bootseer-")]
+    assert not left
