@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bootseer.errors import StepError
+from bootseer.nodepaths import deps_cache
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def _name(prefix: str) -> str:
 
 
 def _dir(cache_dir: Path, sub: str) -> Path:
-    d = cache_dir / "deps" / sub
+    d = deps_cache(cache_dir) / sub
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     return d
 

@@ -35,20 +35,21 @@ def serve(
     """Run the agent until SIGTERM/SIGINT: the FUSE mount and the socket, then clean up."""
     agent = Agent(cfg, node, log)
     agent.jobs.restore()
-    mountpoint = str(cfg.image.mount_dir)
+    paths = agent.paths
+    mountpoint = str(paths.image_mounts)
     os.makedirs(mountpoint, mode=0o755, exist_ok=True)
     unmount_stale(mountpoint)
     pyfuse3.init(ImageFS(agent), mountpoint, set(MOUNT_OPTIONS))
     server: AgentServer | None = None
     try:
-        server = AgentServer(cfg.image.socket, agent)
+        server = AgentServer(paths.agent_socket, agent)
         threading.Thread(target=server.serve_forever, name="agent-socket", daemon=True).start()
         threading.Thread(
             target=raise_read_ahead_when_ready, args=(mountpoint, READ_AHEAD_KIB), daemon=True
         ).start()
         agent.log(
-            f"agent up: node={node} socket={cfg.image.socket} mount={mountpoint} "
-            f"cache={cfg.image.cache_dir} ({agent.cache.bytes} bytes cached) "
+            f"agent up: node={node} socket={paths.agent_socket} mount={mountpoint} "
+            f"cache={paths.image_cache} ({agent.cache.bytes} bytes cached) "
             f"store={agent.store.uri}"
         )
         if ready:
@@ -59,7 +60,7 @@ def serve(
             server.shutdown()
             server.server_close()
             with contextlib.suppress(FileNotFoundError):
-                cfg.image.socket.unlink()
+                paths.agent_socket.unlink()
         pyfuse3.close(unmount=True)
         agent.close()
         agent.log("agent stopped")
