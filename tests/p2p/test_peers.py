@@ -316,3 +316,18 @@ def test_a_kept_connection_the_server_closed_is_replaced_not_blamed(
     assert not server._active
     assert swarm.fetch(d, 1) == data
     assert not swarm.stats.dropped and server.served_pieces == 2
+
+
+def test_at_the_connection_cap_the_longest_idle_connection_gives_way(
+    serve: Callable[..., PeerServer],
+) -> None:
+    """A job of many nodes keeps more connections than the cap: a new asker is served
+    (the oldest idle connection is closed) and the evicted one's owner reconnects."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    server = serve({JOB: ServedJob(LOOPBACK, provider({d: data}))}, max_connections=2)
+    swarms = [swarm_to(server.port) for _ in range(3)]
+    for swarm in swarms:  # the third exceeds the cap of 2
+        assert swarm.fetch(d, 1) == data
+    assert swarms[0].fetch(d, 1) == data  # its kept connection was the one evicted
+    assert not any(s.stats.dropped for s in swarms)
+    assert server.served_pieces == 4
