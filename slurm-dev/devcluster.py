@@ -279,9 +279,8 @@ class Cluster:
             f'targets = ["file://{d}/ckpt/t1", "file://{d}/ckpt/t2", "file://{d}/ckpt/t3"]\n'
             "unit_size = 4194304\n\n"
             "[image]\n"
-            f'socket = "{d}/nodes/%n/run/agent.sock"\n'
+            "# socket, cache_dir: <run_dir>/agent.sock, <cache_dir>/image (bootseer.nodepaths)\n"
             f'mount_dir = "{d}/nodes/%n/images"\n'
-            f'cache_dir = "{d}/nodes/%n/cache/image"\n'
             "cache_size_gib = 20\n\n" + self._p2p_section()
         )
 

@@ -61,8 +61,9 @@ class StoreSection:
 
 @dataclass(frozen=True)
 class PathsSection:
-    """Node-local paths. ``%n`` stands for the node name, as in slurm.conf, so several
-    slurmd on one machine (slurm-dev) keep apart."""
+    """The roots of node-local paths; :mod:`bootseer.nodepaths` lays out what is under
+    them. ``%n`` stands for the node name, as in slurm.conf, so several slurmd on one
+    machine (slurm-dev) keep apart."""
 
     run_dir: Path = Path("/run/bootseer")  # per-job state on the node; read by the SPANK plugin
     cache_dir: Path = Path("/var/cache/bootseer")  # node-local caches (blocks, snapshots)
@@ -108,28 +109,21 @@ class CkptSection:
     read_ahead: int = 16  # units a sequential reader fetches ahead (memory: that many units)
     max_inflight: int = 8  # store requests in flight per open file, reading or writing
     verify: bool = True  # check each unit's checksum on read
-    # Where jobs' mounts go (``%n`` = node); empty means ``<paths.run_dir>/ckpt``.
-    mount_root: str = ""
+    # Where jobs' mounts go (``%n`` = node); unset or empty: ``<paths.run_dir>/ckpt``.
+    mount_root: Path | None = None
     mount_timeout: float = 20.0  # seconds the prolog waits for a mount to come up
     # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
     kernel_read_ahead_kb: int = 4096
-
-    def mount_dir(self, run_dir: Path, node: str) -> Path:
-        if not self.mount_root:
-            return run_dir / "ckpt"
-        root = Path(self.mount_root.replace("%n", node))
-        if not root.is_absolute():
-            raise ConfigError(f"ckpt.mount_root must be an absolute path, not {self.mount_root!r}")
-        return root
 
 
 @dataclass(frozen=True)
 class ImageSection:
     """The node agent: lazy images over FUSE, block cache, traces, prefetch (docs/image.md)."""
 
-    socket: Path = Path("/run/bootseer/agent.sock")  # the prolog/epilog talk to the agent here
-    mount_dir: Path = Path("/run/bootseer/images")  # FUSE mount: one <job_id>.sqsh per job
-    cache_dir: Path = Path("/var/cache/bootseer/image")  # verified blocks; survives restarts
+    # Unset: derived from [paths] by bootseer.nodepaths (in brackets).
+    socket: Path | None = None  # the hooks talk to the agent here (<run_dir>/agent.sock)
+    mount_dir: Path | None = None  # FUSE mount: one <job_id>.sqsh per job (<run_dir>/images)
+    cache_dir: Path | None = None  # verified blocks; survives restarts (<cache_dir>/image)
     cache_size_gib: float = 100.0  # size cap; LRU eviction of blocks no running job uses first
     # For `bootseer image add` and first-use registration; 256 KiB measured best (docs/image.md).
     block_size_kib: int = 256
@@ -257,9 +251,11 @@ class SiteConfig:
     def for_node(self, node: str) -> SiteConfig:
         """This config with ``%n`` in every path of every section replaced by ``node``."""
 
+        from bootseer.nodepaths import expand
+
         def section(sec: Any) -> Any:
             paths = {
-                f.name: Path(str(v).replace("%n", node))
+                f.name: Path(expand(str(v), node))
                 for f in dataclasses.fields(sec)
                 if isinstance(v := getattr(sec, f.name), Path)
             }
@@ -338,6 +334,8 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value == "" and len(args) < len(typing.get_args(hint)):
+            return None  # an optional path left empty: the default
         return _convert(args[0], value, key)
     if origin is list:
         (item,) = typing.get_args(hint)

@@ -349,3 +349,27 @@ def test_squashfuse_mounts_the_lazy_image(base: Path, image: Path) -> None:
         finally:
             subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
         agent.release(1)
+
+
+def test_an_agent_killed_with_sigkill_comes_back(base: Path, image: Path) -> None:
+    """kill -9 leaves the dead agent's FUSE mount ("Transport endpoint is not connected");
+    the next agent clears it itself (before, it exited with FileExistsError)."""
+    from bootseer import mounts
+    from tests.imagekit import AgentProc, site_config
+
+    add_image(base, image, "test:1")
+    original = image.read_bytes()
+    agent = AgentProc(base, "t1", site_config(base))
+    try:
+        agent.start()
+        assert Path(agent.prepare(1, "test:1")["path"]).read_bytes() == original
+        agent.kill()
+        assert mounts.is_mounted(agent.mount)  # stale: the kernel still lists it
+        with pytest.raises(OSError) as stale:
+            os.listdir(agent.mount)
+        assert stale.value.errno == errno.ENOTCONN
+        agent.start()  # a new agent on the same config (systemd's Restart=on-failure)
+        assert Path(agent.prepare(2, "test:1")["path"]).read_bytes() == original
+        agent.release(2)
+    finally:
+        agent.stop()

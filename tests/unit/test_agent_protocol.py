@@ -69,10 +69,10 @@ def config(base: Path) -> SiteConfig:
 def agent(tmp_path: Path) -> Iterator[tuple[Agent, AgentClient]]:
     cfg = config(tmp_path)
     agent = Agent(cfg, "t1")
-    server = AgentServer(cfg.image.socket, agent)
+    server = AgentServer(agent.paths.agent_socket, agent)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield agent, AgentClient(cfg.image.socket)
+        yield agent, AgentClient(agent.paths.agent_socket)
     finally:
         server.shutdown()
         server.server_close()

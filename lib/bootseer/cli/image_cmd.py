@@ -70,9 +70,9 @@ def register(sub: Any) -> None:
 
 
 def _node(arg: str | None) -> str:
-    import socket  # here, like the config below: `bootseer phase` builds this parser too
+    from bootseer.nodepaths import node_name
 
-    return arg or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return arg or node_name()
 
 
 def _store() -> Any:
@@ -203,9 +203,9 @@ def _gc(args: argparse.Namespace) -> int:
 def _client(node: str | None) -> Any:
     from bootseer.config import load_config
     from bootseer.image.client import AgentClient
+    from bootseer.nodepaths import NodePaths
 
-    cfg = load_config().for_node(_node(node))
-    return AgentClient(cfg.image.socket)
+    return AgentClient(NodePaths(load_config().for_node(_node(node))).agent_socket)
 
 
 def _first_step(args: argparse.Namespace) -> int:
@@ -236,5 +236,8 @@ def _agent(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    serve(cfg, node, ready=lambda: say(f"bootseer agent ready on {cfg.image.socket}"))
+    from bootseer.nodepaths import NodePaths
+
+    socket = NodePaths(cfg).agent_socket
+    serve(cfg, node, ready=lambda: say(f"bootseer agent ready on {socket}"))
     return 0

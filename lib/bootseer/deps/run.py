@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bootseer import nodepaths
 from bootseer.config import SiteConfig, load_config
 from bootseer.deps import jobstate
 from bootseer.deps.inventory import changed, inventory
@@ -64,11 +65,12 @@ def skipped_phase(why: str) -> None:
 
 
 def _job_state(cfg: SiteConfig) -> tuple[Path, jobstate.PrologState] | None:
-    job_id, node = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURMD_NODENAME")
-    if not job_id or not node or not job_id.isdigit():
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id or not job_id.isdigit():
         return None
-    d = jobstate.job_dir(cfg.for_node(node).paths.run_dir, int(job_id))
-    state = jobstate.PrologState.read(d / "prolog.json")
+    run_dir = cfg.for_node(nodepaths.node_name()).paths.run_dir
+    d = jobstate.job_dir(run_dir, int(job_id))
+    state = jobstate.PrologState.read(nodepaths.deps_state(run_dir, int(job_id)))
     return (d, state) if state is not None else None
 
 

@@ -16,6 +16,7 @@ import stat
 import time
 from typing import TYPE_CHECKING, NoReturn
 
+from bootseer import nodepaths
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.deps import jobstate
@@ -54,7 +55,7 @@ def prolog(call: StepCall) -> StepResult:
     assert spec is not None
     t0 = time.monotonic()
     state_dir = call.job.sub("deps")
-    _user_dir(state_dir / "job", ctx.uid, ctx.gid)
+    _user_dir(nodepaths.install_record(cfg.paths.run_dir, ctx.job_id).parent, ctx.uid, ctx.gid)
     scope, note = effective_scope(spec.scope, cfg)
     sdir = scope_dir(scope, ctx.user, ctx.account)
     groups = user_groups(ctx.user, ctx.gid)
@@ -76,7 +77,7 @@ def prolog(call: StepCall) -> StepResult:
     )
     base = inputs.base()
     state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix)
-    state_path = state_dir / "prolog.json"
+    state_path = state_dir / nodepaths.DEPS_STATE
     state.write(state_path)  # first: a failed restore still leaves the job what deps run needs
     # (`bootseer deps run` checks the prefix again, as the user, and refuses it too.)
     unsafe = unsafe_reason(spec.prefix, ctx.uid)
@@ -248,11 +249,11 @@ def _empty_dir(path: str) -> bool:
 
 def epilog(call: StepCall) -> StepResult:
     ctx, cfg = call.ctx, call.cfg
-    state = jobstate.PrologState.read(call.job.sub("deps") / "prolog.json")
+    state = jobstate.PrologState.read(nodepaths.deps_state(cfg.paths.run_dir, ctx.job_id))
     if state is None:
         return StepResult(outcome="skipped", detail="no prolog state: nothing to capture")
     record = _install_record(
-        ctx, str(call.job.sub("deps") / "job" / "install.json"), call.remaining()
+        ctx, str(nodepaths.install_record(cfg.paths.run_dir, ctx.job_id)), call.remaining()
     )
     succeeded = record is not None and record["status"] == 0
     if record is not None and succeeded and record["fresh"] and record["prefix"] == state.prefix:

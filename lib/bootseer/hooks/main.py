@@ -17,7 +17,8 @@ from bootseer.context import JobContext, wants_bootseer
 from bootseer.errors import BootseerError
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
-from bootseer.hooks.runner import HookRun, outcomes_json, run_steps
+from bootseer.hooks.runner import HookRun, run_steps
+from bootseer.nodepaths import node_name
 
 USAGE = "usage: python -m bootseer.hooks prolog|epilog"
 
@@ -31,8 +32,9 @@ def main(argv: list[str]) -> int:
     if not wants_bootseer(env):
         return 0
     t0 = time.monotonic()
+    node = node_name(env)
     try:
-        cfg = load_config().for_node(env.get("SLURMD_NODENAME", "unknown"))
+        cfg = load_config().for_node(node)
     except BootseerError as exc:
         # Without a config there is no log dir either: stderr is all there is.
         print(
@@ -40,9 +42,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 0
-    log = HookLog(
-        cfg.paths.log_dir, env.get("SLURMD_NODENAME", "?"), env.get("SLURM_JOB_ID", "?"), hook
-    )
+    log = HookLog(cfg.paths.log_dir, node, env.get("SLURM_JOB_ID", "?"), hook)
     try:
         status = _run(hook, cfg, log, t0 + cfg.hook_deadline(hook))
     except BootseerError as exc:
@@ -74,7 +74,6 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog, until: float) -> int:
         run = run_steps(hook, ctx, cfg, job, log, until=steps_until)
         marks_env = _record(hook, ctx, cfg, run, log, until)
         job.write_env({**run.env, **marks_env})
-        job.write_json("prolog.json", outcomes_json(run))
     else:
         run = run_steps(hook, ctx, cfg, job, log, until=steps_until)
         job.remove()

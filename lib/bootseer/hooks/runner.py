@@ -10,7 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
@@ -22,7 +22,7 @@ from bootseer.hooks.steps import StepCall, StepResult, StepSpec, steps_for
 
 @dataclass
 class StepOutcome:
-    """One step's account: what ends up in the log, steps.json and the phase records."""
+    """One step's account: what ends up in the log and the phase records."""
 
     step: str
     outcome: str  # ok, failed, skipped, timed_out
@@ -167,7 +167,3 @@ def _account(
         store_bytes=result.store_bytes,
         peer_bytes=result.peer_bytes,
     )
-
-
-def outcomes_json(run: HookRun) -> list[dict[str, object]]:
-    return [asdict(o) for o in run.outcomes]

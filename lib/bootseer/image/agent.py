@@ -36,6 +36,7 @@ from bootseer.image.jobs import Jobs
 from bootseer.image.protocol import AgentBadRequest, AgentError, FetchPiece, PieceFile, StatsReply
 from bootseer.image.reader import ImageReader
 from bootseer.linelog import LineLog
+from bootseer.nodepaths import NodePaths
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.pieces import Located, Pieces
 from bootseer.p2p.wire import PeerError, PieceRequest
@@ -56,9 +57,12 @@ class Agent:
         self.cfg = cfg
         self.node = node
         icfg = cfg.image
-        self.log = log or LineLog(cfg.paths.log_dir / f"{node}-agent.log", "agent")
+        self.paths = NodePaths(cfg)
+        self.log = log or LineLog(self.paths.agent_log(node), "agent")
         self.store = store or cfg.store.open()
-        self.cache = BlockCache(icfg.cache_dir, int(icfg.cache_size_gib * (1 << 30)), self.log)
+        self.cache = BlockCache(
+            self.paths.image_cache, int(icfg.cache_size_gib * (1 << 30)), self.log
+        )
         self.fetcher = Fetcher(
             self.cache,
             icfg.prefetch_parallel,
@@ -70,6 +74,7 @@ class Agent:
         block_size = check_block_size(icfg.block_size_kib << 10)
         self.jobs = Jobs(
             icfg,
+            self.paths,
             self.store,
             self.cache,
             self.fetcher,

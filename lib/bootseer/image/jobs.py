@@ -49,6 +49,7 @@ from bootseer.image.registry import (
 )
 from bootseer.image.restart import RestartState, SavedJob
 from bootseer.image.trace import Recorder, Trace, load_trace, save_trace
+from bootseer.nodepaths import NodePaths
 from bootseer.options import parse_image
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.swarm import Swarm
@@ -128,6 +129,7 @@ class Jobs:
     def __init__(
         self,
         icfg: ImageSection,
+        paths: NodePaths,
         store: Store,
         cache: BlockCache,
         fetcher: Fetcher,
@@ -145,7 +147,8 @@ class Jobs:
         self.block_size = block_size
         self.log = log
         self.peers: PeerNode | None = None  # set by the agent when p2p is on
-        self.restart = RestartState(icfg.cache_dir / "jobs", log)
+        self.paths = paths
+        self.restart = RestartState(paths.agent_state, log)
         self._jobs: dict[int, JobView] = {}
         self._images: dict[tuple[str, str], PreparedImage] = {}
         self._lock = threading.RLock()
@@ -424,7 +427,7 @@ class Jobs:
         fill = view.image.fill
         return JobReply(
             job_id=view.job_id,
-            path=str(self.icfg.mount_dir / view.name),
+            path=str(self.paths.image_file(view.name)),
             image=view.image.id,
             ref=view.image.ref,
             size=view.image.manifest.size,

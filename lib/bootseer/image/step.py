@@ -31,6 +31,7 @@ from bootseer.image.protocol import (
     Prepare,
 )
 from bootseer.image.registry import check_image_file
+from bootseer.nodepaths import NodePaths
 
 MARGIN = 1.0  # seconds left to the runner after the agent's answer
 # The agent cannot serve the image in time, but the job may still read a path image
@@ -55,7 +56,7 @@ def _fallback(call: StepCall, image: str, why: str) -> StepResult:
 def prolog(call: StepCall) -> StepResult:
     image = call.ctx.options.image
     assert image is not None
-    client = AgentClient(call.cfg.image.socket)
+    client = AgentClient(NodePaths(call.cfg).agent_socket)
     wait = call.remaining() - MARGIN
     if wait <= 1:
         return _fallback(call, image, "no time left for the agent")
@@ -89,7 +90,7 @@ def prolog(call: StepCall) -> StepResult:
     env = {
         "BOOTSEER_IMAGE": resp.path,  # this job's lazy file
         "BOOTSEER_IMAGE_REF": image,  # what the job asked for (the same in every run)
-        "BOOTSEER_AGENT_SOCKET": str(call.cfg.image.socket),
+        "BOOTSEER_AGENT_SOCKET": str(NodePaths(call.cfg).agent_socket),
     }
     return StepResult(detail=detail, bytes=fetched, store_bytes=store, peer_bytes=peer, env=env)
 
@@ -108,7 +109,7 @@ def _int(v: object) -> int:
 
 
 def epilog(call: StepCall) -> StepResult:
-    client = AgentClient(call.cfg.image.socket)
+    client = AgentClient(NodePaths(call.cfg).agent_socket)
     try:
         resp = client.release(call.ctx.job_id, timeout=max(1.0, call.remaining() - MARGIN))
     except AgentUnavailable:

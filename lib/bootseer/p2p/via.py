@@ -36,8 +36,10 @@ def agent_via(
         return None
     from bootseer.image.client import AgentClient
     from bootseer.image.protocol import AgentError, AgentRefused, AgentUnavailable, FetchPiece
+    from bootseer.nodepaths import NodePaths
 
-    client = AgentClient(cfg.image.socket)
+    socket = NodePaths(cfg).agent_socket
+    client = AgentClient(socket)
     nodelist = ",".join(nodes)
     broken = False
 
@@ -54,7 +56,7 @@ def agent_via(
                 data = f.read(length + 1)
         except (AgentUnavailable, AgentRefused) as exc:
             # No agent, or not root: the store for every piece, without asking again.
-            broken = isinstance(exc, AgentRefused) or not os.path.exists(cfg.image.socket)
+            broken = isinstance(exc, AgentRefused) or not os.path.exists(socket)
             log(f"{key} at {offset} from the store: {exc}")
             return None
         except (AgentError, OSError) as exc:
