@@ -6,7 +6,8 @@ So ``prepare`` writes one small JSON file per job, ``release`` removes it, and a
 starting agent reads them all back (:meth:`bootseer.image.jobs.Jobs.restore`). The
 trace recorded before the restart is lost; the file is not.
 
-    >>> state = RestartState(Path("/var/cache/bootseer/image/jobs"), print)
+    >>> import tempfile
+    >>> state = RestartState(Path(tempfile.mkdtemp()) / "jobs", print)
     >>> state.save(SavedJob(42, 1000, 1000, "pytorch:24.05", "ab12...", False, None))
     >>> [job.job_id for job in state.load()]
     [42]
