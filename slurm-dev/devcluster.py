@@ -173,6 +173,10 @@ class Cluster:
         )
         if not self.site_config.exists():
             self._write(self.site_config, self._site_config())
+        elif "[p2p]" not in self.site_config.read_text():
+            # A config written before peer-to-peer: add its section, keep the admin's edits.
+            text = self.site_config.read_text()
+            self._write(self.site_config, text + "\n" + self._p2p_section())
         for hook in ("prolog", "epilog"):
             wrapper = self.etc / hook
             self._write(
@@ -269,11 +273,15 @@ class Cluster:
             "[image]\n"
             "# socket, cache_dir: <run_dir>/agent.sock, <cache_dir>/image (bootseer.nodepaths)\n"
             f'mount_dir = "{d}/nodes/%n/images"\n'
-            "cache_size_gib = 20\n\n"
+            "cache_size_gib = 20\n\n" + self._p2p_section()
+        )
+
+    def _p2p_section(self) -> str:
+        return (
             "[p2p]\n"
-            f'key_file = "{d}/etc/site.key"\n'
+            f'key_file = "{self.etc}/site.key"\n'
             "# slurm-dev's node names are not in the machine's resolver.\n"
-            f'hosts_file = "{d}/etc/hosts"\n'
+            f'hosts_file = "{self.etc}/hosts"\n'
         )
 
     # -- daemons --------------------------------------------------------------------

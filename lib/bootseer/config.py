@@ -135,13 +135,17 @@ class P2PSection:
     """Peer-to-peer among a job's nodes: each piece leaves the store once per job (docs/p2p.md)."""
 
     enabled: bool = True
-    port: int = 7461  # TCP port every node's agent serves its jobs' pieces on
+    # TCP port every node's agent serves its jobs' pieces on; below 1024, so that no user
+    # can listen on it while an agent is down and relay its peers' requests.
+    port: int = 746
     # Root-only (0600) and the same on every node: peers prove they belong to a job with
     # a token derived from it. Without it, every node fetches from the store itself.
     key_file: Path = Path("/etc/bootseer/site.key")
     # Node name -> address, /etc/hosts format; unset: the system's resolver.
     hosts_file: Path | None = None
-    peer_timeout: float = 10.0  # a peer's answer takes at most this long, then the store
+    # The longest a piece from a peer may take (an owner waiting on the store says so every
+    # second; one silent for 3 s is dropped at once), then the store.
+    peer_timeout: float = 30.0
     dead_for: float = 30.0  # a peer that failed is skipped this long
     max_connections: int = 256  # peer connections an agent serves at once
 

@@ -61,14 +61,28 @@ def test_each_hot_block_leaves_the_store_once_for_the_whole_job(
     assert cluster.output(second).count("blob-same") == 2, cluster.output(second)
     hot = _counts(cluster, "n3", second, "prolog")["hot_bytes"]
     assert hot >= 6 << 20
-    # Over the job (the epilog's counts): each node fetched its own share from the store
-    # and the rest from its peer, so the store gave the job the hot set once, not twice.
-    n3, n4 = (_counts(cluster, n, second, "epilog") for n in ("n3", "n4"))
+    # Over the job (the report's image rows: prefetch, the job's reads, the fill): each
+    # node fetched its own share from the store and the rest from its peer, so the store
+    # gave the job the hot set once, not twice.
+    (run,) = cluster.report_json(second)["runs"]
+    nodes = {n["node"]: n for n in run["nodes"]}
+
+    def image_counts(node: str) -> dict[str, int]:
+        rows = [p for p in nodes[node]["phases"] if p["phase"].startswith("image_")]
+        return {k: sum(p[k] for p in rows) for k in ("store_bytes", "peer_bytes")}
+
+    n3, n4 = image_counts("n3"), image_counts("n4")
     store = n3["store_bytes"] + n4["store_bytes"]
     peer = n3["peer_bytes"] + n4["peer_bytes"]
     assert store + peer >= 2 * hot * 0.9, (n3, n4)
     assert store <= hot * 1.1, (n3, n4)
     assert min(n3["peer_bytes"], n4["peer_bytes"]) > 0, (n3, n4)
+    # The job's totals: every byte it moved was an image byte here.
+    assert (run["store_egress_bytes"], run["peer_bytes"]) == (store, peer), run
+    assert run["store_egress_bytes"] == sum(p["store_bytes"] for p in run["phases"])
+    assert nodes["n3"]["peer_bytes"] == n3["peer_bytes"] > 0
+    prefetch = next(p for p in run["phases"] if p["phase"] == "image_prefetch")
+    assert 0 < prefetch["store_bytes"] <= store, prefetch
 
 
 def test_snapshot_frames_leave_the_store_once_for_the_whole_job(cluster: DevSlurm) -> None:
@@ -104,6 +118,11 @@ def test_snapshot_frames_leave_the_store_once_for_the_whole_job(cluster: DevSlur
     archive = 3 << 20  # random bytes: zstd stores them about as they are
     assert archive * 0.9 <= store <= archive * 1.15, counts
     assert peer >= archive * 0.3 and all(c["peer_bytes"] > 0 for c in counts), counts
+    # The deps_restore rows say the same, and count toward the job's store egress.
+    (run,) = cluster.report_json(second)["runs"]
+    restore = next(p for p in run["phases"] if p["phase"] == "deps_restore")
+    assert (restore["store_bytes"], restore["peer_bytes"]) == (store, peer), restore
+    assert run["store_egress_bytes"] >= store and run["peer_bytes"] >= peer, run
 
 
 CKPT_SAVE = """#!/bin/sh
@@ -138,3 +157,8 @@ def test_checkpoint_units_leave_the_targets_once_for_the_whole_job(cluster: DevS
     store = sum(c["store_bytes"] for c in counts)
     assert size * 0.9 <= store <= size * 1.15, counts
     assert all(c["peer_bytes"] > 0 for c in counts), counts
+    # The ckpt_unmount rows say the same, and count toward the job's store egress.
+    (run,) = cluster.report_json(second)["runs"]
+    unmount = next(p for p in run["phases"] if p["phase"] == "ckpt_unmount")
+    assert unmount["store_bytes"] == store and unmount["peer_bytes"] > 0, unmount
+    assert run["store_egress_bytes"] >= store, run

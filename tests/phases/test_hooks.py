@@ -46,7 +46,7 @@ def test_prolog_marks_epilog_end_up_in_the_store(
     t = time.time()
     prolog = HookRun(
         [
-            StepOutcome("image", "ok", t, t + 0.5, 123, "image ready"),
+            StepOutcome("image", "ok", t, t + 0.5, 123, "image ready", 100, 23),
             StepOutcome("deps", "timed_out", t, t + 1, 0, "deadline"),
         ],
         {},
@@ -75,6 +75,7 @@ def test_prolog_marks_epilog_end_up_in_the_store(
         "image_trace",
     }
     assert rows["image_prefetch"].bytes == 123
+    assert (rows["image_prefetch"].store_bytes, rows["image_prefetch"].peer_bytes) == (100, 23)
     assert rows["deps_restore"].outcome == "timed_out"
     assert rows["prolog"].outcome == "failed" and "deps timed_out" in rows["prolog"].detail
     assert rows["first_step"].outcome == "failed"

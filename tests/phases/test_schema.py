@@ -31,6 +31,8 @@ def test_schema_has_the_issue_columns_in_order() -> None:
         "end",
         "outcome",
         "bytes",
+        "store_bytes",
+        "peer_bytes",
         "detail",
         "submit_time",
     ]

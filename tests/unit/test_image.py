@@ -140,6 +140,51 @@ def test_registration_reads_the_checked_file_even_if_the_link_is_swapped(
     assert got.id == hash_file(str(mine), BS).id != hash_file(str(secret), BS).id
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="opens as another user")
+def test_a_directory_swapped_during_the_open_never_yields_a_file_the_user_cannot_reach(
+    tmp_path: Path,
+) -> None:
+    """A user flips a directory on the image's path between her own and a link to one
+    only root may enter, as fast as she can, while the agent opens the image for her job:
+    every open either fails or is her file, never root's (the open happens as her)."""
+    tmp_path.chmod(0o755)
+    mine, away = tmp_path / "mine", tmp_path / "mine.away"
+    mine.mkdir()
+    os.chown(mine, 4242, 4242)
+    theirs = tmp_path / "root-only"
+    theirs.mkdir(mode=0o700)
+    secret = sqsh_file(theirs / "x.sqsh", BS, seed=9)
+    own = sqsh_file(mine / "x.sqsh", BS, seed=1)
+    own.chmod(0o644)
+    own_ino, secret_ino = own.stat().st_ino, secret.stat().st_ino
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            mine.rename(away)
+            mine.symlink_to(theirs)
+            mine.unlink()
+            away.rename(mine)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    seen = []
+    until = time.monotonic() + 3.0  # today's check-then-open loses within a fraction of that
+    try:
+        while time.monotonic() < until:
+            try:
+                fd, _st = open_image_file(str(mine / "x.sqsh"), 4242, 4242)
+            except StoreError:
+                continue
+            seen.append(os.fstat(fd).st_ino)
+            os.close(fd)
+    finally:
+        stop.set()
+        flipper.join()
+    assert secret_ino not in seen
+    assert set(seen) <= {own_ino}
+
+
 def test_cache_lru_prefers_unpinned_and_survives_restart(tmp_path: Path) -> None:
     cache = BlockCache(tmp_path / "c", cap_bytes=3 * 10)
     blocks = [bytes([i]) * 10 for i in range(5)]

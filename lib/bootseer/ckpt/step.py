@@ -68,7 +68,9 @@ def epilog(call: StepCall) -> StepResult:
     return StepResult(
         detail=f"unmounted {rec.mountpoint} ({how}): {res.read_bytes} bytes read, "
         f"{res.written_bytes} written, {res.committed} versions committed, "
-        f"{res.dropped} writes dropped, store_bytes={res.store_bytes} "
-        f"peer_bytes={res.peer_bytes}",
+        f"{res.dropped} writes dropped",
         bytes=res.read_bytes + res.written_bytes,
+        # Units this node read from the checkpoint targets, and from the job's other nodes.
+        store_bytes=res.store_bytes,
+        peer_bytes=res.peer_bytes,
     )

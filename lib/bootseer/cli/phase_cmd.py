@@ -42,6 +42,12 @@ def register(sub: Any) -> None:
         if action == "end":
             a.add_argument("--outcome", choices=OUTCOMES, default="ok")
             a.add_argument("--bytes", type=int, default=0, help="bytes the phase moved")
+            a.add_argument(
+                "--store-bytes", type=int, default=0, help="of those, bytes from the store"
+            )
+            a.add_argument(
+                "--peer-bytes", type=int, default=0, help="of those, bytes from other nodes"
+            )
         a.add_argument("--detail", default="", help="a short note kept with the record")
         a.set_defaults(handler=mark)
     r = ps.add_parser("run", help="run CMD as phase NAME (failed if it exits non-zero)")
@@ -82,6 +88,8 @@ def mark(args: argparse.Namespace) -> int:
         outcome=getattr(args, "outcome", "ok"),
         detail=args.detail,
         bytes=getattr(args, "bytes", 0),
+        store_bytes=getattr(args, "store_bytes", 0),
+        peer_bytes=getattr(args, "peer_bytes", 0),
     )
     return 0
 

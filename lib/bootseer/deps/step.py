@@ -141,8 +141,8 @@ def prolog(call: StepCall) -> StepResult:
             fetched, entries, peer_bytes = done.fetched, done.entries, done.peer_bytes
             detail = (
                 f"{note}restored {key} into {spec.prefix}: {entries} entries, "
-                f"{manifest.raw_bytes} bytes, store_bytes={fetched} peer_bytes={peer_bytes}"
-            )
+                f"{manifest.raw_bytes} bytes"
+            )  # from where: store_bytes and peer_bytes of the phase row
     if ctx.first_node:
         try:
             # In place: one request, not a temp object and a move; nothing needs it whole.
@@ -156,6 +156,8 @@ def prolog(call: StepCall) -> StepResult:
     return StepResult(
         detail=f"{detail} in {time.monotonic() - t0:.2f}s",
         bytes=fetched + mbytes + peer_bytes,
+        store_bytes=fetched + mbytes,
+        peer_bytes=peer_bytes,
         env=env,
     )
 

@@ -30,6 +30,8 @@ class StepOutcome:
     end: float
     bytes: int = 0
     detail: str = ""
+    store_bytes: int = 0
+    peer_bytes: int = 0
 
     @property
     def seconds(self) -> float:
@@ -130,8 +132,22 @@ def _account(
         log(f"step={spec.name} outcome=failed secs={end - start:.3f}: unexpected {exc!r}: {tb}")
         return StepOutcome(spec.name, "failed", start, end, detail=f"unexpected error: {exc!r}")
     env.update(result.env)
+    sources = (
+        f"store_bytes={result.store_bytes} peer_bytes={result.peer_bytes} "
+        if result.store_bytes or result.peer_bytes
+        else ""
+    )
     log(
         f"step={spec.name} outcome={result.outcome} secs={end - start:.3f} "
-        f"bytes={result.bytes} {result.detail}".rstrip()
+        f"bytes={result.bytes} {sources}{result.detail}".rstrip()
     )
-    return StepOutcome(spec.name, result.outcome, start, end, result.bytes, result.detail)
+    return StepOutcome(
+        spec.name,
+        result.outcome,
+        start,
+        end,
+        result.bytes,
+        result.detail,
+        store_bytes=result.store_bytes,
+        peer_bytes=result.peer_bytes,
+    )

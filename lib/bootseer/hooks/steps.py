@@ -38,6 +38,8 @@ class StepCall:
 class StepResult:
     detail: str = ""
     bytes: int = 0
+    store_bytes: int = 0  # of what the step moved: from the shared store,
+    peer_bytes: int = 0  # and from the job's other nodes
     env: dict[str, str] = field(default_factory=dict)  # exported to the job's tasks
     outcome: str = "ok"  # or "skipped" when the step found nothing to do
 

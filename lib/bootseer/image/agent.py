@@ -86,6 +86,11 @@ class Agent:
             return self.jobs.provide_block(req, deadline)
         swarm = self.peers.join_existing(req.job_id) if self.peers else None
         loc = Located(req.target, req.key, req.offset, req.length, req.piece)
+        if req.cached_only:
+            data = self.cache.read(req.piece, 0, req.length)
+            if data is None:
+                raise PeerError("missing", f"{req.key} at {req.offset} is not held here")
+            return data
         timeout = max(0.0, deadline - time.monotonic())
         data, _ = self.pieces.get(swarm, loc, req.priority, timeout, local=False)
         return data

@@ -22,6 +22,7 @@ import contextlib
 import heapq
 import itertools
 import os
+import stat
 import threading
 import time
 from collections import Counter
@@ -66,22 +67,62 @@ class StoreSource:
 
 
 class FileSource:
-    """Blocks read from the image file itself (a path image on a shared filesystem)."""
+    """Blocks read from the image file itself (a path image on a shared filesystem).
 
-    def __init__(self, path: str) -> None:
+    Through one descriptor, opened once and checked (a regular file the job's user may
+    read: :func:`bootseer.image.registry.open_image_file`), never by the path again: a
+    user who swaps the file for a FIFO, or a directory on its path for a link, after the
+    check changes nothing the agent reads. Without ``fd`` the path is opened here, once
+    (non-blocking, no link as the last component, regular files only). ``close`` waits
+    for no one: a read still under way finishes, and later reads fail.
+    """
+
+    def __init__(self, path: str, fd: int | None = None) -> None:
         self.path = path
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise FetchError(f"{path} is not a regular file")
+            except BaseException:
+                os.close(fd)
+                raise
+        self._fd: int | None = fd
+        self.stat = os.fstat(fd)
+        self._lock = threading.Lock()
+        self._readers = 0
+
+    @property
+    def identity(self) -> tuple[int, int, int, int]:
+        """What the file was when opened: device, inode, size, mtime (ns)."""
+        st = self.stat
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
     def read_block(
         self, index: int, block_digest: str, offset: int, length: int, priority: int
     ) -> bytes:
-        fd = os.open(self.path, os.O_RDONLY)
+        with self._lock:
+            fd = self._fd
+            if fd is None:
+                raise FetchError(f"{self.path}: the image file was closed")
+            self._readers += 1
         try:
             return os.pread(fd, length, offset)
         finally:
-            os.close(fd)
+            with self._lock:
+                self._readers -= 1
+                if self._fd is None and self._readers == 0:
+                    os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            fd, self._fd = self._fd, None
+            if fd is not None and self._readers == 0:
+                os.close(fd)
 
     def describe(self) -> str:
-        return self.path
+        dev, ino, _, _ = self.identity
+        return f"{self.path} (dev {dev} inode {ino})"
 
 
 def _nice(value: int) -> None:

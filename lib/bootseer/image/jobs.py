@@ -15,7 +15,6 @@ job uses it. Jobs that use one image share one :class:`PreparedImage`.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -58,6 +57,13 @@ from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.store import Store
 
 INODE_BASE = 16  # job file inode = INODE_BASE + job id; below are the mount root's
+
+
+def _close_origin(source: BlockSource) -> None:
+    """Close the image file behind ``source`` (its descriptor), if it reads one."""
+    origin = source.origin if isinstance(source, PeerSource) else source
+    if isinstance(origin, FileSource):
+        origin.close()
 
 
 @dataclass(eq=False)
@@ -104,6 +110,7 @@ class JobView:
     trace_runs: int = 0
     swarm: Swarm | None = None
     peers_at_prepare: dict[str, int] | None = None
+    peers_at_fill: dict[str, int] | None = None  # when this job's fill started
     fill_timer: threading.Timer | None = None
 
     @property
@@ -189,9 +196,11 @@ class Jobs:
             view = self._jobs.get(req.job_id)
         if view is None:
             raise PeerError("unknown", f"job {req.job_id} has no image here")
-        return self._provide(view, req.piece, req.priority, deadline)
+        return self._provide(view, req.piece, req.priority, deadline, req.cached_only)
 
-    def _provide(self, view: JobView, piece: str, priority: int, deadline: float) -> bytes:
+    def _provide(
+        self, view: JobView, piece: str, priority: int, deadline: float, cached_only: bool
+    ) -> bytes:
         image = view.image
         i = image.index_of(piece)
         if i is None:
@@ -199,6 +208,8 @@ class Jobs:
         data = self.cache.read(piece, 0, image.manifest.block_length(i))
         if data is not None:
             return data
+        if cached_only:
+            raise PeerError("missing", f"block {i} is not held here")
         # A peer's background fill was already paced and held back on its node.
         fut = self.fetcher.request(image.source, image.manifest, i, min(priority, PREFETCH))
         try:
@@ -254,6 +265,7 @@ class Jobs:
                 image.id,
                 view.refresh,
                 image.origin.path if isinstance(image.origin, FileSource) else None,
+                image.origin.identity if isinstance(image.origin, FileSource) else None,
             )
         )
         trace = None if view.refresh else load_trace(self.store, manifest, self.log)
@@ -263,11 +275,7 @@ class Jobs:
         view.prefetch = prefetch_hot(
             self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
         )
-        if swarm is not None:
-            view.peers_at_prepare = {
-                "store_bytes": swarm.stats.store_bytes,
-                "peer_bytes": swarm.stats.peer_bytes,
-            }
+        view.peers_at_prepare = _counts(view)
         # The cold rest waits for the job's first step (or fill_delay): until then the
         # link belongs to startup (the hot set, the job's reads, restores, checkpoints).
         view.fill_timer = threading.Timer(self.icfg.fill_delay, self._start_fill, (view,))
@@ -288,16 +296,20 @@ class Jobs:
                 fd, st = open_image_file(ref, uid, gid)
             except StoreError as exc:
                 raise AgentRefused(str(exc)) from None
+            # The one descriptor the image is read through from now on: never by path again.
+            source = FileSource(ref, fd)
             wait = max(0.0, min(self.icfg.register_wait, until - time.monotonic() - 1.0))
             try:
                 manifest = register_path(
                     self.store, ref, st, self.block_size, wait, self.log, f"/proc/self/fd/{fd}"
                 )
             except RegistrationPending as exc:
+                source.close()
                 raise AgentPending(f"{exc}; not ready within {wait:.0f}s") from None
-            finally:
-                os.close(fd)
-            return manifest, FileSource(os.path.realpath(ref))
+            except BaseException:
+                source.close()
+                raise
+            return manifest, source
         try:
             return lookup_name(self.store, ref), StoreSource(self.store)
         except UnknownImage as exc:
@@ -312,6 +324,8 @@ class Jobs:
             if image is None:
                 image = self._images[key] = PreparedImage(manifest, source, ref)
                 self.cache.pin(manifest.blocks)
+            else:
+                _close_origin(source)  # the same file, already open for another job
             image.users += 1
             return image
 
@@ -324,6 +338,7 @@ class Jobs:
             if view.job_id not in self._jobs or not (image.fill is None or image.fill.cancelled):
                 return
             image.fill = BackgroundFill(image.id)
+            view.peers_at_fill = _counts(view)
         image.fill.start(self.fetcher, image.source, image.manifest, set())
         self.log(f"job={view.job_id} background fill: {image.fill.total} blocks")
 
@@ -369,6 +384,7 @@ class Jobs:
                 if image.fill is not None:
                     image.fill.cancel()
                 self._images.pop((image.id, image.source.describe()), None)
+                _close_origin(image.source)
         self.log(f"job={job_id} released: trace {trace}")
         return ReleaseReply(released=True, trace=trace, job=job)
 
@@ -416,12 +432,12 @@ class Jobs:
             return None
         st = view.swarm.stats
         return {
-            "store_bytes": st.store_bytes,
-            "peer_bytes": st.peer_bytes,
+            **(_counts(view) or {}),  # the image's blocks (the swarm serves frames too)
             "peer_failures": st.peer_failures,
             "corrupt": st.corrupt,
             "dropped": dict(st.dropped),
             "at_prepare": view.peers_at_prepare,
+            "at_fill": view.peers_at_fill,
         }
 
     # -- restart ------------------------------------------------------------------------
@@ -434,7 +450,13 @@ class Jobs:
             except StoreError as exc:
                 self.restart.forget(saved.job_id, str(exc))
                 continue
-            source: BlockSource = FileSource(saved.path) if saved.path else StoreSource(self.store)
+            source: BlockSource = StoreSource(self.store)
+            if saved.path:
+                try:
+                    source = self._reopen(saved)
+                except StoreError as exc:
+                    self.restart.forget(saved.job_id, str(exc))
+                    continue
             image = self._use_image(manifest, source, saved.ref)
             self._add(
                 JobView(
@@ -449,7 +471,25 @@ class Jobs:
         if ids := self.ids():
             self.log(f"restored {len(ids)} prepared jobs: {ids}")
 
+    def _reopen(self, saved: SavedJob) -> FileSource:
+        """The path image's file again, opened as the job's user, if it is the same file."""
+        assert saved.path is not None
+        if saved.file is None:
+            raise StoreError(f"{saved.path}: saved without the file's identity")
+        fd, _ = open_image_file(saved.path, saved.uid, saved.gid)
+        source = FileSource(saved.path, fd)
+        if source.identity != saved.file:
+            source.close()
+            raise StoreError(f"{saved.path} is no longer the file the job was prepared with")
+        return source
+
     def close(self) -> None:
         for image in self.images():
             if image.fill is not None:
                 image.fill.cancel()
+
+
+def _counts(view: JobView) -> dict[str, int] | None:
+    """The job's image bytes so far from the store and from peers (None without peers)."""
+    source = view.image.source
+    return source.counts() if isinstance(source, PeerSource) else None

@@ -10,6 +10,8 @@ its owner failed::
 
 from __future__ import annotations
 
+import threading
+
 from bootseer.image.fetch import BlockSource
 from bootseer.p2p.swarm import Swarm
 
@@ -18,15 +20,38 @@ class PeerSource:
     def __init__(self, origin: BlockSource, swarm: Swarm) -> None:
         self.origin = origin
         self.swarm = swarm
+        # This image's blocks only (the swarm's stats also count the job's other pieces,
+        # snapshot frames): from the origin, and from peers.
+        self.store_bytes = 0
+        self.peer_bytes = 0
+        self._lock = threading.Lock()
 
     def read_block(
         self, index: int, block_digest: str, offset: int, length: int, priority: int
     ) -> bytes:
         data = self.swarm.fetch(block_digest, priority)
-        if data is None:
+        if data is not None:
+            with self._lock:
+                self.peer_bytes += len(data)
+            return data
+        try:
             data = self.origin.read_block(index, block_digest, offset, length, priority)
-            self.swarm.count_store(len(data))
+        except Exception:
+            # The store is down or lost the block: a peer may hold it all the same.
+            data = self.swarm.rescue(block_digest, priority)
+            if data is None:
+                raise
+            with self._lock:
+                self.peer_bytes += len(data)
+            return data
+        self.swarm.count_store(len(data))
+        with self._lock:
+            self.store_bytes += len(data)
         return data
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {"store_bytes": self.store_bytes, "peer_bytes": self.peer_bytes}
 
     def describe(self) -> str:
         return f"{self.origin.describe()} (peers of job {self.swarm.job_id})"

@@ -280,7 +280,8 @@ class JobReply(Reply):
     first_step_at: float | None
     fetched_before_first_step: int | None
     # Where the job's blocks came from on this node (Swarm stats: store_bytes, peer_bytes,
-    # peer_failures, corrupt), in all and by the prolog's return ("at_prepare").
+    # peer_failures, corrupt), in all, by the prolog's return ("at_prepare") and when the
+    # job's background fill started ("at_fill"; None before).
     peers: dict[str, Any] | None = None
 
 

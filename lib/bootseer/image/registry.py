@@ -20,12 +20,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
+import socket
 import stat
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bootseer.deps.asuser import UserChild, UserChildError, user_groups
 from bootseer.errors import StoreError
 from bootseer.image.manifest import (
     Manifest,
@@ -223,27 +226,6 @@ def register_path(
         time.sleep(min(0.2, max(0.0, until - time.monotonic())))
 
 
-def user_may_read(st: os.stat_result, uid: int, gid: int) -> bool:
-    """Whether ``uid``/``gid`` may read a file with this stat (root's own checks do not apply)."""
-    if uid == 0:
-        return True
-    if st.st_uid == uid:
-        return bool(st.st_mode & stat.S_IRUSR)
-    if st.st_gid == gid:
-        return bool(st.st_mode & stat.S_IRGRP)
-    return bool(st.st_mode & stat.S_IROTH)
-
-
-def _may_search(st: os.stat_result, uid: int, gid: int) -> bool:
-    if uid == 0:
-        return True
-    if st.st_uid == uid:
-        return bool(st.st_mode & stat.S_IXUSR)
-    if st.st_gid == gid:
-        return bool(st.st_mode & stat.S_IXGRP)
-    return bool(st.st_mode & stat.S_IXOTH)
-
-
 def check_image_file(path: str, uid: int, gid: int) -> os.stat_result:
     """Stat of the squashfs image at ``path`` if the job's user may read it; else StoreError."""
     fd, st = open_image_file(path, uid, gid)
@@ -251,41 +233,104 @@ def check_image_file(path: str, uid: int, gid: int) -> os.stat_result:
     return st
 
 
-def open_image_file(path: str, uid: int, gid: int) -> tuple[int, os.stat_result]:
-    """An open descriptor and stat of the squashfs image at ``path``, if the job's user
-    may read it; else StoreError.
+OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+OPEN_TIMEOUT = 30.0  # seconds for the user's child to open the file (a slow shared fs)
 
-    The caller runs as root: every directory on the resolved path must be searchable
-    by the user too, so a symlink cannot lead the agent where the user may not go.
-    Read the image through the descriptor (``/proc/self/fd/N``), never by ``path``
-    again: the user may swap a link on the path once this check is done.
+
+def _open_checked(path: str) -> tuple[int, str]:
+    """Open the image at ``path`` with this process's rights: (descriptor, real path).
+
+    ``O_NONBLOCK`` so a FIFO or device cannot hold the caller, ``O_NOFOLLOW`` on the
+    resolved path so the last component cannot become a link after it was resolved.
     """
     real = os.path.realpath(path)
-    parent = os.path.dirname(real)
-    while True:
-        try:
-            dst = os.stat(parent)
-        except OSError as exc:
-            raise StoreError(f"image {path}: cannot stat {parent}: {exc.strerror}") from None
-        if not _may_search(dst, uid, gid):
-            raise StoreError(f"image {path}: directory {parent} is not searchable by uid {uid}")
-        if parent == "/":
-            break
-        parent = os.path.dirname(parent)
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(real, OPEN_FLAGS)
     except FileNotFoundError:
         raise StoreError(f"image {path} does not exist") from None
+    except PermissionError as exc:
+        raise _unreadable(path, os.geteuid(), exc) from None
     except OSError as exc:
         raise StoreError(f"cannot open image {path}: {exc.strerror}") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise StoreError(f"image {path} is not a regular file")
-        if not user_may_read(st, uid, gid):
-            raise StoreError(f"image {path} is not readable by uid {uid}")
-        if os.pread(fd, 4, 0) != SQUASHFS_MAGIC:
-            raise StoreError(f"image {path} is not a squashfs file (no 'hsqs' magic)")
+        _check_open(path, fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, real
+
+
+def _unreadable(path: str, uid: int, exc: OSError) -> StoreError:
+    return StoreError(
+        f"image {path} is not readable by uid {uid} (the file, or a directory on its path "
+        f"that is not searchable: {exc.strerror})"
+    )
+
+
+def _check_open(path: str, fd: int) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise StoreError(f"image {path} is not a regular file")
+    if os.pread(fd, 4, 0) != SQUASHFS_MAGIC:
+        raise StoreError(f"image {path} is not a squashfs file (no 'hsqs' magic)")
+    return st
+
+
+def _groups(uid: int, gid: int) -> list[int]:
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return [gid]
+    return user_groups(name, gid)
+
+
+def open_image_file(
+    path: str, uid: int, gid: int, timeout: float = OPEN_TIMEOUT
+) -> tuple[int, os.stat_result]:
+    """An open descriptor and stat of the squashfs image at ``path``, opened by the job's
+    user; else StoreError.
+
+    The caller runs as root, but the file is opened in a child that has become the
+    job's user (:class:`~bootseer.deps.asuser.UserChild`), so the kernel checks every
+    directory and the file itself at the moment of the open, as that user: no check
+    before the open that a swapped directory or link could outrun. The child hands the
+    descriptor back over a socket (``SCM_RIGHTS``); only regular files, opened
+    non-blocking, pass. Read the image through this descriptor (``pread``, or
+    ``/proc/self/fd/N``), never by ``path`` again.
+    """
+    if uid == 0 or uid == os.geteuid():
+        fd, _ = _open_checked(path)
+        return fd, os.fstat(fd)
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+
+    def work(_in: int | None, _out: int | None) -> str:
+        fd, real = _open_checked(path)
+        socket.send_fds(child_end, [b"fd"], [fd])
+        os.close(fd)
+        return real
+
+    try:
+        child = UserChild.start(uid, gid, work, groups=_groups(uid, gid))
+        child_end.close()
+        try:
+            child.result(timeout)
+        except UserChildError as exc:
+            raise StoreError(str(exc)) from None
+        parent_end.setblocking(False)
+        try:
+            _, fds, _, _ = socket.recv_fds(parent_end, 16, 1)
+        except BlockingIOError:
+            raise StoreError(f"image {path}: the opening child sent no descriptor") from None
+    finally:
+        child_end.close()
+        parent_end.close()
+    if len(fds) != 1:
+        for extra in fds:
+            os.close(extra)
+        raise StoreError(f"image {path}: the opening child sent {len(fds)} descriptors")
+    fd = fds[0]
+    try:
+        st = _check_open(path, fd)  # again, in the parent: trust the descriptor, not the child
     except BaseException:
         os.close(fd)
         raise

@@ -4,7 +4,9 @@ A job's lazy image file must keep working when the agent restarts (an upgrade, a
 crash) while the job runs: the prolog's answer named that file and the job holds it.
 So ``prepare`` writes one small JSON file per job, ``release`` removes it, and a
 starting agent reads them all back (:meth:`bootseer.image.jobs.Jobs.restore`). The
-trace recorded before the restart is lost; the file is not.
+trace recorded before the restart is lost; the file is not. A path image's file is
+opened again as the job's user and must be the very file opened before (device,
+inode, size, mtime), or the job's view is dropped.
 
     >>> import tempfile
     >>> state = RestartState(Path(tempfile.mkdtemp()) / "jobs", print)
@@ -31,6 +33,9 @@ class SavedJob:
     image: str  # the manifest id
     refresh: bool
     path: str | None  # the image file a path image's blocks are read from; None: the store
+    # The file the agent opened (device, inode, size, mtime in ns): after a restart the
+    # path is opened again, as the job's user, and must still be this very file.
+    file: tuple[int, int, int, int] | None = None
 
 
 class RestartState:
@@ -60,6 +65,13 @@ class RestartState:
             try:
                 doc = json.loads(f.read_text())
                 path = doc.get("path")
+                file = doc.get("file")
+                if file is not None and (
+                    not isinstance(file, list)
+                    or len(file) != 4
+                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in file)
+                ):
+                    raise ValueError(f"file must be four whole numbers, not {file!r}")
                 yield SavedJob(
                     int(doc["job_id"]),
                     int(doc["uid"]),
@@ -68,6 +80,7 @@ class RestartState:
                     str(doc["image"]),
                     bool(doc["refresh"]),
                     str(path) if path else None,
+                    (file[0], file[1], file[2], file[3]) if file else None,
                 )
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 self.log(f"state {f.name} not restored: {exc}")

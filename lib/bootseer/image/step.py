@@ -27,6 +27,7 @@ from bootseer.image.protocol import (
     AgentPending,
     AgentTimeout,
     AgentUnavailable,
+    JobReply,
     Prepare,
 )
 from bootseer.image.registry import check_image_file
@@ -76,33 +77,35 @@ def prolog(call: StepCall) -> StepResult:
         raise StepError(str(exc)) from None
     p = resp.prefetch or {}
     fetched = int(p.get("fetched_bytes", 0))
+    # Where the prefetch's bytes came from: the swarm's counts by the prolog's return, or
+    # without peers all from the origin (the store, or the image file on shared storage).
+    store, peer = _counts(resp.peers, "at_prepare") if resp.peers else (fetched, 0)
     detail = (
         f"image={resp.image[:12]} size={resp.size} hot_blocks={p.get('hot_blocks', 0)} "
         f"hot_bytes={p.get('hot_bytes', 0)} local_blocks={p.get('local_before', 0)} "
-        f"fetched_blocks={p.get('fetched_blocks', 0)} fetched_bytes={fetched} "
+        f"fetched_blocks={p.get('fetched_blocks', 0)} "
         f"hit_ratio={p.get('hit_ratio', 1.0)} complete={p.get('complete', True)} "
-        f"trace_runs={resp.trace_runs}{_sources(resp.peers, 'at_prepare')}"
+        f"trace_runs={resp.trace_runs}"
     )
     env = {
         "BOOTSEER_IMAGE": resp.path,  # this job's lazy file
         "BOOTSEER_IMAGE_REF": image,  # what the job asked for (the same in every run)
         "BOOTSEER_AGENT_SOCKET": str(NodePaths(call.cfg).agent_socket),
     }
-    return StepResult(detail=detail, bytes=fetched, env=env)
+    return StepResult(detail=detail, bytes=fetched, store_bytes=store, peer_bytes=peer, env=env)
 
 
-def _sources(peers: dict[str, Any] | None, part: str = "") -> str:
-    """`` store_bytes=S peer_bytes=P`` of the agent's peer stats (the job's whole life, or
-    one part of it), or nothing for a job without peers."""
-    if not peers:
-        return ""
-    counts = peers.get(part) if part else peers
+def _counts(peers: dict[str, Any] | None, part: str = "") -> tuple[int, int]:
+    """(store bytes, peer bytes) of the agent's peer stats: the job's whole life, or one
+    snapshot of it (``at_prepare``, ``at_fill``); (0, 0) where it has none."""
+    counts = (peers or {}).get(part) if part else peers
     if not isinstance(counts, dict):
-        return ""
-    out = f" store_bytes={counts.get('store_bytes', 0)} peer_bytes={counts.get('peer_bytes', 0)}"
-    if not part:
-        out += f" peer_failures={peers.get('peer_failures', 0)} corrupt={peers.get('corrupt', 0)}"
-    return out
+        return 0, 0
+    return _int(counts.get("store_bytes")), _int(counts.get("peer_bytes"))
+
+
+def _int(v: object) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
 
 
 def epilog(call: StepCall) -> StepResult:
@@ -115,25 +118,63 @@ def epilog(call: StepCall) -> StepResult:
         raise StepError(str(exc)) from None
     if not resp.released or resp.job is None:
         return StepResult(outcome="skipped", detail="the agent had no image for this job")
-    fill = resp.job.fill or {}
-    record_background_fill(call, fill)
+    job = resp.job
+    fill = job.fill or {}
+    # The job's image bytes on this node split three ways: the prefetch (the prolog's
+    # image_prefetch row), the background fill (image_background_fill, from the fill's
+    # start to now), and between the two the job's own reads during startup (this row).
+    fill_store, fill_peer, reads_store, reads_peer = _split(job)
+    record_background_fill(call, fill, fill_store, fill_peer)
+    peers = job.peers or {}
+    failures = (
+        f" peer_failures={peers.get('peer_failures', 0)} corrupt={peers.get('corrupt', 0)}"
+        if job.peers
+        else ""
+    )
     return StepResult(
         detail=(
-            f"trace={resp.trace} recorded_blocks={resp.job.recorded_blocks} "
-            f"fetched_before_first_step={resp.job.fetched_before_first_step} "
+            f"trace={resp.trace} recorded_blocks={job.recorded_blocks} "
+            f"fetched_before_first_step={job.fetched_before_first_step} "
             f"fill_state={fill.get('state')} fill_blocks={fill.get('done')}/"
-            f"{fill.get('blocks')} fill_bytes={fill.get('bytes')} "
-            f"fill_start={fill.get('start')} fill_end={fill.get('end')}"
-            f"{_sources(resp.job.peers)}"
+            f"{fill.get('blocks')}{failures}"
         ),  # the fill's bytes go to its own phase row, image_background_fill
+        bytes=reads_store + reads_peer,
+        store_bytes=reads_store,
+        peer_bytes=reads_peer,
     )
 
 
-def record_background_fill(call: StepCall, fill: dict[str, object]) -> None:
+def _split(job: JobReply) -> tuple[int, int, int, int]:
+    """(fill store, fill peer, reads store, reads peer): the fill's bytes from the store
+    and from peers, and the job's reads between the prolog's return and the fill's start."""
+    fill = job.fill or {}
+    fill_bytes = _int(fill.get("bytes"))
+    if not job.peers:  # every byte from the origin
+        prefetched = _int((job.prefetch or {}).get("fetched_bytes"))
+        reads = max(0, _int(job.fetched_before_first_step) - prefetched)
+        return fill_bytes, 0, reads, 0
+    total_store, total_peer = _counts(job.peers)
+    prep_store, prep_peer = _counts(job.peers, "at_prepare")
+    if isinstance(job.peers.get("at_fill"), dict):
+        at_store, at_peer = _counts(job.peers, "at_fill")
+    else:  # no fill (yet): everything after the prolog was the job's reads
+        at_store, at_peer = total_store, total_peer
+    return (
+        max(0, total_store - at_store),
+        max(0, total_peer - at_peer),
+        max(0, at_store - prep_store),
+        max(0, at_peer - prep_peer),
+    )
+
+
+def record_background_fill(
+    call: StepCall, fill: dict[str, object], store_bytes: int = 0, peer_bytes: int = 0
+) -> None:
     """Add the ``image_background_fill`` phase row to the job's phase spool.
 
     The fill runs in the agent after the prolog returned, so no hook step spans it;
-    the epilog learns its start, end and bytes from the agent and adds the row, which
+    the epilog learns its start, end and bytes (and how many of them came from the
+    store and from peers) from the agent and adds the row, which
     the epilog's phase flush then writes with its own. A fill still running when the
     job ends is cut off there (outcome ``skipped``, end = now); one that ended is
     ``ok``, or ``failed`` when blocks could not be fetched.
@@ -159,6 +200,8 @@ def record_background_fill(call: StepCall, fill: dict[str, object]) -> None:
             outcome,
             int(str(fill.get("bytes") or 0)),
             f"state={state} blocks={fill.get('done')}/{fill.get('blocks')} failed={failed}",
+            store_bytes=store_bytes,
+            peer_bytes=peer_bytes,
         )
         spool.append_rows([row])
     except Exception as exc:  # a record is worth a log line, never a failed epilog

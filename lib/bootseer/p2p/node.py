@@ -79,6 +79,11 @@ class PeerNode:
             return None
         peers.server.start()
         log(f"p2p: serving peers on port {cfg.port}")
+        if cfg.port >= 1024:
+            log(
+                f"p2p: warning: port {cfg.port} is not privileged: while this agent is down "
+                "a user could listen on it and relay requests of the job's other nodes"
+            )
         return peers
 
     def join(self, job_id: int, nodes: Sequence[str]) -> Swarm | None:

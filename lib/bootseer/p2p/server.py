@@ -1,25 +1,33 @@
 """The agent's peer server: serves a job's pieces to that job's other nodes, and no one else.
 
-A request must carry the job's token (:mod:`.auth`) and come from an address of one of
+A request must prove the job's token (:mod:`.auth`) and come from an address of one of
 the job's nodes; the piece must be one of the job's. An owner that does not hold the
 piece yet fetches it first (``ServedJob.provide``). Connections are capped; an idle one
 is closed after ``idle_timeout`` seconds::
 
-    >>> server = PeerServer(("0.0.0.0", 7461), site_key, jobs.get, log)  # doctest: +SKIP
+    >>> server = PeerServer(("0.0.0.0", 746), site_key, jobs.get, log)  # doctest: +SKIP
     >>> server.start(); ...; server.close()  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bootseer.p2p.auth import check_token
-from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest, read_message
+from bootseer.p2p.auth import check_proof
+from bootseer.p2p.wire import (
+    HEARTBEAT,
+    Hello,
+    PeerError,
+    PieceReply,
+    PieceRequest,
+    read_message,
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,9 @@ class PeerServer:
     def _serve(self, conn: socket.socket, peer: str) -> None:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            nonce = os.urandom(16)
+            conn.settimeout(self.idle_timeout)
+            conn.sendall(Hello(nonce.hex()).encode())
             while True:
                 conn.settimeout(self.idle_timeout)
                 doc = read_message(conn)
@@ -101,7 +112,7 @@ class PeerServer:
                     return
                 try:
                     req = PieceRequest.decode(doc)
-                    data = self._answer(req, peer)
+                    data = self._answer_beating(conn, req, peer, nonce)
                 except PeerError as exc:
                     conn.sendall(PieceReply(error=exc.kind, message=str(exc)).encode())
                     if exc.kind in ("protocol", "refused"):
@@ -119,9 +130,34 @@ class PeerServer:
             with self._lock:
                 self._active -= 1
 
-    def _answer(self, req: PieceRequest, peer: str) -> bytes:
-        if not check_token(self.site_key, req.job_id, req.token):
-            self._refuse(f"peer {peer}: bad token for job {req.job_id}")
+    def _answer_beating(
+        self, conn: socket.socket, req: PieceRequest, peer: str, nonce: bytes
+    ) -> bytes:
+        """The answer, with a heartbeat every HEARTBEAT seconds while it takes: the asker
+        tells a busy owner (waiting on the store) from a dead one by it."""
+        done = threading.Event()
+        result: list[bytes] = []
+        failure: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                result.append(self._answer(req, peer, nonce))
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="peer-answer", daemon=True).start()
+        while not done.wait(HEARTBEAT):
+            conn.sendall(PieceReply(pending=True).encode())
+        if failure:
+            exc = failure[0]
+            raise exc if isinstance(exc, PeerError) else PeerError("failed", str(exc))
+        return result[0]
+
+    def _answer(self, req: PieceRequest, peer: str, nonce: bytes) -> bytes:
+        if not check_proof(self.site_key, nonce, req.job_id, req.piece, req.proof):
+            self._refuse(f"peer {peer}: bad proof for job {req.job_id}")
         job = self._wait_for(req.job_id)
         if job is None:
             raise PeerError("unknown", f"job {req.job_id} is not prepared here")

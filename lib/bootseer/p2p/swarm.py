@@ -20,6 +20,8 @@ from bootseer.p2p.client import Address, PeerClient
 from bootseer.p2p.owner import owner
 from bootseer.p2p.wire import PeerError, PieceRequest
 
+RESCUE_PEERS = 3  # nodes asked for a piece the store failed to give
+
 
 @dataclass
 class SwarmStats:
@@ -45,7 +47,7 @@ class Swarm:
         self.job_id = job_id
         self.node = node
         self.nodes = tuple(nodes)
-        self.token = token.hex()
+        self.token = token
         self.resolve = resolve
         self.client = client
         self.log = log
@@ -69,17 +71,46 @@ class Swarm:
         """``piece`` from its owner, verified; None: fetch it from the store yourself.
         ``where`` (target, store key, offset, length) locates a piece outside an image."""
         o = self.owner(piece)
-        if o is None:
-            return None
+        return None if o is None else self._ask(o, piece, priority, where)
+
+    def rescue(
+        self, piece: str, priority: int, where: tuple[str, str, int, int] | None = None
+    ) -> bytes | None:
+        """``piece`` from any of a few other live nodes, for when the store failed: one
+        that holds it (an earlier job's, a fill's) still serves it. None if none does."""
+        others = [
+            n
+            for n in self.nodes
+            if n != self.node and self._dead_until.get(n, 0.0) <= time.monotonic()
+        ]
+        start = int(piece[:8], 16)
+        for k in range(min(RESCUE_PEERS, len(others))):
+            node = others[(start + k) % len(others)]
+            data = self._ask(node, piece, priority, where, cached_only=True)
+            if data is not None:
+                return data
+        return None
+
+    def _ask(
+        self,
+        o: str,
+        piece: str,
+        priority: int,
+        where: tuple[str, str, int, int] | None,
+        cached_only: bool = False,
+    ) -> bytes | None:
         target, key, offset, length = where or ("", "", 0, 0)
-        req = PieceRequest(self.job_id, self.token, piece, priority, key, offset, length, target)
+        req = PieceRequest(
+            self.job_id, "", piece, priority, key, offset, length, target, cached_only
+        )
         try:
-            data = self.client.fetch(self.resolve(o), req)
+            data = self.client.fetch(self.resolve(o), req, self.token)
         except PeerError as exc:
-            self._drop(o, f"{exc.kind}: {exc}")
+            if not (cached_only and exc.kind == "missing"):  # not holding it is no fault
+                self._drop(o, f"{exc.kind}: {exc}")
             return None
-        except OSError as exc:  # the name did not resolve
-            self._drop(o, f"unresolvable: {exc}")
+        except OSError as exc:  # the name did not resolve, or the connection failed
+            self._drop(o, f"unreachable: {exc}")
             return None
         if hashlib.sha256(data).hexdigest() != piece:
             with self._lock:

@@ -21,6 +21,10 @@ from bootseer.errors import BootseerError
 
 MAX_HEADER = 4096  # no request or reply header is longer; a longer one ends the connection
 MAX_PIECE = 64 << 20
+# A server still getting a piece (its owner reads the store for it) says so this often,
+# and an asker that hears nothing for LIVENESS seconds drops the peer as dead or hung.
+HEARTBEAT = 1.0
+LIVENESS = 3.0
 
 
 class PeerError(BootseerError):
@@ -39,7 +43,7 @@ KINDS = ("refused", "unknown", "missing", "failed", "protocol", "unreachable", "
 @dataclass(frozen=True)
 class PieceRequest:
     job_id: int
-    token: str  # hex of the job's token (auth.job_token)
+    proof: str  # hex HMAC of the connection's nonce and this request (auth.prove)
     piece: str  # hex SHA-256 of the piece
     priority: int  # the fetch priority the asking node needs it at (fetch.DEMAND ...)
     # Where the piece is in the store, for pieces outside an image's manifest (a
@@ -48,6 +52,7 @@ class PieceRequest:
     offset: int = 0
     length: int = 0
     target: str = ""  # the store the key is in: a checkpoint target's URI, "" the main store
+    cached_only: bool = False  # answer only from what the peer holds (the store failed)
 
     def encode(self) -> bytes:
         return _frame(asdict(self))
@@ -57,19 +62,20 @@ class PieceRequest:
         try:
             req = cls(
                 int(doc["job_id"]),
-                str(doc["token"]),
+                str(doc["proof"]),
                 str(doc["piece"]),
                 int(doc["priority"]),
                 str(doc.get("key", "")),
                 int(doc.get("offset", 0)),
                 int(doc.get("length", 0)),
                 str(doc.get("target", "")),
+                doc.get("cached_only", False) is True,
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PeerError("protocol", "malformed piece request") from None
         if (
             len(req.piece) != 64
-            or len(req.token) != 64
+            or len(req.proof) != 64
             or not 0 < req.job_id < 2**40
             or len(req.key) > 1024
             or len(req.target) > 1024
@@ -81,10 +87,31 @@ class PieceRequest:
 
 
 @dataclass(frozen=True)
+class Hello:
+    """What a server says first on every connection: the nonce requests must prove with."""
+
+    nonce: str  # hex, 16 random bytes
+
+    def encode(self) -> bytes:
+        return _frame(asdict(self))
+
+    @classmethod
+    def decode(cls, doc: Any) -> bytes:
+        try:
+            nonce = bytes.fromhex(str(doc["nonce"]))
+        except (KeyError, TypeError, ValueError):
+            raise PeerError("protocol", "malformed hello") from None
+        if len(nonce) != 16:
+            raise PeerError("protocol", "malformed hello")
+        return nonce
+
+
+@dataclass(frozen=True)
 class PieceReply:
     size: int = 0  # bytes of the piece that follow
     error: str = ""  # a kind from KINDS, or "" when the piece follows
     message: str = ""
+    pending: bool = False  # a heartbeat: the piece is on its way, the answer follows
 
     def encode(self) -> bytes:
         return _frame(asdict(self))
@@ -92,7 +119,12 @@ class PieceReply:
     @classmethod
     def decode(cls, doc: Any) -> PieceReply:
         try:
-            reply = cls(int(doc["size"]), str(doc["error"]), str(doc["message"]))
+            reply = cls(
+                int(doc["size"]),
+                str(doc["error"]),
+                str(doc["message"]),
+                doc.get("pending", False) is True,
+            )
         except (KeyError, TypeError, ValueError):
             raise PeerError("protocol", "malformed piece reply") from None
         if not 0 <= reply.size <= MAX_PIECE:

@@ -54,7 +54,16 @@ def process_start_time() -> float | None:
 
 def hook_rows(hook: str, meta: JobMeta, run: HookRun, now: float) -> list[PhaseRow]:
     rows = [
-        meta.row(phase_for_step(hook, o.step), o.start, o.end, o.outcome, o.bytes, o.detail)
+        meta.row(
+            phase_for_step(hook, o.step),
+            o.start,
+            o.end,
+            o.outcome,
+            o.bytes,
+            o.detail,
+            store_bytes=o.store_bytes,
+            peer_bytes=o.peer_bytes,
+        )
         for o in run.outcomes
     ]
     began = process_start_time() or min((o.start for o in run.outcomes), default=now)

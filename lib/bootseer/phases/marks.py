@@ -82,6 +82,8 @@ def mark(
     detail: str = "",
     bytes: int = 0,
     when: float | None = None,
+    store_bytes: int = 0,
+    peer_bytes: int = 0,
 ) -> bool:
     """Record that phase ``name`` starts or ends now; True if the mark was recorded.
 
@@ -118,6 +120,10 @@ def mark(
         record["detail"] = detail[:DETAIL_MAX]
     if bytes:
         record["bytes"] = int(bytes)
+    if store_bytes:
+        record["store_bytes"] = int(store_bytes)
+    if peer_bytes:
+        record["peer_bytes"] = int(peer_bytes)
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
     try:
         os.write(_fd(path), line)  # one write on O_APPEND: lines from many ranks never mix

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bootseer.phases.schema import COLUMNS, REQUIRED, arrow_schema
+from bootseer.phases.schema import COLUMNS, REQUIRED, arrow_schema, fill_counts
 from bootseer.phases.writer import PREFIX
 
 if TYPE_CHECKING:
@@ -140,6 +140,13 @@ class PhaseDataset:
         raise AssertionError("unreachable")
 
     def _scan(self, keys: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
+        """The rows of these files; byte counts a file lacks (written before they
+        existed: ``store_bytes``, ``peer_bytes``) read as 0."""
+        return fill_counts(self._scan_files(keys, where, columns))
+
+    def _scan_files(
+        self, keys: list[str], where: Any, columns: list[str] | None = None
+    ) -> pa.Table:
         import pyarrow.dataset as pads
 
         schema = arrow_schema()
@@ -226,7 +233,8 @@ def _schema_problem(physical: pa.Schema) -> str | None:
 def merge(table: pa.Table) -> pa.Table:
     """One row per (job, run, node, phase): rows from several flushes, or duplicates a
     compaction left, become one spanning the earliest start to the latest end, with the
-    worst outcome. ``table`` may hold a subset of the columns, the key among them."""
+    worst outcome and the largest byte counts. ``table`` may hold a subset of the
+    columns, the key among them."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -236,7 +244,14 @@ def merge(table: pa.Table) -> pa.Table:
     aggs = [("_idx", "min"), ("_idx", "count")]
     spans = [
         (n, f)
-        for n, f in (("start", "min"), ("end", "max"), ("bytes", "max"), ("submit_time", "max"))
+        for n, f in (
+            ("start", "min"),
+            ("end", "max"),
+            ("bytes", "max"),
+            ("store_bytes", "max"),
+            ("peer_bytes", "max"),
+            ("submit_time", "max"),
+        )
         if n in table.column_names
     ]
     aggs += spans

@@ -92,6 +92,10 @@ def run_header(run: RunReport) -> RenderableType:
         )
     )
     t.append(f" ({how})")
+    if run.store_egress_bytes or run.peer_bytes:
+        t.append("\nStore egress ")
+        t.append(nbytes(run.store_egress_bytes) or "0 B", style="bold")
+        t.append(f", from peers {nbytes(run.peer_bytes) or '0 B'} (all nodes, all phases)")
     if run.missing_nodes:
         t.append(
             f"\n{run.missing_nodes} of {run.node_count} nodes have no records yet", style="yellow"
@@ -108,33 +112,80 @@ def run_header(run: RunReport) -> RenderableType:
     return t
 
 
-def phase_table(run: RunReport, palette: dict[str, str]) -> RenderableType:
+def short_bytes(n: int) -> str:
+    """``n`` in at most 6 characters (``512K``, ``24.0M``, ``1.2G``); empty for 0."""
+    if not n:
+        return ""
+    for unit in ("B", "K", "M", "G", "T", "P"):
+        if n < 1024 or unit == "P":
+            return f"{n:.0f}{unit}" if unit == "B" or n >= 100 else f"{n:.1f}{unit}"
+        n /= 1024  # type: ignore[assignment]
+    return ""
+
+
+def phase_table(
+    run: RunReport, palette: dict[str, str], width: int | None = None
+) -> RenderableType:
+    """Per phase: time across nodes (min, median, max, slowest node), outcomes, and the
+    bytes it moved summed over nodes: in all, from the store and from peers (columns
+    shown only where some phase has such bytes). Where ``width`` is too narrow for all
+    columns, ``min`` goes first."""
+    from rich.console import Console
+
+    table = _phase_table(run, palette, with_min=True, gap=2)
+    if width is None:
+        return table
+    wide = Console(width=10_000)
+    for with_min, gap in ((True, 1), (False, 1)):
+        if wide.measure(table).maximum <= width:
+            break
+        table = _phase_table(run, palette, with_min, gap)
+    return table
+
+
+def _phase_table(
+    run: RunReport, palette: dict[str, str], with_min: bool, gap: int
+) -> RenderableType:
     from rich.table import Table
 
-    table = Table(title="Phases across nodes", title_justify="left", box=None, pad_edge=False)
-    for col, just in (
-        ("phase", "left"),
-        ("nodes", "right"),
-        ("min", "right"),
-        ("median", "right"),
-        ("max", "right"),
-        ("slowest", "left"),
-        ("outcomes", "left"),
-        ("bytes", "right"),
-    ):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    table = Table(
+        title="Phases across nodes",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        padding=(0, gap, 0, 0),
+    )
+    columns = [("phase", "left"), ("nodes", "right")]
+    columns += [("min", "right")] if with_min else []
+    columns += [("median", "right"), ("max", "right"), ("slowest", "left"), ("outcomes", "left")]
+    counts = [
+        (name, attr)
+        for name, attr in (("bytes", "bytes"), ("store", "store_bytes"), ("peers", "peer_bytes"))
+        if any(getattr(p, attr) for p in run.phases)
+    ]
+    columns += [(name, "right") for name, _ in counts]
+    if counts:
+        table.title = "Phases across nodes (bytes: summed over nodes)"
+    for col, just in columns:
+        table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for p in run.phases:
-        outcomes = esc(", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items())))
+        every = len(p.outcomes) == 1 and sum(p.outcomes.values()) == p.nodes
+        outcomes = esc(
+            next(iter(p.outcomes))
+            if every
+            else ", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items()))
+        )
         bad = any(k in ("failed", "timed_out") for k in p.outcomes)
+        times = [secs(p.min)] if with_min else []
         table.add_row(
             f"[{palette[p.phase]}]■[/] {esc(p.phase)}",
             str(p.nodes),
-            secs(p.min),
+            *times,
             secs(p.median),
             secs(p.max),
             esc(p.slowest),
             f"[red]{outcomes}[/]" if bad else outcomes,
-            nbytes(p.bytes),
+            *(short_bytes(getattr(p, attr)) for _, attr in counts),
         )
     return table
 
@@ -216,6 +267,9 @@ def history_table(report: JobReport) -> RenderableType | None:
         table.add_row(esc(name), *cells)
     table.add_row("[bold]startup[/]", *(f"[bold]{secs(r.startup)}[/]" for r in runs))
     table.add_row("queue wait", *(secs(r.queue_wait) for r in runs))
+    if any(r.store_egress_bytes or r.peer_bytes for r in runs):
+        table.add_row("store egress", *(nbytes(r.store_egress_bytes) or "-" for r in runs))
+        table.add_row("from peers", *(nbytes(r.peer_bytes) or "-" for r in runs))
     table.add_row("nodes", *(str(r.node_count) for r in runs))
     return table
 
@@ -243,7 +297,7 @@ def render_job(report: JobReport, console: Console, run_index: int | None = None
     )
     for run in shown:
         console.print(run_header(run))
-        console.print(phase_table(run, palette))
+        console.print(phase_table(run, palette, console.width))
         console.print(timeline(run, palette, console.width - 24))
         console.print()
     history = history_table(report)

@@ -65,6 +65,8 @@ class PhaseStat:
     slowest: str  # the node with the max
     outcomes: dict[str, int]
     bytes: int
+    store_bytes: int = 0  # summed over nodes
+    peer_bytes: int = 0
 
 
 @dataclass
@@ -73,6 +75,14 @@ class NodeTimeline:
     ready: float  # seconds after allocation
     done: float  # seconds after allocation: end of its first_step, or ready
     rows: list[PhaseRow]
+
+    @property
+    def store_bytes(self) -> int:
+        return sum(r.store_bytes for r in self.rows)
+
+    @property
+    def peer_bytes(self) -> int:
+        return sum(r.peer_bytes for r in self.rows)
 
 
 @dataclass
@@ -113,6 +123,16 @@ class RunReport:
     def phase(self, name: str) -> PhaseStat | None:
         return next((p for p in self.phases if p.phase == name), None)
 
+    @property
+    def store_egress_bytes(self) -> int:
+        """What the run's nodes fetched from the shared store, every phase, all nodes."""
+        return sum(n.store_bytes for n in self.nodes)
+
+    @property
+    def peer_bytes(self) -> int:
+        """What the run's nodes got from each other."""
+        return sum(n.peer_bytes for n in self.nodes)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
@@ -128,6 +148,8 @@ class RunReport:
             "startup_seconds": _r(self.startup),
             "startup_end": self.startup_end,
             "missing_nodes": self.missing_nodes,
+            "store_egress_bytes": self.store_egress_bytes,
+            "peer_bytes": self.peer_bytes,
             "straggler": None
             if self.straggler is None
             else {
@@ -147,6 +169,8 @@ class RunReport:
                     "slowest_node": p.slowest,
                     "outcomes": p.outcomes,
                     "bytes": p.bytes,
+                    "store_bytes": p.store_bytes,
+                    "peer_bytes": p.peer_bytes,
                 }
                 for p in self.phases
             ],
@@ -155,6 +179,8 @@ class RunReport:
                     "node": n.node,
                     "ready_seconds": _r(n.ready),
                     "done_seconds": _r(n.done),
+                    "store_bytes": n.store_bytes,
+                    "peer_bytes": n.peer_bytes,
                     "phases": [
                         {
                             "phase": r.phase,
@@ -164,6 +190,8 @@ class RunReport:
                             "seconds": _r(r.seconds),
                             "outcome": r.outcome,
                             "bytes": r.bytes,
+                            "store_bytes": r.store_bytes,
+                            "peer_bytes": r.peer_bytes,
                             "detail": r.detail,
                         }
                         for r in n.rows
@@ -273,6 +301,8 @@ def phase_stats(rows: list[PhaseRow]) -> list[PhaseStat]:
                 slowest.node,
                 outcomes,
                 sum(r.bytes for r in prows),
+                sum(r.store_bytes for r in prows),
+                sum(r.peer_bytes for r in prows),
             )
         )
     starts = {p: min(r.start for r in prows) for p, prows in by_phase.items()}

@@ -86,6 +86,8 @@ class PhaseRow:
     end: float
     outcome: str = "ok"
     bytes: int = 0
+    store_bytes: int = 0  # of what the phase moved, bytes from the shared store
+    peer_bytes: int = 0  # and bytes from the job's other nodes (peer-to-peer)
     detail: str = ""
     submit_time: float | None = None
 
@@ -132,6 +134,8 @@ _PY_TYPES: dict[str, type | tuple[type, ...]] = {
     "end": (int, float),
     "outcome": str,
     "bytes": int,
+    "store_bytes": int,
+    "peer_bytes": int,
     "detail": str,
     "submit_time": (int, float),
 }
@@ -159,6 +163,9 @@ class JobMeta:
         outcome: str = "ok",
         bytes: int = 0,
         detail: str = "",
+        *,
+        store_bytes: int = 0,
+        peer_bytes: int = 0,
     ) -> PhaseRow:
         return PhaseRow(
             job_id=self.job_id,
@@ -174,6 +181,8 @@ class JobMeta:
             end=float(end),
             outcome=outcome,
             bytes=int(bytes),
+            store_bytes=int(store_bytes),
+            peer_bytes=int(peer_bytes),
             detail=detail[:DETAIL_MAX],
             submit_time=self.submit_time,
         )
@@ -205,10 +214,14 @@ COLUMNS = (
     ("end", "timestamp"),
     ("outcome", "string"),
     ("bytes", "int64"),
+    ("store_bytes", "int64"),
+    ("peer_bytes", "int64"),
     ("detail", "string"),
     ("submit_time", "timestamp"),
 )
 REQUIRED = ("job_id", "restart_count", "node", "phase", "start", "end", "outcome")
+# Counts a file written before they existed lacks: read as 0.
+COUNTS = ("bytes", "store_bytes", "peer_bytes")
 
 
 def arrow_type(name: str) -> pa.DataType:
@@ -246,8 +259,20 @@ def to_table(rows: list[PhaseRow]) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def fill_counts(table: pa.Table) -> pa.Table:
+    """``table`` with nulls in its byte counts as 0 (what a file without them means)."""
+    import pyarrow.compute as pc
+
+    for name in COUNTS:
+        if name in table.column_names and table.column(name).null_count:
+            idx = table.column_names.index(name)
+            table = table.set_column(idx, name, pc.fill_null(table.column(name), 0))
+    return table
+
+
 def from_table(table: pa.Table) -> list[PhaseRow]:
     """An Arrow table with the dataset's columns -> rows (times back to epoch seconds)."""
+    table = fill_counts(table)
     cols: dict[str, list[Any]] = {}
     for name, kind in COLUMNS:
         col = table.column(name)

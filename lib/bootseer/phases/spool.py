@@ -52,6 +52,8 @@ class MarkEvent:
     outcome: str = "ok"
     bytes: int = 0
     detail: str = ""
+    store_bytes: int = 0
+    peer_bytes: int = 0
 
 
 class Spool:
@@ -151,7 +153,10 @@ def parse_mark(data: Any) -> MarkEvent:
     outcome = data.get("outcome", "ok")
     detail = data.get("detail", "")
     nbytes = data.get("bytes", 0)
+    store_bytes = data.get("store_bytes", 0)
+    peer_bytes = data.get("peer_bytes", 0)
     task = data.get("task", "")
+    counts = (nbytes, store_bytes, peer_bytes)
     if (
         event not in ("start", "end")
         or not isinstance(phase, str)
@@ -161,12 +166,21 @@ def parse_mark(data: Any) -> MarkEvent:
         or not 0 < when < 1e11
         or outcome not in OUTCOMES
         or not isinstance(detail, str)
-        or not isinstance(nbytes, int)
-        or nbytes < 0
+        or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in counts)
         or not isinstance(task, str)
     ):
         raise ValueError("not a mark")
-    return MarkEvent(event, phase, float(when), task[:64], outcome, nbytes, detail[:DETAIL_MAX])
+    return MarkEvent(
+        event,
+        phase,
+        float(when),
+        task[:64],
+        outcome,
+        nbytes,
+        detail[:DETAIL_MAX],
+        store_bytes,
+        peer_bytes,
+    )
 
 
 def rows_from_marks(
@@ -197,6 +211,8 @@ def rows_from_marks(
         end = max(e for _, e, _ in intervals)
         worst = max((ev.outcome for _, _, ev in intervals), key=OUTCOME_RANK.__getitem__)
         nbytes = sum(ev.bytes for _, _, ev in intervals)
+        store_bytes = sum(ev.store_bytes for _, _, ev in intervals)
+        peer_bytes = sum(ev.peer_bytes for _, _, ev in intervals)
         details = [ev.detail for _, _, ev in intervals if ev.detail]
         if len(intervals) > 1:
             details.insert(0, f"{len(intervals)} marks")
@@ -204,7 +220,18 @@ def rows_from_marks(
         if final and unended:
             worst = "failed"
             details.insert(0, f"{unended} start(s) never ended")
-        rows.append(meta.row(phase, begin, end, worst, nbytes, "; ".join(details)))
+        rows.append(
+            meta.row(
+                phase,
+                begin,
+                end,
+                worst,
+                nbytes,
+                "; ".join(details),
+                store_bytes=store_bytes,
+                peer_bytes=peer_bytes,
+            )
+        )
     if final:
         for phase, starts in open_starts.items():
             pending = [t for q in starts.values() for t in q]

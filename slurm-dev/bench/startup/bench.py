@@ -36,8 +36,9 @@ and the links' counters (sampled every 0.2 s):
 - ``store_egress_bytes``: what the store sent on its link from submit until the last
   first step; ``store_egress_job_bytes`` until the job's end (epilogs done);
 - ``peer_bytes``: the job nodes' received bytes minus the store's egress in the same
-  window (what nodes got from each other), and ``peer_bytes_job``; where phase records
-  carry ``peer_bytes=`` in their detail, their sum is ``peer_bytes_recorded``;
+  window (what nodes got from each other), and ``peer_bytes_job``; what the phase
+  records say (``bootseer report``'s ``peer_bytes`` and ``store_egress_bytes`` of the
+  run, every phase of every node) is ``peer_bytes_recorded`` and ``store_egress_recorded``;
 - ``cpu_s_per_node`` (mean over the job's nodes) and ``cpu_s_max``: CPU seconds of
   everything on the node (slurmd and what it starts, the agent), from a cpuacct cgroup
   per node over the job; ``store_cpu_s`` the store host's; ``load1`` the 1-minute load
@@ -54,7 +55,6 @@ import contextlib
 import datetime as dt
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -592,13 +592,6 @@ def summarize(
     egress = at_ready.egress - first.egress
     egress_job = last.egress - first.egress
     cpus = [c for n in nodes if (c := cpu(last, n)) is not None]
-    recorded = [
-        int(m.group(1))
-        for n in run["nodes"]
-        for p in n["phases"]
-        for m in [re.search(r"peer_bytes=(\d+)", p.get("detail") or "")]
-        if m
-    ]
     fill = phases.get("image_background_fill")
     return {
         "variant": variant,
@@ -613,7 +606,8 @@ def summarize(
         "node_rx_bytes": rx(at_ready),
         "peer_bytes": max(0, rx(at_ready) - egress),
         "peer_bytes_job": max(0, rx(last) - egress_job),
-        "peer_bytes_recorded": sum(recorded) if recorded else None,
+        "peer_bytes_recorded": run.get("peer_bytes"),
+        "store_egress_recorded": run.get("store_egress_bytes"),
         "fill_bytes": int(fill["bytes"]) if fill else 0,
         "cpu_s_per_node": round(statistics.mean(cpus), 2) if cpus else None,
         "cpu_s_max": round(max(cpus), 2) if cpus else None,
