@@ -61,7 +61,8 @@ class PathsSection:
 @dataclass(frozen=True)
 class HooksSection:
     strict: bool = False  # a failed step fails the prolog (Slurm then drains the node)
-    prolog_deadline: float = 90.0  # seconds for all prolog steps together
+    # Seconds for everything a hook does: its steps, then its phase records (records_reserve).
+    prolog_deadline: float = 90.0
     epilog_deadline: float = 90.0
     # Per-step deadlines in seconds; a step without an entry gets the hook's deadline.
     step_deadlines: dict[str, float] = field(default_factory=dict)
@@ -166,6 +167,9 @@ class DepsSection:
     max_files: int = 1_000_000  # most entries (files, dirs, links) in one snapshot
     max_key_file_bytes: int = 16 << 20  # largest key file hashed
     frame_bytes: int = 8 << 20  # uncompressed bytes per independent zstd frame
+    # Largest frame a restore decodes (each is held in memory whole): a manifest that
+    # declares more is refused before any frame is fetched. At least frame_bytes.
+    max_frame_bytes: int = 64 << 20
     level: int = 3  # zstd level for captures
     threads: int = 0  # decode/encode threads; 0: one per core, at most 8
 
@@ -180,6 +184,11 @@ class DepsSection:
             raise ConfigError(f"deps.level must be 1 to 22, not {self.level}")
         if self.frame_bytes < 64 << 10:
             raise ConfigError(f"deps.frame_bytes must be at least 65536, not {self.frame_bytes}")
+        if self.max_frame_bytes < self.frame_bytes:
+            raise ConfigError(
+                f"deps.max_frame_bytes ({self.max_frame_bytes}) must be at least "
+                f"deps.frame_bytes ({self.frame_bytes})"
+            )
 
 
 @dataclass(frozen=True)
@@ -224,8 +233,17 @@ class SiteConfig:
             },
         )
 
+    def hook_deadline(self, hook: str) -> float:
+        """Seconds for everything one hook does: its steps, then its phase records."""
+        return self.hooks.prolog_deadline if hook == "prolog" else self.hooks.epilog_deadline
+
+    def records_reserve(self, hook: str) -> float:
+        """The end of the hook's deadline kept for writing its phase records: the steps
+        end this long before it (10 s, or a fifth of a short deadline)."""
+        return min(10.0, self.hook_deadline(hook) / 5)
+
     def deadline(self, hook: str, step: str) -> float:
-        whole = self.hooks.prolog_deadline if hook == "prolog" else self.hooks.epilog_deadline
+        whole = self.hook_deadline(hook)
         return min(self.hooks.step_deadlines.get(step, whole), whole)
 
 

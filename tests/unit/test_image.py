@@ -387,3 +387,46 @@ def test_the_background_fill_is_paced_to_its_rate(tmp_path: Path) -> None:
         assert time.monotonic() - demand < 0.5
     finally:
         fetcher.stop()
+
+
+def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> None:
+    """The owner serves a peer's fill at the fill's priority: while its own job reads,
+    the block is not fetched for the peer (it was, at prefetch priority, during startup)."""
+    from bootseer.config import ImageSection
+    from bootseer.image.jobs import Jobs, JobView, PreparedImage
+    from bootseer.p2p.wire import PieceRequest
+
+    f = sqsh_file(tmp_path / "f.sqsh", 4 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f))
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    fetcher = Fetcher(cache, workers=4, timeout=10, quiet=0.05, read_quiet=1.0)
+    fetcher.last_read = time.monotonic()  # the owner's own job is reading
+    jobs = Jobs(
+        ImageSection(cache_dir=tmp_path / "i"),
+        open_store(f"file://{tmp_path}/s"),
+        cache,
+        fetcher,
+        BS,
+        lambda _: None,
+    )
+    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
+    try:
+        got: list[bytes] = []
+        asked = threading.Thread(
+            target=lambda: got.append(
+                jobs.provide_block(
+                    PieceRequest(7, "", m.blocks[2], BACKGROUND), time.monotonic() + 10
+                )
+            )
+        )
+        reading_until = time.monotonic() + 1.5
+        asked.start()
+        while time.monotonic() < reading_until:  # the owner's own job keeps reading
+            fetcher.last_read = time.monotonic()
+            assert src.reads == []
+            time.sleep(0.05)
+        asked.join(timeout=10)
+        assert got and digest(got[0]) == m.blocks[2] and src.reads == [2]
+    finally:
+        fetcher.stop()

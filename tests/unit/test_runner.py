@@ -79,6 +79,31 @@ def test_step_past_deadline_is_abandoned_without_waiting(tmp_path: Path, ctx: Jo
     assert result.abandoned
 
 
+def test_steps_end_where_the_hook_keeps_room_for_its_records(
+    tmp_path: Path, ctx: JobContext
+) -> None:
+    specs = (StepSpec("slow", f"{__name__}:slow_step", lambda c: True),)
+    cfg = SiteConfig.from_mapping({"hooks": {"prolog_deadline": 2.0}})
+    assert cfg.records_reserve("prolog") == 0.4
+    saved = steps.PROLOG_STEPS
+    steps.PROLOG_STEPS = specs
+    t0 = time.monotonic()
+    try:
+        result = runner.run_steps(
+            "prolog",
+            ctx,
+            cfg,
+            JobDir(tmp_path, 7).create(),
+            HookLog(tmp_path, "n1", 7, "prolog"),
+            until=t0 + 0.3,
+        )
+    finally:
+        steps.PROLOG_STEPS = saved
+    assert time.monotonic() - t0 < 1.5
+    assert [o.outcome for o in result.outcomes] == ["timed_out"]
+    assert "deadline=0.3s" in (tmp_path / "n1.log").read_text()
+
+
 def test_failpoint_raises_in_the_named_step(tmp_path: Path, ctx: JobContext) -> None:
     result = run(tmp_path, ctx, {"a": "ok_step"}, {"failpoints": ["a:raise"]})
     assert result.outcomes[0].outcome == "failed"

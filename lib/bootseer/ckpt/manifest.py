@@ -31,6 +31,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from bootseer import jsonlimits
 from bootseer.errors import StoreError
 
 FORMAT = 1
@@ -99,7 +100,7 @@ def parse(raw: bytes, allowed_targets: set[str] | frozenset[str]) -> Manifest:
     """Check and decode a manifest; ``allowed_targets`` are the site's target URIs."""
     _need(len(raw) <= MAX_MANIFEST_BYTES, f"larger than {MAX_MANIFEST_BYTES} bytes")
     try:
-        doc = json.loads(raw)
+        doc = jsonlimits.loads(raw, max_bytes=MAX_MANIFEST_BYTES, what="manifest")
     except (ValueError, UnicodeDecodeError) as exc:
         raise ManifestError(f"bad manifest: not JSON ({exc})") from None
     _need(isinstance(doc, dict), "not an object")

@@ -224,7 +224,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     cfg, store = _store()
     (scope,) = _scopes(store, [args.scope] if args.scope else None, False)
     found = read_manifest(
-        store, scope, args.key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files
+        store,
+        scope,
+        args.key,
+        max_bytes=cfg.deps.max_bytes,
+        max_files=cfg.deps.max_files,
+        max_frame_bytes=cfg.deps.max_frame_bytes,
     )
     if found is None:
         raise BootseerError(f"no snapshot {args.key} in scope {scope}")

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.errors import BootseerError
 
 Work = Callable[[int | None, int | None], Any]
@@ -133,7 +134,7 @@ class UserChild:
             self.close_stdout()
             self._reap()
         try:
-            answer = json.loads(b"".join(chunks))
+            answer = jsonlimits.loads(b"".join(chunks), max_bytes=MAX_RESULT, what="answer")
         except ValueError:
             raise UserChildError(f"child died without an answer (status {self._status})") from None
         if "error" in answer:

@@ -105,10 +105,15 @@ def encode_stream(
     return frames
 
 
-def decode_frame(data: bytes, frame: Frame, index: int) -> bytes:
-    """Verify one fetched frame against the manifest and decode it."""
+def decode_frame(data: bytes, frame: Frame, index: int, max_raw: int | None = None) -> bytes:
+    """Verify one fetched frame against the manifest and decode it (no larger than
+    ``max_raw``: the whole frame is held in memory)."""
     import zstandard
 
+    if max_raw is not None and frame.raw > max_raw:
+        raise ManifestError(
+            f"frame {index}: unpacks to {frame.raw} bytes, more than deps.max_frame_bytes={max_raw}"
+        )
     if len(data) != frame.length:
         raise ManifestError(f"frame {index}: got {len(data)} of {frame.length} bytes (truncated)")
     if hashlib.sha256(data).hexdigest() != frame.sha256:
@@ -136,6 +141,7 @@ def decode_frames(
     *,
     threads: int,
     progress: Callable[[int], None] | None = None,
+    max_raw: int | None = None,
 ) -> Iterator[bytes]:
     """Fetch, verify and decode frames with ``threads`` workers; yield them in order.
 
@@ -144,7 +150,9 @@ def decode_frames(
     """
 
     def one(i: int, f: Frame) -> bytes:
-        return decode_frame(fetch(f.offset, f.length), f, i)
+        if max_raw is not None and f.raw > max_raw:  # before fetching it
+            raise ManifestError(f"frame {i}: unpacks to {f.raw} bytes, more than {max_raw}")
+        return decode_frame(fetch(f.offset, f.length), f, i, max_raw)
 
     pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="deps-decode")
     window: deque[tuple[Frame, cf.Future[bytes]]] = deque()

@@ -13,10 +13,13 @@ are older than ``grace``, and refs whose snapshot is gone.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.deps.layout import ROOT, SnapshotPaths, is_data_name, is_key, ref_path
+from bootseer.deps.manifest import MAX_MANIFEST
+from bootseer.deps.restore import MAX_REF
 from bootseer.store import Store
 
 
@@ -102,6 +105,11 @@ def plan_gc(
     return sorted(doomed.values(), key=lambda s: s.last_used)
 
 
+def _doc(store: Store, key: str, limit: int) -> Any:
+    """A ref or manifest, within its size and depth limits (else ValueError)."""
+    return jsonlimits.loads(store.read_bytes(key, limit=limit + 1), max_bytes=limit, what=key)
+
+
 def remove_snapshot(store: Store, scope: str, key: str) -> None:
     """Manifest first, so a half-removed snapshot is never restored."""
     paths = SnapshotPaths(scope, key)
@@ -109,7 +117,7 @@ def remove_snapshot(store: Store, scope: str, key: str) -> None:
     store.delete_prefix(paths.dir)
     for obj in store.list(f"{ROOT}/{scope}/refs"):
         try:
-            if json.loads(store.read_bytes(obj.key)).get("key") == key:
+            if _doc(store, obj.key, MAX_REF).get("key") == key:
                 store.delete(obj.key)
         except (ValueError, FileNotFoundError, AttributeError):
             continue
@@ -126,7 +134,7 @@ def sweep(store: Store, scope: str, *, now: float, grace: float) -> list[str]:
             continue
         if key not in manifests:
             try:
-                manifests[key] = json.loads(store.read_bytes(SnapshotPaths(scope, key).manifest))[
+                manifests[key] = _doc(store, SnapshotPaths(scope, key).manifest, MAX_MANIFEST)[
                     "data"
                 ]
             except (FileNotFoundError, ValueError, KeyError, TypeError):
@@ -139,7 +147,7 @@ def sweep(store: Store, scope: str, *, now: float, grace: float) -> list[str]:
         if now - obj.mtime < grace or not is_key(base):
             continue
         try:
-            key = json.loads(store.read_bytes(obj.key))["key"]
+            key = _doc(store, obj.key, MAX_REF)["key"]
             gone = not is_key(key) or not store.exists(SnapshotPaths(scope, key).manifest)
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             gone = True

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bootseer import nodepaths
+from bootseer import jsonlimits, nodepaths
 
 MAX_RECORD = 256 << 20
 
@@ -43,7 +43,7 @@ class PrologState:
     @classmethod
     def read(cls, path: Path) -> PrologState | None:
         try:
-            d = json.loads(path.read_text())
+            d = jsonlimits.loads(path.read_bytes(), max_bytes=MAX_RECORD, what=path.name)
             return cls(**d)
         except (OSError, ValueError, TypeError):
             return None
@@ -65,7 +65,7 @@ def read_install_record(path: str) -> dict[str, Any] | None:
         data = f.read(MAX_RECORD + 1)
     if len(data) > MAX_RECORD:
         raise ValueError(f"{path} is larger than {MAX_RECORD} bytes")
-    rec = json.loads(data)
+    rec = jsonlimits.loads(data, max_bytes=MAX_RECORD, what=path)
     if not isinstance(rec, dict):
         raise ValueError(f"{path} is not a JSON object")
     cmd = rec.get("command")

@@ -20,11 +20,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.deps.layout import is_data_name, is_key
 from bootseer.errors import StoreError
 
 FORMAT = 1
 MAX_MANIFEST = 512 << 20
+MAX_FRAME_BYTES = 64 << 20  # deps.max_frame_bytes's default
 ENTRY_TYPES = ("f", "d", "l", "h")  # file, directory, symlink, hard link
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
@@ -82,15 +84,24 @@ class Manifest:
         return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, *, max_bytes: int, max_files: int) -> Manifest:
+    def from_json(
+        cls,
+        data: bytes,
+        *,
+        max_bytes: int,
+        max_files: int,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ) -> Manifest:
         if len(data) > MAX_MANIFEST:
             raise ManifestError(f"manifest of {len(data)} bytes is larger than {MAX_MANIFEST}")
         try:
-            d = json.loads(data)
+            d = jsonlimits.loads(data, max_bytes=MAX_MANIFEST, what="manifest")
         except ValueError as exc:
             raise ManifestError(f"manifest is not JSON: {exc}") from None
         try:
-            return _parse(d, max_bytes=max_bytes, max_files=max_files)
+            return _parse(
+                d, max_bytes=max_bytes, max_files=max_files, max_frame_bytes=max_frame_bytes
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ManifestError(f"malformed manifest: {exc!r}") from None
 
@@ -117,7 +128,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def _parse(d: Any, *, max_bytes: int, max_files: int) -> Manifest:
+def _parse(d: Any, *, max_bytes: int, max_files: int, max_frame_bytes: int) -> Manifest:
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise ManifestError(f"not a format-{FORMAT} snapshot manifest")
     key, base, data = _str(d, "key"), _str(d, "base"), _str(d, "data")
@@ -140,6 +151,11 @@ def _parse(d: Any, *, max_bytes: int, max_files: int) -> Manifest:
         )
         if f.offset != offset or f.length == 0 or f.raw == 0 or not _SHA.match(f.sha256):
             raise ManifestError(f"frame {i} is not contiguous or lacks a checksum")
+        if f.raw > max_frame_bytes:
+            raise ManifestError(
+                f"frame {i} unpacks to {f.raw} bytes, more than "
+                f"deps.max_frame_bytes={max_frame_bytes}"
+            )
         offset += f.length
         frames.append(f)
     entries = []

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bootseer import jsonlimits
 from bootseer.errors import StepError
 from bootseer.nodepaths import deps_cache
 
@@ -81,7 +82,8 @@ def prefix_lock(cache_dir: Path, prefix: str, timeout: float) -> Iterator[None]:
 
 def read_stamp(cache_dir: Path, prefix: str) -> Stamp | None:
     try:
-        d = json.loads((_dir(cache_dir, "stamps") / f"{_name(prefix)}.json").read_text())
+        raw = (_dir(cache_dir, "stamps") / f"{_name(prefix)}.json").read_bytes()
+        d = jsonlimits.loads(raw, what="stamp")
         return Stamp(**d)
     except (OSError, ValueError, TypeError):
         return None

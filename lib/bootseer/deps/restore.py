@@ -16,19 +16,21 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from bootseer import jsonlimits
 from bootseer.deps import archive
 from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
-from bootseer.deps.manifest import Manifest, ManifestError
+from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest, ManifestError
 from bootseer.errors import StepError, StoreError
 from bootseer.store import Store
+
+MAX_REF = 64 << 10
 
 
 class RestoreError(StepError):
@@ -44,6 +46,7 @@ class RestoreRequest:
     link_roots: Sequence[str] = ("/usr", "/opt")
     max_bytes: int = 64 << 30
     max_files: int = 1_000_000
+    max_frame_bytes: int = MAX_FRAME_BYTES
     threads: int = 0
     timeout: float = 600.0
     replace: bool = False  # the prefix is a restore of ours: swap it for the new one
@@ -63,11 +66,11 @@ class Restored:
 def find_snapshot(store: Store, scope: str, base: str) -> str | None:
     """The snapshot key the base key's ref points at, or None."""
     try:
-        raw = store.read_bytes(ref_path(scope, base))
+        raw = store.read_bytes(ref_path(scope, base), limit=MAX_REF + 1)
     except FileNotFoundError:
         return None
     try:
-        key = json.loads(raw)["key"]
+        key = jsonlimits.loads(raw, max_bytes=MAX_REF, what="ref")["key"]
     except (ValueError, KeyError, TypeError):
         raise ManifestError(f"ref {ref_path(scope, base)} is not valid JSON") from None
     if not isinstance(key, str) or not is_key(key):
@@ -76,14 +79,22 @@ def find_snapshot(store: Store, scope: str, base: str) -> str | None:
 
 
 def read_manifest(
-    store: Store, scope: str, key: str, *, max_bytes: int, max_files: int
+    store: Store,
+    scope: str,
+    key: str,
+    *,
+    max_bytes: int,
+    max_files: int,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
 ) -> tuple[Manifest, int] | None:
     """The manifest of a snapshot and its size in bytes, or None if there is none."""
     try:
-        raw = store.read_bytes(SnapshotPaths(scope, key).manifest)
+        raw = store.read_bytes(SnapshotPaths(scope, key).manifest, limit=MAX_MANIFEST + 1)
     except FileNotFoundError:
         return None
-    m = Manifest.from_json(raw, max_bytes=max_bytes, max_files=max_files)
+    m = Manifest.from_json(
+        raw, max_bytes=max_bytes, max_files=max_files, max_frame_bytes=max_frame_bytes
+    )
     if m.key != key or m.scope != scope:
         raise ManifestError(f"manifest at {scope}/{key} claims to be {m.scope}/{m.key}")
     return m, len(raw)
@@ -158,7 +169,11 @@ def restore(
     failure: BaseException | None = None
     try:
         for chunk in decode_frames(
-            fetch, manifest.frames, threads=default_threads(req.threads), progress=progress
+            fetch,
+            manifest.frames,
+            threads=default_threads(req.threads),
+            progress=progress,
+            max_raw=req.max_frame_bytes,
         ):
             if not _write_all(child.stdin, chunk):
                 break  # the child gave up; its answer says why

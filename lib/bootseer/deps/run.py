@@ -214,7 +214,12 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     store = cfg.store.open()
     exists = os.path.lexists(prefix)
     found = read_manifest(
-        store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files
+        store,
+        sdir,
+        key,
+        max_bytes=cfg.deps.max_bytes,
+        max_files=cfg.deps.max_files,
+        max_frame_bytes=cfg.deps.max_frame_bytes,
     )
     if found is not None and not exists:
         manifest, _ = found
@@ -230,6 +235,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
                     link_roots=cfg.deps.link_roots,
                     max_bytes=cfg.deps.max_bytes,
                     max_files=cfg.deps.max_files,
+                    max_frame_bytes=cfg.deps.max_frame_bytes,
                     threads=cfg.deps.threads,
                 ),
                 progress=tick,

@@ -95,7 +95,14 @@ def prolog(call: StepCall) -> StepResult:
     store = cfg.store.open()
     key = find_snapshot(store, sdir, base)
     found = (
-        read_manifest(store, sdir, key, max_bytes=cfg.deps.max_bytes, max_files=cfg.deps.max_files)
+        read_manifest(
+            store,
+            sdir,
+            key,
+            max_bytes=cfg.deps.max_bytes,
+            max_files=cfg.deps.max_files,
+            max_frame_bytes=cfg.deps.max_frame_bytes,
+        )
         if key
         else None
     )
@@ -130,6 +137,7 @@ def prolog(call: StepCall) -> StepResult:
                 link_roots=cfg.deps.link_roots,
                 max_bytes=cfg.deps.max_bytes,
                 max_files=cfg.deps.max_files,
+                max_frame_bytes=cfg.deps.max_frame_bytes,
                 threads=cfg.deps.threads,
                 timeout=max(1.0, call.remaining()),
                 replace=ours,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 from bootseer.config import SiteConfig, load_config
@@ -43,7 +44,7 @@ def main(argv: list[str]) -> int:
         return 0
     log = HookLog(cfg.paths.log_dir, node, env.get("SLURM_JOB_ID", "?"), hook)
     try:
-        status = _run(hook, cfg, log)
+        status = _run(hook, cfg, log, t0 + cfg.hook_deadline(hook))
     except BootseerError as exc:
         log(f"outcome=failed: {exc}")
         status = 1 if cfg.hooks.strict else 0
@@ -58,33 +59,58 @@ def main(argv: list[str]) -> int:
     os._exit(status)
 
 
-def _run(hook: str, cfg: SiteConfig, log: HookLog) -> int:
+def _run(hook: str, cfg: SiteConfig, log: HookLog, until: float) -> int:
+    """The hook's work, all of it done or given up by ``until`` (``time.monotonic()``):
+    the steps end :meth:`SiteConfig.records_reserve` before it, the records by it."""
     ctx = JobContext.from_env(os.environ)
     log(
         f"start user={ctx.user} nodes={len(ctx.nodes)} restart={ctx.restart_count} "
         f"mode={ctx.options.mode}"
     )
     job = JobDir(cfg.paths.run_dir, ctx.job_id)
+    steps_until = until - cfg.records_reserve(hook)
     if hook == "prolog":
         job.create()
-        run = run_steps(hook, ctx, cfg, job, log)
-        marks_env = _record(hook, ctx, cfg, run, log)
+        run = run_steps(hook, ctx, cfg, job, log, until=steps_until)
+        marks_env = _record(hook, ctx, cfg, run, log, until)
         job.write_env({**run.env, **marks_env})
     else:
-        run = run_steps(hook, ctx, cfg, job, log)
+        run = run_steps(hook, ctx, cfg, job, log, until=steps_until)
         job.remove()
-        _record(hook, ctx, cfg, run, log)
+        _record(hook, ctx, cfg, run, log, until)
     return 1 if (run.failed and cfg.hooks.strict) else 0
 
 
 def _record(
-    hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog
+    hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog, until: float
 ) -> dict[str, str]:
-    """Hand the step outcomes to the phase records; the variables the job's marks need."""
+    """Hand the step outcomes to the phase records; the variables the job's marks need.
+
+    The records go to the store, which may hang (paused, partitioned) rather than fail:
+    they are written in a thread the hook waits for only until its deadline. A hook
+    past its deadline would be killed by slurmd, and a killed epilog drains the node.
+    """
     from bootseer.phases import hooks as phase_hooks
 
-    try:
-        return phase_hooks.record_hook_run(hook, ctx, cfg, run)
-    except Exception as exc:  # records are worth a log line, never a failed job
-        log(f"phase records not written: {exc!r}")
+    box: dict[str, dict[str, str]] = {}
+    failed: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            box["env"] = phase_hooks.record_hook_run(hook, ctx, cfg, run)
+        except BaseException as exc:  # reported by the hook's thread below
+            failed.append(exc)
+
+    worker = threading.Thread(target=write, name=f"{hook}-records", daemon=True)
+    worker.start()
+    worker.join(max(0.0, until - time.monotonic()))
+    if worker.is_alive():
+        log(
+            f"phase records not written: no answer from the store within the hook's deadline "
+            f"({cfg.hook_deadline(hook):g}s); left behind"
+        )
         return {}
+    if failed:  # records are worth a log line, never a failed job
+        log(f"phase records not written: {failed[0]!r}")
+        return {}
+    return box.get("env", {})

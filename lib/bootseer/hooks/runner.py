@@ -65,7 +65,16 @@ def _run_one(spec: StepSpec, call: StepCall) -> StepResult:
     return spec.load()(call)
 
 
-def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: HookLog) -> HookRun:
+def run_steps(
+    hook: str,
+    ctx: JobContext,
+    cfg: SiteConfig,
+    job: JobDir,
+    log: HookLog,
+    until: float | None = None,
+) -> HookRun:
+    """Run the hook's steps; none runs past its own deadline nor past ``until`` (a
+    ``time.monotonic()``: where the hook's deadline leaves room for its records)."""
     specs = steps_for(hook, ctx)
     if not specs:
         log("no steps asked for")
@@ -74,8 +83,13 @@ def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: Hoo
     pool = cf.ThreadPoolExecutor(max_workers=len(specs), thread_name_prefix=f"{hook}-step")
     futures: dict[cf.Future[StepResult], StepSpec] = {}
     deadlines = {}
+    allowed: dict[str, float] = {}
     for spec in specs:
-        deadline = time.monotonic() + cfg.deadline(hook, spec.name)
+        now = time.monotonic()
+        allowed[spec.name] = cfg.deadline(hook, spec.name)
+        if until is not None and until - now < allowed[spec.name]:
+            allowed[spec.name] = round(max(0.0, until - now), 1)
+        deadline = now + allowed[spec.name]
         deadlines[spec.name] = deadline
         call = StepCall(ctx=ctx, cfg=cfg, job=job, log=log, deadline=deadline)
         futures[pool.submit(_run_one, spec, call)] = spec
@@ -97,7 +111,7 @@ def run_steps(hook: str, ctx: JobContext, cfg: SiteConfig, job: JobDir, log: Hoo
         for fut in [f for f in pending if deadlines[futures[f].name] <= now]:
             spec = futures[fut]
             pending.discard(fut)
-            secs = cfg.deadline(hook, spec.name)
+            secs = allowed[spec.name]
             outcomes.append(
                 StepOutcome(
                     spec.name,

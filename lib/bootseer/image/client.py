@@ -10,11 +10,11 @@ library and :mod:`bootseer.image.protocol`): a mark from a job script is a proce
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.image.protocol import (
     AgentError,
     AgentTimeout,
@@ -76,7 +76,7 @@ class AgentClient:
         finally:
             s.close()
         try:
-            resp: dict[str, Any] = json.loads(buf)
+            resp: dict[str, Any] = jsonlimits.loads(buf, max_bytes=1 << 30, what="answer")
             if not isinstance(resp, dict):
                 raise ValueError(resp)
         except ValueError:

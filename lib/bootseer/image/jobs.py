@@ -25,7 +25,7 @@ from bootseer.config import ImageSection
 from bootseer.context import expand_nodes
 from bootseer.errors import ContextError, OptionError, StoreError
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import PREFETCH, BlockSource, Fetcher, FileSource, StoreSource
+from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
 from bootseer.image.manifest import Manifest, load_manifest
 from bootseer.image.peers import PeerSource
 from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
@@ -210,8 +210,9 @@ class Jobs:
             return data
         if cached_only:
             raise PeerError("missing", f"block {i} is not held here")
-        # A peer's background fill was already paced and held back on its node.
-        fut = self.fetcher.request(image.source, image.manifest, i, min(priority, PREFETCH))
+        # At the asker's priority: a peer's fill waits here too until this node's own start
+        # is quiet (and is paced), or it would compete with this node's startup.
+        fut = self.fetcher.request(image.source, image.manifest, i, priority)
         try:
             return fut.result(timeout=max(0.0, deadline - time.monotonic()))
         except Exception as exc:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.errors import StoreError
 from bootseer.image.blocks import (
     DIGEST,
@@ -34,6 +35,9 @@ from bootseer.image.blocks import (
 from bootseer.store import Store
 
 FORMAT = "bootseer-image/1"
+# 4 million blocks (256 GB at 64 KiB blocks, 1 TB at 256 KiB): more is refused unread.
+MAX_MANIFEST_BYTES = 288 << 20
+MAX_RECORD_BYTES = 64 << 10  # a name or path record
 
 # progress(done_bytes, total_bytes, uploaded_bytes)
 Progress = Callable[[int, int, int], None]
@@ -77,7 +81,7 @@ class Manifest:
     @classmethod
     def from_json(cls, raw: bytes, expect_id: str | None = None) -> Manifest:
         try:
-            doc: Any = json.loads(raw)
+            doc: Any = jsonlimits.loads(raw, max_bytes=MAX_MANIFEST_BYTES, what="manifest")
             if doc.get("format") != FORMAT:
                 raise ValueError(f"format {doc.get('format')!r} is not {FORMAT}")
             size, bs, blocks = doc["size"], doc["block_size"], doc["blocks"]
@@ -106,7 +110,7 @@ def manifest_key(image_id: str) -> str:
 
 def load_manifest(store: Store, image_id: str) -> Manifest:
     try:
-        raw = store.read_bytes(manifest_key(image_id))
+        raw = store.read_bytes(manifest_key(image_id), limit=MAX_MANIFEST_BYTES + 1)
     except FileNotFoundError:
         raise ManifestError(f"image {image_id} has no manifest in {store.uri}") from None
     return Manifest.from_json(raw, expect_id=image_id)

@@ -28,9 +28,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.deps.asuser import UserChild, UserChildError, user_groups
 from bootseer.errors import StoreError
 from bootseer.image.manifest import (
+    MAX_RECORD_BYTES,
     Manifest,
     ManifestError,
     hash_file,
@@ -79,7 +81,7 @@ def tag_image(store: Store, ref: str, manifest: Manifest) -> None:
 
 def lookup_name(store: Store, ref: str) -> Manifest:
     try:
-        doc: Any = json.loads(store.read_bytes(name_key(ref)))
+        doc: Any = _record(store, name_key(ref))
         image_id = doc["image"]
     except FileNotFoundError:
         raise UnknownImage(
@@ -97,7 +99,7 @@ def list_names(store: Store) -> list[tuple[str, dict[str, Any]]]:
         if len(parts) != 4 or not parts[3].endswith(".json"):
             continue
         try:
-            doc = json.loads(store.read_bytes(obj.key))
+            doc = _record(store, obj.key)
         except (ValueError, FileNotFoundError):
             continue
         out.append((f"{parts[2]}:{parts[3].removesuffix('.json')}", doc))
@@ -108,10 +110,16 @@ def list_paths(store: Store) -> list[dict[str, Any]]:
     out = []
     for obj in store.list("images/paths"):
         try:
-            out.append(json.loads(store.read_bytes(obj.key)))
+            out.append(_record(store, obj.key))
         except (ValueError, FileNotFoundError):
             continue
     return out
+
+
+def _record(store: Store, key: str) -> Any:
+    """A name or path record, within its size and depth limits (else ValueError)."""
+    raw = store.read_bytes(key, limit=MAX_RECORD_BYTES + 1)
+    return jsonlimits.loads(raw, max_bytes=MAX_RECORD_BYTES, what=f"record {key}")
 
 
 def remove_name(store: Store, ref: str) -> None:
@@ -123,8 +131,10 @@ def remove_name(store: Store, ref: str) -> None:
 
 def _path_record(store: Store, path: str, st: os.stat_result) -> Manifest | None:
     try:
-        doc: Any = json.loads(store.read_bytes(path_key(path)))
+        doc: Any = _record(store, path_key(path))
     except (FileNotFoundError, ValueError):
+        return None
+    if not isinstance(doc, dict):
         return None
     if (doc.get("path"), doc.get("size"), doc.get("mtime_ns")) != (
         path,

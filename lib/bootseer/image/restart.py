@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bootseer import jsonlimits
+
 
 @dataclass(frozen=True)
 class SavedJob:
@@ -63,7 +65,7 @@ class RestartState:
         """Every saved job; a damaged file is logged and removed."""
         for f in sorted(self.dir.glob("*.json")):
             try:
-                doc = json.loads(f.read_text())
+                doc = jsonlimits.loads(f.read_bytes(), max_bytes=64 << 10, what=f.name)
                 path = doc.get("path")
                 file = doc.get("file")
                 if file is not None and (

@@ -11,7 +11,6 @@ travels as its kind, so the client raises the same exception class the agent did
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import socketserver
@@ -19,6 +18,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.errors import StoreError
 from bootseer.image.agent import Agent
 from bootseer.image.client import AgentClient
@@ -55,7 +55,7 @@ class _Handler(socketserver.StreamRequestHandler):
         agent = self.server.agent
         try:
             try:
-                doc = json.loads(line)
+                doc = jsonlimits.loads(line, max_bytes=MAX_LINE, what="request")
             except ValueError as exc:
                 raise AgentBadRequest(f"request is not one line of JSON: {exc}") from None
             return handle(agent, parse_request(doc), uid).to_wire()

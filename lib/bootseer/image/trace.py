@@ -26,11 +26,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.errors import StoreError
 from bootseer.image.manifest import Manifest, manifest_key
 from bootseer.store import Store
 
 FORMAT = "bootseer-trace/1"
+MAX_TRACE_BYTES = 64 << 20  # millions of block numbers: more than any image has blocks
 
 
 class TraceError(StoreError):
@@ -63,8 +65,10 @@ class Trace:
     @classmethod
     def from_json(cls, raw: bytes, image: str, nblocks: int, block_size: int) -> Trace:
         try:
-            doc: Any = json.loads(raw)
+            doc: Any = jsonlimits.loads(raw, max_bytes=MAX_TRACE_BYTES, what="trace")
             checksum = doc.pop("checksum", None)
+        except jsonlimits.JSONLimitError as exc:
+            raise TraceError(str(exc)) from None
         except (ValueError, AttributeError):
             raise TraceError("trace is not a JSON object") from None
         if doc.get("format") != FORMAT:
@@ -119,7 +123,7 @@ def load_trace(
     """The stored trace for this image, or None if there is none or it is bad (logged)."""
     key = trace_key(manifest.id)
     try:
-        raw = store.read_bytes(key)
+        raw = store.read_bytes(key, limit=MAX_TRACE_BYTES + 1)
     except FileNotFoundError:
         return None
     except StoreError as exc:

@@ -21,6 +21,7 @@ from bootseer.p2p.owner import owner
 from bootseer.p2p.wire import PeerError, PieceRequest
 
 RESCUE_PEERS = 3  # nodes asked for a piece the store failed to give
+BACKGROUND = 2  # the fetch priority of a fill (bootseer.image.fetch.BACKGROUND)
 
 
 @dataclass
@@ -106,7 +107,10 @@ class Swarm:
         try:
             data = self.client.fetch(self.resolve(o), req, self.token)
         except PeerError as exc:
-            if not (cached_only and exc.kind == "missing"):  # not holding it is no fault
+            # Not holding a piece is no fault; nor is an owner that holds a fill back
+            # while its own job starts (the fill is in no hurry, the peer is alive).
+            busy = priority >= BACKGROUND and exc.kind in ("timeout", "failed")
+            if not (cached_only and exc.kind == "missing") and not busy:
                 self._drop(o, f"{exc.kind}: {exc}")
             return None
         except OSError as exc:  # the name did not resolve, or the connection failed

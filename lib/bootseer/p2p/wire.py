@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bootseer import jsonlimits
 from bootseer.errors import BootseerError
 
 MAX_HEADER = 4096  # no request or reply header is longer; a longer one ends the connection
@@ -153,7 +154,7 @@ def read_message(sock: socket.socket, deadline: float | None = None) -> Any | No
     body = recv_exact(sock, n, deadline)
     assert body is not None
     try:
-        return json.loads(body)
+        return jsonlimits.loads(body, max_bytes=MAX_HEADER, what="message")
     except ValueError:
         raise PeerError("protocol", "message is not JSON") from None
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bootseer import nodepaths
+from bootseer import jsonlimits, nodepaths
 from bootseer.phases.schema import (
     DETAIL_MAX,
     OUTCOMES,
@@ -89,7 +89,8 @@ class Spool:
         _write_atomic(self.path / META_FILE, json.dumps(meta.to_dict()))
 
     def meta(self) -> JobMeta:
-        return JobMeta.from_dict(json.loads((self.path / META_FILE).read_text()))
+        raw = (self.path / META_FILE).read_bytes()
+        return JobMeta.from_dict(jsonlimits.loads(raw, what=META_FILE))
 
     def append_rows(self, rows: list[PhaseRow]) -> None:
         text = "".join(json.dumps(r.to_dict()) + "\n" for r in rows)
@@ -109,7 +110,7 @@ class Spool:
         rows = []
         for line in text.splitlines():
             with contextlib.suppress(ValueError):  # a torn last line after a crash
-                rows.append(PhaseRow.from_dict(json.loads(line)))
+                rows.append(PhaseRow.from_dict(jsonlimits.loads(line, what="phase row")))
         return rows
 
     def marks(self, max_bytes: int) -> tuple[list[MarkEvent], list[str]]:
@@ -135,7 +136,7 @@ class Spool:
         bad = 0
         for line in data.splitlines():
             try:
-                events.append(parse_mark(json.loads(line)))
+                events.append(parse_mark(jsonlimits.loads(line, what="mark")))
             except (ValueError, TypeError, KeyError, AttributeError):
                 bad += 1
         if bad:

@@ -87,9 +87,10 @@ class Store:
             return None
         return ObjectInfo(key, fi.size or 0, fi.mtime.timestamp() if fi.mtime else 0.0)
 
-    def read_bytes(self, key: str) -> bytes:
+    def read_bytes(self, key: str, limit: int | None = None) -> bytes:
+        """The object's bytes; with ``limit``, at most that many (the rest is never read)."""
         with self._call(key, self.fs.open_input_stream, self.path(key), compression=None) as f:
-            return bytes(f.read())
+            return bytes(f.read() if limit is None else f.read(limit))
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
         with self._call(key, self.fs.open_input_file, self.path(key)) as f:
