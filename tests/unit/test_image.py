@@ -392,8 +392,8 @@ def test_the_background_fill_is_paced_to_its_rate(tmp_path: Path) -> None:
 def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> None:
     """The owner serves a peer's fill at the fill's priority: while its own job reads,
     the block is not fetched for the peer (it was, at prefetch priority, during startup)."""
-    from bootseer.config import ImageSection
     from bootseer.image.jobs import Jobs, JobView, PreparedImage
+    from bootseer.nodepaths import NodePaths
     from bootseer.p2p.wire import PieceRequest
 
     f = sqsh_file(tmp_path / "f.sqsh", 4 * BS)
@@ -402,8 +402,10 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
     cache = BlockCache(tmp_path / "c", 1 << 30)
     fetcher = Fetcher(cache, workers=4, timeout=10, quiet=0.05, read_quiet=1.0)
     fetcher.last_read = time.monotonic()  # the owner's own job is reading
+    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
     jobs = Jobs(
-        ImageSection(cache_dir=tmp_path / "i"),
+        cfg.image,
+        NodePaths(cfg),
         open_store(f"file://{tmp_path}/s"),
         cache,
         fetcher,
