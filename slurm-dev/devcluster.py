@@ -47,6 +47,7 @@ from devconfig import DEFAULT_PORT_BASE, DEFAULT_STATE, TOP
 from devconfig import NODE_LOCAL as NODE_LOCAL
 from devconfig import VENV as VENV
 from devconfig import Settings as Settings
+from devconfig import install_file as install_file
 from storehost import StoreHost
 
 

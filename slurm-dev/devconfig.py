@@ -136,7 +136,7 @@ class ClusterConfig:
         self._write(self.etc / "hosts", "\n".join(hosts) + "\n")
         (self.run / "munge").mkdir(exist_ok=True, mode=0o755)
         # The plugin is copied so a rebuild in spank/ never changes a running cluster.
-        shutil.copy2(TOP / "spank" / "bootseer.so", self.dir / "lib" / "bootseer.so")
+        install_file(TOP / "spank" / "bootseer.so", self.dir / "lib" / "bootseer.so")
         (self.dir / "cluster.json").write_text(json.dumps(asdict(self.s), indent=1))
         self._write(self.conf, self._slurm_conf())
         self._write(
@@ -255,3 +255,15 @@ class ClusterConfig:
             "# slurm-dev's node names are not in the machine's resolver.\n"
             f'hosts_file = "{self.etc}/hosts"\n'
         )
+
+
+def install_file(src: Path, dest: Path) -> None:
+    """Copy ``src`` to ``dest`` by a rename: a process that has the old ``dest`` loaded
+    (slurmstepd and srun map the SPANK plugin) keeps its copy. Copying in place
+    (``shutil.copy2``) truncated and rewrote the mapped file under them: they crashed."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -129,6 +129,19 @@ class ImageSection:
     # fill_mbit (0: no cap) on the node's link, so it never competes with startup.
     fill_delay: float = 300.0
     fill_mbit: float = 0.0
+    # The socket is open to every user and each connection holds a thread until it is
+    # answered (or 10 s idle): users' connections at once, all together and per user.
+    # Root's (the prolog, the epilog) are never refused.
+    max_connections: int = 64
+    max_connections_per_user: int = 8
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_connections_per_user <= self.max_connections:
+            raise ConfigError(
+                "image.max_connections_per_user must be at least 1 and at most "
+                f"image.max_connections ({self.max_connections}), "
+                f"not {self.max_connections_per_user}"
+            )
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -311,3 +312,29 @@ def test_prolog_reports_an_unreachable_target(
 
 def test_namespace_is_the_users_own() -> None:
     assert namespace_name("nobody", "team/run") == "nobody/team/run"
+
+
+def test_a_manifest_that_is_not_json_is_an_io_error_naming_the_file(
+    mounted: tuple[Path, object], job_ns: Namespace
+) -> None:
+    """Not "no such file": a training script would then start from step 0."""
+    mp, _ = mounted
+    with job_ns.open("run/latest.pt", "wb") as f:
+        f.write(os.urandom(UNIT + 5))
+    job_ns.meta.write_bytes(job_ns.manifest_key("run/latest.pt"), b'{"format": 1, "size":')
+    with pytest.raises(OSError) as api:
+        job_ns.open("run/latest.pt")
+    assert api.value.errno == errno.EIO
+    assert "nobody/test:run/latest.pt" in str(api.value) and "not JSON" in str(api.value)
+    assert not isinstance(api.value, FileNotFoundError)
+    for cmd in (["stat", f"{mp}/run/latest.pt"], ["cat", f"{mp}/run/latest.pt"]):
+        r = as_user(JOB_UID, *cmd, check=False)
+        assert r.returncode != 0
+        assert b"Input/output error" in r.stderr, (cmd, r.stderr)
+    r = as_user(JOB_UID, "ls", f"{mp}/run", check=False)
+    assert b"Input/output error" in r.stderr or b"latest.pt" in r.stdout, r
+    # Writing the file anew (the API) replaces the damaged manifest.
+    with job_ns.open("run/latest.pt", "wb") as f:
+        f.write(b"fresh")
+    with job_ns.open("run/latest.pt") as f:
+        assert f.read() == b"fresh"

@@ -3,15 +3,21 @@ or reveal other users' jobs (issue 11). A real agent, no Slurm."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bootseer.image.protocol import AgentBadRequest, encode, error_for
-from tests.imagekit import running_agent
+from tests.imagekit import add_image, make_squashfs, running_agent
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
@@ -19,19 +25,23 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+ALICE, BOB, MALLORY = 4242, 4343, 4444
+
+
 @pytest.fixture
-def base(tmp_path: Path) -> Path:
-    (tmp_path / "log").mkdir()
-    for d in (tmp_path, *tmp_path.parents):
-        if d == Path("/tmp"):
-            break
-        d.chmod(0o755)
-    return tmp_path
+def base() -> Iterator[Path]:
+    """A directory of its own under /tmp that job users may enter: pytest's tmp_path lies
+    under /tmp/pytest-of-root, which any other pytest session of root's resets to 0700."""
+    d = Path(tempfile.mkdtemp(prefix="bootseer-socket-", dir="/tmp"))
+    d.chmod(0o755)
+    (d / "log").mkdir()
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
-def raw_call(path: Path, line: bytes) -> dict:  # type: ignore[type-arg]
-    import json
-
+def raw_call(path: Path, line: bytes) -> Any:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(10)
         s.connect(str(path))
@@ -42,7 +52,7 @@ def raw_call(path: Path, line: bytes) -> dict:  # type: ignore[type-arg]
             if not chunk:
                 break
             buf += chunk
-    return json.loads(buf)  # type: ignore[no-any-return]
+    return json.loads(buf)
 
 
 def test_a_deeply_nested_request_is_a_bad_request(base: Path) -> None:
@@ -52,3 +62,110 @@ def test_a_deeply_nested_request_is_a_bad_request(base: Path) -> None:
         assert "deeper than" in answer["error"]
         assert agent.client.call("ping")["ok"]
         assert raw_call(agent.socket, encode({"op": "ping"}))["ok"]
+
+
+def as_user(uid: int, code: str, **kw: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            "setpriv",
+            f"--reuid={uid}",
+            f"--regid={uid}",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            code,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        **kw,
+    )
+
+
+def test_stats_shows_a_user_only_their_own_jobs(base: Path) -> None:
+    image = make_squashfs(base / "img.sqsh", {"x": 300_000})
+    add_image(base, image, "test:1")
+    with running_agent(base) as agent:
+        agent.prepare(5, "test:1", uid=ALICE, gid=ALICE)
+        agent.prepare(6, "test:1", uid=BOB, gid=BOB)
+        code = (
+            "import json; from bootseer.image.client import AgentClient\n"
+            f"print(json.dumps(AgentClient({str(agent.socket)!r}).call('stats')['jobs']))\n"
+        )
+        seen = {}
+        for uid in (ALICE, BOB, MALLORY):
+            out, err = as_user(uid, code).communicate(timeout=30)
+            seen[uid] = json.loads(out or err)
+        assert seen == {ALICE: [5], BOB: [6], MALLORY: []}
+        assert agent.stats()["jobs"] == [5, 6]  # root (the admin) sees the node's jobs
+        agent.release(5)
+        agent.release(6)
+
+
+def hold(path: Path, n: int) -> str:
+    """A program that opens ``n`` connections, says how many were answered busy, and
+    holds them open until its stdin closes."""
+    return HOLD.replace("PATH", repr(str(path))).replace("COUNT", str(n))
+
+
+HOLD = """
+import socket, sys, time
+path, n = PATH, COUNT
+held, refused = [], 0
+for _ in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    held.append(s)
+time.sleep(1.0)
+for s in held:
+    s.setblocking(False)
+    try:
+        if b"busy" in s.recv(4096):
+            refused += 1
+    except BlockingIOError:
+        pass
+print(refused, flush=True)
+sys.stdin.read()
+"""
+
+
+def threads_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError("no Threads: line")
+
+
+def test_connections_are_capped_per_user_and_in_total(base: Path) -> None:
+    """Mallory opens 200 idle connections: each used to hold one of the agent's threads
+    (for 10 s, again and again). Now 4 are served, the rest answered "busy" at once;
+    bob still gets 2 (the total is 6), and root (the prolog) is never refused."""
+    with running_agent(base, max_connections=6, max_connections_per_user=4) as agent:
+        assert agent.proc is not None
+        before = threads_of(agent.proc.pid)
+        mallory = as_user(MALLORY, hold(agent.socket, 200))
+        bob = None
+        try:
+            assert mallory.stdout is not None
+            assert int(mallory.stdout.readline()) == 196
+            assert threads_of(agent.proc.pid) - before <= 4
+            bob = as_user(BOB, hold(agent.socket, 4))
+            assert bob.stdout is not None and bob.stderr is not None
+            line = bob.stdout.readline()
+            assert line.strip(), bob.stderr.read()
+            assert int(line) == 2
+            assert agent.client.call("ping", timeout=5)["ok"]  # root: never refused
+        finally:
+            for p in (mallory, bob):
+                if p is not None:
+                    p.kill()
+                    p.wait()
+        # Once they are closed, users are served again.
+        out, err = as_user(
+            BOB,
+            "from bootseer.image.client import AgentClient\n"
+            f"print(AgentClient({str(agent.socket)!r}).call('ping')['ok'])\n",
+        ).communicate(timeout=30)
+        assert out.strip() == "True", err

@@ -100,6 +100,22 @@ def test_failing_step_lets_job_run_and_node_stays_idle(cluster: DevSlurm, image:
     assert all(s.startswith("idle") for s in states.values()), states
 
 
+def test_failed_deps_step_still_tells_the_job_its_prefix(cluster: DevSlurm) -> None:
+    """The job's install command names $BOOTSEER_DEPS_PREFIX: without it `deps run` would
+    install into "" and the job fail its task while Slurm says COMPLETED."""
+    cluster.configure("hooks", failpoints=["deps:raise"])
+    prefix = "/var/tmp/slurm-dev-local/alice-failed-deps-env"
+    job = cluster.sbatch(
+        "-N2",
+        f"--bootseer-deps={prefix}",
+        script="#!/bin/sh\nsrun sh -c 'echo prefix=$BOOTSEER_DEPS_PREFIX'\n",
+    )
+    assert cluster.wait(job) == "COMPLETED"
+    assert cluster.output(job).split() == [f"prefix={prefix}"] * 2
+    for node in cluster.nodes[:2]:
+        assert "step=deps outcome=failed" in "\n".join(cluster.job_log_lines(node, job))
+
+
 def test_step_past_its_deadline_is_skipped(cluster: DevSlurm, image: Path) -> None:
     cluster.configure("hooks", failpoints=["image:hang"], step_deadlines={"image": 1.5})
     job = cluster.sbatch("-N2", f"--bootseer-image={image}", script="#!/bin/sh\necho ran\n")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,13 +30,16 @@ ALICE, BOB = 4242, 4343
 
 
 @pytest.fixture
-def base(tmp_path: Path) -> Path:
-    (tmp_path / "log").mkdir()
-    for d in (tmp_path, *tmp_path.parents):  # the job users reach their files and the mount
-        if d == Path("/tmp"):
-            break
-        d.chmod(0o755)
-    return tmp_path
+def base() -> Iterator[Path]:
+    """A directory of its own under /tmp that job users may enter: pytest's tmp_path lies
+    under /tmp/pytest-of-root, which any other pytest session of root's resets to 0700."""
+    d = Path(tempfile.mkdtemp(prefix="bootseer-paths-", dir="/tmp"))
+    d.chmod(0o755)
+    (d / "log").mkdir()
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def users_image(base: Path, name: str, seed: int = 1) -> Path:

@@ -298,3 +298,35 @@ def test_a_captured_request_is_worth_nothing_on_another_connection(
     reply = PieceReply.decode(read_message(replay))
     replay.close()
     assert reply.error == "refused" and server.served_pieces == 0
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_not_blamed(
+    serve: Callable[..., PeerServer],
+) -> None:
+    """The server closes idle connections; the next job's first request on the kept one
+    meets EOF. That is retried on a fresh connection, and the peer is not dropped."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    server = serve({JOB: ServedJob(LOOPBACK, provider({d: data}))}, idle_timeout=0.2)
+    swarm = swarm_to(server.port)
+    assert swarm.fetch(d, 1) == data
+    deadline = time.monotonic() + 5
+    while server._active and time.monotonic() < deadline:  # the server closes it
+        time.sleep(0.05)
+    assert not server._active
+    assert swarm.fetch(d, 1) == data
+    assert not swarm.stats.dropped and server.served_pieces == 2
+
+
+def test_at_the_connection_cap_the_longest_idle_connection_gives_way(
+    serve: Callable[..., PeerServer],
+) -> None:
+    """A job of many nodes keeps more connections than the cap: a new asker is served
+    (the oldest idle connection is closed) and the evicted one's owner reconnects."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    server = serve({JOB: ServedJob(LOOPBACK, provider({d: data}))}, max_connections=2)
+    swarms = [swarm_to(server.port) for _ in range(3)]
+    for swarm in swarms:  # the third exceeds the cap of 2
+        assert swarm.fetch(d, 1) == data
+    assert swarms[0].fetch(d, 1) == data  # its kept connection was the one evicted
+    assert not any(s.stats.dropped for s in swarms)
+    assert server.served_pieces == 4

@@ -104,6 +104,41 @@ def test_steps_end_where_the_hook_keeps_room_for_its_records(
     assert "deadline=0.3s" in (tmp_path / "n1.log").read_text()
 
 
+def test_a_step_s_promised_env_survives_its_failure(tmp_path: Path, ctx: JobContext) -> None:
+    promise = {"BOOTSEER_PROMISED": "/tmp/env"}
+    specs = (
+        StepSpec("bad", f"{__name__}:failing_step", lambda c: True, env=lambda c: promise),
+        StepSpec("slow", f"{__name__}:slow_step", lambda c: True, env=lambda c: {"B": "1"}),
+    )
+    cfg = SiteConfig.from_mapping({"hooks": {"step_deadlines": {"slow": 0.3}}})
+    saved = steps.PROLOG_STEPS
+    steps.PROLOG_STEPS = specs
+    try:
+        result = runner.run_steps(
+            "prolog", ctx, cfg, JobDir(tmp_path, 7).create(), HookLog(tmp_path, "n1", 7, "prolog")
+        )
+    finally:
+        steps.PROLOG_STEPS = saved
+    assert [o.outcome for o in result.outcomes] == ["failed", "timed_out"]
+    assert result.env == {"BOOTSEER_PROMISED": "/tmp/env", "B": "1"}
+
+
+def test_the_deps_step_promises_its_prefix() -> None:
+    from bootseer.options import Options, parse_deps
+
+    (deps,) = [s for s in steps.PROLOG_STEPS if s.name == "deps"]
+    job = JobContext(
+        job_id=7,
+        user="ada",
+        uid=1000,
+        gid=1000,
+        node="n1",
+        nodes=("n1",),
+        options=Options(mode="on", deps=parse_deps("/tmp/ada/env")),
+    )
+    assert deps.env(job) == {"BOOTSEER_DEPS_PREFIX": "/tmp/ada/env"}
+
+
 def test_failpoint_raises_in_the_named_step(tmp_path: Path, ctx: JobContext) -> None:
     result = run(tmp_path, ctx, {"a": "ok_step"}, {"failpoints": ["a:raise"]})
     assert result.outcomes[0].outcome == "failed"

@@ -176,7 +176,9 @@ class Namespace:
 
     # -- manifests
     def manifest(self, path: str) -> Manifest | None:
-        """The current version's manifest, or None when ``path`` is no file."""
+        """The current version's manifest, or None when ``path`` is no file; a manifest
+        that cannot be read or does not check out raises :class:`CkptIOError` (EIO)
+        naming the file."""
         key = self.manifest_key(path)
         try:
             info = self.meta.info(key)
@@ -190,11 +192,12 @@ class Namespace:
         except StoreError as exc:
             if _is_dir_error(exc):
                 return None
-            raise CkptError(f"{self.name}:{path}: cannot read its manifest: {exc}") from None
+            raise CkptIOError(f"{self.name}:{path}: cannot read its manifest: {exc}") from None
         try:
             return parse(raw, frozenset(self.by_uri))
         except ManifestError as exc:
-            raise CkptError(f"{self.name}:{path}: {exc}") from None
+            # An I/O error (EIO), never "no such file": a script would start from step 0.
+            raise CkptIOError(f"{self.name}:{path}: {exc}") from None
 
     def commit(self, path: str, manifest: Manifest) -> None:
         """Make ``manifest`` the file's current version (atomic)."""

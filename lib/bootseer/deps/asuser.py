@@ -26,6 +26,7 @@ import json
 import os
 import select
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -141,6 +142,16 @@ class UserChild:
             raise UserChildError(str(answer["error"]))
         return answer.get("ok")
 
+    def terminate(self, grace: float = 5.0) -> None:
+        """Ask the child to stop (SIGTERM: it unwinds, so a restore removes its temporary
+        directory), and kill it if it has not ended ``grace`` seconds later."""
+        if self._status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+            later = threading.Timer(grace, self.kill)
+            later.daemon = True
+            later.start()
+
     def kill(self) -> None:
         if self._status is None:
             with contextlib.suppress(ProcessLookupError):
@@ -149,6 +160,10 @@ class UserChild:
     def _reap(self) -> None:
         if self._status is None:
             _, self._status = os.waitpid(self.pid, 0)
+
+
+def _stop(signum: int, frame: object) -> None:  # pragma: no cover - in the child
+    raise SystemExit(f"stopped by signal {signum} (past its deadline)")
 
 
 def _child(
@@ -166,6 +181,7 @@ def _child(
         for fd in close:
             os.close(fd)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, _stop)  # terminate(): unwind, cleaning up on the way
         if os.geteuid() == 0 and uid != 0:
             os.setgroups(groups)
             os.setgid(gid)

@@ -8,7 +8,9 @@ In the per-node job directory (``<run_dir>/jobs/<id>/deps/``):
 - ``job/`` (the job user's, 0700): ``bootseer deps run`` writes ``install.json`` there
   after an install (the command and the names it added or changed) for the epilog's
   capture. Root never opens anything in it: the capture child reads it with the
-  user's rights.
+  user's rights. The record holds the install's exit ``status``; only 0 is captured,
+  and a new install removes the old record first, so an install that fails (or dies
+  before it records) leaves nothing for the epilog to capture.
 
     >>> job_dir(Path("/run/bootseer"), 42)
     PosixPath('/run/bootseer/jobs/42/deps')
@@ -18,6 +20,7 @@ In the per-node job directory (``<run_dir>/jobs/<id>/deps/``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -76,12 +79,22 @@ def read_install_record(path: str) -> dict[str, Any] | None:
         isinstance(names, list) and all(isinstance(n, str) for n in names)
     ):
         raise ValueError(f"{path}: names must be a list of strings")
+    status = rec.get("status")
+    if not isinstance(status, int) or isinstance(status, bool):
+        status = None  # unknown: never captured
     return {
         "command": cmd,
         "names": names,
         "prefix": str(rec.get("prefix", "")),
         "fresh": rec.get("fresh") is not False,
+        "status": status,
     }
+
+
+def clear_install_record(path: str) -> None:
+    """Before an install: whatever an earlier one recorded no longer describes the prefix."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def write_install_record(path: str, record: dict[str, Any]) -> None:

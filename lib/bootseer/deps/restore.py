@@ -100,6 +100,53 @@ def read_manifest(
     return m, len(raw)
 
 
+def drop_snapshot(
+    store: Store,
+    scope: str,
+    base: str,
+    key: str,
+    broken: Manifest | None,
+    *,
+    max_bytes: int,
+    max_files: int,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> None:
+    """Remove a snapshot found broken, so the job's install is captured anew in its place
+    instead of the broken one being restored again by every later job.
+
+    ``broken`` is the manifest whose archive failed (None: the manifest itself or the ref
+    did). Only what is still broken goes: a manifest a capture has replaced meanwhile
+    (it names another archive, or parses now) stays, and so does a ref naming another key.
+    """
+    paths = SnapshotPaths(scope, key)
+    try:
+        current = read_manifest(
+            store,
+            scope,
+            key,
+            max_bytes=max_bytes,
+            max_files=max_files,
+            max_frame_bytes=max_frame_bytes,
+        )
+    except ManifestError:
+        current = None
+        manifest_broken = True
+    else:
+        manifest_broken = (
+            current is not None and broken is not None and current[0].data == broken.data
+        )
+    if manifest_broken:
+        store.delete(paths.manifest)
+        if broken is not None:
+            store.delete(paths.data(broken.data))
+    try:
+        pointed = find_snapshot(store, scope, base)
+    except ManifestError:
+        pointed = key  # a ref that does not parse goes too
+    if pointed == key and (manifest_broken or current is None):
+        store.delete(ref_path(scope, base))
+
+
 # (store key, offset, length, sha256) -> (the frame's bytes, "peer"/"store"/"cache"), or
 # None: read it from the store here. The prolog's way to the job's peers (the agent).
 FrameVia = Callable[[str, int, int, str], tuple[bytes, str] | None]
@@ -163,7 +210,8 @@ def restore(
     child = UserChild.start(req.uid, req.gid, work, groups=req.groups, feed=True)
     assert child.stdin is not None
     _widen_pipe(child.stdin)
-    watchdog = threading.Timer(req.timeout, child.kill)
+    # terminate, not kill: the child removes its temporary directory as it unwinds
+    watchdog = threading.Timer(req.timeout, child.terminate)
     watchdog.daemon = True
     watchdog.start()
     failure: BaseException | None = None

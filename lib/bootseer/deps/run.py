@@ -152,8 +152,15 @@ def _run_in_job(
     with _lock(user_dir / "install.lock"):
         rec = jobstate.read_install_record(record_path)
         if rec is not None and rec["command"] == list(command):
-            say(f"installed by another task of this job on this node; skipping ({key})")
-            return 0
+            if rec["status"] == 0:
+                say(f"installed by another task of this job on this node; skipping ({key})")
+                return 0
+            status = rec["status"] if isinstance(rec["status"], int) else 1
+            say(
+                f"the same install failed in another task of this job on this node "
+                f"(exit {status}); not running it again"
+            )
+            return status or 1
         if state.restored == key and os.path.isdir(prefix):
             say(f"snapshot {key} restored by the prolog; skipping the install")
             skipped_phase(f"snapshot {key} restored by the prolog")
@@ -164,10 +171,9 @@ def _run_in_job(
                 "reinstalling from scratch"
             )
             _discard(prefix)
+        # First: an install that fails, or dies, must not leave an earlier record to capture.
+        jobstate.clear_install_record(record_path)
         rc, names, fresh = _install(command, prefix)
-        if rc != 0:
-            say(f"install failed (exit {rc}); nothing will be captured")
-            return rc
         jobstate.write_install_record(
             record_path,
             {
@@ -176,8 +182,12 @@ def _run_in_job(
                 "prefix": prefix,
                 "key": key,
                 "fresh": fresh,
+                "status": rc,
             },
         )
+        if rc != 0:
+            say(f"install failed (exit {rc}); nothing will be captured")
+            return rc
     if fresh:
         say(f"installed {len(names)} entries; the epilog captures them as snapshot {key}")
     else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from bootseer import nodepaths
 from bootseer.config import SiteConfig
@@ -28,7 +28,9 @@ from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, StepResult
 
 if TYPE_CHECKING:
+    from bootseer.deps.manifest import Manifest
     from bootseer.deps.restore import FrameVia
+    from bootseer.store import Store
 
 
 def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
@@ -90,22 +92,21 @@ def prolog(call: StepCall) -> StepResult:
         )
 
     from bootseer.deps import nodecache
+    from bootseer.deps.manifest import ManifestError
     from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 
     store = cfg.store.open()
-    key = find_snapshot(store, sdir, base)
-    found = (
-        read_manifest(
-            store,
-            sdir,
-            key,
-            max_bytes=cfg.deps.max_bytes,
-            max_files=cfg.deps.max_files,
-            max_frame_bytes=cfg.deps.max_frame_bytes,
-        )
-        if key
-        else None
-    )
+    limits = {
+        "max_bytes": cfg.deps.max_bytes,
+        "max_files": cfg.deps.max_files,
+        "max_frame_bytes": cfg.deps.max_frame_bytes,
+    }
+    key: str | None = None
+    try:
+        key = find_snapshot(store, sdir, base)
+        found = read_manifest(store, sdir, key, **limits) if key else None
+    except ManifestError as exc:
+        _drop_broken(call, store, sdir, base, key, None, exc)
     if key is None or found is None:
         return StepResult(
             outcome="skipped",
@@ -142,7 +143,10 @@ def prolog(call: StepCall) -> StepResult:
                 timeout=max(1.0, call.remaining()),
                 replace=ours,
             )
-            done = restore(store, manifest, req, via=_via_peers(call))
+            try:
+                done = restore(store, manifest, req, via=_via_peers(call))
+            except ManifestError as exc:
+                _drop_broken(call, store, sdir, base, key, manifest, exc)
             nodecache.write_stamp(
                 cache, nodecache.Stamp(spec.prefix, key, ctx.uid, done.dev, done.ino, time.time())
             )
@@ -168,6 +172,47 @@ def prolog(call: StepCall) -> StepResult:
         peer_bytes=peer_bytes,
         env=env,
     )
+
+
+def _drop_broken(
+    call: StepCall,
+    store: Store,
+    scope: str,
+    base: str,
+    key: str | None,
+    manifest: Manifest | None,
+    exc: Exception,
+) -> NoReturn:
+    """A snapshot (its ref, manifest or archive) failed verification: drop it from the
+    store, so this job's install is captured in its place rather than the broken one
+    restored by every later job; the step fails, and the job installs."""
+    from bootseer.deps.layout import ref_path
+    from bootseer.deps.manifest import ManifestError
+    from bootseer.deps.restore import drop_snapshot, find_snapshot
+
+    cfg = call.cfg
+    what = f"snapshot {key}" if key else f"the ref of base {base} in {scope}"
+    try:
+        if key is None:
+            try:
+                find_snapshot(store, scope, base)  # still broken, not rewritten meanwhile?
+            except ManifestError:
+                store.delete(ref_path(scope, base))
+        else:
+            drop_snapshot(
+                store,
+                scope,
+                base,
+                key,
+                manifest,
+                max_bytes=cfg.deps.max_bytes,
+                max_files=cfg.deps.max_files,
+                max_frame_bytes=cfg.deps.max_frame_bytes,
+            )
+        dropped = "dropped it from the store; the job installs and its epilog captures anew"
+    except Exception as drop_exc:
+        dropped = f"could not drop it ({drop_exc!r}); the job installs"
+    raise StepError(f"{what} is broken ({exc}): {dropped}") from None
 
 
 def _via_peers(call: StepCall) -> FrameVia | None:
@@ -203,7 +248,8 @@ def epilog(call: StepCall) -> StepResult:
     record = _install_record(
         ctx, str(nodepaths.install_record(cfg.paths.run_dir, ctx.job_id)), call.remaining()
     )
-    if record is not None and record["fresh"] and record["prefix"] == state.prefix:
+    succeeded = record is not None and record["status"] == 0
+    if record is not None and succeeded and record["fresh"] and record["prefix"] == state.prefix:
         cmd = record["command"]
         key = snapshot_key(state.base, list(cmd) if isinstance(cmd, list) else None)
         _stamp_install(call, state.prefix, key)
@@ -216,6 +262,12 @@ def epilog(call: StepCall) -> StepResult:
         return StepResult(
             outcome="skipped",
             detail=f"nothing installed by `bootseer deps run` into {state.prefix}: not captured",
+        )
+    if not succeeded:
+        return StepResult(
+            outcome="skipped",
+            detail=f"the install into {state.prefix} failed (exit {record['status']}): "
+            "not captured",
         )
     if not record["fresh"] or record["prefix"] != state.prefix:
         return StepResult(

@@ -96,6 +96,8 @@ def run_steps(
 
     outcomes: list[StepOutcome] = []
     env: dict[str, str] = {}
+    for spec in specs:  # promised whatever the step's outcome
+        env.update(spec.env(ctx))
     pending = set(futures)
     while pending:
         next_deadline = min(deadlines[futures[f].name] for f in pending)

@@ -44,11 +44,18 @@ class StepResult:
     outcome: str = "ok"  # or "skipped" when the step found nothing to do
 
 
+def _no_env(ctx: JobContext) -> dict[str, str]:
+    return {}
+
+
 @dataclass(frozen=True)
 class StepSpec:
     name: str
     target: str  # "module:function"
     wanted: Callable[[JobContext], bool]
+    # What the job's tasks get whatever becomes of the step (failed, timed out, a
+    # failpoint): values known from the job's options alone, which the docs promise.
+    env: Callable[[JobContext], dict[str, str]] = _no_env
 
     def load(self) -> Callable[[StepCall], StepResult]:
         module, _, func = self.target.partition(":")
@@ -61,7 +68,15 @@ class StepSpec:
 PROLOG_STEPS: tuple[StepSpec, ...] = (
     StepSpec("image", "bootseer.image.step:prolog", lambda ctx: ctx.options.image is not None),
     # Phase records: prolog "deps" is deps_restore.
-    StepSpec("deps", "bootseer.deps.step:prolog", lambda ctx: ctx.options.deps is not None),
+    StepSpec(
+        "deps",
+        "bootseer.deps.step:prolog",
+        lambda ctx: ctx.options.deps is not None,
+        # The job's install command names it ("$BOOTSEER_DEPS_PREFIX"), restore or not.
+        env=lambda ctx: (
+            {"BOOTSEER_DEPS_PREFIX": ctx.options.deps.prefix} if ctx.options.deps else {}
+        ),
+    ),
     StepSpec("ckpt", "bootseer.ckpt.step:prolog", lambda ctx: ctx.options.ckpt is not None),
 )
 EPILOG_STEPS: tuple[StepSpec, ...] = (

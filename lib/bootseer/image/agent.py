@@ -130,11 +130,17 @@ class Agent:
             self._targets[uri] = open_store(uri, store.access_key, store.secret_key)
         return self._targets[uri]
 
-    def stats(self) -> StatsReply:
+    def stats(self, uid: int | None = None) -> StatsReply:
+        """The node's counters; its jobs, or with ``uid`` only that user's."""
         s = self.fetcher.stats
+        jobs = (
+            self.jobs.ids()
+            if uid is None
+            else [v.job_id for v in self.jobs.views() if v.uid == uid]
+        )
         return StatsReply(
             node=self.node,
-            jobs=self.jobs.ids(),
+            jobs=jobs,
             cache_bytes=self.cache.bytes,
             cache_blocks=len(self.cache),
             cache_cap=self.cache.cap,

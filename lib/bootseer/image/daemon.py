@@ -42,7 +42,12 @@ def serve(
     pyfuse3.init(ImageFS(agent), mountpoint, set(MOUNT_OPTIONS))
     server: AgentServer | None = None
     try:
-        server = AgentServer(paths.agent_socket, agent)
+        server = AgentServer(
+            paths.agent_socket,
+            agent,
+            cfg.image.max_connections,
+            cfg.image.max_connections_per_user,
+        )
         threading.Thread(target=server.serve_forever, name="agent-socket", daemon=True).start()
         threading.Thread(
             target=raise_read_ahead_when_ready, args=(mountpoint, READ_AHEAD_KIB), daemon=True

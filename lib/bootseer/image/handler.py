@@ -37,7 +37,8 @@ def handle(agent: Agent, req: Request, peer_uid: int) -> Reply:
     if isinstance(req, Ping):
         return PingReply(agent.node, os.getpid())
     if isinstance(req, Stats):
-        return agent.stats()
+        # The node's job list is root's; a user sees their own jobs and the totals.
+        return agent.stats(None if peer_uid == 0 else peer_uid)
     if req.root_only and peer_uid != 0:
         raise AgentRefused(f"{req.op!r} is for root (the prolog/epilog) only")
     if isinstance(req, Status | FirstStep):

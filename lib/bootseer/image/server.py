@@ -15,6 +15,8 @@ import os
 import socket
 import socketserver
 import struct
+import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from bootseer.image.protocol import (
     MAX_LINE,
     AgentBadRequest,
     AgentError,
+    AgentRefused,
     AgentUnavailable,
     encode,
     error_reply,
@@ -69,13 +72,23 @@ class _Handler(socketserver.StreamRequestHandler):
 
 
 class AgentServer(socketserver.ThreadingUnixStreamServer):
+    """A thread per connection, but never more than ``max_connections`` of users' at once,
+    nor ``max_per_user`` of one user's: past either, the connection is answered
+    ``refused`` at once, by the accepting thread, and closed. Root's are always served."""
+
     daemon_threads = True
     # A job's mount daemon asks for many checkpoint units at once (its read-ahead), and
     # every prolog of a node at once: the default backlog of 5 refused them (EAGAIN).
     request_queue_size = 128
 
-    def __init__(self, path: Path, agent: Agent) -> None:
+    def __init__(
+        self, path: Path, agent: Agent, max_connections: int = 64, max_per_user: int = 8
+    ) -> None:
         self.agent = agent
+        self.max_connections = max_connections
+        self.max_per_user = max_per_user
+        self._open: Counter[int] = Counter()  # uid -> connections being served
+        self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         with contextlib.suppress(AgentUnavailable):
             AgentClient(path).ping(timeout=2)
@@ -83,3 +96,51 @@ class AgentServer(socketserver.ThreadingUnixStreamServer):
         path.unlink(missing_ok=True)
         super().__init__(str(path), _Handler)
         os.chmod(path, 0o666)  # users may ask about their own jobs; SO_PEERCRED decides
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            uid = peer_uid(request)
+        except OSError:
+            self.shutdown_request(request)
+            return
+        with self._lock:
+            users = sum(n for u, n in self._open.items() if u != 0)
+            if uid != 0 and self._open[uid] >= self.max_per_user:
+                why = (
+                    f"uid {uid} has {self._open[uid]} connections open, at most {self.max_per_user}"
+                )
+            elif uid != 0 and users >= self.max_connections:
+                why = f"{users} connections of users open, at most {self.max_connections}"
+            else:
+                why = ""
+                self._open[uid] += 1
+        if why:
+            self._refuse(request, why)
+            return
+        try:
+            super().process_request(request, (uid, client_address))
+        except BaseException:
+            self._done(uid)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address[1])
+        finally:
+            self._done(client_address[0])
+
+    def _done(self, uid: int) -> None:
+        with self._lock:
+            self._open[uid] -= 1
+            if self._open[uid] <= 0:
+                del self._open[uid]
+
+    def _refuse(self, request: socket.socket, why: str) -> None:
+        with contextlib.suppress(OSError):
+            request.send(encode(error_reply(AgentRefused(f"busy: {why}"))), socket.MSG_DONTWAIT)
+        self.shutdown_request(request)
+
+    def connections(self) -> dict[int, int]:
+        """Connections being served, by uid."""
+        with self._lock:
+            return dict(self._open)

@@ -29,12 +29,22 @@ from bootseer.p2p.wire import (
 Address = tuple[str, int]
 
 
+# A kept connection unused this long is closed rather than reused: the server closes idle
+# connections (PeerServer.idle_timeout, 120 s) and a request on one it closed meets EOF.
+REUSE_IDLE = 60.0
+
+
+class _Stale(Exception):
+    """A kept connection the server had closed: retry on a fresh one, no fault of the peer."""
+
+
 class PeerClient:
     def __init__(self, timeout: float, connect_timeout: float = 2.0, idle_per_peer: int = 4):
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.idle_per_peer = idle_per_peer
-        self._idle: dict[Address, list[tuple[socket.socket, bytes]]] = defaultdict(list)
+        # per peer: (connection, its nonce, when it was last used)
+        self._idle: dict[Address, list[tuple[socket.socket, bytes, float]]] = defaultdict(list)
         self._lock = threading.Lock()
 
     def fetch(self, addr: Address, req: PieceRequest, token: bytes) -> bytes:
@@ -42,17 +52,26 @@ class PeerClient:
         within ``timeout`` seconds whatever the peer does. The request is proved with the
         job's ``token`` and the connection's nonce."""
         deadline = time.monotonic() + self.timeout
-        sock: socket.socket | None = None
-        keep = False
         try:
-            sock, nonce = self._take(addr, deadline)
+            return self._fetch(addr, req, token, deadline, reuse=True)
+        except _Stale:
+            return self._fetch(addr, req, token, deadline, reuse=False)
+
+    def _fetch(
+        self, addr: Address, req: PieceRequest, token: bytes, deadline: float, reuse: bool
+    ) -> bytes:
+        sock: socket.socket | None = None
+        keep = answered = False
+        try:
+            sock, nonce, kept = self._take(addr, deadline, reuse)
             proof = prove(token, nonce, req.job_id, req.piece)
             sock.settimeout(max(0.01, deadline - time.monotonic()))
             sock.sendall(dataclasses.replace(req, proof=proof).encode())
             while True:  # heartbeats while the owner gets the piece; silence means dead
                 doc = read_message(sock, min(deadline, time.monotonic() + LIVENESS))
                 if doc is None:
-                    raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
+                    raise ConnectionResetError("the peer closed the connection")
+                answered = True
                 reply = PieceReply.decode(doc)
                 if not reply.pending:
                     break
@@ -69,7 +88,11 @@ class PeerClient:
                 "timeout",
                 f"peer {addr[0]}: no piece within {self.timeout:g}s, or silent for {LIVENESS:g}s",
             ) from None
-        except OSError as exc:
+        except (OSError, PeerError) as exc:
+            if sock is not None and kept and not answered:
+                raise _Stale() from None
+            if isinstance(exc, PeerError):
+                raise
             raise PeerError("unreachable", f"peer {addr[0]}:{addr[1]}: {exc}") from None
         finally:
             if sock is not None and keep:
@@ -77,18 +100,25 @@ class PeerClient:
             elif sock is not None:
                 sock.close()
 
-    def _take(self, addr: Address, deadline: float) -> tuple[socket.socket, bytes]:
-        """A kept connection to ``addr``, or a new one and the nonce its server sent."""
+    def _take(
+        self, addr: Address, deadline: float, reuse: bool
+    ) -> tuple[socket.socket, bytes, bool]:
+        """A kept connection to ``addr`` (True), or a new one (False), and its nonce."""
+        now = time.monotonic()
         with self._lock:
-            if self._idle[addr]:
-                return self._idle[addr].pop()
+            kept = self._idle[addr]
+            while reuse and kept:
+                sock, nonce, used = kept.pop()
+                if now - used < REUSE_IDLE:
+                    return sock, nonce, True
+                sock.close()
         sock = socket.create_connection(addr, timeout=self.connect_timeout)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             hello = read_message(sock, min(deadline, time.monotonic() + LIVENESS))
             if hello is None:
                 raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
-            return sock, Hello.decode(hello)
+            return sock, Hello.decode(hello), False
         except BaseException:
             sock.close()
             raise
@@ -96,14 +126,14 @@ class PeerClient:
     def _give(self, addr: Address, sock: socket.socket, nonce: bytes) -> None:
         with self._lock:
             if len(self._idle[addr]) < self.idle_per_peer:
-                self._idle[addr].append((sock, nonce))
+                self._idle[addr].append((sock, nonce, time.monotonic()))
                 return
         sock.close()
 
     def close(self) -> None:
         with self._lock:
             for socks in self._idle.values():
-                for s, _ in socks:
+                for s, _, _ in socks:
                     with contextlib.suppress(OSError):
                         s.close()
             self._idle.clear()

@@ -62,6 +62,7 @@ class PeerServer:
         self.served_pieces = 0
         self.refused = 0
         self._active = 0
+        self._idle: dict[socket.socket, float] = {}  # connections waiting for a request, since
         self._jobs_changed = threading.Condition()
         self._lock = threading.Lock()
         self._sock = socket.create_server(address, reuse_port=False, backlog=128)
@@ -90,9 +91,18 @@ class PeerServer:
                 return
             with self._lock:
                 full = self._active >= self.max_connections
-                if not full:
+                # Peers keep connections for their next pieces: at the cap, the one idle
+                # longest gives way (its peer reconnects when it needs it), so a big job's
+                # nodes are never turned away by connections nobody uses.
+                idle = min(self._idle, key=self._idle.__getitem__) if full and self._idle else None
+                if idle is not None:
+                    del self._idle[idle]
+                if not full or idle is not None:
                     self._active += 1
-            if full:
+            if idle is not None:
+                with contextlib.suppress(OSError):
+                    idle.shutdown(socket.SHUT_RDWR)
+            elif full:
                 conn.close()
                 continue
             threading.Thread(
@@ -107,7 +117,13 @@ class PeerServer:
             conn.sendall(Hello(nonce.hex()).encode())
             while True:
                 conn.settimeout(self.idle_timeout)
-                doc = read_message(conn)
+                with self._lock:
+                    self._idle[conn] = time.monotonic()
+                try:
+                    doc = read_message(conn)
+                finally:
+                    with self._lock:
+                        self._idle.pop(conn, None)
                 if doc is None:
                     return
                 try:

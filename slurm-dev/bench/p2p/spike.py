@@ -47,7 +47,7 @@ from network import Network  # noqa: E402
 WORK = Path(os.environ.get("BOOTSEER_BENCH_DIR", "/var/tmp/bootseer-p2p-spike"))
 STORE_PORT = 8080
 PEER_PORT = 6881
-ENGINES = ("baseline", "direct", "libtorrent")
+ENGINES = ("baseline", "direct", "libtorrent", "libtorrent-tls")
 
 
 def make_hot_set(size: int, piece: int) -> tuple[Path, list[str]]:
@@ -60,14 +60,39 @@ def make_hot_set(size: int, piece: int) -> tuple[Path, list[str]]:
     return path, [hashlib.sha256(data[o : o + piece]).hexdigest() for o in range(0, size, piece)]
 
 
-def make_torrent(hotset: Path, piece: int) -> Path:
+def make_certs(nodes: tuple[str, ...]) -> Path:
+    """libtorrent-tls: a job CA and one certificate per node signed by it (P-256), and the
+    DH parameters libtorrent wants. A node certificate's name must be ``*`` or the
+    torrent's name: libtorrent checks it (any other name fails the TLS handshake)."""
+    d = WORK / "tls"
+    d.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    openssl("req", "-x509", *ec, "-keyout", f"{d}/ca.key", "-out", f"{d}/ca.pem", "-days", "2",
+            "-subj", "/CN=bootseer job 1234")  # fmt: skip
+    for n in nodes:
+        openssl("req", *ec, "-keyout", f"{d}/{n}.key", "-out", f"{d}/{n}.csr", "-subj", "/CN=*")
+        openssl("x509", "-req", "-in", f"{d}/{n}.csr", "-CA", f"{d}/ca.pem", "-CAkey",
+                f"{d}/ca.key", "-CAcreateserial", "-out", f"{d}/{n}.pem", "-days", "2")  # fmt: skip
+    if not (d / "dh.pem").exists():
+        openssl("dhparam", "-dsaparam", "-out", f"{d}/dh.pem", "2048")
+    return d
+
+
+def make_torrent(hotset: Path, piece: int, root_cert: str | None = None) -> Path:
     """A v2-only (SHA-256 merkle) torrent: what image registration would store beside the
-    manifest. Its piece hashes are merkle roots over 16 KiB leaves, not sha256(piece)."""
+    manifest. Its piece hashes are merkle roots over 16 KiB leaves, not sha256(piece).
+    With ``root_cert`` (PEM), an SSL torrent: only peers with a certificate signed by it."""
     import libtorrent as lt
 
-    out = WORK / "store" / f"hotset-{piece}.torrent"
+    out = WORK / "store" / f"hotset-{piece}{'-tls' if root_cert else ''}.torrent"
     ct = lt.create_torrent(lt.list_files(str(hotset)), piece, lt.create_torrent.v2_only)
     ct.set_priv(True)
+    if root_cert:
+        ct.set_root_cert(root_cert)
     lt.set_piece_hashes(ct, str(hotset.parent))
     out.write_bytes(lt.bencode(ct.generate()))
     return out
@@ -241,7 +266,12 @@ def summary(records: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--engine", choices=[*ENGINES, "all"], default="all")
+    ap.add_argument(
+        "--engine",
+        default="all",
+        help=f"one of {', '.join(ENGINES)}, several joined by commas (alternating), or "
+        "all (the first three)",
+    )
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--runs", type=int, default=1, help="rounds (engines alternate within one)")
     ap.add_argument("--size-mib", type=int, default=64)
@@ -258,13 +288,19 @@ def main() -> None:
     )
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
-    engines = list(ENGINES) if a.engine == "all" else [a.engine]
+    engines = list(ENGINES[:3]) if a.engine == "all" else a.engine.split(",")
+    if not set(engines) <= set(ENGINES):
+        ap.error(f"--engine: one of {', '.join(ENGINES)} or all")
     size, piece = a.size_mib * 2**20, a.piece_kib * 1024
 
     WORK.mkdir(parents=True, exist_ok=True)
     hotset, digests = make_hot_set(size, piece)
-    torrent = make_torrent(hotset, piece) if "libtorrent" in engines else None
     nodes = tuple(f"n{i}" for i in range(1, a.nodes + 1))
+    torrent = make_torrent(hotset, piece) if "libtorrent" in engines else None
+    tls_dir = make_certs(nodes) if "libtorrent-tls" in engines else None
+    tls_torrent = None
+    if tls_dir:
+        tls_torrent = make_torrent(hotset, piece, (tls_dir / "ca.pem").read_text())
     net = Network(a.port_base, nodes, a.node_mbit, a.store_mbit)
     cfg = {
         "nodes": list(nodes),
@@ -276,6 +312,8 @@ def main() -> None:
         "piece_bytes": piece,
         "size": size,
         "torrent": str(torrent) if torrent else None,
+        "tls_torrent": str(tls_torrent) if tls_torrent else None,
+        "tls_dir": str(tls_dir) if tls_dir else None,
         "lt_connect": a.lt_connect,
         "job_token": hashlib.sha256(b"site-secret|job 1234").hexdigest(),
     }

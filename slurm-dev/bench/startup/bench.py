@@ -44,7 +44,8 @@ and the links' counters (sampled every 0.2 s):
   per node over the job; ``store_cpu_s`` the store host's; ``load1`` the 1-minute load
   average at the last first step, ``load1_max`` the highest sampled.
 
-Runs as root. It changes the cluster's site config for its run (checkpoint targets on
+Runs as root; the jobs run as an ordinary user (``--user``, default slurm-dev's
+``alice``). It changes the cluster's site config for its run (checkpoint targets on
 the S3 store host, deadlines inside PrologEpilogTimeout) and puts it back at the end.
 """
 
@@ -287,10 +288,13 @@ def dump_toml(data: dict[str, Any]) -> str:
 
 
 class Bench:
-    def __init__(self, cluster: devcluster.Cluster, size: Size, mode: str) -> None:
+    def __init__(self, cluster: devcluster.Cluster, size: Size, mode: str, user: str) -> None:
         self.c = cluster
         self.size = size
+        self.user = user
         self.env = {**os.environ, **cluster.env()}
+        self.user_env = self.env if user == "root" else {**self.env, **devcluster.user_env(user)}
+        self.as_user = [] if user == "root" else devcluster.as_user(user)
         self.cpu = CpuGroups(cluster)
         self.py = os.path.realpath(sys.executable)
         self.uv = shutil.which("uv", path=self.env["PATH"]) or "uv"
@@ -328,7 +332,10 @@ class Bench:
 
     def prepare(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
+        for d in (WORK, self.work):
+            d.chmod(0o755)  # the job's user reads the requirements and the checkpoint here
         self.out.mkdir(exist_ok=True)
+        self.out.chmod(0o1777)  # and writes its output here
         self.req.write_text("\n".join(self.size.packages) + "\n")
         index = deps_bench().build_index(list(self.size.packages), self.work / "index")
         self.start_index(index)
@@ -352,7 +359,7 @@ class Bench:
         sh(["bootseer", "image", "add", str(self.image), "--name", self.image_name], env=self.env)
         # The recording run saves the checkpoint anew and captures a new snapshot.
         subprocess.run(
-            ["bootseer", "ckpt", "rm", "--user", "root", f"{CKPT_NS}:model.bin"],
+            ["bootseer", "ckpt", "rm", "--user", self.user, f"{CKPT_NS}:model.bin"],
             env=self.env,
             capture_output=True,
         )
@@ -455,6 +462,7 @@ class Bench:
         }
         r = sh(
             [
+                *self.as_user,
                 "sbatch",
                 "--parsable",
                 "-N",
@@ -468,7 +476,7 @@ class Bench:
                 *opts,
                 str(HERE / "job.sh"),
             ],
-            env=self.env,
+            env=self.user_env,
             cwd=self.work,
         )
         job = int(r.stdout.strip().split(";")[0])
@@ -545,6 +553,16 @@ def deps_bench() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def user_exists(user: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(user)
+        return True
+    except KeyError:
+        return False
 
 
 def sh_ok(cmd: list[str]) -> bool:
@@ -659,6 +677,11 @@ def main(argv: list[str]) -> int:
         "--state-dir", default=os.environ.get("BOOTSEER_DEV_STATE", "/var/tmp/bootseer-dev")
     )
     p.add_argument("--json", help="write one record per point here (a JSON list)")
+    p.add_argument(
+        "--user",
+        default=next((u for u in devcluster.USERS if user_exists(u)), "root"),
+        help="submit the jobs as this user (default: slurm-dev's alice)",
+    )
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         raise SystemExit("bench: run as root (it restarts agents and reads link counters)")
@@ -671,11 +694,12 @@ def main(argv: list[str]) -> int:
     if max(counts) > cluster.s.nodes:
         raise SystemExit(f"bench: N up to {max(counts)} needs as many nodes: slurm-dev/up --nodes")
     size = SMOKE if args.smoke else FULL
-    b = Bench(cluster, size, "smoke" if args.smoke else "full")
+    b = Bench(cluster, size, "smoke" if args.smoke else "full", args.user)
     net = cluster.s.network
     log(
         f"cluster {cluster.dir}: {cluster.s.nodes} nodes, store link {net.store_mbit} Mbit/s, "
-        f"node links {net.node_mbit} Mbit/s; N = {counts}; {os.cpu_count()} CPUs"
+        f"node links {net.node_mbit} Mbit/s; N = {counts}; {os.cpu_count()} CPUs; "
+        f"jobs as {args.user}"
     )
     rows: list[dict[str, Any]] = []
     try:

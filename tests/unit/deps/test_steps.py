@@ -15,6 +15,7 @@ import pytest
 from bootseer.deps import jobstate, step
 from bootseer.deps.archive import walk_prefix
 from bootseer.deps.capture import CaptureRequest, capture
+from bootseer.deps.layout import ref_path
 from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 from bootseer.errors import StepError
 from bootseer.store import Store
@@ -49,6 +50,7 @@ def installed(call, prefix: Path) -> None:  # type: ignore[no-untyped-def]
             "names": walk_prefix(str(prefix)),
             "prefix": str(prefix),
             "fresh": True,
+            "status": 0,
         },
     )
     os.chown(record, call.ctx.uid, call.ctx.gid)
@@ -338,3 +340,138 @@ def test_deps_run_refuses_a_prefix_of_another_user(scratch: Path) -> None:
     assert out.returncode != 0 and "refusing to install into" in out.stderr, out.stderr
     assert not (prefix / "x").exists()
     assert step.epilog(call).outcome == "skipped"
+
+
+def test_a_failed_install_is_never_captured(scratch: Path) -> None:
+    needs_root()
+    write_site(scratch)
+    cfg = site(scratch)
+    (scratch / "req.txt").write_text("x\n")
+    prefix = scratch / "env"
+    spec = f"{prefix},key=req.txt"
+    call = step_call(scratch, cfg, job_id=51, uid=0, user="root", deps=spec)
+    step.prolog(call)
+    good = ["sh", "-c", f"mkdir -p {prefix}/lib && echo ok > {prefix}/lib/a.py"]
+    assert deps_run_in_job(scratch, call, good).returncode == 0
+    # A second install fails half-way (a full disk, a bad package): it changed the prefix.
+    bad = ["sh", "-c", f"echo half > {prefix}/lib/b.py; exit 3"]
+    out = deps_run_in_job(scratch, call, bad)
+    assert out.returncode == 3 and "nothing will be captured" in out.stderr, out.stderr
+    r = step.epilog(call)
+    assert r.outcome == "skipped" and "failed (exit 3)" in r.detail, r.detail
+    store = cfg.store.open()
+    assert not store.list("deps", recursive=True)
+
+    # In a fresh job, an install that fails from the start: nothing either, and a task
+    # of the same job asking for the same install gets the same failure, not a skip.
+    import shutil
+
+    shutil.rmtree(prefix)
+    call = step_call(scratch, cfg, job_id=52, uid=0, user="root", deps=spec)
+    step.prolog(call)
+    half = ["sh", "-c", f"mkdir -p {prefix} && echo half > {prefix}/x; exit 2"]
+    assert deps_run_in_job(scratch, call, half).returncode == 2
+    again = deps_run_in_job(scratch, call, half)
+    assert again.returncode == 2 and "failed in another task" in again.stderr, again.stderr
+    assert "failed (exit 2)" in step.epilog(call).detail
+    assert not store.list("deps", recursive=True)
+
+
+def test_a_broken_snapshot_is_dropped_and_replaced(scratch: Path) -> None:
+    needs_root()
+    cfg = site(scratch)
+    (scratch / "req.txt").write_text("numpy\n")
+    prefix = scratch / "env"
+    spec = f"{prefix},key=req.txt"
+    first = step_call(scratch, cfg, job_id=61, uid=USER_A, user="ada", deps=spec)
+    step.prolog(first)
+    installed(first, prefix)
+    assert "captured" in step.epilog(first).detail
+    store = cfg.store.open()
+    (data,) = [o.key for o in store.list("deps", recursive=True) if ".tar.zst" in o.key]
+    raw = bytearray(store.read_bytes(data))
+    raw[len(raw) // 2] ^= 0xFF  # one flipped byte in the store's archive
+    store.write_bytes(data, bytes(raw))
+
+    import shutil
+
+    shutil.rmtree(prefix)
+    second = step_call(scratch, cfg, job_id=62, uid=USER_A, user="ada", deps=spec)
+    with pytest.raises(StepError, match=r"broken.*dropped it from the store"):
+        step.prolog(second)
+    assert not prefix.exists()
+    assert not [p for p in scratch.iterdir() if p.name.startswith(".env.bootseer-")]
+    state = jobstate.PrologState.read(second.job.sub("deps") / "prolog.json")
+    assert state is not None
+    assert find_snapshot(store, state.scope, state.base) is None  # not offered again
+    installed(second, prefix)  # the job installs; its epilog captures anew
+    assert "captured" in step.epilog(second).detail
+
+    shutil.rmtree(prefix)
+    third = step_call(scratch, cfg, job_id=63, uid=USER_A, user="ada", deps=spec)
+    r = step.prolog(third)
+    assert r.outcome == "ok" and "restored" in r.detail, r.detail
+    assert (prefix / "bin" / "tool").read_text() == "#!/bin/sh\necho hi\n"
+
+
+def test_a_manifest_that_does_not_parse_is_dropped(scratch: Path) -> None:
+    needs_root()
+    cfg = site(scratch)
+    (scratch / "req.txt").write_text("numpy\n")
+    prefix = scratch / "env"
+    spec = f"{prefix},key=req.txt"
+    first = step_call(scratch, cfg, job_id=71, uid=USER_A, user="ada", deps=spec)
+    step.prolog(first)
+    installed(first, prefix)
+    step.epilog(first)
+    store = cfg.store.open()
+    (manifest,) = [o.key for o in store.list("deps", recursive=True) if "manifest" in o.key]
+    store.write_bytes(manifest, b"{not json")
+    import shutil
+
+    shutil.rmtree(prefix)
+    second = step_call(scratch, cfg, job_id=72, uid=USER_A, user="ada", deps=spec)
+    with pytest.raises(StepError, match="broken"):
+        step.prolog(second)
+    assert not store.exists(manifest)
+    r = step.prolog(step_call(scratch, cfg, job_id=73, uid=USER_A, user="ada", deps=spec))
+    assert r.outcome == "skipped" and "no snapshot" in r.detail
+
+    assert not [o for o in store.list("deps", recursive=True) if "/refs/" in o.key]
+    state = jobstate.PrologState.read(second.job.sub("deps") / "prolog.json")
+    assert state is not None
+    ref = ref_path(state.scope, state.base)
+    store.write_bytes(ref, b"[")  # a ref that does not parse goes as well
+    with pytest.raises(StepError, match=r"the ref of base .* is broken.*dropped"):
+        step.prolog(step_call(scratch, cfg, job_id=74, uid=USER_A, user="ada", deps=spec))
+    assert not store.exists(ref)
+
+
+def test_a_restore_past_its_deadline_leaves_no_temporary_directory(
+    scratch: Path, store: Store
+) -> None:
+    needs_root()
+    src = scratch / "src"
+    src.mkdir()
+    fill(src, USER_A)
+    m = capture(
+        store,
+        CaptureRequest(
+            prefix=str(src), scope="user/ada", base="1" * 32, key="2" * 32, uid=USER_A, gid=USER_A
+        ),
+    )
+    m.prefix = str(scratch / "env")  # restore it elsewhere
+    import threading
+
+    hung = threading.Event()
+
+    def via(key: str, offset: int, length: int, sha: str) -> None:
+        hung.wait(3)  # the store (or the peers) hang past the restore's deadline
+        return None
+
+    req = RestoreRequest(prefix=str(scratch / "env"), uid=USER_A, gid=USER_A, timeout=1.0)
+    with pytest.raises(StepError):
+        restore(store, m, req, via=via)
+    assert not (scratch / "env").exists()
+    left = [p.name for p in scratch.iterdir() if p.name.startswith(".env.bootseer-")]
+    assert not left
