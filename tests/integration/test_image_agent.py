@@ -373,3 +373,26 @@ def test_an_agent_killed_with_sigkill_comes_back(base: Path, image: Path) -> Non
         agent.release(2)
     finally:
         agent.stop()
+
+
+def test_a_block_damaged_in_the_cache_is_never_served(base: Path, image: Path) -> None:
+    """Bytes flipped in a cached block file while the agent runs: the next job's read
+    gets the right bytes (the block is dropped and fetched again), never the damage."""
+    add_image(base, image, "test:1")
+    original = image.read_bytes()
+    with running_agent(base) as agent:
+        assert Path(agent.prepare(1, "test:1")["path"]).read_bytes() == original
+        blocks = sorted((agent.cache / "blocks").rglob("*"))
+        files = [b for b in blocks if b.is_file()]
+        assert files
+        for f in files[:3]:
+            with open(f, "r+b") as fh:  # in place, as a bad disk or a stray write would
+                fh.seek(f.stat().st_size // 2)
+                byte = fh.read(1)
+                fh.seek(-1, os.SEEK_CUR)
+                fh.write(bytes([byte[0] ^ 0xFF]))
+        # A new job's file: its reads reach the agent (the first file's pages are cached).
+        assert Path(agent.prepare(2, "test:1")["path"]).read_bytes() == original
+        assert agent.log_text().count("damaged on disk") == 3
+        agent.release(1)
+        agent.release(2)
