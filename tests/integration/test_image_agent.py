@@ -349,3 +349,50 @@ def test_squashfuse_mounts_the_lazy_image(base: Path, image: Path) -> None:
         finally:
             subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
         agent.release(1)
+
+
+def test_an_agent_killed_with_sigkill_comes_back(base: Path, image: Path) -> None:
+    """kill -9 leaves the dead agent's FUSE mount ("Transport endpoint is not connected");
+    the next agent clears it itself (before, it exited with FileExistsError)."""
+    from bootseer import mounts
+    from tests.imagekit import AgentProc, site_config
+
+    add_image(base, image, "test:1")
+    original = image.read_bytes()
+    agent = AgentProc(base, "t1", site_config(base))
+    try:
+        agent.start()
+        assert Path(agent.prepare(1, "test:1")["path"]).read_bytes() == original
+        agent.kill()
+        assert mounts.is_mounted(agent.mount)  # stale: the kernel still lists it
+        with pytest.raises(OSError) as stale:
+            os.listdir(agent.mount)
+        assert stale.value.errno == errno.ENOTCONN
+        agent.start()  # a new agent on the same config (systemd's Restart=on-failure)
+        assert Path(agent.prepare(2, "test:1")["path"]).read_bytes() == original
+        agent.release(2)
+    finally:
+        agent.stop()
+
+
+def test_a_block_damaged_in_the_cache_is_never_served(base: Path, image: Path) -> None:
+    """Bytes flipped in a cached block file while the agent runs: the next job's read
+    gets the right bytes (the block is dropped and fetched again), never the damage."""
+    add_image(base, image, "test:1")
+    original = image.read_bytes()
+    with running_agent(base) as agent:
+        assert Path(agent.prepare(1, "test:1")["path"]).read_bytes() == original
+        blocks = sorted((agent.cache / "blocks").rglob("*"))
+        files = [b for b in blocks if b.is_file()]
+        assert files
+        for f in files[:3]:
+            with open(f, "r+b") as fh:  # in place, as a bad disk or a stray write would
+                fh.seek(f.stat().st_size // 2)
+                byte = fh.read(1)
+                fh.seek(-1, os.SEEK_CUR)
+                fh.write(bytes([byte[0] ^ 0xFF]))
+        # A new job's file: its reads reach the agent (the first file's pages are cached).
+        assert Path(agent.prepare(2, "test:1")["path"]).read_bytes() == original
+        assert agent.log_text().count("damaged on disk") == 3
+        agent.release(1)
+        agent.release(2)

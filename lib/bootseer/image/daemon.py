@@ -37,8 +37,10 @@ def serve(
     agent.jobs.restore()
     paths = agent.paths
     mountpoint = str(paths.image_mounts)
-    os.makedirs(mountpoint, mode=0o755, exist_ok=True)
+    # First: a dead agent's mount (kill -9, OOM) makes makedirs fail with FileExistsError
+    # (stat says ENOTCONN, so it is not seen as the directory it is).
     unmount_stale(mountpoint)
+    os.makedirs(mountpoint, mode=0o755, exist_ok=True)
     pyfuse3.init(ImageFS(agent), mountpoint, set(MOUNT_OPTIONS))
     server: AgentServer | None = None
     try:
