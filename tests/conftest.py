@@ -29,7 +29,7 @@ import pytest
 TOP = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TOP / "slurm-dev"))
 
-import devcluster  # noqa: E402
+import devcluster as devcluster  # noqa: E402 (the tests take it from here)
 
 TEST_STATE = Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-test"))
 TEST_PORT_BASE = int(os.environ.get("BOOTSEER_TEST_PORT_BASE", "17900"))

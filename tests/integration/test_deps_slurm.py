@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,7 @@ def deps_line(cluster: DevSlurm, node: str, job: int, hook: str) -> str:
     return lines[0]
 
 
-def node_phases(cluster: DevSlurm, job: int) -> dict[str, dict[str, object]]:
+def node_phases(cluster: DevSlurm, job: int) -> dict[str, dict[str, Any]]:
     (run,) = cluster.report_json(job)["runs"]
     (node,) = run["nodes"]
     return {p["phase"]: p for p in node["phases"]}

@@ -80,6 +80,7 @@ def test_requests_round_trip_and_bad_ones_are_refused_as_bad_requests() -> None:
     p = Prepare(42, 1000, 1000, "/shared/a.sqsh", "refresh", 30.0)
     assert parse_request(p.to_wire()) == p
     assert parse_request(Status(7).to_wire()) == Status(7)
+    bad: object
     for bad in (
         [],
         {"op": "nap"},

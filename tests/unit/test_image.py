@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ from bootseer.image.fetch import BACKGROUND, Fetcher, FetchError, FileSource
 from bootseer.image.manifest import Manifest, ManifestError, hash_file, upload_file
 from bootseer.image.prefetch import BackgroundFill, prefetch_hot
 from bootseer.image.registry import (
+    RegistrationLock,
     check_image_file,
     lookup_name,
     open_image_file,
@@ -82,6 +84,22 @@ def test_path_image_registered_once_when_many_ask_at_once(tmp_path: Path) -> Non
     # A changed file is a new image.
     f.write_bytes(b"hsqs" + b"x" * (10 * BS))
     assert register_path(store, str(f), f.stat(), BS, 30).id != got[0].id
+
+
+def test_registration_lock_is_one_holders_and_breaks_when_stale(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/store")
+    a, b = (
+        RegistrationLock(store, "images/locks/x.lock"),
+        RegistrationLock(store, "images/locks/x.lock"),
+    )
+    assert a.acquire() and not b.acquire() and not a.stale()
+    holder = json.loads(store.read_bytes(a.key))
+    assert holder["pid"] == os.getpid() and len(holder["token"]) == 32
+    old = time.time() - 3600
+    os.utime(tmp_path / "store" / a.key, (old, old))
+    assert b.stale()
+    a.release()
+    assert b.acquire()
 
 
 def test_check_image_file_refuses_what_the_user_cannot_read(tmp_path: Path) -> None:

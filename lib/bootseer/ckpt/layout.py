@@ -40,8 +40,7 @@ from bootseer.ckpt.manifest import (
     unit_checksum,
 )
 from bootseer.errors import BootseerError, StoreError
-from bootseer.store import Store, check_key
-from bootseer.store._store import TMP_PREFIX
+from bootseer.store import TMP_PREFIX, Store, check_key
 
 if TYPE_CHECKING:
     from bootseer.ckpt.reader import StripedReader
@@ -230,10 +229,7 @@ class Namespace:
         raise ValueError(f"mode must be 'rb' or 'wb', not {mode!r}")
 
     def is_dir(self, path: str) -> bool:
-        import pyarrow.fs as pafs
-
-        fi = self.meta.fs.get_file_info(self.meta.path(self.manifest_key(path)))
-        return bool(fi.type == pafs.FileType.Directory)
+        return self.meta.is_dir(self.manifest_key(path))
 
     def listdir(self, path: str = "") -> list[Entry]:
         """Files and directories directly under ``path``; a file's size and mtime are in
@@ -253,12 +249,12 @@ class Namespace:
                 yield sub
 
     def mkdir(self, path: str) -> None:
-        self.meta.fs.create_dir(self.meta.path(self.manifest_key(path)), recursive=True)
+        self.meta.make_dir(self.manifest_key(path))
 
     def rmdir(self, path: str) -> None:
         if self.listdir(path):
             raise OSError(errno.ENOTEMPTY, f"{self.name}:{path}: directory not empty")
-        self.meta.fs.delete_dir(self.meta.path(self.manifest_key(path)))
+        self.meta.remove_dir(self.manifest_key(path))
 
     def remove(self, path: str) -> Manifest:
         """Remove a file: its manifest first (it is gone at once), then its units."""

@@ -5,7 +5,7 @@ It brings back the jobs prepared before a restart, mounts the image filesystem
 in a thread of its own, and on SIGTERM/SIGINT unmounts, removes the socket and stops
 the fetcher. A new listener (a peer server for other nodes) starts and stops here.
 
-    >>> serve(load_config().for_node("n1"), "n1")
+    >>> serve(load_config().for_node("n1"), "n1")  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ import pwd
 import socket
 import stat
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -147,6 +148,36 @@ def _path_record(store: Store, path: str, st: os.stat_result) -> Manifest | None
         return None
 
 
+class RegistrationLock:
+    """One object in the store that says a node is registering an image file.
+
+    Whoever creates it registers; the others wait for the path record. Its body names
+    the holder and a random token, so a holder knows its own lock (on S3, where the
+    last of several writers wins, by reading back its token) and an admin sees who
+    held a stale one. A lock older than ``STALE_LOCK`` is a crashed holder's.
+    """
+
+    def __init__(self, store: Store, key: str) -> None:
+        self.store = store
+        self.key = key
+
+    def acquire(self) -> bool:
+        holder = {
+            "host": os.uname().nodename,
+            "pid": os.getpid(),
+            "at": time.time(),
+            "token": uuid.uuid4().hex,
+        }
+        return self.store.create_exclusive(self.key, json.dumps(holder).encode())
+
+    def release(self) -> None:
+        self.store.delete(self.key)
+
+    def stale(self) -> bool:
+        info = self.store.info(self.key)
+        return info is not None and bool(info.mtime) and time.time() - info.mtime > STALE_LOCK
+
+
 def register_path(
     store: Store,
     path: str,
@@ -166,13 +197,12 @@ def register_path(
     found = _path_record(store, path, st)
     if found is not None:
         return found
-    lock = f"images/locks/path-{path_key(path).rsplit('/', 1)[1][:-5]}-{st.st_mtime_ns}.lock"
+    lock = RegistrationLock(
+        store, f"images/locks/path-{path_key(path).rsplit('/', 1)[1][:-5]}-{st.st_mtime_ns}.lock"
+    )
     until = time.monotonic() + wait
     while True:
-        holder = json.dumps(
-            {"host": os.uname().nodename, "pid": os.getpid(), "at": time.time()}
-        ).encode()
-        if store.create_exclusive(lock, holder):
+        if lock.acquire():
             try:
                 found = _path_record(store, path, st)  # done by whoever held the lock before
                 if found is not None:
@@ -193,14 +223,13 @@ def register_path(
                 log(f"registered {path} as {manifest.id[:12]} in {time.monotonic() - t0:.1f}s")
                 return manifest
             finally:
-                store.delete(lock)
+                lock.release()
         found = _path_record(store, path, st)
         if found is not None:
             return found
-        info = store.info(lock)
-        if info is not None and info.mtime and time.time() - info.mtime > STALE_LOCK:
-            log(f"breaking stale registration lock {lock}")
-            store.delete(lock)
+        if lock.stale():
+            log(f"breaking stale registration lock {lock.key}")
+            lock.release()
             continue
         if time.monotonic() >= until:
             raise RegistrationPending(f"{path} is being registered by another node")

@@ -7,8 +7,9 @@ the job's nodes or, owning it, from the store, and keeps it in its cache; the ca
 reads the cache file and checks the digest again. ``None`` from the function means:
 read it from the store yourself (no agent, an error, a one-node job)::
 
-    >>> via = agent_via(cfg, job_id=42, nodes=("n1", "n2"), log=print)
-    >>> via("", "deps/user/abc/data-1.tar.zst", 0, 262144, sha)  # (bytes, "peer") or None
+    >>> via = agent_via(cfg, job_id=42, nodes=("n1", "n2"), log=print)  # doctest: +SKIP
+    >>> via("", "deps/user/abc/data-1.tar.zst", 0, 262144, sha)  # doctest: +SKIP
+    ... # (bytes, "peer"), or None
 """
 
 from __future__ import annotations

@@ -11,8 +11,12 @@ over a year that is most of the time a merge costs, and only the top-phases sums
 could notice the rare duplicate.
 
     >>> from bootseer.store import open_store
+    >>> from bootseer.phases.schema import JobMeta
+    >>> from bootseer.phases.writer import write_rows
+    >>> store = open_store("file:///tmp/doc-phases")
+    >>> _ = write_rows(store, [JobMeta(job_id=7, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")
     >>> from bootseer.phases.reader import PhaseDataset
-    >>> view = cluster_report(PhaseDataset(open_store("file:///tmp/doc-phases")), since=0)
+    >>> view = cluster_report(PhaseDataset(store), since=0)
     >>> view.runs >= 1
     True
 """

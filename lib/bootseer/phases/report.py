@@ -14,8 +14,12 @@ Definitions (docs/report.md says the same to users):
 - *queue wait*: submit time to allocation.
 
     >>> from bootseer.store import open_store
+    >>> from bootseer.phases.schema import JobMeta
+    >>> from bootseer.phases.writer import write_rows
+    >>> store = open_store("file:///tmp/doc-phases")
+    >>> _ = write_rows(store, [JobMeta(job_id=7, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")
     >>> from bootseer.phases.reader import PhaseDataset
-    >>> report = job_report(PhaseDataset(open_store("file:///tmp/doc-phases")), 7)
+    >>> report = job_report(PhaseDataset(store), 7)
     >>> report.runs[0].nodes[0].node
     'n1'
 """

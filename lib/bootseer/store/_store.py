@@ -57,6 +57,21 @@ class Store:
     def path(self, key: str) -> str:
         return f"{self.root}/{check_key(key)}"
 
+    def is_dir(self, key: str) -> bool:
+        """True if ``key`` is a directory (a prefix with objects under it, on S3)."""
+        import pyarrow.fs as pafs
+
+        fi = self._call(key, self.fs.get_file_info, self.path(key))
+        return bool(fi.type == pafs.FileType.Directory)
+
+    def make_dir(self, key: str) -> None:
+        """Make ``key`` a directory (and its parents); an empty one lists on POSIX and S3."""
+        self._call(key, self.fs.create_dir, self.path(key), recursive=True)
+
+    def remove_dir(self, key: str) -> None:
+        """Remove the directory ``key`` and whatever is under it (callers check it is empty)."""
+        self._call(key, self.fs.delete_dir, self.path(key))
+
     def exists(self, key: str) -> bool:
         import pyarrow.fs as pafs
 
@@ -118,15 +133,14 @@ class Store:
             raise
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
-        """Create ``key`` only if it does not exist; True if this call created it.
+        """Create ``key`` holding ``data`` only if it does not exist; True if this call did.
 
-        Atomic on a POSIX store (``O_EXCL``), so exactly one of many callers wins: what
-        a lock needs. pyarrow offers no conditional put for S3, so there it is a write
-        followed by a read-back of a unique token: the last writer wins and every
-        other caller sees a token not its own (a short race remains; docs/image.md).
+        ``data`` must be unique to the caller (a lock puts a random token in it), and is
+        what the object holds on every store. Atomic on a POSIX store (``O_EXCL``), so
+        exactly one of many callers wins. pyarrow offers no conditional put for S3, so
+        there it is a write and a read-back: the last writer wins and every other caller
+        reads bytes not its own (a short race remains; docs/image.md).
         """
-        import os
-
         if self.is_local:
             final = self.path(key)
             os.makedirs(posixpath.dirname(final), exist_ok=True)
@@ -141,10 +155,9 @@ class Store:
             return True
         if self.exists(key):
             return False
-        token = uuid.uuid4().hex.encode()
-        self.write_bytes(key, token + b"\n" + data)
+        self.write_bytes(key, data)
         try:
-            return self.read_bytes(key).split(b"\n", 1)[0] == token
+            return self.read_bytes(key) == data
         except FileNotFoundError:
             return False
 

@@ -22,16 +22,19 @@ from bootseer.store import Store
 from .conftest import USER_A, entries_of, member, needs_root, publish, tar_bytes
 
 MB = 1 << 20
+Members = list[tuple[tarfile.TarInfo, bytes | None]]
+LIMITS = RestoreRequest("", 0, 0)  # the default max_bytes and max_files
 
 
 def do_restore(
     store: Store,
     scratch: Path,
-    members: list,
+    members: Members,
     *,
     entries: list[Entry] | None = None,
     raw: bytes | None = None,
-    **limits: object,
+    max_bytes: int = LIMITS.max_bytes,
+    max_files: int = LIMITS.max_files,
 ) -> Path:
     needs_root()
     prefix = scratch / "env"
@@ -49,8 +52,9 @@ def do_restore(
         groups=[USER_A],
         link_roots=["/usr"],
         timeout=30,
-        **limits,
-    )  # type: ignore[arg-type]
+        max_bytes=max_bytes,
+        max_files=max_files,
+    )
     restore(store, m, req)
     return prefix
 
@@ -61,9 +65,27 @@ def assert_nothing_left(scratch: Path) -> None:
     assert left == [], left
 
 
-def rejects(store: Store, scratch: Path, members: list, match: str, **kw: object) -> None:
+def rejects(
+    store: Store,
+    scratch: Path,
+    members: Members,
+    match: str,
+    *,
+    entries: list[Entry] | None = None,
+    raw: bytes | None = None,
+    max_bytes: int = LIMITS.max_bytes,
+    max_files: int = LIMITS.max_files,
+) -> None:
     with pytest.raises(BootseerError, match=match):
-        do_restore(store, scratch, members, **kw)
+        do_restore(
+            store,
+            scratch,
+            members,
+            entries=entries,
+            raw=raw,
+            max_bytes=max_bytes,
+            max_files=max_files,
+        )
     assert_nothing_left(scratch)
 
 
