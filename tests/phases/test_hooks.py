@@ -54,8 +54,9 @@ def test_prolog_marks_epilog_end_up_in_the_store(
         False,
     )
     logged: list[str] = []
-    rows = prolog.phase_rows("prolog", began=None, now=t + 1)
-    env = record_hook_run("prolog", ctx, cfg, rows, logged.append)  # for the env file
+    env = record_hook_run(
+        "prolog", ctx, cfg, prolog.phase_rows("prolog", began=None, now=t + 1), logged.append
+    )  # for the env file
     monkeypatch.setenv(marks.MARKS_ENV, env[marks.MARKS_ENV])
     monkeypatch.setenv(marks.FLUSH_ENV, "0")
     monkeypatch.setattr(marks, "_fds", {})
@@ -68,8 +69,8 @@ def test_prolog_marks_epilog_end_up_in_the_store(
         {},
         False,
     )
-    rows = epilog.phase_rows("epilog", began=t + 5, now=t + 6)
-    record_hook_run("epilog", dataclasses.replace(ctx), cfg, rows, logged.append)
+    epilog_rows = epilog.phase_rows("epilog", began=t + 5, now=t + 6)
+    record_hook_run("epilog", dataclasses.replace(ctx), cfg, epilog_rows, logged.append)
     assert not Spool(cfg.paths.run_dir, 77).path.exists()
     assert job.path.exists()  # the runner removes it after the records
     assert logged == []
