@@ -369,8 +369,9 @@ def main(argv: list[str]) -> int:
         )
         results["floor"] = b.timings(ids, "floor")
         roots = " ".join(["/usr", "/opt", str(Path(py).parents[1])])
+        # bootseer's own venv runs it (b.py is the bare interpreter the installs start from).
         local_restore = (
-            f"{py} {HERE / 'restore_local.py'} file://{WORK}/local-store "
+            f"{sys.executable} {HERE / 'restore_local.py'} file://{WORK}/local-store "
             f"$(cat {WORK}/$BENCH_NODE.key) {roots}"
         )
         b.clean("bs")
