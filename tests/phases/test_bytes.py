@@ -306,20 +306,25 @@ def test_epilog_splits_the_fill_from_the_jobs_own_reads(
 
     monkeypatch.setattr(AgentClient, "release", release)
     call = step_call(tmp_path, "epilog")
-    spool = Spool(call.cfg.paths.run_dir, 7)
-    spool.create(JobMeta(7, node="n1", node_count=2), os.getuid(), os.getgid())
     result = step.epilog(call)
     # Between the prolog and the fill: the job's own reads.
     assert (result.store_bytes, result.peer_bytes) == (2 * MiB, 1 * MiB)
-    (row,) = spool.hook_rows()
+    (row,) = result.rows  # the fill's row, which the hook runner records
     assert row.phase == "image_background_fill" and row.bytes == 90 * MiB
+    assert (row.start, row.end, row.outcome) == (T0 + 5.0, T0 + 9.0, "ok")
     assert (row.store_bytes, row.peer_bytes) == (53 * MiB, 44 * MiB)
     assert "fetched_before_first_step=" in result.detail
 
     # No peers: the fill's bytes and the reads after the prefetch came from the store.
-    spool.create(JobMeta(7, node="n1", node_count=2), os.getuid(), os.getgid())
     peers.clear()
     result = step.epilog(call)
     assert (result.store_bytes, result.peer_bytes) == (3 * MiB, 0)
-    (row,) = spool.hook_rows()
+    (row,) = result.rows
     assert (row.store_bytes, row.peer_bytes) == (90 * MiB, 0)
+
+    # A fill still running when the job ended is cut off there; none started, no row.
+    fill.update(state="running", end=None)
+    (row,) = step.epilog(call).rows
+    assert row.outcome == "skipped" and row.end > T0 + 9.0
+    fill.update(start=None)
+    assert step.epilog(call).rows == []
