@@ -115,22 +115,33 @@ class DevSlurm:
     def output(self, job_id: int) -> str:
         return (self.dir / "out" / f"{job_id}.out").read_text()
 
-    def report(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``bootseer report ARGS`` against this cluster's store."""
+    def report(self, *args: str, user: str = "root") -> subprocess.CompletedProcess[str]:
+        """``bootseer report ARGS`` against this cluster's store, run as ``user``."""
         bootseer = Path(sys.executable).parent / "bootseer"
         return subprocess.run(
-            [str(bootseer), "report", *args],
-            env=self.env,
+            [*self.as_user(user), str(bootseer), "report", *args],
+            env=self.user_env(user),
             capture_output=True,
             text=True,
             timeout=120,
         )
 
-    def report_json(self, job_id: int) -> dict[str, Any]:
-        r = self.report(str(job_id), "--json")
+    def report_json(self, job_id: int, user: str = "root") -> dict[str, Any]:
+        r = self.report(str(job_id), "--json", user=user)
         assert r.returncode == 0, r.stderr
         data: dict[str, Any] = json.loads(r.stdout)
         return data
+
+    def readable_by(self, user: str, files: list[Path]) -> list[Path]:
+        """Those of ``files`` that ``user`` can read (``cat`` run as that user)."""
+        return [
+            f
+            for f in files
+            if subprocess.run(
+                [*self.as_user(user), "cat", str(f)], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        ]
 
     def node_log(self, node: str) -> str:
         path = self.dir / "nodes" / node / "log" / f"{node}.log"

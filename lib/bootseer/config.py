@@ -48,15 +48,22 @@ class SiteSection:
 class StoreSection:
     # file:///shared/bootseer or s3://bucket/prefix?endpoint_override=host:port&scheme=http
     uri: str = "file:///var/lib/bootseer/store"
-    # S3 only; empty means anonymous access (SeaweedFS without an identity file allows it).
-    access_key: str = ""
-    secret_key: str = ""
+    # S3 credentials live here, root-only (0600), never in this file, which users read
+    # (bootseer.credentials). Unset: secrets.toml next to the site config.
+    secrets_file: Path = Path("/etc/bootseer/secrets.toml")
 
     def open(self) -> Store:
-        """The store this section names (pyarrow is imported here, on first use)."""
+        """The store this section names (pyarrow is imported here, on first use): with the
+        secrets file's credentials when run as root, anonymous otherwise."""
+        return self.open_uri(self.uri)
+
+    def open_uri(self, uri: str) -> Store:
+        """Another store (a checkpoint target) with the same credentials as :meth:`open`."""
+        from bootseer.credentials import store_credentials
         from bootseer.store import open_store
 
-        return open_store(self.uri, self.access_key, self.secret_key)
+        creds = store_credentials(self.secrets_file)
+        return open_store(uri, creds.access_key, creds.secret_key)
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,22 @@ class SiteConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: Path | None = None) -> SiteConfig:
+        store = data.get("store")
+        if isinstance(store, Mapping):
+            for secret in ("access_key", "secret_key"):
+                if secret in store:
+                    raise ConfigError(
+                        f"store.{secret} does not belong in the site config, which every "
+                        "user reads: put it in the root-only secrets file "
+                        "([store] secrets_file, default secrets.toml next to this config; "
+                        "docs/security.md)"
+                    )
         cfg: SiteConfig = _build(cls, data, prefix="", skip={"source", "template"})
+        if source is not None and not (isinstance(store, Mapping) and "secrets_file" in store):
+            cfg = dataclasses.replace(
+                cfg,
+                store=dataclasses.replace(cfg.store, secrets_file=source.parent / "secrets.toml"),
+            )
         # One key file for the site: [p2p] key_file defaults to [site] key_file, and a
         # config from before [site] existed (only [p2p] key_file) names the site's key.
         p2p, site = data.get("p2p"), data.get("site")

@@ -205,3 +205,45 @@ def test_a_planted_snapshot_manifest_is_refused_and_the_job_reinstalls(
     assert cluster.wait(third) == "COMPLETED", cluster.output(third)
     assert "sealed==1" in cluster.output(third) and "skipping the install" in cluster.output(third)
     assert " restored " in deps_line(cluster, n2, third, "prolog")
+
+
+def test_bob_cannot_read_alices_snapshot_from_the_store(cluster: DevSlurm) -> None:
+    """alice's snapshot (its archive frames hold her config files) sits in the file://
+    store as root's 0600 objects in 0700 directories: bob cannot read it from the backing
+    storage, while her job's phase records stay readable for `bootseer report`."""
+    work = cluster.dir / "deps-private"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    (work / "req.txt").write_text("private==1\n")
+    prefix = devcluster.NODE_LOCAL / "deps-it-private"
+    node = cluster.nodes[0]
+    shutil.rmtree(node_prefix(cluster, node).with_name(prefix.name), ignore_errors=True)
+    script = (
+        "#!/bin/sh\nset -e\n"
+        f"bootseer deps run -- sh -c 'mkdir -p {prefix}/etc && "
+        f"echo token=alices-secret > {prefix}/etc/app.conf'\n"
+    )
+    job = cluster.sbatch("-w", node, f"--bootseer-deps={prefix},key={work}/req.txt", script=script)
+    assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    assert "captured" in deps_line(cluster, node, job, "epilog")
+
+    store_dir = cluster.dir / "store"
+    mine = [
+        p
+        for p in (store_dir / "deps" / "user" / "alice").rglob("*")
+        if p.is_file() and str(prefix) in _manifest_prefix(p)
+    ]
+    snapshot = [p for p in (store_dir / "deps" / "user" / "alice").rglob("*") if p.is_file()]
+    assert mine and snapshot, sorted(store_dir.rglob("*"))
+    assert cluster.readable_by("bob", snapshot) == []
+    assert cluster.readable_by("mallory", snapshot) == []
+    # The report reads the job's phase records as the user who runs it.
+    runs = cluster.report_json(job, user="bob")["runs"]
+    assert runs and runs[0]["nodes"], runs
+
+
+def _manifest_prefix(path: Path) -> str:
+    """The prefix a snapshot's manifest names (root reads it), or "" for other files."""
+    if path.name != "manifest.json":
+        return ""
+    return str(json.loads(strip(path.read_bytes())).get("prefix", ""))

@@ -155,13 +155,11 @@ class Namespace:
         keys: SiteKeys | None = None,
     ) -> Namespace:
         """The namespace ``name`` (``<user>/<ns>``) over the site's ``[ckpt] targets``."""
-        from bootseer.store import open_store
-
         sec = section or cfg.ckpt
         stores = []
         for uri in sec.targets:
             try:
-                stores.append(open_store(uri, cfg.store.access_key, cfg.store.secret_key))
+                stores.append(cfg.store.open_uri(uri))
             except StoreError as exc:
                 raise CkptError(f"checkpoint target {uri} is not reachable: {exc}") from None
         return cls(

@@ -21,8 +21,30 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config()
     if args.check:
         print(f"{cfg.source or config_path()}: ok" if cfg.source else "no site config; defaults")
-        return _check_key(cfg.site.key_file)
+        key_rc = _check_key(cfg.site.key_file)
+        return _check_secrets(cfg.store.secrets_file) or key_rc
     return _show(cfg)
+
+
+def _check_secrets(path: Any) -> int:
+    """The store's secrets file, as root-run parts will load it (never its contents)."""
+    import os
+
+    from bootseer.credentials import read_secrets_file
+    from bootseer.errors import ConfigError
+
+    if os.geteuid() != 0:
+        print(f"store secrets file {path}: not checked (only root may read it)")
+        return 0
+    try:
+        creds = read_secrets_file(path)
+    except ConfigError as exc:
+        print(f"{exc} (root-run parts cannot open the store)")
+        return 1
+    how = "anonymous access" if creds.anonymous else "credentials set"
+    exists = "ok" if os.path.lexists(path) else "absent"
+    print(f"store secrets file {path}: {exists} ({how})")
+    return 0
 
 
 def _check_key(path: Any) -> int:

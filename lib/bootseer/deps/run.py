@@ -34,7 +34,7 @@ from bootseer.deps import jobstate
 from bootseer.deps.inventory import changed, inventory
 from bootseer.deps.key import hash_key_files, job_image, key_inputs, scope_dir, snapshot_key
 from bootseer.deps.prefix import unsafe_reason
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, StoreError
 from bootseer.progress import transfer_bar
 
 
@@ -228,15 +228,21 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     # and what it captures is not sealed, so no job's prolog will restore it (the job's
     # epilog captures anew). docs/security.md, "Authenticated records".
     keys = keys_if_root(cfg)
-    found = read_manifest(
-        store,
-        sdir,
-        key,
-        max_bytes=cfg.deps.max_bytes,
-        max_files=cfg.deps.max_files,
-        max_frame_bytes=cfg.deps.max_frame_bytes,
-        keys=keys,
-    )
+    try:
+        found = read_manifest(
+            store,
+            sdir,
+            key,
+            max_bytes=cfg.deps.max_bytes,
+            max_files=cfg.deps.max_files,
+            max_frame_bytes=cfg.deps.max_frame_bytes,
+            keys=keys,
+        )
+    except StoreError as exc:
+        # A user reads no snapshot from a store that keeps them root's (file:// stores
+        # do; docs/security.md, "Store secrets"): install instead.
+        say(f"cannot read snapshots from the store: {exc}; installing")
+        found = None
     if found is not None and not exists:
         manifest, _ = found
         with transfer_bar("restoring", manifest.stored_bytes) as tick:
@@ -268,8 +274,12 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     if not fresh:
         say(f"{prefix} was not empty before the install: not captured")
         return 0
-    if snapshot_exists(store, sdir, key, keys=keys):
-        say(f"snapshot {key} is already in the store")
+    try:
+        if snapshot_exists(store, sdir, key, keys=keys):
+            say(f"snapshot {key} is already in the store")
+            return 0
+    except StoreError as exc:
+        say(f"install done, but not captured: {exc}")
         return 0
     req = CaptureRequest(
         prefix=prefix,

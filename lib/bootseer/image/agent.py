@@ -134,10 +134,7 @@ class Agent:
         if uri not in targets:
             return None
         if uri not in self._targets:
-            from bootseer.store import open_store
-
-            store = self.cfg.store
-            self._targets[uri] = open_store(uri, store.access_key, store.secret_key)
+            self._targets[uri] = self.cfg.store.open_uri(uri)
         return self._targets[uri]
 
     def stats(self, uid: int | None = None) -> StatsReply:

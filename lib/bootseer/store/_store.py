@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 
 _KEY_PART = re.compile(r"^[A-Za-z0-9._@+=:-]+$")
 TMP_PREFIX = ".tmp-"
+# On a file:// store, what is written under these top-level names stays readable by every
+# user (``bootseer report`` reads phase records as the user who runs it); everything else
+# (snapshots, image blocks and records, traces, checkpoint units and manifests) is created
+# 0600 in 0700 directories, the writer's alone (docs/security.md, "Confidentiality").
+PUBLIC_TOP = frozenset({"phases"})
+PUBLIC_MODES = (0o644, 0o755)
+PRIVATE_MODES = (0o600, 0o700)
+_DENIED = ("permission denied", "accessdenied", "access denied", "forbidden")
 
 
 def check_key(key: str) -> str:
@@ -42,10 +50,13 @@ class ObjectInfo:
 class Store:
     """One store, rooted at the path part of its URI."""
 
-    def __init__(self, uri: str, fs: pafs.FileSystem, root: str) -> None:
+    def __init__(
+        self, uri: str, fs: pafs.FileSystem, root: str, anonymous: bool = False
+    ) -> None:
         self.uri = uri
         self.fs = fs
         self.root = root.rstrip("/")
+        self.anonymous = anonymous  # S3 without credentials (a user's process)
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -66,7 +77,44 @@ class Store:
 
     def make_dir(self, key: str) -> None:
         """Make ``key`` a directory (and its parents); an empty one lists on POSIX and S3."""
+        if self.is_local:
+            self._call(key, self._make_dirs, key, True)
+            return
         self._call(key, self.fs.create_dir, self.path(key), recursive=True)
+
+    @staticmethod
+    def modes(key: str) -> tuple[int, int]:
+        """(file mode, directory mode) for ``key`` on a file:// store."""
+        return PUBLIC_MODES if key.split("/", 1)[0] in PUBLIC_TOP else PRIVATE_MODES
+
+    def _make_dirs(self, key: str, itself: bool = False) -> str:
+        """Create the directories above ``key`` (and ``key`` itself with ``itself``) that
+        do not exist, with ``key``'s directory mode; the path of the last one."""
+        parts = check_key(key).split("/")
+        os.makedirs(self.root, exist_ok=True)
+        if not itself:
+            parts = parts[:-1]
+        dmode = self.modes(key)[1]
+        path = self.root
+        for part in parts:
+            path = f"{path}/{part}"
+            try:
+                os.mkdir(path, dmode)
+            except FileExistsError:
+                continue
+            os.chmod(path, dmode)  # the umask may have taken bits a public one needs
+        return path
+
+    def _create_local(self, key: str, path: str) -> None:
+        """Create the file ``path`` (for ``key``) empty, with ``key``'s file mode, before
+        pyarrow opens it for writing (it keeps the mode), so it is never readable by
+        others, not even while it is written."""
+        fmode = self.modes(key)[0]
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, fmode)
+        try:
+            os.fchmod(fd, fmode)
+        finally:
+            os.close(fd)
 
     def remove_dir(self, key: str) -> None:
         """Remove the directory ``key`` and whatever is under it (callers check it is empty)."""
@@ -109,7 +157,8 @@ class Store:
             return
         path = self.path(key)
         if self.is_local:
-            self._call(key, self.fs.create_dir, posixpath.dirname(path), recursive=True)
+            self._call(key, self._make_dirs, key)
+            self._call(key, self._create_local, key, path)
         with self._call(key, self.fs.open_output_stream, path, compression=None) as out:
             out.write(data)
 
@@ -119,7 +168,11 @@ class Store:
         final = self.path(key)
         parent, name = posixpath.split(final)
         tmp = f"{parent}/{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{name}"
-        self._call(key, self.fs.create_dir, parent, recursive=True)
+        if self.is_local:
+            self._call(key, self._make_dirs, key)
+            self._call(key, self._create_local, key, tmp)
+        else:
+            self._call(key, self.fs.create_dir, parent, recursive=True)
         out = self._call(key, self.fs.open_output_stream, tmp, compression=None)
         try:
             yield out
@@ -143,9 +196,9 @@ class Store:
         """
         if self.is_local:
             final = self.path(key)
-            os.makedirs(posixpath.dirname(final), exist_ok=True)
+            self._call(key, self._make_dirs, key)
             try:
-                fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes(key)[0])
             except FileExistsError:
                 return False
             except OSError as exc:
@@ -200,7 +253,18 @@ class Store:
         except OSError as exc:
             if "not found" in str(exc).lower() or "NoSuchKey" in str(exc):
                 raise FileNotFoundError(f"{self.uri}: {key}: not found") from None
+            if isinstance(exc, PermissionError) or any(d in str(exc).lower() for d in _DENIED):
+                raise StoreError(f"store {self.uri}: {key}: {exc}{self._denied_hint()}") from exc
             raise StoreError(f"store {self.uri}: {key}: {exc}") from exc
+
+    def _denied_hint(self) -> str:
+        if os.geteuid() == 0 and not self.anonymous:
+            return ""
+        return (
+            f" (access denied to uid {os.geteuid()}: users hold no store credentials; only "
+            "root-run parts write the store or read users' snapshots and checkpoints, "
+            "docs/security.md)"
+        )
 
 
 def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
@@ -227,7 +291,13 @@ def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
                 request_timeout=30,
             )
             root = f"{parts.netloc}{parts.path}"
-            fs.create_dir(root, recursive=True)
+            try:
+                fs.create_dir(root, recursive=True)
+            except OSError:
+                # Anonymous access may be read-only (slurm-dev's store is): the bucket
+                # exists or the first read says what is wrong.
+                if access_key:
+                    raise
         elif parts.scheme in ("file", ""):
             fs, root = pafs.LocalFileSystem(), parts.path
             fs.create_dir(root, recursive=True)
@@ -237,4 +307,4 @@ def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
         raise StoreError(f"cannot open store {uri}: {exc}") from exc
     if not root or root == "/":
         raise StoreError(f"store URI {uri} names no directory or bucket")
-    return Store(uri, fs, root)
+    return Store(uri, fs, root, anonymous=parts.scheme == "s3" and not access_key)
