@@ -92,6 +92,10 @@ def test_requests_round_trip_and_bad_ones_are_refused_as_bad_requests() -> None:
     ):
         with pytest.raises(AgentBadRequest):
             parse_request(bad)
+    # The image is the job's option, checked where the agent reads the request.
+    for ref in ("/a/../etc/shadow", "Upper:1", "rel/path.sqsh"):
+        with pytest.raises(AgentBadRequest, match="--bootseer-image"):
+            parse_request({**p.to_wire(), "image": ref})
 
 
 @pytest.mark.parametrize("cls", list(ERRORS.values()), ids=list(ERRORS))
