@@ -126,7 +126,8 @@ class ClusterConfig:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        # The site key (root only): agents derive each job's peer token from it.
+        # The site key (root only): root-run parts seal the records they write to the store
+        # with it (docs/security.md) and agents derive each job's peer token from it.
         site_key = self.etc / "site.key"
         if not site_key.exists():
             fd = os.open(site_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -145,10 +146,16 @@ class ClusterConfig:
         )
         if not self.site_config.exists():
             self._write(self.site_config, self._site_config())
-        elif "[p2p]" not in self.site_config.read_text():
-            # A config written before peer-to-peer: add its section, keep the admin's edits.
-            text = self.site_config.read_text()
-            self._write(self.site_config, text + "\n" + self._p2p_section())
+        else:
+            # A config written before peer-to-peer or the site key: add their sections,
+            # keep the admin's edits.
+            old = text = self.site_config.read_text()
+            if "[p2p]" not in text:
+                text += "\n" + self._p2p_section()
+            if "key_file" not in text:
+                text = self._site_section() + text
+            if text != old:
+                self._write(self.site_config, text)
         for hook in ("prolog", "epilog"):
             wrapper = self.etc / hook
             self._write(
@@ -228,7 +235,8 @@ class ClusterConfig:
         d = self.dir
         return (
             "# bootseer site config for the slurm-dev cluster (written once; edit freely).\n"
-            "[store]\n"
+            + self._site_section()
+            + "[store]\n"
             f'uri = "{self.store_uri()}"\n\n'
             "[paths]\n"
             f'run_dir = "{d}/nodes/%n/run"\n'
@@ -248,10 +256,16 @@ class ClusterConfig:
             "cache_size_gib = 20\n\n" + self._p2p_section()
         )
 
+    def _site_section(self) -> str:
+        return (
+            "[site]\n"
+            "# Root only; seals what root-run parts write to the store, and p2p's tokens.\n"
+            f'key_file = "{self.etc}/site.key"\n\n'
+        )
+
     def _p2p_section(self) -> str:
         return (
             "[p2p]\n"
-            f'key_file = "{self.etc}/site.key"\n'
             "# slurm-dev's node names are not in the machine's resolver.\n"
             f'hosts_file = "{self.etc}/hosts"\n'
         )

@@ -11,6 +11,9 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
+import urllib.request
+from pathlib import Path
 
 from daemons import Daemons, stop_pid, wait_for
 from devconfig import TOP, VENV
@@ -30,6 +33,31 @@ class StoreHost(Daemons):
         if pid:
             stop_pid(pid, "weed", grace=3)
         self.s.network.down()
+
+    def serve_http(self, root: Path, port: int) -> subprocess.Popen[bytes]:
+        """``root`` over HTTP from the store host (a benchmark's PEP 503 package index, so
+        installs cross the store link as the store's bytes do), answering when returned."""
+        host = self.s.network.store_ip
+        cmd = [*self.s.network.enter_store(), sys.executable, "-m", "http.server", str(port)]
+        proc = subprocess.Popen(
+            [*cmd, "--bind", host, "--directory", str(root)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def answers() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://{host}:{port}/", timeout=1):
+                    return True
+            except OSError:
+                return False
+
+        try:
+            wait_for(answers, 15, f"the HTTP server of {root} on the store host")
+        except BaseException:
+            stop_http(proc)
+            raise
+        return proc
 
     def start_weed(self) -> None:
         weed = shutil.which("weed", path=f"{VENV / 'bin'}:{os.environ.get('PATH', '')}")
@@ -81,3 +109,15 @@ class StoreHost(Daemons):
         )
         r = subprocess.run([str(VENV / "bin" / "python3"), "-c", code], capture_output=True)
         return r.returncode == 0
+
+
+def stop_http(proc: subprocess.Popen[bytes] | None) -> None:
+    """Stop a server serve_http started (it is ours: by its pid, and wait for it)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)

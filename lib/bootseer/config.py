@@ -33,6 +33,18 @@ ENV_VAR = "BOOTSEER_CONFIG"
 
 
 @dataclass(frozen=True)
+class SiteSection:
+    """The site key (``bootseer.sitekey``): root-only (0600) and the same on every node.
+
+    One key per line, the current one first; root-run parts seal what they write to the
+    store with it and refuse what does not verify (docs/security.md). ``[p2p]`` derives
+    its peer tokens from the same file unless it names its own (and a config with only
+    ``[p2p] key_file``, from before this section, names the site's key with it)."""
+
+    key_file: Path = Path("/etc/bootseer/site.key")
+
+
+@dataclass(frozen=True)
 class StoreSection:
     # file:///shared/bootseer or s3://bucket/prefix?endpoint_override=host:port&scheme=http
     uri: str = "file:///var/lib/bootseer/store"
@@ -154,6 +166,7 @@ class P2PSection:
     port: int = 746
     # Root-only (0600) and the same on every node: peers prove they belong to a job with
     # a token derived from it. Without it, every node fetches from the store itself.
+    # Unset: [site] key_file.
     key_file: Path = Path("/etc/bootseer/site.key")
     # Node name -> address, /etc/hosts format; unset: the system's resolver.
     hosts_file: Path | None = None
@@ -206,6 +219,7 @@ class DepsSection:
 
 @dataclass(frozen=True)
 class SiteConfig:
+    site: SiteSection = field(default_factory=SiteSection)
     store: StoreSection = field(default_factory=StoreSection)
     paths: PathsSection = field(default_factory=PathsSection)
     hooks: HooksSection = field(default_factory=HooksSection)
@@ -221,6 +235,17 @@ class SiteConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: Path | None = None) -> SiteConfig:
         cfg: SiteConfig = _build(cls, data, prefix="", skip={"source", "template"})
+        # One key file for the site: [p2p] key_file defaults to [site] key_file, and a
+        # config from before [site] existed (only [p2p] key_file) names the site's key.
+        p2p, site = data.get("p2p"), data.get("site")
+        p2p_set = isinstance(p2p, Mapping) and "key_file" in p2p
+        site_set = isinstance(site, Mapping) and "key_file" in site
+        if not p2p_set:
+            cfg = dataclasses.replace(
+                cfg, p2p=dataclasses.replace(cfg.p2p, key_file=cfg.site.key_file)
+            )
+        elif not site_set:
+            cfg = dataclasses.replace(cfg, site=SiteSection(key_file=cfg.p2p.key_file))
         return dataclasses.replace(cfg, source=source)
 
     def for_node(self, node: str) -> SiteConfig:

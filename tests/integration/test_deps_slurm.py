@@ -8,14 +8,19 @@ snapshot of its own.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bootseer.sitekey import DEPS_MANIFEST, load_keys, strip
+from bootseer.store import open_store
 from tests.conftest import DevSlurm, devcluster
+from tests.unit.deps.conftest import entries_of, member, publish, tar_bytes
 
 pytestmark = pytest.mark.slurm
 
@@ -134,3 +139,69 @@ def test_a_prefix_another_user_made_first_is_refused_and_the_job_still_runs(
     assert "outcome=ok" not in deps_line(cluster, node, job, "epilog")
     assert not (node_prefix(cluster, node).with_name(prefix.name) / "installed").exists()
     assert cluster.node_states()[node].startswith("idle")
+
+
+def test_a_planted_snapshot_manifest_is_refused_and_the_job_reinstalls(
+    cluster: DevSlurm,
+) -> None:
+    """Someone who can write the store (not the site key) replaces alice's snapshot with
+    one of her own: its manifest and ref, written with the store API. alice's next job,
+    on a fresh node, refuses it (the prolog logs why), installs the ordinary way, and its
+    epilog captures a sealed snapshot again, which the job after that restores."""
+    work = cluster.dir / "deps-sealed"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    (work / "req.txt").write_text("sealed==1\n")
+    prefix = devcluster.NODE_LOCAL / "deps-it-sealed"
+    for node in cluster.nodes:
+        shutil.rmtree(node_prefix(cluster, node).with_name(prefix.name), ignore_errors=True)
+    script = (
+        "#!/bin/sh\nset -e\n"
+        f"bootseer deps run -- sh -c 'mkdir -p {prefix}/bin && "
+        f"cp {work}/req.txt {prefix}/bin/tool'\n"
+        f"cat {prefix}/bin/tool\n"
+    )
+    spec = f"--bootseer-deps={prefix},key={work}/req.txt"
+    n0, n1, n2 = cluster.nodes[:3]
+    first = cluster.sbatch("-w", n0, spec, script=script)
+    assert cluster.wait(first) == "COMPLETED", cluster.output(first)
+    assert "captured" in deps_line(cluster, n0, first, "epilog")
+
+    store = open_store(cluster.cluster.store_uri())
+    keys = load_keys(cluster.dir / "etc" / "site.key")
+    (path,) = [
+        o.key
+        for o in store.list("deps/user/alice", recursive=True)
+        if o.key.endswith("/manifest.json")
+        and json.loads(strip(store.read_bytes(o.key)))["prefix"] == str(prefix)
+    ]
+    genuine = json.loads(keys.open(DEPS_MANIFEST, path, store.read_bytes(path)))
+    evil = [
+        member("bin", tarfile.DIRTYPE, mode=0o755),
+        member("bin/tool", data=b"pwned==6\n", mode=0o755),
+    ]
+    publish(
+        store,
+        tar_bytes(evil),
+        entries_of(evil),
+        prefix=str(prefix),
+        scope="user/alice",
+        base=genuine["base"],
+        key=genuine["key"],
+        keys=None,  # no site key: what anyone but a root-run part writes
+    )
+
+    second = cluster.sbatch("-w", n1, spec, script=script)
+    assert cluster.wait(second) == "COMPLETED", cluster.output(second)
+    out = cluster.output(second)
+    assert "pwned" not in out and "sealed==1" in out, out
+    assert "the epilog captures" in out, out
+    line = deps_line(cluster, n1, second, "prolog")
+    assert "outcome=failed" in line and "not sealed with the site key" in line, line
+    assert "captured" in deps_line(cluster, n1, second, "epilog")
+    assert cluster.node_states()[n1].startswith("idle")
+
+    third = cluster.sbatch("-w", n2, spec, script=script)
+    assert cluster.wait(third) == "COMPLETED", cluster.output(third)
+    assert "sealed==1" in cluster.output(third) and "skipping the install" in cluster.output(third)
+    assert " restored " in deps_line(cluster, n2, third, "prolog")

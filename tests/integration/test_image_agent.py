@@ -17,9 +17,11 @@ import pytest
 from bootseer.image.blocks import block_key
 from bootseer.image.manifest import load_manifest
 from bootseer.image.protocol import AgentError
-from bootseer.image.trace import Trace, trace_key
+from bootseer.image.trace import Trace, save_trace, trace_key
+from bootseer.sitekey import IMAGE_TRACE
 from bootseer.store import open_store
 from tests.imagekit import add_image, make_squashfs, running_agent
+from tests.sitekeys import KEYS
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
@@ -200,7 +202,7 @@ def test_eviction_takes_blocks_of_unused_images_first(base: Path) -> None:
         agent.release(2)  # b is now used by no job: its blocks go first
         used = agent.prepare(1, "a:1")
         assert Path(used["path"]).read_bytes() == a.read_bytes()
-        ma = load_manifest(store, used["image"])
+        ma = load_manifest(store, used["image"], keys=KEYS)
         cached = {p.name for p in (agent.cache / "blocks").rglob("*") if p.is_file()}
         assert set(ma.blocks) <= cached, "a block of the image in use was evicted"
         assert agent.stats()["evicted"] > 0
@@ -253,7 +255,7 @@ def test_store_down_gives_eio_after_a_bounded_wait(base: Path, image: Path) -> N
 def test_corrupt_block_is_refused_and_fetched_again(base: Path, image: Path) -> None:
     image_id = add_image(base, image, "test:1")
     store = open_store(f"file://{base}/store")
-    m = load_manifest(store, image_id)
+    m = load_manifest(store, image_id, keys=KEYS)
     key = block_key(m.blocks[3])
     good = store.read_bytes(key)
     store_file = base / "store" / key
@@ -294,10 +296,9 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
             f2.seek(1_000_000)
             f2.read(10)
         verdict = agent.release(1)["trace"]
-        m = load_manifest(store, image_id)
-        t = Trace.from_json(
-            store.read_bytes(trace_key(image_id)), image_id, m.nblocks, m.block_size
-        )
+        m = load_manifest(store, image_id, keys=KEYS)
+        raw = KEYS.open(IMAGE_TRACE, trace_key(image_id), store.read_bytes(trace_key(image_id)))
+        t = Trace.from_json(raw, image_id, m.nblocks, m.block_size)
         # First-access order; kernel readahead may add neighbours of what was read.
         assert verdict == f"saved ({len(t.blocks)} blocks)"
         assert t.blocks[0] == 3 and 0 in t.blocks and 1_000_000 // 65536 not in t.blocks
@@ -313,9 +314,8 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
             f.seek(1_000_000)
             assert f.read(10) == original[1_000_000:1_000_010]
         assert agent.release(2)["trace"].startswith("merged (")
-        merged = Trace.from_json(
-            store.read_bytes(trace_key(image_id)), image_id, m.nblocks, m.block_size
-        )
+        raw = KEYS.open(IMAGE_TRACE, trace_key(image_id), store.read_bytes(trace_key(image_id)))
+        merged = Trace.from_json(raw, image_id, m.nblocks, m.block_size)
         assert merged.blocks[: len(t.blocks)] == t.blocks and 1_000_000 // 65536 in merged.blocks
         assert agent.prepare(3, "test:1")["trace_runs"] == 2
         agent.release(3)
@@ -324,9 +324,9 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
 def test_trace_naming_blocks_outside_the_image_is_refused(base: Path, image: Path) -> None:
     image_id = add_image(base, image, "test:1")
     store = open_store(f"file://{base}/store")
-    m = load_manifest(store, image_id)
+    m = load_manifest(store, image_id, keys=KEYS)
     bad = Trace(image_id, m.nblocks, m.block_size, (0, m.nblocks + 5))  # checksum is valid
-    store.write_bytes(trace_key(image_id), bad.to_json())
+    save_trace(store, bad, keys=KEYS)  # sealed: the agent's own checks must refuse it
     with running_agent(base) as agent:
         answer = agent.prepare(1, "test:1")
         assert answer["trace_runs"] == 0 and answer["prefetch"]["hot_blocks"] == 0

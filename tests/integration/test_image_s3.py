@@ -15,6 +15,7 @@ from bootseer.image.registry import tag_image
 from bootseer.store import open_store
 from tests.conftest import devcluster
 from tests.imagekit import AgentProc, make_squashfs, site_config
+from tests.sitekeys import KEYS
 
 pytestmark = pytest.mark.s3
 
@@ -25,8 +26,8 @@ def test_hung_store_gives_eio_after_a_bounded_wait(
     (tmp_path / "log").mkdir()
     image = make_squashfs(tmp_path / "img.sqsh", {"a": 3_000_000})
     store = open_store(s3_store.store_uri())
-    manifest = upload_file(store, str(image), 64 << 10)
-    tag_image(store, "hang:1", manifest)
+    manifest = upload_file(store, str(image), 64 << 10, keys=KEYS)
+    tag_image(store, "hang:1", manifest, keys=KEYS)
     config = site_config(tmp_path, fetch_timeout=3.0)
     config["store"]["uri"] = s3_store.store_uri()
     agent = AgentProc(tmp_path, "t1", config)

@@ -43,11 +43,14 @@ from bootseer.image.server import AgentServer
 from bootseer.options import Options
 from tests import hookkit
 from tests.hookkit import job_context
+from tests.sitekeys import key_file
 
 
 def config(base: Path) -> SiteConfig:
+    keyfile = base / "site.key"
     return SiteConfig.from_mapping(
         {
+            "site": {"key_file": str(keyfile if keyfile.exists() else key_file(base))},
             "store": {"uri": f"file://{base}/store"},
             "paths": {"run_dir": f"{base}/run", "log_dir": f"{base}/log"},
             "image": {

@@ -125,7 +125,7 @@ class StripedWriter(io.RawIOBase):
         try:
             previous = self.ns.manifest(self.path)
         except CkptIOError:
-            previous = None  # a damaged manifest is replaced; gc removes its units
+            previous = None  # damaged or not sealed: replaced, its units left to gc
         try:
             self.ns.commit(self.path, m)
         except (OSError, StoreError) as exc:

@@ -16,15 +16,36 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import json
-
     from bootseer.config import config_path, load_config  # here: `bootseer phase` skips it
 
     cfg = load_config()
     if args.check:
         print(f"{cfg.source or config_path()}: ok" if cfg.source else "no site config; defaults")
+        return _check_key(cfg.site.key_file)
+    return _show(cfg)
+
+
+def _check_key(path: Any) -> int:
+    """The site key, as the root-run parts will load it (only root may read it)."""
+    import os
+
+    from bootseer.sitekey import load_keys
+
+    if os.geteuid() != 0:
+        print(f"site key {path}: not checked (only root may read it)")
         return 0
+    keys = load_keys(path)
+    if not keys.keys:
+        print(f"site key: {keys.missing} (root-run parts will trust no stored record)")
+        return 1
+    print(f"site key {path}: ok ({len(keys.keys)} key{'s' if len(keys.keys) > 1 else ''})")
+    return 0
+
+
+def _show(cfg: Any) -> int:
+    import dataclasses
+    import json
+
     doc = dataclasses.asdict(cfg)
     doc.pop("template")  # for_node's bookkeeping, not a setting
     print(json.dumps(doc, indent=2, default=str))

@@ -202,6 +202,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     from bootseer.deps.capture import CaptureRequest, capture, snapshot_exists
     from bootseer.deps.restore import RestoreRequest, read_manifest, restore
     from bootseer.deps.step import effective_scope
+    from bootseer.sitekey import keys_if_root
 
     if not opts.prefix or not opts.prefix.startswith("/"):
         raise BootseerError("--prefix /ABSOLUTE/PATH is needed outside a --bootseer-deps job")
@@ -223,6 +224,10 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     key = snapshot_key(base, list(command))
     store = cfg.store.open()
     exists = os.path.lexists(prefix)
+    # A person's own command, with the user's rights: it cannot check the site key's MAC,
+    # and what it captures is not sealed, so no job's prolog will restore it (the job's
+    # epilog captures anew). docs/security.md, "Authenticated records".
+    keys = keys_if_root(cfg)
     found = read_manifest(
         store,
         sdir,
@@ -230,6 +235,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
         max_bytes=cfg.deps.max_bytes,
         max_files=cfg.deps.max_files,
         max_frame_bytes=cfg.deps.max_frame_bytes,
+        keys=keys,
     )
     if found is not None and not exists:
         manifest, _ = found
@@ -262,7 +268,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     if not fresh:
         say(f"{prefix} was not empty before the install: not captured")
         return 0
-    if snapshot_exists(store, sdir, key):
+    if snapshot_exists(store, sdir, key, keys=keys):
         say(f"snapshot {key} is already in the store")
         return 0
     req = CaptureRequest(
@@ -286,7 +292,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     )
     try:
         with transfer_bar("capturing", None) as tick:
-            m = capture(store, req, progress=lambda raw, stored: tick(0, raw))
+            m = capture(store, req, progress=lambda raw, stored: tick(0, raw), keys=keys)
     except BootseerError as exc:
         say(f"install done, but the capture failed: {exc}")
         return 0

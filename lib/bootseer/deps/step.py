@@ -26,6 +26,7 @@ from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, StepResult
+from bootseer.sitekey import site_keys
 
 if TYPE_CHECKING:
     from bootseer.deps.manifest import Manifest
@@ -101,10 +102,14 @@ def prolog(call: StepCall) -> StepResult:
         "max_files": cfg.deps.max_files,
         "max_frame_bytes": cfg.deps.max_frame_bytes,
     }
+    # A ref or manifest that does not verify under the site key is refused (SealError):
+    # not dropped, since a node whose key file is missing or not yet rotated cannot tell
+    # a planted record from a genuine one; the epilog captures over a planted one.
+    keys = site_keys(cfg)
     key: str | None = None
     try:
-        key = find_snapshot(store, sdir, base)
-        found = read_manifest(store, sdir, key, **limits) if key else None
+        key = find_snapshot(store, sdir, base, keys=keys)
+        found = read_manifest(store, sdir, key, **limits, keys=keys) if key else None
     except ManifestError as exc:
         _drop_broken(call, store, sdir, base, key, None, exc)
     if key is None or found is None:
@@ -195,7 +200,8 @@ def _drop_broken(
     try:
         if key is None:
             try:
-                find_snapshot(store, scope, base)  # still broken, not rewritten meanwhile?
+                # still broken, not rewritten meanwhile?
+                find_snapshot(store, scope, base, keys=site_keys(cfg))
             except ManifestError:
                 store.delete(ref_path(scope, base))
         else:
@@ -208,6 +214,7 @@ def _drop_broken(
                 max_bytes=cfg.deps.max_bytes,
                 max_files=cfg.deps.max_files,
                 max_frame_bytes=cfg.deps.max_frame_bytes,
+                keys=site_keys(cfg),
             )
         dropped = "dropped it from the store; the job installs and its epilog captures anew"
     except Exception as drop_exc:
@@ -325,8 +332,9 @@ def capture_for_job(
     cmd = list(command) if isinstance(command, list) else None
     key = snapshot_key(state.base, cmd)
     store = cfg.store.open()
-    if snapshot_exists(store, state.scope, key):
-        write_ref(store, state.scope, state.base, key, cmd)
+    keys = site_keys(cfg)
+    if snapshot_exists(store, state.scope, key, keys=keys):
+        write_ref(store, state.scope, state.base, key, cmd, keys=keys)
         return StepResult(outcome="skipped", detail=f"snapshot {key} already in the store")
     req = CaptureRequest(
         prefix=state.prefix,
@@ -348,7 +356,7 @@ def capture_for_job(
         max_files=cfg.deps.max_files,
         timeout=max(1.0, call.remaining()),
     )
-    m = capture(store, req)
+    m = capture(store, req, keys=keys)
     return StepResult(
         detail=f"captured {key} from {state.prefix}: {len(m.entries)} entries, "
         f"{m.raw_bytes} bytes -> {m.stored_bytes} stored",

@@ -40,6 +40,7 @@ from bootseer.nodepaths import NodePaths
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.pieces import Located, Pieces
 from bootseer.p2p.wire import PeerError, PieceRequest
+from bootseer.sitekey import site_keys
 from bootseer.store import Store
 
 
@@ -72,8 +73,17 @@ class Agent:
         )
         block_size = check_block_size(icfg.block_size_kib << 10)
         self.jobs = Jobs(
-            icfg, self.paths, self.store, self.cache, self.fetcher, block_size, self.log
+            icfg,
+            self.paths,
+            self.store,
+            self.cache,
+            self.fetcher,
+            block_size,
+            self.log,
+            keys=lambda: site_keys(cfg),
         )
+        if not (keys := site_keys(cfg)).keys:
+            self.log(f"no site key: every image record will be refused ({keys.missing})")
         self.pieces = Pieces(self.store, self.cache, self._ckpt_target)
         self._targets: dict[str, Store] = {}
         self.peers = PeerNode.start(cfg.p2p, node, self.provide, self.log)

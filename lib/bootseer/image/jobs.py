@@ -53,6 +53,7 @@ from bootseer.nodepaths import NodePaths
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import PeerError, PieceRequest
+from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
 INODE_BASE = 16  # job file inode = INODE_BASE + job id; below are the mount root's
@@ -133,9 +134,13 @@ class Jobs:
         fetcher: Fetcher,
         block_size: int,
         log: Callable[[str], None],
+        keys: Callable[[], SiteKeys],
     ) -> None:
         self.icfg = icfg
         self.store = store
+        # The site keys (read again when the key file changes): records are sealed with
+        # them, and a name or path record, manifest or trace that does not verify is refused.
+        self.keys = keys
         self.cache = cache
         self.fetcher = fetcher
         self.block_size = block_size
@@ -264,7 +269,9 @@ class Jobs:
                 image.origin.identity if isinstance(image.origin, FileSource) else None,
             )
         )
-        trace = None if view.refresh else load_trace(self.store, manifest, self.log)
+        trace = (
+            None if view.refresh else load_trace(self.store, manifest, self.log, keys=self.keys())
+        )
         view.trace_runs = trace.runs if trace else 0
         hot = trace.blocks if trace else ()
         hot_until = min(time.monotonic() + self.icfg.hot_deadline, until - 0.5)
@@ -297,7 +304,14 @@ class Jobs:
             wait = max(0.0, min(self.icfg.register_wait, until - time.monotonic() - 1.0))
             try:
                 manifest = register_path(
-                    self.store, ref, st, self.block_size, wait, self.log, f"/proc/self/fd/{fd}"
+                    self.store,
+                    ref,
+                    st,
+                    self.block_size,
+                    wait,
+                    self.log,
+                    f"/proc/self/fd/{fd}",
+                    keys=self.keys(),
                 )
             except RegistrationPending as exc:
                 source.close()
@@ -307,7 +321,7 @@ class Jobs:
                 raise
             return manifest, source
         try:
-            return lookup_name(self.store, ref), StoreSource(self.store)
+            return lookup_name(self.store, ref, keys=self.keys()), StoreSource(self.store)
         except UnknownImage as exc:
             raise AgentNotFound(str(exc)) from None
         except StoreError as exc:
@@ -389,7 +403,7 @@ class Jobs:
         if not order:
             return "none recorded"
         m = view.image.manifest
-        stored = None if view.refresh else load_trace(self.store, m, self.log)
+        stored = None if view.refresh else load_trace(self.store, m, self.log, keys=self.keys())
         if stored is None:
             new: Trace | None = Trace(m.id, m.nblocks, m.block_size, tuple(order))
             verdict = f"saved ({len(order)} blocks)"
@@ -401,7 +415,7 @@ class Jobs:
                 else f"merged ({len(new.blocks) - len(stored.blocks)} new blocks)"
             )
         if new is not None:
-            save_trace(self.store, new)
+            save_trace(self.store, new, keys=self.keys())
         return verdict
 
     def describe(self, view: JobView) -> JobReply:
@@ -442,7 +456,7 @@ class Jobs:
         """Bring back the jobs prepared before a restart, so their image files work again."""
         for saved in self.restart.load():
             try:
-                manifest = load_manifest(self.store, saved.image)
+                manifest = load_manifest(self.store, saved.image, keys=self.keys())
             except StoreError as exc:
                 self.restart.forget(saved.job_id, str(exc))
                 continue

@@ -41,6 +41,7 @@ sys.path.insert(0, str(TOP / "slurm-dev"))
 sys.path.insert(0, str(TOP / "lib"))
 
 import devcluster  # noqa: E402
+from storehost import stop_http  # noqa: E402
 
 SMOKE = ["six", "idna", "packaging", "attrs", "markupsafe"]
 FULL = [
@@ -151,39 +152,11 @@ class Bench:
         self.index_url = f"http://{cluster.s.store_ips[1]}:{INDEX_PORT}/simple"
 
     def start_index(self, root: Path) -> None:
-        self.index_proc = subprocess.Popen(
-            [
-                "nsenter",
-                f"--net=/var/run/netns/{self.c.s.netns}",
-                sys.executable,
-                "-m",
-                "http.server",
-                str(INDEX_PORT),
-                "--bind",
-                self.c.s.store_ips[1],
-                "--directory",
-                str(root),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        devcluster.wait_for(
-            lambda: (
-                subprocess.run(["curl", "-sf", "-o", "/dev/null", self.index_url + "/"]).returncode
-                == 0
-            ),
-            15,
-            "package index",
-        )
+        self.index_proc = self.c.serve_http(root, INDEX_PORT)
 
     def stop_index(self) -> None:
-        if self.index_proc is not None:
-            self.index_proc.terminate()
-            try:
-                self.index_proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.index_proc.kill()
-                self.index_proc.wait(10)
+        stop_http(self.index_proc)
+        self.index_proc = None
 
     def site_config(self) -> None:
         text = self.c.site_config.read_text()

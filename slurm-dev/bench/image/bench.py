@@ -47,6 +47,7 @@ from bootseer.image.manifest import upload_file  # noqa: E402
 from bootseer.image.protocol import AgentUnavailable  # noqa: E402
 from bootseer.image.registry import tag_image  # noqa: E402
 from bootseer.image.trace import trace_key  # noqa: E402
+from bootseer.sitekey import load_keys  # noqa: E402
 from bootseer.store import Store, open_store  # noqa: E402
 
 PYTHON = os.path.realpath(sys.executable)  # the interpreter binary; its stdlib is the image's
@@ -200,6 +201,7 @@ class Agent:
             shutil.rmtree(self.cache, ignore_errors=True)
         base = self.base
         self.config.write_text(
+            f'[site]\nkey_file = "{base}/site.key"\n'
             f'[store]\nuri = "{self.store_uri}"\n'
             f'[paths]\nrun_dir = "{base}/run"\ncache_dir = "{base}/cache0"\n'
             f'log_dir = "{base}/log"\n'
@@ -455,11 +457,16 @@ def main(argv: list[str]) -> int:
         "smoke": args.smoke,
     }
     base = Path(tempfile.mkdtemp(prefix="bsim-agent-", dir=WORK))
+    # The agent trusts only records sealed with its site key (docs/security.md).
+    fd = os.open(base / "site.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, os.urandom(32).hex().encode() + b"\n")
+    os.close(fd)
+    keys = load_keys(base / "site.key")
     with store_host(args.store_mbit, args.store_delay_ms, args.port_base) as host:
         store = open_store(host.store_uri())
         t0 = time.monotonic()
-        manifest = upload_file(store, str(image), args.block_size_kib << 10, parallel=8)
-        tag_image(store, "bench:1", manifest)
+        manifest = upload_file(store, str(image), args.block_size_kib << 10, parallel=8, keys=keys)
+        tag_image(store, "bench:1", manifest, keys=keys)
         with open(image, "rb") as f, store.writer("bench/image.sqsh") as out:
             shutil.copyfileobj(f, out, 8 << 20)
         log(f"stored image and blocks in {time.monotonic() - t0:.1f}s")

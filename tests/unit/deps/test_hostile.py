@@ -18,6 +18,7 @@ from bootseer.deps.manifest import Entry, ManifestError
 from bootseer.deps.restore import RestoreRequest, read_manifest, restore
 from bootseer.errors import BootseerError
 from bootseer.store import Store
+from tests.sitekeys import KEYS
 
 from .conftest import USER_A, entries_of, member, needs_root, publish, tar_bytes
 
@@ -44,7 +45,7 @@ def do_restore(
         entries if entries is not None else entries_of(members),
         prefix=str(prefix),
     )
-    m, _ = read_manifest(store, "user/ada", "2" * 32, max_bytes=1 << 30, max_files=1000)  # type: ignore[misc]
+    m, _ = read_manifest(store, "user/ada", "2" * 32, max_bytes=1 << 30, max_files=1000, keys=KEYS)  # type: ignore[misc]
     req = RestoreRequest(
         prefix=str(prefix),
         uid=USER_A,
@@ -168,7 +169,7 @@ def test_manifest_over_the_size_limit_is_refused_before_fetching(
         prefix=str(scratch / "env"),
     )
     with pytest.raises(ManifestError, match="max_bytes"):
-        read_manifest(store, "user/ada", "2" * 32, max_bytes=100, max_files=10)
+        read_manifest(store, "user/ada", "2" * 32, max_bytes=100, max_files=10, keys=KEYS)
 
 
 def test_file_count_bomb(store: Store, scratch: Path) -> None:
