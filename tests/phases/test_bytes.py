@@ -12,7 +12,6 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from bootseer.config import SiteConfig
 from bootseer.hooks.steps import StepCall
 from bootseer.image import step
 from bootseer.image.client import AgentClient
@@ -27,6 +26,7 @@ from bootseer.phases.writer import parquet_bytes, write_rows
 from bootseer.store import Store
 from tests import hookkit
 from tests.hookkit import job_context
+from tests.imagekit import node_config
 
 from .conftest import T0
 
@@ -209,15 +209,8 @@ def test_spool_lines_from_before_the_columns_still_read(tmp_path: Path) -> None:
 
 
 def step_call(tmp_path: Path, hook: str) -> StepCall:
-    cfg = SiteConfig.from_mapping(
-        {
-            "store": {"uri": f"file://{tmp_path}/store"},
-            "paths": {"run_dir": f"{tmp_path}/run", "log_dir": f"{tmp_path}/log"},
-            "image": {"socket": f"{tmp_path}/agent.sock", "mount_dir": f"{tmp_path}/mnt"},
-        }
-    )
     image = Options(mode="on", image="/images/x.sqsh")
-    return hookkit.step_call(cfg, job_context(image, nodes=("n1", "n2")), hook)
+    return hookkit.step_call(node_config(tmp_path), job_context(image, nodes=("n1", "n2")), hook)
 
 
 def job_reply(peers: dict[str, Any] | None, fill: dict[str, Any] | None = None) -> JobReply:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.config import SiteConfig
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall
 from bootseer.image import step
@@ -43,29 +42,12 @@ from bootseer.image.server import AgentServer
 from bootseer.options import Options
 from tests import hookkit
 from tests.hookkit import job_context
-from tests.sitekeys import key_file
-
-
-def config(base: Path) -> SiteConfig:
-    keyfile = base / "site.key"
-    return SiteConfig.from_mapping(
-        {
-            "site": {"key_file": str(keyfile if keyfile.exists() else key_file(base))},
-            "store": {"uri": f"file://{base}/store"},
-            "paths": {"run_dir": f"{base}/run", "log_dir": f"{base}/log"},
-            "image": {
-                "socket": f"{base}/agent.sock",
-                "mount_dir": f"{base}/mnt",
-                "cache_dir": f"{base}/cache",
-                "block_size_kib": 64,
-            },
-        }
-    )
+from tests.imagekit import node_config
 
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[tuple[Agent, AgentClient]]:
-    cfg = config(tmp_path)
+    cfg = node_config(tmp_path)
     agent = Agent(cfg, "t1")
     server = AgentServer(agent.paths.agent_socket, agent)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -187,7 +169,7 @@ def test_users_are_refused_root_ops_and_see_only_their_own_jobs(
 
 
 def step_call(tmp_path: Path, image: str) -> StepCall:
-    return hookkit.step_call(config(tmp_path), job_context(Options(mode="on", image=image)))
+    return hookkit.step_call(node_config(tmp_path), job_context(Options(mode="on", image=image)))
 
 
 @pytest.mark.parametrize(
