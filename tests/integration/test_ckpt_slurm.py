@@ -102,9 +102,7 @@ def test_bob_cannot_read_alices_checkpoint_from_the_targets(
     n1 = cluster.nodes[0]
     save = cluster.sbatch("-N1", f"-w{n1}", "--bootseer-ckpt=demo/private", script=SAVE)
     assert cluster.wait(save) == "COMPLETED", cluster.output(save)
-    files = [
-        p for t in targets for p in Path(t.removeprefix("file://")).rglob("*") if p.is_file()
-    ]
+    files = [p for t in targets for p in Path(t.removeprefix("file://")).rglob("*") if p.is_file()]
     # six units over three targets, and the manifest
     assert len([p for p in files if "alice" in str(p)]) >= 7, files
     assert cluster.readable_by("bob", files) == []

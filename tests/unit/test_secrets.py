@@ -117,7 +117,9 @@ def test_bootseer_config_never_prints_secrets(shared: Path) -> None:
         if "--check" in cmd:
             assert "secrets file" in r.stdout and "ok" in r.stdout, r.stdout
     (shared / "secrets.toml").chmod(0o644)
-    r = subprocess.run([str(bootseer), "config", "--check"], env=env, capture_output=True, text=True)
+    r = subprocess.run(
+        [str(bootseer), "config", "--check"], env=env, capture_output=True, text=True
+    )
     assert r.returncode == 1 and "mode 0600" in r.stdout and SECRET not in r.stdout, r.stdout
     # a user's process opens the store without credentials, even if the file were readable
     code = (
@@ -147,8 +149,12 @@ def test_file_store_objects_are_root_only_but_phase_records(shared: Path) -> Non
     finally:
         os.umask(old)
     root = shared / "store"
-    private = ["deps/user/alice/k/frames.bin", "ckpt/alice/ns/units/0",
-               "images/manifests/x.json", "images/locks/x"]
+    private = [
+        "deps/user/alice/k/frames.bin",
+        "ckpt/alice/ns/units/0",
+        "images/manifests/x.json",
+        "images/locks/x",
+    ]
     for key in private:
         assert stat.S_IMODE((root / key).stat().st_mode) == 0o600, key
         assert stat.S_IMODE((root / key).parent.stat().st_mode) == 0o700, key
@@ -167,7 +173,6 @@ def test_file_store_objects_are_root_only_but_phase_records(shared: Path) -> Non
     )
     u = as_user(sys.executable, "-c", code)
     assert u.returncode != 0 and "users hold no store credentials" in u.stderr, u.stderr
-
 
 
 @root_only
@@ -198,8 +203,18 @@ def test_the_ckpt_cli_as_a_user_fails_with_a_clear_message(shared: Path) -> None
     for args in (["get", "proj:m.bin", "-"], ["ls", "proj"], ["put", str(data), "proj:n.bin"]):
         for user in ("alice", "bob"):
             u = subprocess.run(
-                ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups",
-                 "env", f"BOOTSEER_CONFIG={config}", bootseer, "ckpt", "-q", *args],
+                [
+                    "setpriv",
+                    f"--reuid={user}",
+                    f"--regid={user}",
+                    "--init-groups",
+                    "env",
+                    f"BOOTSEER_CONFIG={config}",
+                    bootseer,
+                    "ckpt",
+                    "-q",
+                    *args,
+                ],
                 capture_output=True,
                 text=True,
             )

@@ -50,9 +50,7 @@ class ObjectInfo:
 class Store:
     """One store, rooted at the path part of its URI."""
 
-    def __init__(
-        self, uri: str, fs: pafs.FileSystem, root: str, anonymous: bool = False
-    ) -> None:
+    def __init__(self, uri: str, fs: pafs.FileSystem, root: str, anonymous: bool = False) -> None:
         self.uri = uri
         self.fs = fs
         self.root = root.rstrip("/")
