@@ -203,8 +203,11 @@ class Store:
             raise StoreError(f"store {self.uri}: {key}: {exc}") from exc
 
 
-def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
-    """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``."""
+def open_store(uri: str, access_key: str = "", secret_key: str = "", create: bool = True) -> Store:
+    """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``.
+
+    ``create=False`` only looks: a file store's directory (an unmounted shared
+    filesystem) or an S3 store's bucket that is not there is a :class:`StoreError`."""
     import pyarrow.fs as pafs
 
     parts = urlsplit(uri)
@@ -227,10 +230,16 @@ def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
                 request_timeout=30,
             )
             root = f"{parts.netloc}{parts.path}"
-            fs.create_dir(root, recursive=True)
+            if create:
+                fs.create_dir(root, recursive=True)
+            else:
+                _must_exist(fs, parts.netloc, uri)
         elif parts.scheme in ("file", ""):
             fs, root = pafs.LocalFileSystem(), parts.path
-            fs.create_dir(root, recursive=True)
+            if create:
+                fs.create_dir(root, recursive=True)
+            else:
+                _must_exist(fs, root, uri)
         else:
             fs, root = pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError) as exc:
@@ -238,3 +247,10 @@ def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
     if not root or root == "/":
         raise StoreError(f"store URI {uri} names no directory or bucket")
     return Store(uri, fs, root)
+
+
+def _must_exist(fs: pafs.FileSystem, path: str, uri: str) -> None:
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        raise StoreError(f"store {uri}: {path} does not exist (or is not a directory)")
