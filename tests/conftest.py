@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from bootseer.store import Store, open_store
+
 TOP = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TOP / "slurm-dev"))
 
@@ -182,6 +184,18 @@ def to_toml(data: dict[str, dict[str, object]]) -> str:
         out += [f"{k} = {value(v)}" for k, v in table.items()]
         out.append("")
     return "\n".join(out)
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    """Where :func:`store` keeps its objects (the deps tests put it where job users reach)."""
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def store(store_dir: Path) -> Store:
+    """A file:// store of the test's own."""
+    return open_store(f"file://{store_dir}")
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bootseer import mounts
+from bootseer.config import SiteConfig
 from bootseer.image.client import AgentClient
 from bootseer.image.protocol import AgentUnavailable
 from tests.conftest import squash, to_toml
@@ -56,6 +57,11 @@ def site_config(base: Path, node: str = "t1", **image: Any) -> dict[str, dict[st
             **image,
         },
     }
+
+
+def node_config(base: Path, node: str = "t1", **image: Any) -> SiteConfig:
+    """:func:`site_config` as the agent and the hooks on ``node`` load it (``%n`` resolved)."""
+    return SiteConfig.from_mapping(site_config(base, **image)).for_node(node)
 
 
 class AgentProc:

@@ -16,12 +16,10 @@ from bootseer.ckpt import Namespace
 from bootseer.ckpt import mount as ckpt_mount
 from bootseer.ckpt.layout import namespace_name
 from bootseer.config import SiteConfig
-from bootseer.context import JobContext
 from bootseer.errors import StepError
-from bootseer.hooks.jobdir import JobDir
-from bootseer.hooks.log import HookLog
 from bootseer.hooks.steps import StepCall, steps_for
 from bootseer.options import Options
+from tests.hookkit import job_context, step_call
 
 from .conftest import JOB_UID, OTHER_UID, UNIT, needs_fuse
 
@@ -236,24 +234,8 @@ def _call(tmp_path: Path, mount_root: Path, site_config: Path, ckpt: str) -> Ste
     doc = tomllib.loads(site_config.read_text())
     doc["ckpt"]["mount_root"] = str(mount_root)
     doc["paths"] = {"run_dir": str(tmp_path / "run"), "log_dir": str(tmp_path / "log")}
-    cfg = SiteConfig.from_mapping(doc)
-    ctx = JobContext(
-        job_id=77,
-        user="nobody",
-        uid=JOB_UID,
-        gid=JOB_UID,
-        node="n1",
-        nodes=("n1",),
-        options=Options(mode="on", ckpt=ckpt),
-    )
-    job = JobDir(cfg.paths.run_dir, ctx.job_id).create()
-    return StepCall(
-        ctx=ctx,
-        cfg=cfg,
-        job=job,
-        log=HookLog(cfg.paths.log_dir, "n1", 77, "test"),
-        deadline=time.monotonic() + 30,
-    )
+    job = job_context(Options(mode="on", ckpt=ckpt), job_id=77, user="nobody", uid=JOB_UID)
+    return step_call(SiteConfig.from_mapping(doc), job)
 
 
 def test_prolog_mounts_and_epilog_unmounts(

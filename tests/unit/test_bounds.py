@@ -34,16 +34,11 @@ from bootseer.image.restart import RestartState
 from bootseer.image.trace import load_trace, trace_key
 from bootseer.p2p.wire import PeerError, read_message
 from bootseer.phases.spool import Spool
-from bootseer.store import Store, open_store
+from bootseer.store import Store
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
 DEEP_OBJ = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
 BS = 64 << 10
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return open_store(f"file://{tmp_path}/store")
 
 
 def test_the_helper_refuses_depth_and_size_but_not_brackets_in_strings() -> None:

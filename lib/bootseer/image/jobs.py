@@ -23,7 +23,7 @@ from typing import Any
 
 from bootseer.config import ImageSection
 from bootseer.context import expand_nodes
-from bootseer.errors import ContextError, OptionError, StoreError
+from bootseer.errors import ContextError, StoreError
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
 from bootseer.image.manifest import Manifest, load_manifest
@@ -50,7 +50,6 @@ from bootseer.image.registry import (
 from bootseer.image.restart import RestartState, SavedJob
 from bootseer.image.trace import Recorder, Trace, load_trace, save_trace
 from bootseer.nodepaths import NodePaths
-from bootseer.options import parse_image
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import PeerError, PieceRequest
@@ -234,11 +233,7 @@ class Jobs:
 
     def prepare(self, req: Prepare) -> JobView:
         t0 = time.monotonic()
-        ref = req.image
-        try:
-            parse_image(ref)
-        except OptionError as exc:
-            raise AgentBadRequest(str(exc)) from None
+        ref = req.image  # its syntax checked where the request was read (protocol)
         until = t0 + req.deadline
         view = self.get(req.job_id)
         if view is not None:

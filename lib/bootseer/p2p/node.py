@@ -108,8 +108,6 @@ class PeerNode:
                 for old in [j for j, m in self._jobs.items() if now - m.used > IDLE_JOB]:
                     del self._jobs[old]
             member.used = now
-        if not member.addresses:
-            member.addresses = self.resolver.addresses(tuple(nodes))
         self.server.jobs_changed()
         return member.swarm
 
@@ -128,6 +126,10 @@ class PeerNode:
             if member is None:
                 return None
             member.used = time.monotonic()
+        if not member.addresses:
+            # Resolved on the first request, not in the prolog: the prolog's path stays
+            # free of name lookups (one per node of the job).
+            member.addresses = self.resolver.addresses(member.swarm.nodes)
         return ServedJob(member.addresses, self.provide)
 
     def close(self) -> None:

@@ -13,16 +13,15 @@ from pathlib import Path
 import pytest
 
 from bootseer.config import SiteConfig
-from bootseer.context import JobContext
 from bootseer.deps.frames import encode_stream
 from bootseer.deps.layout import SnapshotPaths, new_data_name, ref_path
 from bootseer.deps.manifest import Entry, Manifest
-from bootseer.hooks.jobdir import JobDir
-from bootseer.hooks.log import HookLog
 from bootseer.hooks.steps import StepCall
 from bootseer.options import Options, parse_deps
 from bootseer.sitekey import DEPS_MANIFEST, DEPS_REF, SiteKeys, seal_with
-from bootseer.store import Store, open_store
+from bootseer.store import Store
+from tests import hookkit
+from tests.hookkit import job_context
 from tests.sitekeys import KEYS, key_file
 
 USER_A = 4242  # no account needed: numeric ids are enough for the kernel
@@ -46,8 +45,8 @@ def scratch() -> Iterator[Path]:
 
 
 @pytest.fixture
-def store(scratch: Path) -> Store:
-    return open_store(f"file://{scratch}/store")
+def store_dir(scratch: Path) -> Path:
+    return scratch / "store"  # the one site() names
 
 
 def _key(scratch: Path) -> Path:
@@ -83,22 +82,16 @@ def step_call(
     mode: str = "on",
     work_dir: str = "",
 ) -> StepCall:
-    ctx = JobContext(
+    ctx = job_context(
+        Options(mode=mode, deps=parse_deps(deps)),
         job_id=job_id,
         user=user,
         uid=uid,
-        gid=uid,
         node=node,
         nodes=nodes,
         work_dir=work_dir or str(scratch),
-        options=Options(mode=mode, deps=parse_deps(deps)),
     )
-    cfg = cfg.for_node(node)
-    job = JobDir(cfg.paths.run_dir, job_id).create()
-    log = HookLog(cfg.paths.log_dir, node, job_id, "prolog")
-    import time
-
-    return StepCall(ctx=ctx, cfg=cfg, job=job, log=log, deadline=time.monotonic() + 60)
+    return hookkit.step_call(cfg, ctx, seconds=60)
 
 
 def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
