@@ -52,18 +52,19 @@ class StoreSection:
     # (bootseer.credentials). Unset: secrets.toml next to the site config.
     secrets_file: Path = Path("/etc/bootseer/secrets.toml")
 
-    def open(self) -> Store:
+    def open(self, create: bool = True) -> Store:
         """The store this section names (pyarrow is imported here, on first use): with the
-        secrets file's credentials when run as root, anonymous otherwise."""
-        return self.open_uri(self.uri)
+        secrets file's credentials when run as root, anonymous otherwise. ``create=False``
+        only looks (``open_store``)."""
+        return self.open_uri(self.uri, create)
 
-    def open_uri(self, uri: str) -> Store:
+    def open_uri(self, uri: str, create: bool = True) -> Store:
         """Another store (a checkpoint target) with the same credentials as :meth:`open`."""
         from bootseer.credentials import store_credentials
         from bootseer.store import open_store
 
         creds = store_credentials(self.secrets_file)
-        return open_store(uri, creds.access_key, creds.secret_key)
+        return open_store(uri, creds.access_key, creds.secret_key, create=create)
 
 
 @dataclass(frozen=True)

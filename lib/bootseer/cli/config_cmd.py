@@ -21,9 +21,23 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config()
     if args.check:
         print(f"{cfg.source or config_path()}: ok" if cfg.source else "no site config; defaults")
-        key_rc = _check_key(cfg.site.key_file)
-        return _check_secrets(cfg.store.secrets_file) or key_rc
+        return max(
+            _check_store(cfg),
+            _check_key(cfg.site.key_file),
+            _check_secrets(cfg.store.secrets_file),
+        )
     return _show(cfg)
+
+
+def _check_store(cfg: Any) -> int:
+    """The store must be there: looking never creates it (an unmounted share would
+    otherwise become a node-local store)."""
+    from bootseer.config import config_path
+    from bootseer.doctor import store_check
+
+    check = store_check(cfg, cfg.source or config_path())
+    print(f"store {check.detail}" if check.ok else f"{check.detail}; {check.fix}")
+    return 0 if check.ok else 1
 
 
 def _check_secrets(path: Any) -> int:

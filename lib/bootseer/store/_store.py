@@ -265,8 +265,11 @@ class Store:
         )
 
 
-def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
-    """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``."""
+def open_store(uri: str, access_key: str = "", secret_key: str = "", create: bool = True) -> Store:
+    """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``.
+
+    ``create=False`` only looks: a file store's directory (an unmounted shared
+    filesystem) or an S3 store's bucket that is not there is a :class:`StoreError`."""
     import pyarrow.fs as pafs
 
     parts = urlsplit(uri)
@@ -289,16 +292,22 @@ def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
                 request_timeout=30,
             )
             root = f"{parts.netloc}{parts.path}"
-            try:
-                fs.create_dir(root, recursive=True)
-            except OSError:
-                # Anonymous access may be read-only (slurm-dev's store is): the bucket
-                # exists or the first read says what is wrong.
-                if access_key:
-                    raise
+            if not create:
+                _must_exist(fs, parts.netloc, uri)
+            else:
+                try:
+                    fs.create_dir(root, recursive=True)
+                except OSError:
+                    # Anonymous access may be read-only: the bucket exists, or the first
+                    # read says what is wrong.
+                    if access_key:
+                        raise
         elif parts.scheme in ("file", ""):
             fs, root = pafs.LocalFileSystem(), parts.path
-            fs.create_dir(root, recursive=True)
+            if create:
+                fs.create_dir(root, recursive=True)
+            else:
+                _must_exist(fs, root, uri)
         else:
             fs, root = pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError) as exc:
@@ -306,3 +315,10 @@ def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
     if not root or root == "/":
         raise StoreError(f"store URI {uri} names no directory or bucket")
     return Store(uri, fs, root, anonymous=parts.scheme == "s3" and not access_key)
+
+
+def _must_exist(fs: pafs.FileSystem, path: str, uri: str) -> None:
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        raise StoreError(f"store {uri}: {path} does not exist (or is not a directory)")
