@@ -48,6 +48,7 @@ def as_user(*cmd: str) -> subprocess.CompletedProcess[str]:
 
 def write_site(d: Path, secrets_mode: int = 0o600) -> Path:
     config = d / "config.toml"
+    (d / "store").mkdir(mode=0o755, exist_ok=True)
     key = d / "site.key"
     key.write_text(os.urandom(32).hex() + "\n")
     key.chmod(0o600)
