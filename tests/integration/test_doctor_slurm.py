@@ -50,3 +50,38 @@ def test_doctor_names_a_run_dir_the_plugin_does_not_use(cluster: DevSlurm) -> No
     assert f"rundir={cluster.dir}/nodes/%n/run" in plug["detail"]
     assert f"paths.run_dir {cluster.dir}/nodes/%n/elsewhere" in plug["detail"]
     assert "plugstack.conf:1" in plug["fix"]
+
+
+def test_doctor_nodeset_in_each_nodes_namespace(cluster: DevSlurm, tmp_path: Path) -> None:
+    """``bootseer doctor NODESET``: slurm-dev has no sshd, so the remote shell enters each
+    node's network namespace (where its agent and slurmd run) as ssh would reach it."""
+    network = cluster.cluster.s.network
+    cases = "".join(
+        f'  {n}) exec {" ".join(network.enter(n))} sh -c "$2" ;;\n' for n in cluster.nodes
+    )
+    rsh = tmp_path / "rsh"
+    rsh.write_text(
+        f'#!/bin/sh\ncase "$1" in\n{cases}  *) echo "no node $1" >&2; exit 255;;\nesac\n'
+    )
+    rsh.chmod(0o755)
+    nodeset = f"{cluster.nodes[0]},{cluster.nodes[1]}"
+    r = doctor_nodes(cluster, nodeset, "--rsh", str(rsh))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.startswith("ok   n[1-2]: every check passed"), r.stdout
+
+    cluster.configure("paths", run_dir=f"{cluster.dir}/nodes/%n/elsewhere")
+    r = doctor_nodes(cluster, nodeset + ",n99", "--rsh", str(rsh))
+    assert r.returncode == 1
+    assert "FAIL plugstack on n[1-2]\n" in r.stdout, r.stdout
+    assert "DOWN n99: no node n99" in r.stdout
+
+
+def doctor_nodes(cluster: DevSlurm, *args: str) -> subprocess.CompletedProcess[str]:
+    bootseer = Path(sys.executable).parent / "bootseer"
+    return subprocess.run(
+        [str(bootseer), "doctor", *args],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -370,3 +370,70 @@ def test_config_check_fails_for_a_store_that_does_not_exist(tmp_path: Path) -> N
     assert r.returncode == 1
     assert "does not exist" in r.stdout
     assert not (tmp_path / "absent").exists()
+
+
+# -- many nodes ------------------------------------------------------------------------
+
+
+def fake_rsh(tmp_path: Path, body: str) -> str:
+    """An executable standing in for ssh: ``$1`` the node, ``$2`` the command line."""
+    rsh = tmp_path / "rsh"
+    rsh.write_text(f"#!/bin/sh\n{body}\n")
+    rsh.chmod(0o755)
+    return str(rsh)
+
+
+def test_nodes_are_asked_through_rsh_and_folded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bootseer.cli.doctor_cmd import render_nodes
+
+    # Each "node" runs bootseer doctor here, with a config naming a store only n2 lacks.
+    (tmp_path / "store-n1").mkdir()
+    (tmp_path / "store-n3").mkdir()
+    for n in ("n1", "n2", "n3"):
+        (tmp_path / f"{n}.toml").write_text(f'[store]\nuri = "file://{tmp_path}/store-{n}"\n')
+    rsh = fake_rsh(
+        tmp_path,
+        '[ "$1" = n4 ] && { echo "ssh: n4: No route to host" >&2; exit 255; }\n'
+        f'BOOTSEER_CONFIG={tmp_path}/$1.toml exec sh -c "$2"',
+    )
+    bootseer = str(Path(sys.executable).parent / "bootseer")
+    answers = doctor.ask_nodes(["n1", "n2", "n3", "n4"], rsh, bootseer, fanout=2)
+    assert [a.node for a in answers] == ["n1", "n2", "n3", "n4"]
+    stores = {a.node: {c.name: c for c in a.checks}.get("store") for a in answers}
+    assert stores["n1"] is not None and stores["n1"].status == "ok"
+    assert stores["n2"] is not None and "does not exist" in stores["n2"].detail
+    assert answers[3].error == "ssh: n4: No route to host" and not answers[3].ok
+
+    capsys.readouterr()
+    render_nodes(answers)
+    out = capsys.readouterr().out
+    assert all(len(ln) <= 80 for ln in out.splitlines()), out
+    assert "FAIL store on n2\n" in out
+    assert "DOWN n4: ssh: n4: No route to host" in out
+
+
+def test_an_unreachable_node_says_why(tmp_path: Path) -> None:
+    rsh = fake_rsh(
+        tmp_path, 'echo "ssh: connect to host $1 port 22: No route to host" >&2; exit 255'
+    )
+    (answer,) = doctor.ask_nodes(["n7"], rsh)
+    assert answer.error == "ssh: connect to host n7 port 22: No route to host"
+    assert answer.to_json()["ok"] is False
+
+
+def test_a_nodeset_cli_exit_status_and_json(tmp_path: Path) -> None:
+    import json
+
+    rsh = fake_rsh(tmp_path, 'exec sh -c "$2"')
+    env = {**os.environ, "BOOTSEER_CONFIG": str(tmp_path / "absent.toml")}
+    r = subprocess.run(
+        [sys.executable, "-m", "bootseer.cli", "doctor", "n[1-2]", "--rsh", rsh, "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and sorted(doc["nodes"]) == ["n1", "n2"]
