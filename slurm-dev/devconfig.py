@@ -14,8 +14,12 @@ import shutil
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from network import Network
+
+if TYPE_CHECKING:
+    from bootseer.store import Store
 
 TOP = Path(__file__).resolve().parent.parent
 DEFAULT_STATE = Path(os.environ.get("BOOTSEER_DEV_STATE", "/var/tmp/bootseer-dev"))
@@ -84,6 +88,10 @@ class ClusterConfig:
         self.logs = self.dir / "log"
         self.conf = self.etc / "slurm.conf"
         self.site_config = self.etc / "bootseer.toml"
+        # The store's credentials, root only, next to the site config (its default
+        # [store] secrets_file); --s3 only: the file:// store needs none.
+        self.secrets_file = self.etc / "secrets.toml"
+        self.s3_identities = self.etc / "s3.json"  # SeaweedFS's -s3.config, from the above
 
     # -- environment --------------------------------------------------------------
 
@@ -95,6 +103,18 @@ class ClusterConfig:
             "BOOTSEER_DEV_STATE": str(self.dir),
             "PATH": f"{VENV / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         }
+
+    def open_store(self) -> Store:
+        """The cluster's store, as root-run parts open it (with the secrets file's
+        credentials); a user's process opens it anonymously (read-only on S3)."""
+        import sys
+
+        sys.path.insert(0, str(TOP / "lib"))
+        from bootseer.credentials import read_secrets_file
+        from bootseer.store import open_store
+
+        creds = read_secrets_file(self.secrets_file)
+        return open_store(self.store_uri(), creds.access_key, creds.secret_key)
 
     def store_uri(self) -> str:
         if self.s.s3:
@@ -133,6 +153,8 @@ class ClusterConfig:
             fd = os.open(site_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             os.write(fd, os.urandom(32).hex().encode() + b"\n")
             os.close(fd)
+        if self.s.s3:
+            self._write_store_secrets()
         hosts = [f"{self.s.network.node_ip(n)} {n}" for n in self.s.node_names]
         self._write(self.etc / "hosts", "\n".join(hosts) + "\n")
         (self.run / "munge").mkdir(exist_ok=True, mode=0o755)
@@ -169,6 +191,43 @@ class ClusterConfig:
                 ),
             )
             wrapper.chmod(0o755)
+
+    def _write_store_secrets(self) -> None:
+        """An admin identity for root-run parts (its keys in the root-only secrets file)
+        and an anonymous one that may only read and list: users' `bootseer report` reads
+        the phase records, and no user writes the store (docs/security.md)."""
+        if not self.secrets_file.exists():
+            fd = os.open(self.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(
+                fd,
+                (
+                    "# slurm-dev's S3 store: root-run parts write with these (root only).\n"
+                    "[store]\n"
+                    f'access_key = "admin-{os.urandom(6).hex()}"\n'
+                    f'secret_key = "{os.urandom(20).hex()}"\n'
+                ).encode(),
+            )
+            os.close(fd)
+        import tomllib
+
+        creds = tomllib.loads(self.secrets_file.read_text())["store"]
+        identities = {
+            "identities": [
+                {
+                    "name": "admin",
+                    "credentials": [
+                        {"accessKey": creds["access_key"], "secretKey": creds["secret_key"]}
+                    ],
+                    "actions": ["Admin", "Read", "List", "Tagging", "Write"],
+                },
+                {"name": "anonymous", "actions": ["Read", "List"]},
+            ]
+        }
+        tmp = self.s3_identities.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(fd, json.dumps(identities, indent=1).encode())
+        os.close(fd)
+        os.replace(tmp, self.s3_identities)
 
     def _write(self, path: Path, text: str) -> None:
         tmp = path.with_suffix(path.suffix + ".tmp")

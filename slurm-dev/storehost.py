@@ -76,6 +76,7 @@ class StoreHost(Daemons):
                 f"-ip={store_ip}",
                 "-ip.bind=0.0.0.0",
                 "-s3",
+                f"-s3.config={self.s3_identities}",
                 f"-master.port={self.s.weed_ports[0]}",
                 f"-volume.port={self.s.weed_ports[1]}",
                 f"-filer.port={self.s.weed_ports[2]}",
@@ -104,8 +105,12 @@ class StoreHost(Daemons):
     def _bucket_ready(self) -> bool:
         code = (
             f"import sys; sys.path.insert(0, {str(TOP / 'lib')!r})\n"
+            "from pathlib import Path\n"
+            "from bootseer.credentials import read_secrets_file\n"
             "from bootseer.store import open_store\n"
-            f"open_store({self.store_uri()!r}).write_bytes('.ready', b'ok')\n"
+            f"c = read_secrets_file(Path({str(self.secrets_file)!r}))\n"
+            f"open_store({self.store_uri()!r}, c.access_key, c.secret_key)"
+            ".write_bytes('.ready', b'ok')\n"
         )
         r = subprocess.run([str(VENV / "bin" / "python3"), "-c", code], capture_output=True)
         return r.returncode == 0

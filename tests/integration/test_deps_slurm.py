@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from bootseer.sitekey import DEPS_MANIFEST, load_keys, strip
-from bootseer.store import open_store
 from tests.conftest import DevSlurm, devcluster
 from tests.unit.deps.conftest import entries_of, member, publish, tar_bytes
 
@@ -167,7 +166,7 @@ def test_a_planted_snapshot_manifest_is_refused_and_the_job_reinstalls(
     assert cluster.wait(first) == "COMPLETED", cluster.output(first)
     assert "captured" in deps_line(cluster, n0, first, "epilog")
 
-    store = open_store(cluster.cluster.store_uri())
+    store = cluster.cluster.open_store()
     keys = load_keys(cluster.dir / "etc" / "site.key")
     (path,) = [
         o.key

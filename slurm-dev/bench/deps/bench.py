@@ -295,7 +295,7 @@ def main(argv: list[str]) -> int:
 
         from bootseer.store import open_store
 
-        open_store(cluster.store_uri()).delete_prefix("deps")  # a cold start for the capture
+        cluster.open_store().delete_prefix("deps")  # a cold start for the capture
         b.clean("bs")
         # BOOTSEER_* reach srun tasks, not the batch script itself: name the prefix here.
         wrapped = (
@@ -317,9 +317,7 @@ def main(argv: list[str]) -> int:
             if "skipping the install" not in (WORK / "out" / f"{jid}.out").read_text():
                 raise RuntimeError(f"job {jid} on {node} did not skip its install")
 
-        from bootseer.store import open_store
-
-        store = open_store(cluster.store_uri())
+        store = cluster.open_store()
         shutil.rmtree(WORK / "local-store", ignore_errors=True)  # no earlier run's snapshots
         local = open_store(f"file://{WORK}/local-store")
         for o in store.list("deps", recursive=True):

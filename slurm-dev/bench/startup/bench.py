@@ -346,9 +346,8 @@ class Bench:
             f"image {self.image.stat().st_size / MiB:.0f} MiB (start reads {self.size.hot_mib} "
             f"MiB), checkpoint {self.size.ckpt_mib} MiB, packages {' '.join(self.size.packages)}"
         )
-        from bootseer.store import open_store
 
-        store = open_store(self.c.store_uri())
+        store = self.c.open_store()
         t0 = time.monotonic()
         for key, path in (("image.sqsh", self.image), ("ckpt.bin", self.ckpt)):
             if store.exists(f"{STORE_PREFIX}/{key}") and (
