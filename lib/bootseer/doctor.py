@@ -499,6 +499,37 @@ def check_site_key(node: Node) -> Check:
     return ok(name, f"{path} (0600 root, {len(keys)} key{'s' if len(keys) > 1 else ''})")
 
 
+@needs_config("store secrets")
+def check_store_secrets(node: Node) -> Check:
+    """``[store] secrets_file``: absent (anonymous access) or root's alone (0600)."""
+    name = "store secrets"
+    assert node.cfg is not None
+    path = node.cfg.store.secrets_file
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return ok(name, f"{path} absent: the store is opened anonymously")
+    except OSError as exc:
+        return problem(name, f"{path}: {exc.strerror}", f"ls -l {path}")
+    mode = stat.S_IMODE(st.st_mode)
+    kind = "" if stat.S_ISREG(st.st_mode) else "not a regular file, "
+    if kind or st.st_uid != 0 or mode & 0o077:
+        return problem(
+            name,
+            f"{path}: {kind}uid {st.st_uid}, mode {mode:04o}: must be root's alone",
+            f"chown root {path}; chmod 0600 {path}; rotate the keys others could read",
+        )
+    if os.geteuid() != 0:
+        return ok(name, f"{path} (0600 root; contents need root to read)")
+    from bootseer.credentials import read_secrets_file
+
+    try:
+        creds = read_secrets_file(path)
+    except ConfigError as exc:
+        return problem(name, str(exc), f"fix {path} (docs/security.md, Store secrets)")
+    return ok(name, f"{path} (0600 root, {'anonymous' if creds.anonymous else 'keys set'})")
+
+
 def check_python(node: Node) -> Check:
     """The interpreter has tarfile's extraction filters (>= 3.11.4): deps restores need them."""
     name = "python"
@@ -554,6 +585,7 @@ CHECKS: tuple[CheckFn, ...] = (
     check_store,
     check_clock,
     check_site_key,
+    check_store_secrets,
     check_python,
     check_path,
 )

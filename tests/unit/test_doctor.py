@@ -234,6 +234,24 @@ def test_a_root_only_site_key_is_ok(tmp_path: Path) -> None:
     assert check.status == "ok", check
 
 
+def test_store_secrets_others_can_read_are_reported(tmp_path: Path) -> None:
+    node = make_node(tmp_path)
+    assert node.cfg is not None and node.cfg.store.secrets_file == tmp_path / "secrets.toml"
+    assert doctor.check_store_secrets(node).status == "ok"  # absent: anonymous
+    secrets = tmp_path / "secrets.toml"
+    secrets.write_text('[store]\naccess_key = "a"\nsecret_key = "never-shown"\n')
+    secrets.chmod(0o644)
+    check = doctor.check_store_secrets(node)
+    assert check.status == "problem" and "mode 0644" in check.detail, check
+    assert f"chmod 0600 {secrets}" in check.fix
+    assert "never-shown" not in check.detail + check.fix
+    if ROOT:
+        secrets.chmod(0o600)
+        check = doctor.check_store_secrets(node)
+        assert check.status == "ok" and "keys set" in check.detail, check
+        assert "never-shown" not in check.detail
+
+
 def test_a_store_that_does_not_exist_is_reported_and_not_created(tmp_path: Path) -> None:
     node = make_node(tmp_path, store={"uri": f"file://{tmp_path}/shared/bootseer"})
     check = doctor.check_store(node)
