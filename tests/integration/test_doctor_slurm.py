@@ -32,10 +32,19 @@ def test_doctor_is_clean_on_a_slurm_dev_node(cluster: DevSlurm) -> None:
     r = doctor(cluster)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == 11
+    assert len(lines) == 12
     assert all(ln.startswith(("ok ", "skip ")) and len(ln) <= 80 for ln in lines), r.stdout
     by_name = checks(cluster)
-    for name in ("plugstack", "prolog", "timeout", "agent", "store", "site key", "clock"):
+    for name in (
+        "plugstack",
+        "prolog",
+        "timeout",
+        "agent",
+        "store",
+        "site key",
+        "clock",
+        "store secrets",
+    ):
         assert by_name[name]["status"] == "ok", by_name[name]
     assert "node n1" in by_name["agent"]["detail"]
 
