@@ -8,7 +8,9 @@
  * Slurm hands to the Prolog/Epilog as SPANK_BOOTSEER_*.
  *
  * Node side (slurmstepd): reads <rundir>/jobs/<jobid>/env, written by the prolog, and
- * sets its BOOTSEER_* variables in the tasks' environment.
+ * sets its BOOTSEER_* variables in the tasks' environment. lib/bootseer/nodepaths.py
+ * names that path for Python; tests/unit/test_nodepaths.py builds expand_node() and
+ * job_env_path() below and holds them to its answers.
  *
  * plugstack.conf arguments: rundir=PATH (default /run/bootseer, as the site config's
  * paths.run_dir; "%n" stands for the short host name, which is the node name).
@@ -29,6 +31,8 @@ SPANK_PLUGIN(bootseer, 1);
 
 #define MAX_PATH_LEN 1024
 #define MAX_NAMESPACE_LEN 256
+/* The job's env file under run_dir: nodepaths.job_env (JOBS, JOB_ENV). */
+#define JOB_ENV_FORMAT "%s/jobs/%u/env"
 
 static char *opt_mode;
 static char *opt_image;
@@ -278,38 +282,63 @@ static int export_to_hooks(spank_t sp)
 	return 0;
 }
 
-/*
- * run_dir with "%n" replaced by the short host name. The job's environment is the
- * user's to change (SLURMD_NODENAME included), the host name is not. slurm-dev runs each
- * slurmd in a UTS namespace of its own whose host name is the node name.
- */
-static int node_run_dir(char *out, size_t size)
+/* template with every "%n" replaced by node (nodepaths.expand); -1 if it does not fit. */
+static int expand_node(char *out, size_t size, const char *template, const char *node)
 {
-	char host[256] = "";
-	const char *mark = strstr(run_dir, "%n");
-	if (mark == NULL)
-		return snprintf(out, size, "%s", run_dir) < (int)size ? 0 : -1;
-	if (gethostname(host, sizeof(host) - 1) < 0)
+	size_t n = 0, len = strlen(node);
+	for (const char *p = template; *p; p++) {
+		const char *piece = p;
+		size_t k = 1;
+		if (p[0] == '%' && p[1] == 'n') {
+			piece = node;
+			k = len;
+			p++;
+		}
+		if (n + k >= size)
+			return -1;
+		memcpy(out + n, piece, k);
+		n += k;
+	}
+	out[n] = '\0';
+	return 0;
+}
+
+/* The job's env file on this node, from run_dir with "%n" expanded (nodepaths.job_env). */
+static int job_env_path(char *out, size_t size, const char *run_dir_template, const char *node,
+			uint32_t job_id)
+{
+	char dir[PATH_MAX];
+	if (expand_node(dir, sizeof(dir), run_dir_template, node) < 0)
 		return -1;
-	host[strcspn(host, ".")] = '\0';
-	return snprintf(out, size, "%.*s%s%s", (int)(mark - run_dir), run_dir, host, mark + 2) <
-			       (int)size
-		       ? 0
-		       : -1;
+	return snprintf(out, size, JOB_ENV_FORMAT, dir, job_id) < (int)size ? 0 : -1;
+}
+
+/*
+ * The node name for "%n": the short host name (nodepaths.host_name). The job's
+ * environment is the user's to change (SLURMD_NODENAME included), the host name is not.
+ * slurm-dev runs each slurmd in a UTS namespace of its own whose host name is the node name.
+ */
+static int host_name(char *out, size_t size)
+{
+	if (gethostname(out, size - 1) < 0)
+		return -1;
+	out[size - 1] = '\0';
+	out[strcspn(out, ".")] = '\0';
+	return 0;
 }
 
 /* Node side: put what the prolog prepared into the tasks' environment. */
 static int import_from_prolog(spank_t sp)
 {
 	uint32_t job_id;
-	char dir[PATH_MAX], path[PATH_MAX + 64], line[4096];
+	char host[256], path[PATH_MAX + 64], line[4096];
 	struct stat st;
 	FILE *f;
 
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
-	    node_run_dir(dir, sizeof(dir)) < 0)
+	    host_name(host, sizeof(host)) < 0 ||
+	    job_env_path(path, sizeof(path), run_dir, host, job_id) < 0)
 		return 0;
-	snprintf(path, sizeof(path), "%s/jobs/%u/env", dir, job_id);
 	f = fopen(path, "re");
 	if (f == NULL)
 		return 0; /* bootseer not asked for, or the prolog prepared nothing */

@@ -26,10 +26,12 @@ from typing import Any
 
 import pytest
 
+from bootseer.store import Store, open_store
+
 TOP = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TOP / "slurm-dev"))
 
-import devcluster  # noqa: E402
+import devcluster as devcluster  # noqa: E402 (the tests take it from here)
 
 TEST_STATE = Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-test"))
 TEST_PORT_BASE = int(os.environ.get("BOOTSEER_TEST_PORT_BASE", "17900"))
@@ -115,22 +117,33 @@ class DevSlurm:
     def output(self, job_id: int) -> str:
         return (self.dir / "out" / f"{job_id}.out").read_text()
 
-    def report(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``bootseer report ARGS`` against this cluster's store."""
+    def report(self, *args: str, user: str = "root") -> subprocess.CompletedProcess[str]:
+        """``bootseer report ARGS`` against this cluster's store, run as ``user``."""
         bootseer = Path(sys.executable).parent / "bootseer"
         return subprocess.run(
-            [str(bootseer), "report", *args],
-            env=self.env,
+            [*self.as_user(user), str(bootseer), "report", *args],
+            env=self.user_env(user),
             capture_output=True,
             text=True,
             timeout=120,
         )
 
-    def report_json(self, job_id: int) -> dict[str, Any]:
-        r = self.report(str(job_id), "--json")
+    def report_json(self, job_id: int, user: str = "root") -> dict[str, Any]:
+        r = self.report(str(job_id), "--json", user=user)
         assert r.returncode == 0, r.stderr
         data: dict[str, Any] = json.loads(r.stdout)
         return data
+
+    def readable_by(self, user: str, files: list[Path]) -> list[Path]:
+        """Those of ``files`` that ``user`` can read (``cat`` run as that user)."""
+        return [
+            f
+            for f in files
+            if subprocess.run(
+                [*self.as_user(user), "cat", str(f)], capture_output=True, timeout=30
+            ).returncode
+            == 0
+        ]
 
     def node_log(self, node: str) -> str:
         path = self.dir / "nodes" / node / "log" / f"{node}.log"
@@ -182,6 +195,18 @@ def to_toml(data: dict[str, dict[str, object]]) -> str:
         out += [f"{k} = {value(v)}" for k, v in table.items()]
         out.append("")
     return "\n".join(out)
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    """Where :func:`store` keeps its objects (the deps tests put it where job users reach)."""
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def store(store_dir: Path) -> Store:
+    """A file:// store of the test's own."""
+    return open_store(f"file://{store_dir}")
 
 
 @pytest.fixture(scope="session")

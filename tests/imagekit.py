@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from bootseer import mounts
+from bootseer.config import SiteConfig
 from bootseer.image.client import AgentClient
 from bootseer.image.protocol import AgentUnavailable
 from tests.conftest import squash, to_toml
+from tests.sitekeys import key_file
 
 
 def make_squashfs(dest: Path, files: dict[str, int], seed: int = 1) -> Path:
@@ -36,7 +38,9 @@ def make_squashfs(dest: Path, files: dict[str, int], seed: int = 1) -> Path:
 
 
 def site_config(base: Path, node: str = "t1", **image: Any) -> dict[str, dict[str, Any]]:
+    keyfile = base / "site.key"
     return {
+        "site": {"key_file": str(keyfile if keyfile.exists() else key_file(base))},
         "store": {"uri": f"file://{base}/store"},
         "paths": {
             "run_dir": f"{base}/%n/run",
@@ -53,6 +57,11 @@ def site_config(base: Path, node: str = "t1", **image: Any) -> dict[str, dict[st
             **image,
         },
     }
+
+
+def node_config(base: Path, node: str = "t1", **image: Any) -> SiteConfig:
+    """:func:`site_config` as the agent and the hooks on ``node`` load it (``%n`` resolved)."""
+    return SiteConfig.from_mapping(site_config(base, **image)).for_node(node)
 
 
 class AgentProc:

@@ -33,24 +33,45 @@ ENV_VAR = "BOOTSEER_CONFIG"
 
 
 @dataclass(frozen=True)
+class SiteSection:
+    """The site key (``bootseer.sitekey``): root-only (0600) and the same on every node.
+
+    One key per line, the current one first; root-run parts seal what they write to the
+    store with it and refuse what does not verify (docs/security.md). ``[p2p]`` derives
+    its peer tokens from the same file unless it names its own (and a config with only
+    ``[p2p] key_file``, from before this section, names the site's key with it)."""
+
+    key_file: Path = Path("/etc/bootseer/site.key")
+
+
+@dataclass(frozen=True)
 class StoreSection:
     # file:///shared/bootseer or s3://bucket/prefix?endpoint_override=host:port&scheme=http
     uri: str = "file:///var/lib/bootseer/store"
-    # S3 only; empty means anonymous access (SeaweedFS without an identity file allows it).
-    access_key: str = ""
-    secret_key: str = ""
+    # S3 credentials live here, root-only (0600), never in this file, which users read
+    # (bootseer.credentials). Unset: secrets.toml next to the site config.
+    secrets_file: Path = Path("/etc/bootseer/secrets.toml")
 
-    def open(self) -> Store:
-        """The store this section names (pyarrow is imported here, on first use)."""
+    def open(self, create: bool = True) -> Store:
+        """The store this section names (pyarrow is imported here, on first use): with the
+        secrets file's credentials when run as root, anonymous otherwise. ``create=False``
+        only looks (``open_store``)."""
+        return self.open_uri(self.uri, create)
+
+    def open_uri(self, uri: str, create: bool = True) -> Store:
+        """Another store (a checkpoint target) with the same credentials as :meth:`open`."""
+        from bootseer.credentials import store_credentials
         from bootseer.store import open_store
 
-        return open_store(self.uri, self.access_key, self.secret_key)
+        creds = store_credentials(self.secrets_file)
+        return open_store(uri, creds.access_key, creds.secret_key, create=create)
 
 
 @dataclass(frozen=True)
 class PathsSection:
-    """Node-local paths. ``%n`` stands for the node name, as in slurm.conf, so several
-    slurmd on one machine (slurm-dev) keep apart."""
+    """The roots of node-local paths; :mod:`bootseer.nodepaths` lays out what is under
+    them. ``%n`` stands for the node name, as in slurm.conf, so several slurmd on one
+    machine (slurm-dev) keep apart."""
 
     run_dir: Path = Path("/run/bootseer")  # per-job state on the node; read by the SPANK plugin
     cache_dir: Path = Path("/var/cache/bootseer")  # node-local caches (blocks, snapshots)
@@ -96,28 +117,21 @@ class CkptSection:
     read_ahead: int = 16  # units a sequential reader fetches ahead (memory: that many units)
     max_inflight: int = 8  # store requests in flight per open file, reading or writing
     verify: bool = True  # check each unit's checksum on read
-    # Where jobs' mounts go (``%n`` = node); empty means ``<paths.run_dir>/ckpt``.
-    mount_root: str = ""
+    # Where jobs' mounts go (``%n`` = node); unset or empty: ``<paths.run_dir>/ckpt``.
+    mount_root: Path | None = None
     mount_timeout: float = 20.0  # seconds the prolog waits for a mount to come up
     # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
     kernel_read_ahead_kb: int = 4096
-
-    def mount_dir(self, run_dir: Path, node: str) -> Path:
-        if not self.mount_root:
-            return run_dir / "ckpt"
-        root = Path(self.mount_root.replace("%n", node))
-        if not root.is_absolute():
-            raise ConfigError(f"ckpt.mount_root must be an absolute path, not {self.mount_root!r}")
-        return root
 
 
 @dataclass(frozen=True)
 class ImageSection:
     """The node agent: lazy images over FUSE, block cache, traces, prefetch (docs/image.md)."""
 
-    socket: Path = Path("/run/bootseer/agent.sock")  # the prolog/epilog talk to the agent here
-    mount_dir: Path = Path("/run/bootseer/images")  # FUSE mount: one <job_id>.sqsh per job
-    cache_dir: Path = Path("/var/cache/bootseer/image")  # verified blocks; survives restarts
+    # Unset: derived from [paths] by bootseer.nodepaths (in brackets).
+    socket: Path | None = None  # the hooks talk to the agent here (<run_dir>/agent.sock)
+    mount_dir: Path | None = None  # FUSE mount: one <job_id>.sqsh per job (<run_dir>/images)
+    cache_dir: Path | None = None  # verified blocks; survives restarts (<cache_dir>/image)
     cache_size_gib: float = 100.0  # size cap; LRU eviction of blocks no running job uses first
     # For `bootseer image add` and first-use registration; 256 KiB measured best (docs/image.md).
     block_size_kib: int = 256
@@ -160,6 +174,7 @@ class P2PSection:
     port: int = 746
     # Root-only (0600) and the same on every node: peers prove they belong to a job with
     # a token derived from it. Without it, every node fetches from the store itself.
+    # Unset: [site] key_file.
     key_file: Path = Path("/etc/bootseer/site.key")
     # Node name -> address, /etc/hosts format; unset: the system's resolver.
     hosts_file: Path | None = None
@@ -212,6 +227,7 @@ class DepsSection:
 
 @dataclass(frozen=True)
 class SiteConfig:
+    site: SiteSection = field(default_factory=SiteSection)
     store: StoreSection = field(default_factory=StoreSection)
     paths: PathsSection = field(default_factory=PathsSection)
     hooks: HooksSection = field(default_factory=HooksSection)
@@ -226,15 +242,43 @@ class SiteConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: Path | None = None) -> SiteConfig:
+        store = data.get("store")
+        if isinstance(store, Mapping):
+            for secret in ("access_key", "secret_key"):
+                if secret in store:
+                    raise ConfigError(
+                        f"store.{secret} does not belong in the site config, which every "
+                        "user reads: put it in the root-only secrets file "
+                        "([store] secrets_file, default secrets.toml next to this config; "
+                        "docs/security.md)"
+                    )
         cfg: SiteConfig = _build(cls, data, prefix="", skip={"source", "template"})
+        if source is not None and not (isinstance(store, Mapping) and "secrets_file" in store):
+            cfg = dataclasses.replace(
+                cfg,
+                store=dataclasses.replace(cfg.store, secrets_file=source.parent / "secrets.toml"),
+            )
+        # One key file for the site: [p2p] key_file defaults to [site] key_file, and a
+        # config from before [site] existed (only [p2p] key_file) names the site's key.
+        p2p, site = data.get("p2p"), data.get("site")
+        p2p_set = isinstance(p2p, Mapping) and "key_file" in p2p
+        site_set = isinstance(site, Mapping) and "key_file" in site
+        if not p2p_set:
+            cfg = dataclasses.replace(
+                cfg, p2p=dataclasses.replace(cfg.p2p, key_file=cfg.site.key_file)
+            )
+        elif not site_set:
+            cfg = dataclasses.replace(cfg, site=SiteSection(key_file=cfg.p2p.key_file))
         return dataclasses.replace(cfg, source=source)
 
     def for_node(self, node: str) -> SiteConfig:
         """This config with ``%n`` in every path of every section replaced by ``node``."""
 
+        from bootseer.nodepaths import expand
+
         def section(sec: Any) -> Any:
             paths = {
-                f.name: Path(str(v).replace("%n", node))
+                f.name: Path(expand(str(v), node))
                 for f in dataclasses.fields(sec)
                 if isinstance(v := getattr(sec, f.name), Path)
             }
@@ -313,6 +357,8 @@ def _convert(hint: Any, value: Any, key: str) -> Any:
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value == "" and len(args) < len(typing.get_args(hint)):
+            return None  # an optional path left empty: the default
         return _convert(args[0], value, key)
     if origin is list:
         (item,) = typing.get_args(hint)

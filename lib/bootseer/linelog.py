@@ -9,7 +9,8 @@ Many processes append to one file at once (a hook per job on the node); each lin
 one ``write`` on an ``O_APPEND`` descriptor, so lines never interleave. Cheap to
 import: the hooks load it on every job.
 
-    >>> log = LineLog(Path("/var/log/bootseer/n1-agent.log"), "agent[4242]")
+    >>> import tempfile
+    >>> log = LineLog(Path(tempfile.mkdtemp()) / "n1-agent.log", "agent[4242]")
     >>> log("agent up")
 """
 

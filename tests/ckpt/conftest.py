@@ -14,6 +14,7 @@ from bootseer import mounts
 from bootseer.ckpt import Namespace
 from bootseer.ckpt import mount as ckpt_mount
 from bootseer.store import open_store
+from tests.sitekeys import KEYS, key_file
 
 UNIT = 4096
 JOB_UID = 65534  # nobody: the job's user in mount tests
@@ -36,7 +37,10 @@ def ns(targets: list[str]) -> Namespace:
 def site_config(tmp_path: Path, targets: list[str], monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "config.toml"
     quoted = ", ".join(f'"{t}"' for t in targets)
-    path.write_text(f"[ckpt]\ntargets = [{quoted}]\nunit_size = {UNIT}\nread_ahead = 4\n")
+    path.write_text(
+        f'[site]\nkey_file = "{key_file(tmp_path)}"\n'
+        f"[ckpt]\ntargets = [{quoted}]\nunit_size = {UNIT}\nread_ahead = 4\n"
+    )
     monkeypatch.setenv("BOOTSEER_CONFIG", str(path))
     return path
 
@@ -79,5 +83,6 @@ def mounted(
 
 @pytest.fixture
 def job_ns(targets: list[str]) -> Namespace:
-    """The API's view of the mounted namespace."""
-    return Namespace([open_store(u) for u in targets], "nobody/test", unit_size=UNIT)
+    """The API's view of the mounted namespace, as an admin's (with the site key: what it
+    writes the mount serves, and what the mount writes it checks)."""
+    return Namespace([open_store(u) for u in targets], "nobody/test", unit_size=UNIT, keys=KEYS)

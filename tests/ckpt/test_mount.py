@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -15,12 +16,10 @@ from bootseer.ckpt import Namespace
 from bootseer.ckpt import mount as ckpt_mount
 from bootseer.ckpt.layout import namespace_name
 from bootseer.config import SiteConfig
-from bootseer.context import JobContext
 from bootseer.errors import StepError
-from bootseer.hooks.jobdir import JobDir
-from bootseer.hooks.log import HookLog
 from bootseer.hooks.steps import StepCall, steps_for
 from bootseer.options import Options
+from tests.hookkit import job_context, step_call
 
 from .conftest import JOB_UID, OTHER_UID, UNIT, needs_fuse
 
@@ -235,24 +234,8 @@ def _call(tmp_path: Path, mount_root: Path, site_config: Path, ckpt: str) -> Ste
     doc = tomllib.loads(site_config.read_text())
     doc["ckpt"]["mount_root"] = str(mount_root)
     doc["paths"] = {"run_dir": str(tmp_path / "run"), "log_dir": str(tmp_path / "log")}
-    cfg = SiteConfig.from_mapping(doc)
-    ctx = JobContext(
-        job_id=77,
-        user="nobody",
-        uid=JOB_UID,
-        gid=JOB_UID,
-        node="n1",
-        nodes=("n1",),
-        options=Options(mode="on", ckpt=ckpt),
-    )
-    job = JobDir(cfg.paths.run_dir, ctx.job_id).create()
-    return StepCall(
-        ctx=ctx,
-        cfg=cfg,
-        job=job,
-        log=HookLog(cfg.paths.log_dir, "n1", 77, "test"),
-        deadline=time.monotonic() + 30,
-    )
+    job = job_context(Options(mode="on", ckpt=ckpt), job_id=77, user="nobody", uid=JOB_UID)
+    return step_call(SiteConfig.from_mapping(doc), job)
 
 
 def test_prolog_mounts_and_epilog_unmounts(
@@ -299,7 +282,8 @@ def test_prolog_reports_an_unreachable_target(
 
     blocker = tmp_path / "blocker"
     blocker.write_text("")
-    site_config.write_text(f'[ckpt]\ntargets = ["file://{blocker}/t"]\n')
+    keep = site_config.read_text().split("[ckpt]")[0]  # the [site] key
+    site_config.write_text(f'{keep}[ckpt]\ntargets = ["file://{blocker}/t"]\n')
     call = _call(tmp_path, mount_root, site_config, "test")
     with pytest.raises(StepError, match="is not reachable"):
         step.prolog(call)
@@ -311,3 +295,30 @@ def test_prolog_reports_an_unreachable_target(
 
 def test_namespace_is_the_users_own() -> None:
     assert namespace_name("nobody", "team/run") == "nobody/team/run"
+
+
+def test_a_manifest_that_is_not_json_is_an_io_error_naming_the_file(
+    mounted: tuple[Path, object], job_ns: Namespace
+) -> None:
+    """Not "no such file": a training script would then start from step 0."""
+    mp, _ = mounted
+    with job_ns.open("run/latest.pt", "wb") as f:
+        f.write(os.urandom(UNIT + 5))
+    job_ns.meta.write_bytes(job_ns.manifest_key("run/latest.pt"), b'{"format": 1, "size":')
+    with pytest.raises(OSError) as api:
+        job_ns.open("run/latest.pt")
+    assert api.value.errno == errno.EIO
+    # (written without the site key, it is refused before it is parsed)
+    assert "nobody/test:run/latest.pt" in str(api.value) and "not sealed" in str(api.value)
+    assert not isinstance(api.value, FileNotFoundError)
+    for cmd in (["stat", f"{mp}/run/latest.pt"], ["cat", f"{mp}/run/latest.pt"]):
+        r = as_user(JOB_UID, *cmd, check=False)
+        assert r.returncode != 0
+        assert b"Input/output error" in r.stderr, (cmd, r.stderr)
+    r = as_user(JOB_UID, "ls", f"{mp}/run", check=False)
+    assert b"Input/output error" in r.stderr or b"latest.pt" in r.stdout, r
+    # Writing the file anew (the API) replaces the damaged manifest.
+    with job_ns.open("run/latest.pt", "wb") as f:
+        f.write(b"fresh")
+    with job_ns.open("run/latest.pt") as f:
+        assert f.read() == b"fresh"

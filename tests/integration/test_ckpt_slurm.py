@@ -94,6 +94,22 @@ def test_a_job_saves_through_the_mount_and_the_next_job_loads_it(
     assert not mp.exists()
 
 
+def test_bob_cannot_read_alices_checkpoint_from_the_targets(
+    cluster: DevSlurm, targets: list[str]
+) -> None:
+    """alice's checkpoint units and manifests sit on the file:// targets as root's 0600
+    objects in 0700 directories: bob cannot read them from the backing storage."""
+    n1 = cluster.nodes[0]
+    save = cluster.sbatch("-N1", f"-w{n1}", "--bootseer-ckpt=demo/private", script=SAVE)
+    assert cluster.wait(save) == "COMPLETED", cluster.output(save)
+    files = [p for t in targets for p in Path(t.removeprefix("file://")).rglob("*") if p.is_file()]
+    # six units over three targets, and the manifest
+    assert len([p for p in files if "alice" in str(p)]) >= 7, files
+    assert cluster.readable_by("bob", files) == []
+    # alice herself reads her checkpoint through the mount of her job, not from the targets
+    assert cluster.readable_by("alice", files) == []
+
+
 def test_a_killed_job_is_unmounted_and_its_partial_save_dropped(
     cluster: DevSlurm, targets: list[str]
 ) -> None:

@@ -52,7 +52,10 @@ def test_hooks_end_by_their_deadline_when_the_store_hangs(
     config.write_text(
         to_toml(
             {
-                "store": {"uri": s3_store.store_uri()},
+                "store": {
+                    "uri": s3_store.store_uri(),
+                    "secrets_file": str(s3_store.secrets_file),
+                },
                 "paths": {"run_dir": str(tmp_path / "run"), "log_dir": str(tmp_path / "log")},
                 "hooks": {"prolog_deadline": DEADLINE, "epilog_deadline": DEADLINE},
                 # the prolog writes its records inline too, so both hooks meet the store

@@ -17,9 +17,11 @@ import pytest
 from bootseer.image.blocks import block_key
 from bootseer.image.manifest import load_manifest
 from bootseer.image.protocol import AgentError
-from bootseer.image.trace import Trace, trace_key
+from bootseer.image.trace import Trace, save_trace, trace_key
+from bootseer.sitekey import IMAGE_TRACE
 from bootseer.store import open_store
 from tests.imagekit import add_image, make_squashfs, running_agent
+from tests.sitekeys import KEYS
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
@@ -200,7 +202,7 @@ def test_eviction_takes_blocks_of_unused_images_first(base: Path) -> None:
         agent.release(2)  # b is now used by no job: its blocks go first
         used = agent.prepare(1, "a:1")
         assert Path(used["path"]).read_bytes() == a.read_bytes()
-        ma = load_manifest(store, used["image"])
+        ma = load_manifest(store, used["image"], keys=KEYS)
         cached = {p.name for p in (agent.cache / "blocks").rglob("*") if p.is_file()}
         assert set(ma.blocks) <= cached, "a block of the image in use was evicted"
         assert agent.stats()["evicted"] > 0
@@ -253,7 +255,7 @@ def test_store_down_gives_eio_after_a_bounded_wait(base: Path, image: Path) -> N
 def test_corrupt_block_is_refused_and_fetched_again(base: Path, image: Path) -> None:
     image_id = add_image(base, image, "test:1")
     store = open_store(f"file://{base}/store")
-    m = load_manifest(store, image_id)
+    m = load_manifest(store, image_id, keys=KEYS)
     key = block_key(m.blocks[3])
     good = store.read_bytes(key)
     store_file = base / "store" / key
@@ -294,10 +296,9 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
             f2.seek(1_000_000)
             f2.read(10)
         verdict = agent.release(1)["trace"]
-        m = load_manifest(store, image_id)
-        t = Trace.from_json(
-            store.read_bytes(trace_key(image_id)), image_id, m.nblocks, m.block_size
-        )
+        m = load_manifest(store, image_id, keys=KEYS)
+        raw = KEYS.open(IMAGE_TRACE, trace_key(image_id), store.read_bytes(trace_key(image_id)))
+        t = Trace.from_json(raw, image_id, m.nblocks, m.block_size)
         # First-access order; kernel readahead may add neighbours of what was read.
         assert verdict == f"saved ({len(t.blocks)} blocks)"
         assert t.blocks[0] == 3 and 0 in t.blocks and 1_000_000 // 65536 not in t.blocks
@@ -313,9 +314,8 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
             f.seek(1_000_000)
             assert f.read(10) == original[1_000_000:1_000_010]
         assert agent.release(2)["trace"].startswith("merged (")
-        merged = Trace.from_json(
-            store.read_bytes(trace_key(image_id)), image_id, m.nblocks, m.block_size
-        )
+        raw = KEYS.open(IMAGE_TRACE, trace_key(image_id), store.read_bytes(trace_key(image_id)))
+        merged = Trace.from_json(raw, image_id, m.nblocks, m.block_size)
         assert merged.blocks[: len(t.blocks)] == t.blocks and 1_000_000 // 65536 in merged.blocks
         assert agent.prepare(3, "test:1")["trace_runs"] == 2
         agent.release(3)
@@ -324,9 +324,9 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
 def test_trace_naming_blocks_outside_the_image_is_refused(base: Path, image: Path) -> None:
     image_id = add_image(base, image, "test:1")
     store = open_store(f"file://{base}/store")
-    m = load_manifest(store, image_id)
+    m = load_manifest(store, image_id, keys=KEYS)
     bad = Trace(image_id, m.nblocks, m.block_size, (0, m.nblocks + 5))  # checksum is valid
-    store.write_bytes(trace_key(image_id), bad.to_json())
+    save_trace(store, bad, keys=KEYS)  # sealed: the agent's own checks must refuse it
     with running_agent(base) as agent:
         answer = agent.prepare(1, "test:1")
         assert answer["trace_runs"] == 0 and answer["prefetch"]["hot_blocks"] == 0
@@ -349,3 +349,50 @@ def test_squashfuse_mounts_the_lazy_image(base: Path, image: Path) -> None:
         finally:
             subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
         agent.release(1)
+
+
+def test_an_agent_killed_with_sigkill_comes_back(base: Path, image: Path) -> None:
+    """kill -9 leaves the dead agent's FUSE mount ("Transport endpoint is not connected");
+    the next agent clears it itself (before, it exited with FileExistsError)."""
+    from bootseer import mounts
+    from tests.imagekit import AgentProc, site_config
+
+    add_image(base, image, "test:1")
+    original = image.read_bytes()
+    agent = AgentProc(base, "t1", site_config(base))
+    try:
+        agent.start()
+        assert Path(agent.prepare(1, "test:1")["path"]).read_bytes() == original
+        agent.kill()
+        assert mounts.is_mounted(agent.mount)  # stale: the kernel still lists it
+        with pytest.raises(OSError) as stale:
+            os.listdir(agent.mount)
+        assert stale.value.errno == errno.ENOTCONN
+        agent.start()  # a new agent on the same config (systemd's Restart=on-failure)
+        assert Path(agent.prepare(2, "test:1")["path"]).read_bytes() == original
+        agent.release(2)
+    finally:
+        agent.stop()
+
+
+def test_a_block_damaged_in_the_cache_is_never_served(base: Path, image: Path) -> None:
+    """Bytes flipped in a cached block file while the agent runs: the next job's read
+    gets the right bytes (the block is dropped and fetched again), never the damage."""
+    add_image(base, image, "test:1")
+    original = image.read_bytes()
+    with running_agent(base) as agent:
+        assert Path(agent.prepare(1, "test:1")["path"]).read_bytes() == original
+        blocks = sorted((agent.cache / "blocks").rglob("*"))
+        files = [b for b in blocks if b.is_file()]
+        assert files
+        for f in files[:3]:
+            with open(f, "r+b") as fh:  # in place, as a bad disk or a stray write would
+                fh.seek(f.stat().st_size // 2)
+                byte = fh.read(1)
+                fh.seek(-1, os.SEEK_CUR)
+                fh.write(bytes([byte[0] ^ 0xFF]))
+        # A new job's file: its reads reach the agent (the first file's pages are cached).
+        assert Path(agent.prepare(2, "test:1")["path"]).read_bytes() == original
+        assert agent.log_text().count("damaged on disk") == 3
+        agent.release(1)
+        agent.release(2)

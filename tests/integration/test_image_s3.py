@@ -12,9 +12,9 @@ import pytest
 
 from bootseer.image.manifest import upload_file
 from bootseer.image.registry import tag_image
-from bootseer.store import open_store
 from tests.conftest import devcluster
 from tests.imagekit import AgentProc, make_squashfs, site_config
+from tests.sitekeys import KEYS
 
 pytestmark = pytest.mark.s3
 
@@ -24,11 +24,12 @@ def test_hung_store_gives_eio_after_a_bounded_wait(
 ) -> None:
     (tmp_path / "log").mkdir()
     image = make_squashfs(tmp_path / "img.sqsh", {"a": 3_000_000})
-    store = open_store(s3_store.store_uri())
-    manifest = upload_file(store, str(image), 64 << 10)
-    tag_image(store, "hang:1", manifest)
+    store = s3_store.open_store()
+    manifest = upload_file(store, str(image), 64 << 10, keys=KEYS)
+    tag_image(store, "hang:1", manifest, keys=KEYS)
     config = site_config(tmp_path, fetch_timeout=3.0)
     config["store"]["uri"] = s3_store.store_uri()
+    config["store"]["secrets_file"] = str(s3_store.secrets_file)
     agent = AgentProc(tmp_path, "t1", config)
     weed = s3_store.alive("weed")
     assert weed

@@ -5,17 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from pathlib import Path
 
 import devcluster
 import pytest
-
-from bootseer.store import open_store
 
 pytestmark = pytest.mark.s3
 
 
 def test_s3_store_round_trip(s3_store: devcluster.Cluster) -> None:
-    store = open_store(s3_store.store_uri())
+    store = s3_store.open_store()
     store.write_bytes("probe/a.bin", b"abc" * 1000)
     assert store.read_bytes("probe/a.bin") == b"abc" * 1000
     assert [o.key for o in store.list("probe")] == ["probe/a.bin"]
@@ -27,7 +26,7 @@ def test_s3_store_round_trip(s3_store: devcluster.Cluster) -> None:
 
 def test_store_link_is_capped(s3_store: devcluster.Cluster) -> None:
     """A transfer over the link takes at least as long as the cap allows (10% margin)."""
-    store = open_store(s3_store.store_uri())
+    store = s3_store.open_store()
     size = 8 * 1024 * 1024
     store.write_bytes("probe/cap.bin", os.urandom(size))
     t0 = time.monotonic()
@@ -52,3 +51,58 @@ def test_store_host_is_in_its_own_namespace(s3_store: devcluster.Cluster) -> Non
     # weed serves in the namespace only: its address is not on the host.
     host = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
     assert s3_store.s.store_ips[1] not in host
+
+
+def test_a_user_reads_the_store_but_cannot_write_it(s3_store: devcluster.Cluster) -> None:
+    """slurm-dev's SeaweedFS knows an admin identity, whose keys sit in the root-only
+    secrets file, and an anonymous one that may only read and list: root-run parts write
+    with the keys; a user (no keys) reads phase records but writes, overwrites and
+    deletes nothing, and is told why."""
+    import pwd
+    import stat
+    import sys
+
+    try:
+        pwd.getpwnam("mallory")
+    except KeyError:
+        pytest.skip("needs slurm-dev's user mallory")
+    st = s3_store.secrets_file.stat()
+    assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o600
+    assert "secret_key" not in s3_store.site_config.read_text()
+    store = s3_store.open_store()
+    store.write_bytes("phases/probe.txt", b"rows")
+    store.write_bytes("deps/user/alice/k/manifest.json", b"genuine")
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "lib")!r})
+from bootseer.errors import StoreError
+from bootseer.store import open_store
+store = open_store({s3_store.store_uri()!r})
+print("read", store.read_bytes("phases/probe.txt").decode())
+for what, act in (
+    ("write", lambda: store.write_bytes("deps/user/alice/k/manifest.json", b"evil")),
+    ("put", lambda: store.write_bytes("mallory.txt", b"x", atomic=False)),
+    ("delete", lambda: store.delete("deps/user/alice/k/manifest.json")),
+):
+    try:
+        act()
+        print(what, "allowed")
+    except StoreError as exc:
+        print(what, "refused", exc)
+"""
+    r = subprocess.run(
+        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable],
+        input=code,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "read rows" in lines, r.stdout
+    for what in ("write", "put", "delete"):
+        (line,) = [ln for ln in lines if ln.startswith(what + " ")]
+        assert "refused" in line and "users hold no store credentials" in line, r.stdout
+    assert store.read_bytes("deps/user/alice/k/manifest.json") == b"genuine"
+    assert not store.exists("mallory.txt")

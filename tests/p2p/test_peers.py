@@ -170,13 +170,12 @@ def test_a_request_waits_for_the_job_to_be_prepared(serve: Callable[..., PeerSer
     d, data = piece_owned_by("n1", ("n1", "n2"))
     jobs: dict[int, ServedJob] = {}
     server = serve(jobs, job_wait=5.0)
-    prepared = threading.Timer(
-        0.3,
-        lambda: (
-            jobs.__setitem__(JOB, ServedJob(LOOPBACK, provider({d: data}))),
-            server.jobs_changed(),
-        ),
-    )
+
+    def prepare() -> None:
+        jobs[JOB] = ServedJob(LOOPBACK, provider({d: data}))
+        server.jobs_changed()
+
+    prepared = threading.Timer(0.3, prepare)
     prepared.start()
     assert swarm_to(server.port).fetch(d, 1) == data
 

@@ -1,19 +1,12 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from bootseer.phases.reader import PhaseDataset
 from bootseer.phases.schema import JobMeta, PhaseRow
-from bootseer.store import Store, open_store
+from bootseer.store import Store
 
 T0 = 1_790_000_000.0  # 2026-09-21, a fixed allocation time
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return open_store(f"file://{tmp_path / 'store'}")
 
 
 @pytest.fixture

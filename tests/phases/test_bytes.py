@@ -6,17 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
-from bootseer.config import SiteConfig
-from bootseer.context import JobContext
-from bootseer.hooks.jobdir import JobDir
-from bootseer.hooks.log import HookLog
 from bootseer.hooks.steps import StepCall
 from bootseer.image import step
 from bootseer.image.client import AgentClient
@@ -29,6 +24,9 @@ from bootseer.phases.schema import COLUMNS, JobMeta, PhaseRow, from_table, to_ta
 from bootseer.phases.spool import Spool, parse_mark, rows_from_marks
 from bootseer.phases.writer import parquet_bytes, write_rows
 from bootseer.store import Store
+from tests import hookkit
+from tests.hookkit import job_context
+from tests.imagekit import node_config
 
 from .conftest import T0
 
@@ -211,29 +209,8 @@ def test_spool_lines_from_before_the_columns_still_read(tmp_path: Path) -> None:
 
 
 def step_call(tmp_path: Path, hook: str) -> StepCall:
-    cfg = SiteConfig.from_mapping(
-        {
-            "store": {"uri": f"file://{tmp_path}/store"},
-            "paths": {"run_dir": f"{tmp_path}/run", "log_dir": f"{tmp_path}/log"},
-            "image": {"socket": f"{tmp_path}/agent.sock", "mount_dir": f"{tmp_path}/mnt"},
-        }
-    )
-    ctx = JobContext(
-        job_id=7,
-        user="root",
-        uid=os.getuid(),
-        gid=os.getgid(),
-        node="n1",
-        nodes=("n1", "n2"),
-        options=Options(mode="on", image="/images/x.sqsh"),
-    )
-    return StepCall(
-        ctx,
-        cfg,
-        JobDir(tmp_path / "run", 7).create(),
-        HookLog(tmp_path / "log", "n1", 7, hook),
-        time.monotonic() + 30,
-    )
+    image = Options(mode="on", image="/images/x.sqsh")
+    return hookkit.step_call(node_config(tmp_path), job_context(image, nodes=("n1", "n2")), hook)
 
 
 def job_reply(peers: dict[str, Any] | None, fill: dict[str, Any] | None = None) -> JobReply:
@@ -306,20 +283,25 @@ def test_epilog_splits_the_fill_from_the_jobs_own_reads(
 
     monkeypatch.setattr(AgentClient, "release", release)
     call = step_call(tmp_path, "epilog")
-    spool = Spool(call.cfg.paths.run_dir, 7)
-    spool.create(JobMeta(7, node="n1", node_count=2), os.getuid(), os.getgid())
     result = step.epilog(call)
     # Between the prolog and the fill: the job's own reads.
     assert (result.store_bytes, result.peer_bytes) == (2 * MiB, 1 * MiB)
-    (row,) = spool.hook_rows()
+    (row,) = result.rows  # the fill's row, which the hook runner records
     assert row.phase == "image_background_fill" and row.bytes == 90 * MiB
+    assert (row.start, row.end, row.outcome) == (T0 + 5.0, T0 + 9.0, "ok")
     assert (row.store_bytes, row.peer_bytes) == (53 * MiB, 44 * MiB)
     assert "fetched_before_first_step=" in result.detail
 
     # No peers: the fill's bytes and the reads after the prefetch came from the store.
-    spool.create(JobMeta(7, node="n1", node_count=2), os.getuid(), os.getgid())
     peers.clear()
     result = step.epilog(call)
     assert (result.store_bytes, result.peer_bytes) == (3 * MiB, 0)
-    (row,) = spool.hook_rows()
+    (row,) = result.rows
     assert (row.store_bytes, row.peer_bytes) == (90 * MiB, 0)
+
+    # A fill still running when the job ended is cut off there; none started, no row.
+    fill.update(state="running", end=None)
+    (row,) = step.epilog(call).rows
+    assert row.outcome == "skipped" and row.end > T0 + 9.0
+    fill.update(start=None)
+    assert step.epilog(call).rows == []

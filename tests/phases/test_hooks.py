@@ -12,6 +12,7 @@ from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.runner import HookRun, StepOutcome
+from bootseer.hooks.steps import StepRow
 from bootseer.phases import marks
 from bootseer.phases.hooks import record_hook_run
 from bootseer.phases.reader import PhaseDataset
@@ -46,23 +47,33 @@ def test_prolog_marks_epilog_end_up_in_the_store(
     t = time.time()
     prolog = HookRun(
         [
-            StepOutcome("image", "ok", t, t + 0.5, 123, "image ready", 100, 23),
-            StepOutcome("deps", "timed_out", t, t + 1, 0, "deadline"),
+            StepOutcome("image", "ok", t, t + 0.5, 123, "image ready", 100, 23, "image_prefetch"),
+            StepOutcome("deps", "timed_out", t, t + 1, 0, "deadline", phase="deps_restore"),
         ],
         {},
         False,
     )
-    env = record_hook_run("prolog", ctx, cfg, prolog)  # the runner adds it to the env file
+    logged: list[str] = []
+    env = record_hook_run(
+        "prolog", ctx, cfg, prolog.phase_rows("prolog", began=None, now=t + 1), logged.append
+    )  # for the env file
     monkeypatch.setenv(marks.MARKS_ENV, env[marks.MARKS_ENV])
     monkeypatch.setenv(marks.FLUSH_ENV, "0")
     monkeypatch.setattr(marks, "_fds", {})
     with marks.phase("ckpt_load"):
         pass
     marks.mark("start", "first_step")  # never ended: the job died
-    job.remove()  # as the runner does before calling the epilog's record
-    epilog = HookRun([StepOutcome("image", "skipped", t + 5, t + 5.1)], {}, False)
-    record_hook_run("epilog", dataclasses.replace(ctx), cfg, epilog)
+    fill = StepRow("image_background_fill", t + 1, t + 4, bytes=9, store_bytes=5, peer_bytes=4)
+    epilog = HookRun(
+        [StepOutcome("image", "skipped", t + 5, t + 5.1, phase="image_trace", extra=[fill])],
+        {},
+        False,
+    )
+    epilog_rows = epilog.phase_rows("epilog", began=t + 5, now=t + 6)
+    record_hook_run("epilog", dataclasses.replace(ctx), cfg, epilog_rows, logged.append)
     assert not Spool(cfg.paths.run_dir, 77).path.exists()
+    assert job.path.exists()  # the runner removes it after the records
+    assert logged == []
 
     rows = {r.phase: r for r in from_table(PhaseDataset(open_store(cfg.store.uri)).job(77))}
     assert set(rows) == {
@@ -73,6 +84,7 @@ def test_prolog_marks_epilog_end_up_in_the_store(
         "first_step",
         "epilog",
         "image_trace",
+        "image_background_fill",
     }
     assert rows["image_prefetch"].bytes == 123
     assert (rows["image_prefetch"].store_bytes, rows["image_prefetch"].peer_bytes) == (100, 23)
@@ -81,6 +93,8 @@ def test_prolog_marks_epilog_end_up_in_the_store(
     assert rows["first_step"].outcome == "failed"
     assert rows["ckpt_load"].outcome == "ok"
     assert rows["image_trace"].outcome == "skipped"
+    fill_row = rows["image_background_fill"]
+    assert (fill_row.bytes, fill_row.store_bytes, fill_row.peer_bytes) == (9, 5, 4)
     assert all(
         r.gpus_per_node == 8 and r.node_count == 2 and r.job_name == "train" for r in rows.values()
     )

@@ -2,14 +2,16 @@ from __future__ import annotations
 
 import pytest
 
+from bootseer.hooks.steps import EPILOG_STEPS, PROLOG_STEPS, StepSpec
 from bootseer.phases.schema import (
     COLUMNS,
+    PHASE_ORDER,
+    TEARDOWN_PHASES,
     JobMeta,
     PhaseRow,
     arrow_schema,
     check_phase_name,
     from_table,
-    phase_for_step,
     to_table,
 )
 
@@ -51,10 +53,14 @@ def test_rows_round_trip_through_arrow_to_the_microsecond() -> None:
 
 
 def test_step_phase_names() -> None:
-    assert phase_for_step("prolog", "image") == "image_prefetch"
-    assert phase_for_step("prolog", "deps") == "deps_restore"
-    assert phase_for_step("epilog", "deps") == "deps_capture"
-    assert phase_for_step("prolog", "gpucheck") == "prolog_gpucheck"
+    phases = {("prolog", s.name): s.phase_in("prolog") for s in PROLOG_STEPS}
+    phases |= {("epilog", s.name): s.phase_in("epilog") for s in EPILOG_STEPS}
+    assert phases[("prolog", "image")] == "image_prefetch"
+    assert phases[("prolog", "deps")] == "deps_restore"
+    assert phases[("epilog", "deps")] == "deps_capture"
+    assert StepSpec("gpucheck", "x:y", lambda ctx: True).phase_in("prolog") == "prolog_gpucheck"
+    assert PHASE_ORDER[:4] == ("prolog", "image_prefetch", "deps_restore", "ckpt_mount")
+    assert {"epilog", "image_trace", "deps_capture", "ckpt_unmount"} == TEARDOWN_PHASES
 
 
 @pytest.mark.parametrize("bad", ["", "1abc", "a b", "x" * 65, "../etc", "ckpt/load"])

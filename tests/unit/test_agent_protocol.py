@@ -7,7 +7,6 @@ mean "the agent cannot serve this in time".
 
 from __future__ import annotations
 
-import os
 import socketserver
 import threading
 import time
@@ -16,11 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.config import SiteConfig
-from bootseer.context import JobContext
 from bootseer.errors import StepError
-from bootseer.hooks.jobdir import JobDir
-from bootseer.hooks.log import HookLog
 from bootseer.hooks.steps import StepCall
 from bootseer.image import step
 from bootseer.image.agent import Agent
@@ -45,31 +40,19 @@ from bootseer.image.protocol import (
 )
 from bootseer.image.server import AgentServer
 from bootseer.options import Options
-
-
-def config(base: Path) -> SiteConfig:
-    return SiteConfig.from_mapping(
-        {
-            "store": {"uri": f"file://{base}/store"},
-            "paths": {"run_dir": f"{base}/run", "log_dir": f"{base}/log"},
-            "image": {
-                "socket": f"{base}/agent.sock",
-                "mount_dir": f"{base}/mnt",
-                "cache_dir": f"{base}/cache",
-                "block_size_kib": 64,
-            },
-        }
-    )
+from tests import hookkit
+from tests.hookkit import job_context
+from tests.imagekit import node_config
 
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[tuple[Agent, AgentClient]]:
-    cfg = config(tmp_path)
+    cfg = node_config(tmp_path)
     agent = Agent(cfg, "t1")
-    server = AgentServer(cfg.image.socket, agent)
+    server = AgentServer(agent.paths.agent_socket, agent)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield agent, AgentClient(cfg.image.socket)
+        yield agent, AgentClient(agent.paths.agent_socket)
     finally:
         server.shutdown()
         server.server_close()
@@ -80,6 +63,7 @@ def test_requests_round_trip_and_bad_ones_are_refused_as_bad_requests() -> None:
     p = Prepare(42, 1000, 1000, "/shared/a.sqsh", "refresh", 30.0)
     assert parse_request(p.to_wire()) == p
     assert parse_request(Status(7).to_wire()) == Status(7)
+    bad: object
     for bad in (
         [],
         {"op": "nap"},
@@ -91,6 +75,10 @@ def test_requests_round_trip_and_bad_ones_are_refused_as_bad_requests() -> None:
     ):
         with pytest.raises(AgentBadRequest):
             parse_request(bad)
+    # The image is the job's option, checked where the agent reads the request.
+    for ref in ("/a/../etc/shadow", "Upper:1", "rel/path.sqsh"):
+        with pytest.raises(AgentBadRequest, match="--bootseer-image"):
+            parse_request({**p.to_wire(), "image": ref})
 
 
 @pytest.mark.parametrize("cls", list(ERRORS.values()), ids=list(ERRORS))
@@ -181,22 +169,7 @@ def test_users_are_refused_root_ops_and_see_only_their_own_jobs(
 
 
 def step_call(tmp_path: Path, image: str) -> StepCall:
-    ctx = JobContext(
-        job_id=7,
-        user="root",
-        uid=os.getuid(),
-        gid=os.getgid(),
-        node="n1",
-        nodes=("n1",),
-        options=Options(mode="on", image=image),
-    )
-    return StepCall(
-        ctx,
-        config(tmp_path),
-        JobDir(tmp_path / "run", 7).create(),
-        HookLog(tmp_path / "log", "n1", 7, "prolog"),
-        time.monotonic() + 30,
-    )
+    return hookkit.step_call(node_config(tmp_path), job_context(Options(mode="on", image=image)))
 
 
 @pytest.mark.parametrize(

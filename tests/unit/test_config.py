@@ -46,6 +46,7 @@ def test_missing_file_named_by_env_is_an_error(
         ("[hooks]\nprolog_deadline = 'soon'\n", "hooks.prolog_deadline must be a number"),
         ("[hooks]\nprolog_deadline = -1\n", "hooks.prolog_deadline must not be negative"),
         ("[paths]\nrun_dir = 'relative'\n", "paths.run_dir must be an absolute path"),
+        ("[ckpt]\nmount_root = 'x/%n'\n", "ckpt.mount_root must be an absolute path"),
         ("[hooks]\nstrikt = true\n", "unknown key hooks.strikt"),
         ("[stroe]\nuri = 'x'\n", "unknown key stroe"),
         ("hooks = 3\n", r"\[hooks\] must be a table"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ from bootseer.image.fetch import BACKGROUND, Fetcher, FetchError, FileSource
 from bootseer.image.manifest import Manifest, ManifestError, hash_file, upload_file
 from bootseer.image.prefetch import BackgroundFill, prefetch_hot
 from bootseer.image.registry import (
+    RegistrationLock,
     check_image_file,
     lookup_name,
     open_image_file,
@@ -26,6 +28,7 @@ from bootseer.image.registry import (
 )
 from bootseer.image.trace import Recorder, Trace, TraceError
 from bootseer.store import open_store
+from tests.sitekeys import KEYS
 
 BS = 64 << 10
 
@@ -58,13 +61,13 @@ def test_upload_stores_each_distinct_block_once(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}/store")
     f = tmp_path / "same.sqsh"
     f.write_bytes(b"\0" * (5 * BS))  # five identical blocks
-    m = upload_file(store, str(f), BS)
+    m = upload_file(store, str(f), BS, keys=KEYS)
     assert len(set(m.blocks)) == 1
     assert len(store.list("images/blocks", recursive=True)) == 1
-    tag_image(store, "zeros:1", m)
-    assert lookup_name(store, "zeros:1") == m
+    tag_image(store, "zeros:1", m, keys=KEYS)
+    assert lookup_name(store, "zeros:1", keys=KEYS) == m
     with pytest.raises(ManifestError, match="no image named"):
-        lookup_name(store, "zeros:2")
+        lookup_name(store, "zeros:2", keys=KEYS)
 
 
 def test_path_image_registered_once_when_many_ask_at_once(tmp_path: Path) -> None:
@@ -74,14 +77,32 @@ def test_path_image_registered_once_when_many_ask_at_once(tmp_path: Path) -> Non
     logs: list[str] = []
     with cf.ThreadPoolExecutor(8) as pool:
         got = list(
-            pool.map(lambda _: register_path(store, str(f), st, BS, 30, logs.append), range(8))
+            pool.map(
+                lambda _: register_path(store, str(f), st, BS, 30, logs.append, keys=KEYS), range(8)
+            )
         )
     assert len({m.id for m in got}) == 1
     assert sum(line.startswith("registering") for line in logs) == 1
     assert not store.list("images/locks")
     # A changed file is a new image.
     f.write_bytes(b"hsqs" + b"x" * (10 * BS))
-    assert register_path(store, str(f), f.stat(), BS, 30).id != got[0].id
+    assert register_path(store, str(f), f.stat(), BS, 30, keys=KEYS).id != got[0].id
+
+
+def test_registration_lock_is_one_holders_and_breaks_when_stale(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/store")
+    a, b = (
+        RegistrationLock(store, "images/locks/x.lock"),
+        RegistrationLock(store, "images/locks/x.lock"),
+    )
+    assert a.acquire() and not b.acquire() and not a.stale()
+    holder = json.loads(store.read_bytes(a.key))
+    assert holder["pid"] == os.getpid() and len(holder["token"]) == 32
+    old = time.time() - 3600
+    os.utime(tmp_path / "store" / a.key, (old, old))
+    assert b.stale()
+    a.release()
+    assert b.acquire()
 
 
 def test_check_image_file_refuses_what_the_user_cannot_read(tmp_path: Path) -> None:
@@ -116,7 +137,7 @@ def test_registration_reads_the_checked_file_even_if_the_link_is_swapped(
     try:
         link.unlink()
         link.symlink_to(secret)
-        got = register_path(store, str(link), st, BS, 5, read_from=f"/proc/self/fd/{fd}")
+        got = register_path(store, str(link), st, BS, 5, read_from=f"/proc/self/fd/{fd}", keys=KEYS)
     finally:
         os.close(fd)
     assert got.id == hash_file(str(mine), BS).id != hash_file(str(secret), BS).id
@@ -331,15 +352,15 @@ def test_gc_deletes_what_no_name_reaches_and_keeps_shared_blocks(tmp_path: Path)
     a, b = tmp_path / "a.sqsh", tmp_path / "b.sqsh"
     a.write_bytes(shared + b"a" * BS)
     b.write_bytes(shared + b"b" * BS)
-    ma, mb = upload_file(store, str(a), BS), upload_file(store, str(b), BS)
-    tag_image(store, "a:1", ma)
-    tag_image(store, "b:1", mb)
+    ma, mb = upload_file(store, str(a), BS, keys=KEYS), upload_file(store, str(b), BS, keys=KEYS)
+    tag_image(store, "a:1", ma, keys=KEYS)
+    tag_image(store, "b:1", mb, keys=KEYS)
     assert collect(store, grace=0).blocks == 0
     remove_name(store, "a:1")
     assert collect(store, grace=3600, dry_run=True).blocks == 0  # young objects are kept
     report = collect(store, grace=0)
     assert (report.manifests, report.blocks) == (1, 1)
-    assert lookup_name(store, "b:1") == mb
+    assert lookup_name(store, "b:1", keys=KEYS) == mb
     assert len(store.list("images/blocks", recursive=True)) == 2
 
 
@@ -374,8 +395,8 @@ def test_the_background_fill_is_paced_to_its_rate(tmp_path: Path) -> None:
 def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> None:
     """The owner serves a peer's fill at the fill's priority: while its own job reads,
     the block is not fetched for the peer (it was, at prefetch priority, during startup)."""
-    from bootseer.config import ImageSection
     from bootseer.image.jobs import Jobs, JobView, PreparedImage
+    from bootseer.nodepaths import NodePaths
     from bootseer.p2p.wire import PieceRequest
 
     f = sqsh_file(tmp_path / "f.sqsh", 4 * BS)
@@ -384,13 +405,16 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
     cache = BlockCache(tmp_path / "c", 1 << 30)
     fetcher = Fetcher(cache, workers=4, timeout=10, quiet=0.05, read_quiet=1.0)
     fetcher.last_read = time.monotonic()  # the owner's own job is reading
+    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
     jobs = Jobs(
-        ImageSection(cache_dir=tmp_path / "i"),
+        cfg.image,
+        NodePaths(cfg),
         open_store(f"file://{tmp_path}/s"),
         cache,
         fetcher,
         BS,
         lambda _: None,
+        keys=lambda: KEYS,
     )
     jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
     try:

@@ -13,11 +13,16 @@ from bootseer.errors import StepError
 from bootseer.hooks import runner, steps
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
-from bootseer.hooks.steps import StepCall, StepResult, StepSpec
+from bootseer.hooks.steps import StepCall, StepResult, StepRow, StepSpec
 
 
 def ok_step(call: StepCall) -> StepResult:
     return StepResult(detail="fine", bytes=7, env={"BOOTSEER_OK": "1"})
+
+
+def step_with_a_row(call: StepCall) -> StepResult:
+    fill = StepRow("fill", 1.0, 2.0, "skipped", 9, "cut off", store_bytes=4, peer_bytes=5)
+    return StepResult(detail="done", bytes=3, store_bytes=3, rows=[fill])
 
 
 def failing_step(call: StepCall) -> StepResult:
@@ -25,7 +30,8 @@ def failing_step(call: StepCall) -> StepResult:
 
 
 def crashing_step(call: StepCall) -> StepResult:
-    return {}["missing"]  # type: ignore[no-any-return]
+    missing: dict[str, StepResult] = {}
+    return missing["missing"]
 
 
 def slow_step(call: StepCall) -> StepResult:
@@ -66,6 +72,26 @@ def test_outcomes_of_ok_failed_and_crashed_steps(tmp_path: Path, ctx: JobContext
     log = (tmp_path / "n1.log").read_text()
     assert "job=7 prolog step=b outcome=failed" in log
     assert result.failed
+
+
+def test_the_run_s_phase_rows_are_the_hook_s_each_step_s_and_the_steps_own(
+    tmp_path: Path, ctx: JobContext
+) -> None:
+    result = run(tmp_path, ctx, {"a": "step_with_a_row", "b": "failing_step"}, {})
+    hook, a, fill, b = result.phase_rows("prolog", began=None, now=1e10)
+    assert (hook.phase, hook.outcome, hook.end) == ("prolog", "failed", 1e10)
+    assert hook.start == min(o.start for o in result.outcomes)
+    assert hook.detail == "steps: a, b; b failed"
+    # Steps not in the table name their phase "<hook>_<step>".
+    assert (a.phase, a.outcome, a.bytes, a.store_bytes, a.detail) == (
+        "prolog_a",
+        "ok",
+        3,
+        3,
+        "done",
+    )
+    assert fill == StepRow("fill", 1.0, 2.0, "skipped", 9, "cut off", store_bytes=4, peer_bytes=5)
+    assert (b.phase, b.outcome) == ("prolog_b", "failed")
 
 
 def test_step_past_deadline_is_abandoned_without_waiting(tmp_path: Path, ctx: JobContext) -> None:

@@ -57,3 +57,34 @@ def test_keys_named_like_compressed_files_are_stored_verbatim(tmp_path: Path) ->
     store.write_bytes("snap/archive.tar.zst", b"already zstd")
     assert (tmp_path / "store/snap/archive.tar.zst").read_bytes() == b"already zstd"
     assert store.read_bytes("snap/archive.tar.zst") == b"already zstd"
+
+
+def test_directories(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/store")
+    store.make_dir("ns/files/a/b")
+    assert store.is_dir("ns/files/a") and store.is_dir("ns/files/a/b")
+    assert store.list_dirs("ns/files/a") == ["b"]
+    assert not store.is_dir("ns/files/c")
+    store.write_bytes("ns/files/x", b"1")
+    assert not store.is_dir("ns/files/x")
+    store.remove_dir("ns/files/a/b")
+    assert not store.is_dir("ns/files/a/b")
+
+
+def test_create_exclusive_stores_the_callers_bytes(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/store")
+    assert store.create_exclusive("locks/one", b"mine")
+    assert not store.create_exclusive("locks/one", b"theirs")
+    assert store.read_bytes("locks/one") == b"mine"
+
+
+def test_storage_is_reached_through_store_only() -> None:
+    """Outside bootseer.store, nothing imports its private module (phases' Parquet
+    datasets use Store.fs, pyarrow's own filesystem, on purpose)."""
+    lib = Path(__file__).resolve().parents[2] / "lib" / "bootseer"
+    offenders = [
+        str(p.relative_to(lib))
+        for p in lib.rglob("*.py")
+        if p.parent.name != "store" and "bootseer.store._store" in p.read_text()
+    ]
+    assert offenders == []

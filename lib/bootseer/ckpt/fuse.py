@@ -552,8 +552,12 @@ def main(argv: list[str] | None = None) -> int:
             cfg = cfg.for_node(args.node)
         user, _, name = args.namespace.partition("/")
         from bootseer.ckpt.layout import namespace_name
+        from bootseer.sitekey import site_keys
 
-        ns = Namespace.from_config(cfg, namespace_name(user, name))
+        # Root: it seals what it commits and serves only manifests that verify.
+        keys = site_keys(cfg)
+        keys.require()
+        ns = Namespace.from_config(cfg, namespace_name(user, name), keys=keys)
         if args.job_id and args.nodes:
             from bootseer.p2p.via import agent_via
 

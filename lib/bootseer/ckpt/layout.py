@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
+from bootseer import sitekey
 from bootseer.ckpt.manifest import (
     MAX_MANIFEST_BYTES,
     Manifest,
@@ -40,8 +41,8 @@ from bootseer.ckpt.manifest import (
     unit_checksum,
 )
 from bootseer.errors import BootseerError, StoreError
-from bootseer.store import Store, check_key
-from bootseer.store._store import TMP_PREFIX
+from bootseer.sitekey import SealError, SiteKeys
+from bootseer.store import TMP_PREFIX, Store, check_key
 
 if TYPE_CHECKING:
     from bootseer.ckpt.reader import StripedReader
@@ -120,7 +121,12 @@ class Namespace:
         read_ahead: int = 16,
         max_inflight: int = 8,
         verify: bool = True,
+        keys: SiteKeys | None = None,
     ) -> None:
+        """``keys``: the site keys of a root-run part (the mount daemon, an admin), which
+        seals the manifests it commits and refuses those that do not verify; None (a
+        user's own process, without the key) commits unsealed manifests, which no mount
+        will serve, and reads manifests unchecked (docs/security.md)."""
         if not targets:
             raise CkptError("no checkpoint targets: set [ckpt] targets in the site config")
         if unit_size <= 0 or max_inflight <= 0:
@@ -133,6 +139,7 @@ class Namespace:
         self.read_ahead = read_ahead
         self.max_inflight = max_inflight
         self.verify = verify
+        self.keys = keys
         # Units through the job's peers (bootseer.p2p.via), set by the mount daemon of a
         # job on several nodes; and where the units it read came from.
         self.via: Via | None = None
@@ -141,19 +148,23 @@ class Namespace:
 
     @classmethod
     def from_config(
-        cls, cfg: SiteConfig, name: str, section: CkptSection | None = None
+        cls,
+        cfg: SiteConfig,
+        name: str,
+        section: CkptSection | None = None,
+        keys: SiteKeys | None = None,
     ) -> Namespace:
         """The namespace ``name`` (``<user>/<ns>``) over the site's ``[ckpt] targets``."""
-        from bootseer.store import open_store
-
         sec = section or cfg.ckpt
         stores = []
         for uri in sec.targets:
             try:
-                stores.append(open_store(uri, cfg.store.access_key, cfg.store.secret_key))
+                stores.append(cfg.store.open_uri(uri))
             except StoreError as exc:
                 raise CkptError(f"checkpoint target {uri} is not reachable: {exc}") from None
-        return cls(stores, name, sec.unit_size, sec.read_ahead, sec.max_inflight, sec.verify)
+        return cls(
+            stores, name, sec.unit_size, sec.read_ahead, sec.max_inflight, sec.verify, keys=keys
+        )
 
     def __repr__(self) -> str:
         return f"Namespace({self.name!r}, K={len(self.targets)})"
@@ -177,13 +188,15 @@ class Namespace:
 
     # -- manifests
     def manifest(self, path: str) -> Manifest | None:
-        """The current version's manifest, or None when ``path`` is no file."""
+        """The current version's manifest, or None when ``path`` is no file; a manifest
+        that cannot be read or does not check out raises :class:`CkptIOError` (EIO)
+        naming the file."""
         key = self.manifest_key(path)
         try:
             info = self.meta.info(key)
             if info is None:
                 return None
-            if info.size > MAX_MANIFEST_BYTES:
+            if info.size > MAX_MANIFEST_BYTES + sitekey.SEAL_BYTES:
                 raise ManifestError(f"bad manifest: larger than {MAX_MANIFEST_BYTES} bytes")
             raw = self.meta.read_bytes(key)
         except (FileNotFoundError, IsADirectoryError):
@@ -191,15 +204,19 @@ class Namespace:
         except StoreError as exc:
             if _is_dir_error(exc):
                 return None
-            raise CkptError(f"{self.name}:{path}: cannot read its manifest: {exc}") from None
+            raise CkptIOError(f"{self.name}:{path}: cannot read its manifest: {exc}") from None
         try:
+            raw = sitekey.open_with(self.keys, sitekey.CKPT_MANIFEST, key, raw)
             return parse(raw, frozenset(self.by_uri))
-        except ManifestError as exc:
-            raise CkptError(f"{self.name}:{path}: {exc}") from None
+        except (ManifestError, SealError) as exc:
+            # An I/O error (EIO), never "no such file": a script would start from step 0.
+            raise CkptIOError(f"{self.name}:{path}: {exc}") from None
 
     def commit(self, path: str, manifest: Manifest) -> None:
-        """Make ``manifest`` the file's current version (atomic)."""
-        self.meta.write_bytes(self.manifest_key(path), manifest.to_json())
+        """Make ``manifest`` the file's current version (atomic), sealed with ``keys``."""
+        key = self.manifest_key(path)
+        body = sitekey.seal_with(self.keys, sitekey.CKPT_MANIFEST, key, manifest.to_json())
+        self.meta.write_bytes(key, body)
 
     # -- files
     @overload
@@ -227,10 +244,7 @@ class Namespace:
         raise ValueError(f"mode must be 'rb' or 'wb', not {mode!r}")
 
     def is_dir(self, path: str) -> bool:
-        import pyarrow.fs as pafs
-
-        fi = self.meta.fs.get_file_info(self.meta.path(self.manifest_key(path)))
-        return bool(fi.type == pafs.FileType.Directory)
+        return self.meta.is_dir(self.manifest_key(path))
 
     def listdir(self, path: str = "") -> list[Entry]:
         """Files and directories directly under ``path``; a file's size and mtime are in
@@ -250,12 +264,12 @@ class Namespace:
                 yield sub
 
     def mkdir(self, path: str) -> None:
-        self.meta.fs.create_dir(self.meta.path(self.manifest_key(path)), recursive=True)
+        self.meta.make_dir(self.manifest_key(path))
 
     def rmdir(self, path: str) -> None:
         if self.listdir(path):
             raise OSError(errno.ENOTEMPTY, f"{self.name}:{path}: directory not empty")
-        self.meta.fs.delete_dir(self.meta.path(self.manifest_key(path)))
+        self.meta.remove_dir(self.manifest_key(path))
 
     def remove(self, path: str) -> Manifest:
         """Remove a file: its manifest first (it is gone at once), then its units."""

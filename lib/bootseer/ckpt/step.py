@@ -16,6 +16,7 @@ from bootseer.ckpt import mount
 from bootseer.ckpt.layout import CkptError, namespace_name
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, StepResult
+from bootseer.nodepaths import NodePaths
 
 
 def prolog(call: StepCall) -> StepResult:
@@ -23,16 +24,16 @@ def prolog(call: StepCall) -> StepResult:
     assert ctx.options.ckpt is not None
     if not sec.targets:
         raise StepError("--bootseer-ckpt: the site config has no [ckpt] targets")
+    paths = NodePaths(call.cfg)
     try:
         name = namespace_name(ctx.user, ctx.options.ckpt)
-        root = sec.mount_dir(call.cfg.paths.run_dir, ctx.node)
     except CkptError as exc:
         raise StepError(str(exc)) from None
-    mp = mount.prepare_mountpoint(root, str(ctx.job_id), ctx.uid, ctx.gid)
+    mp = mount.prepare_mountpoint(paths.ckpt_mounts, str(ctx.job_id), ctx.uid, ctx.gid)
     state = call.job.sub("ckpt")
     timeout = max(1.0, min(sec.mount_timeout, call.remaining() - 1.0))
     # The daemon's log outlives the job dir, for whoever looks into a failed mount.
-    log_path = call.cfg.paths.log_dir / "ckpt" / f"{ctx.job_id}.log"
+    log_path = paths.ckpt_log(ctx.job_id)
     rec = mount.start(
         mp,
         name,

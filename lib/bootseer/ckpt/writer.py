@@ -122,7 +122,10 @@ class StripedWriter(io.RawIOBase):
             units=tuple(units),
             mtime=time.time(),
         )
-        previous = self.ns.manifest(self.path)
+        try:
+            previous = self.ns.manifest(self.path)
+        except CkptIOError:
+            previous = None  # damaged or not sealed: replaced, its units left to gc
         try:
             self.ns.commit(self.path, m)
         except (OSError, StoreError) as exc:

@@ -22,6 +22,7 @@ COMMANDS = (
     "bootseer.cli.ckpt_cmd",
     "bootseer.cli.image_cmd",
     "bootseer.cli.deps_cmd",
+    "bootseer.cli.doctor_cmd",
 )
 
 

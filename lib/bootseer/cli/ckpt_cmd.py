@@ -71,7 +71,12 @@ def open_namespace(args: argparse.Namespace, ns: str) -> Namespace:
     user = args.user or me
     if user != me and os.getuid() != 0:
         raise BootseerError("--user is for root only")
-    return Namespace.from_config(load_config(), namespace_name(user, ns))
+    from bootseer.sitekey import keys_if_root
+
+    cfg = load_config()
+    # A user has no site key: what the CLI commits is unsealed, so job mounts will not
+    # serve it, and what it reads is not checked (docs/security.md). Root seals and checks.
+    return Namespace.from_config(cfg, namespace_name(user, ns), keys=keys_if_root(cfg))
 
 
 def progress(args: argparse.Namespace, what: str, total: int | None) -> Any:

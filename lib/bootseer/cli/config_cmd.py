@@ -16,15 +16,72 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-    import json
-
     from bootseer.config import config_path, load_config  # here: `bootseer phase` skips it
 
     cfg = load_config()
     if args.check:
         print(f"{cfg.source or config_path()}: ok" if cfg.source else "no site config; defaults")
+        return max(
+            _check_store(cfg),
+            _check_key(cfg.site.key_file),
+            _check_secrets(cfg.store.secrets_file),
+        )
+    return _show(cfg)
+
+
+def _check_store(cfg: Any) -> int:
+    """The store must be there: looking never creates it (an unmounted share would
+    otherwise become a node-local store)."""
+    from bootseer.config import config_path
+    from bootseer.doctor import store_check
+
+    check = store_check(cfg, cfg.source or config_path())
+    print(f"store {check.detail}" if check.ok else f"{check.detail}; {check.fix}")
+    return 0 if check.ok else 1
+
+
+def _check_secrets(path: Any) -> int:
+    """The store's secrets file, as root-run parts will load it (never its contents)."""
+    import os
+
+    from bootseer.credentials import read_secrets_file
+    from bootseer.errors import ConfigError
+
+    if os.geteuid() != 0:
+        print(f"store secrets file {path}: not checked (only root may read it)")
         return 0
+    try:
+        creds = read_secrets_file(path)
+    except ConfigError as exc:
+        print(f"{exc} (root-run parts cannot open the store)")
+        return 1
+    how = "anonymous access" if creds.anonymous else "credentials set"
+    exists = "ok" if os.path.lexists(path) else "absent"
+    print(f"store secrets file {path}: {exists} ({how})")
+    return 0
+
+
+def _check_key(path: Any) -> int:
+    """The site key, as the root-run parts will load it (only root may read it)."""
+    import os
+
+    from bootseer.sitekey import load_keys
+
+    if os.geteuid() != 0:
+        print(f"site key {path}: not checked (only root may read it)")
+        return 0
+    keys = load_keys(path)
+    if not keys.keys:
+        print(f"site key: {keys.missing} (root-run parts will trust no stored record)")
+        return 1
+    print(f"site key {path}: ok ({len(keys.keys)} key{'s' if len(keys.keys) > 1 else ''})")
+    return 0
+
+
+def _show(cfg: Any) -> int:
+    import dataclasses
+    import json
+
     doc = dataclasses.asdict(cfg)
     doc.pop("template")  # for_node's bookkeeping, not a setting
     print(json.dumps(doc, indent=2, default=str))

@@ -230,6 +230,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         max_bytes=cfg.deps.max_bytes,
         max_files=cfg.deps.max_files,
         max_frame_bytes=cfg.deps.max_frame_bytes,
+        keys=None,  # shown, not trusted
     )
     if found is None:
         raise BootseerError(f"no snapshot {args.key} in scope {scope}")

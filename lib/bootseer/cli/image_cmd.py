@@ -70,9 +70,9 @@ def register(sub: Any) -> None:
 
 
 def _node(arg: str | None) -> str:
-    import socket  # here, like the config below: `bootseer phase` builds this parser too
+    from bootseer.nodepaths import node_name
 
-    return arg or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return arg or node_name()
 
 
 def _store() -> Any:
@@ -86,8 +86,17 @@ def _add(args: argparse.Namespace) -> int:
     from bootseer.image.manifest import upload_file
     from bootseer.image.registry import SQUASHFS_MAGIC, tag_image
     from bootseer.progress import transfer_bar
+    from bootseer.sitekey import site_keys
 
     cfg, store = _store()
+    # Jobs use only what the site key sealed: an admin adds images as root on a host that
+    # holds the key (docs/security.md).
+    keys = site_keys(cfg)
+    if not keys.keys:
+        raise BootseerError(
+            f"bootseer image add seals the image's records with the site key: run it as root "
+            f"where the key is ({keys.missing})"
+        )
     path = os.path.abspath(args.file)
     with open(path, "rb") as f:
         if f.read(4) != SQUASHFS_MAGIC:
@@ -99,8 +108,10 @@ def _add(args: argparse.Namespace) -> int:
     bs = (args.block_size_kib or cfg.image.block_size_kib) << 10
     t0 = time.monotonic()
     with transfer_bar("adding", os.path.getsize(path)) as tick:
-        manifest = upload_file(store, path, bs, args.parallel, lambda done, _t, _u: tick(0, done))
-    tag_image(store, name, manifest)
+        manifest = upload_file(
+            store, path, bs, args.parallel, lambda done, _t, _u: tick(0, done), keys=keys
+        )
+    tag_image(store, name, manifest, keys=keys)
     print(
         f"{name}: image {manifest.id} ({manifest.size} bytes, {manifest.nblocks} blocks of "
         f"{bs >> 10} KiB) in {time.monotonic() - t0:.1f}s"
@@ -134,15 +145,15 @@ def _show(args: argparse.Namespace) -> int:
 
     _, store = _store()
     if len(args.ref) == 64 and all(c in "0123456789abcdef" for c in args.ref):
-        m = load_manifest(store, args.ref)
+        m = load_manifest(store, args.ref, keys=None)  # shown, not trusted
     elif args.ref.startswith("/"):
         ids = [d["image"] for d in list_paths(store) if d.get("path") == args.ref]
         if not ids:
             raise BootseerError(f"{args.ref} is not registered")
-        m = load_manifest(store, ids[-1])
+        m = load_manifest(store, ids[-1], keys=None)
     else:
-        m = lookup_name(store, args.ref)
-    t = load_trace(store, m, lambda msg: print(msg, file=sys.stderr))
+        m = lookup_name(store, args.ref, keys=None)
+    t = load_trace(store, m, lambda msg: print(msg, file=sys.stderr), keys=None)
     hot = sum(m.block_length(i) for i in t.blocks) if t else 0
     print(
         json.dumps(
@@ -192,9 +203,9 @@ def _gc(args: argparse.Namespace) -> int:
 def _client(node: str | None) -> Any:
     from bootseer.config import load_config
     from bootseer.image.client import AgentClient
+    from bootseer.nodepaths import NodePaths
 
-    cfg = load_config().for_node(_node(node))
-    return AgentClient(cfg.image.socket)
+    return AgentClient(NodePaths(load_config().for_node(_node(node))).agent_socket)
 
 
 def _first_step(args: argparse.Namespace) -> int:
@@ -225,5 +236,8 @@ def _agent(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    serve(cfg, node, ready=lambda: say(f"bootseer agent ready on {cfg.image.socket}"))
+    from bootseer.nodepaths import NodePaths
+
+    socket = NodePaths(cfg).agent_socket
+    serve(cfg, node, ready=lambda: say(f"bootseer agent ready on {socket}"))
     return 0

@@ -11,7 +11,7 @@ jobs capture the same key at once, the last manifest wins and names a whole arch
     >>> store = open_store("file:///tmp/doc-deps-store")
     >>> import os; os.makedirs("/tmp/doc-prefix/bin", exist_ok=True)
     >>> m = capture(store, CaptureRequest(prefix="/tmp/doc-prefix", scope="user/ada",
-    ...     base="1" * 32, key="2" * 32, uid=os.getuid(), gid=os.getgid()))
+    ...     base="1" * 32, key="2" * 32, uid=os.getuid(), gid=os.getgid()), keys=None)
     >>> [e.name for e in m.entries]
     ['bin']
 """
@@ -26,12 +26,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from bootseer import sitekey
 from bootseer.deps import archive
 from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.frames import default_threads, encode_stream
 from bootseer.deps.layout import SnapshotPaths, new_data_name, ref_path
 from bootseer.deps.manifest import Entry, Manifest
 from bootseer.errors import StepError
+from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store
 
 
@@ -62,19 +64,34 @@ class CaptureRequest:
     timeout: float = 3600.0
 
 
-def snapshot_exists(store: Store, scope: str, key: str) -> bool:
-    return store.exists(SnapshotPaths(scope, key).manifest)
+def snapshot_exists(store: Store, scope: str, key: str, *, keys: SiteKeys | None) -> bool:
+    """Whether the store holds the snapshot; with ``keys``, only one whose manifest
+    verifies counts (a planted one is captured over, not kept)."""
+    path = SnapshotPaths(scope, key).manifest
+    if keys is None:
+        return store.exists(path)
+    try:
+        keys.open(sitekey.DEPS_MANIFEST, path, store.read_bytes(path))
+    except (FileNotFoundError, SealError):
+        return False
+    return True
 
 
 def capture(
     store: Store,
     req: CaptureRequest,
     progress: Callable[[int, int], None] | None = None,
+    *,
+    keys: SiteKeys | None,
 ) -> Manifest:
     """Upload a snapshot of ``req.prefix`` under ``req.key``; return its manifest.
 
-    ``progress(raw_bytes, stored_bytes)`` is called as frames are uploaded.
+    ``progress(raw_bytes, stored_bytes)`` is called as frames are uploaded. The manifest
+    and ref are sealed with ``keys`` (None: a user's capture, which no root-run part
+    will restore).
     """
+    if keys is not None:
+        keys.require()  # before the upload, not after it
     paths = SnapshotPaths(req.scope, req.key)
     data_name = new_data_name()
     names = list(req.names) if req.names is not None else None
@@ -140,18 +157,29 @@ def capture(
         skipped=[str(s) for s in answer["skipped"]],
     )
     try:
-        store.write_bytes(paths.manifest, manifest.to_json())
+        body = sitekey.seal_with(keys, sitekey.DEPS_MANIFEST, paths.manifest, manifest.to_json())
+        store.write_bytes(paths.manifest, body)
     except BaseException:
         store.delete(paths.data(data_name))
         raise
-    write_ref(store, req.scope, req.base, req.key, req.command)
+    write_ref(store, req.scope, req.base, req.key, req.command, keys=keys)
     return manifest
 
 
-def write_ref(store: Store, scope: str, base: str, key: str, command: list[str] | None) -> None:
+def write_ref(
+    store: Store,
+    scope: str,
+    base: str,
+    key: str,
+    command: list[str] | None,
+    *,
+    keys: SiteKeys | None,
+) -> None:
     """Point the base key at the snapshot the prolog should restore for it."""
     ref = {"key": key, "command": command, "created": time.time()}
-    store.write_bytes(ref_path(scope, base), json.dumps(ref).encode())
+    path = ref_path(scope, base)
+    body = json.dumps(ref, separators=(",", ":")).encode()
+    store.write_bytes(path, sitekey.seal_with(keys, sitekey.DEPS_REF, path, body))
 
 
 def _fd(fd: int | None) -> int:

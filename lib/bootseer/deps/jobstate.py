@@ -14,6 +14,8 @@ In the per-node job directory (``<run_dir>/jobs/<id>/deps/``):
 
     >>> job_dir(Path("/run/bootseer"), 42)
     PosixPath('/run/bootseer/jobs/42/deps')
+
+(:mod:`bootseer.nodepaths` names both.)
 """
 
 from __future__ import annotations
@@ -25,13 +27,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bootseer import jsonlimits
+from bootseer import jsonlimits, nodepaths
 
 MAX_RECORD = 256 << 20
 
 
 def job_dir(run_dir: Path, job_id: int) -> Path:
-    return run_dir / "jobs" / str(job_id) / "deps"
+    return nodepaths.step_dir(run_dir, job_id, "deps")
 
 
 @dataclass

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from bootseer import jsonlimits
 from bootseer.errors import StepError
+from bootseer.nodepaths import deps_cache
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def _name(prefix: str) -> str:
 
 
 def _dir(cache_dir: Path, sub: str) -> Path:
-    d = cache_dir / "deps" / sub
+    d = deps_cache(cache_dir) / sub
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
     return d
 

@@ -8,7 +8,7 @@ job's user, and a hostile archive can reach at most what that user could.
 
     >>> from bootseer.store import open_store
     >>> store = open_store("file:///tmp/doc-deps-store")
-    >>> find_snapshot(store, "user/nobody-here", "0" * 32) is None
+    >>> find_snapshot(store, "user/nobody-here", "0" * 32, keys=None) is None
     True
 """
 
@@ -21,13 +21,14 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from bootseer import jsonlimits
+from bootseer import jsonlimits, sitekey
 from bootseer.deps import archive
 from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
 from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest, ManifestError
 from bootseer.errors import StepError, StoreError
+from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
 MAX_REF = 64 << 10
@@ -63,12 +64,15 @@ class Restored:
     ino: int
 
 
-def find_snapshot(store: Store, scope: str, base: str) -> str | None:
-    """The snapshot key the base key's ref points at, or None."""
+def find_snapshot(store: Store, scope: str, base: str, *, keys: SiteKeys | None) -> str | None:
+    """The snapshot key the base key's ref points at, or None; with ``keys`` (a root-run
+    reader), :class:`~bootseer.sitekey.SealError` unless the ref verifies."""
+    path = ref_path(scope, base)
     try:
-        raw = store.read_bytes(ref_path(scope, base), limit=MAX_REF + 1)
+        raw = store.read_bytes(path, limit=MAX_REF + sitekey.SEAL_BYTES + 1)
     except FileNotFoundError:
         return None
+    raw = sitekey.open_with(keys, sitekey.DEPS_REF, path, raw)
     try:
         key = jsonlimits.loads(raw, max_bytes=MAX_REF, what="ref")["key"]
     except (ValueError, KeyError, TypeError):
@@ -86,18 +90,25 @@ def read_manifest(
     max_bytes: int,
     max_files: int,
     max_frame_bytes: int = MAX_FRAME_BYTES,
+    keys: SiteKeys | None,
 ) -> tuple[Manifest, int] | None:
-    """The manifest of a snapshot and its size in bytes, or None if there is none."""
+    """The manifest of a snapshot and its size in bytes, or None if there is none; with
+    ``keys`` (a root-run reader), :class:`~bootseer.sitekey.SealError` unless it verifies.
+    None is for a user's own ``deps run``/``deps show``, which trust nothing in it that
+    the user could not have written."""
+    path = SnapshotPaths(scope, key).manifest
     try:
-        raw = store.read_bytes(SnapshotPaths(scope, key).manifest, limit=MAX_MANIFEST + 1)
+        raw = store.read_bytes(path, limit=MAX_MANIFEST + sitekey.SEAL_BYTES + 1)
     except FileNotFoundError:
         return None
+    size = len(raw)
+    raw = sitekey.open_with(keys, sitekey.DEPS_MANIFEST, path, raw)
     m = Manifest.from_json(
         raw, max_bytes=max_bytes, max_files=max_files, max_frame_bytes=max_frame_bytes
     )
     if m.key != key or m.scope != scope:
         raise ManifestError(f"manifest at {scope}/{key} claims to be {m.scope}/{m.key}")
-    return m, len(raw)
+    return m, size
 
 
 def drop_snapshot(
@@ -110,6 +121,7 @@ def drop_snapshot(
     max_bytes: int,
     max_files: int,
     max_frame_bytes: int = MAX_FRAME_BYTES,
+    keys: SiteKeys | None,
 ) -> None:
     """Remove a snapshot found broken, so the job's install is captured anew in its place
     instead of the broken one being restored again by every later job.
@@ -127,6 +139,7 @@ def drop_snapshot(
             max_bytes=max_bytes,
             max_files=max_files,
             max_frame_bytes=max_frame_bytes,
+            keys=keys,
         )
     except ManifestError:
         current = None
@@ -140,7 +153,7 @@ def drop_snapshot(
         if broken is not None:
             store.delete(paths.data(broken.data))
     try:
-        pointed = find_snapshot(store, scope, base)
+        pointed = find_snapshot(store, scope, base, keys=keys)
     except ManifestError:
         pointed = key  # a ref that does not parse goes too
     if pointed == key and (manifest_broken or current is None):

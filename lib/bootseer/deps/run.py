@@ -28,12 +28,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bootseer import nodepaths
 from bootseer.config import SiteConfig, load_config
 from bootseer.deps import jobstate
 from bootseer.deps.inventory import changed, inventory
 from bootseer.deps.key import hash_key_files, job_image, key_inputs, scope_dir, snapshot_key
 from bootseer.deps.prefix import unsafe_reason
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, StoreError
 from bootseer.progress import transfer_bar
 
 
@@ -64,11 +65,12 @@ def skipped_phase(why: str) -> None:
 
 
 def _job_state(cfg: SiteConfig) -> tuple[Path, jobstate.PrologState] | None:
-    job_id, node = os.environ.get("SLURM_JOB_ID"), os.environ.get("SLURMD_NODENAME")
-    if not job_id or not node or not job_id.isdigit():
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id or not job_id.isdigit():
         return None
-    d = jobstate.job_dir(cfg.for_node(node).paths.run_dir, int(job_id))
-    state = jobstate.PrologState.read(d / "prolog.json")
+    run_dir = cfg.for_node(nodepaths.node_name()).paths.run_dir
+    d = jobstate.job_dir(run_dir, int(job_id))
+    state = jobstate.PrologState.read(nodepaths.deps_state(run_dir, int(job_id)))
     return (d, state) if state is not None else None
 
 
@@ -200,6 +202,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     from bootseer.deps.capture import CaptureRequest, capture, snapshot_exists
     from bootseer.deps.restore import RestoreRequest, read_manifest, restore
     from bootseer.deps.step import effective_scope
+    from bootseer.sitekey import keys_if_root
 
     if not opts.prefix or not opts.prefix.startswith("/"):
         raise BootseerError("--prefix /ABSOLUTE/PATH is needed outside a --bootseer-deps job")
@@ -221,14 +224,25 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     key = snapshot_key(base, list(command))
     store = cfg.store.open()
     exists = os.path.lexists(prefix)
-    found = read_manifest(
-        store,
-        sdir,
-        key,
-        max_bytes=cfg.deps.max_bytes,
-        max_files=cfg.deps.max_files,
-        max_frame_bytes=cfg.deps.max_frame_bytes,
-    )
+    # A person's own command, with the user's rights: it cannot check the site key's MAC,
+    # and what it captures is not sealed, so no job's prolog will restore it (the job's
+    # epilog captures anew). docs/security.md, "Authenticated records".
+    keys = keys_if_root(cfg)
+    try:
+        found = read_manifest(
+            store,
+            sdir,
+            key,
+            max_bytes=cfg.deps.max_bytes,
+            max_files=cfg.deps.max_files,
+            max_frame_bytes=cfg.deps.max_frame_bytes,
+            keys=keys,
+        )
+    except StoreError as exc:
+        # A user reads no snapshot from a store that keeps them root's (file:// stores
+        # do; docs/security.md, "Store secrets"): install instead.
+        say(f"cannot read snapshots from the store: {exc}; installing")
+        found = None
     if found is not None and not exists:
         manifest, _ = found
         with transfer_bar("restoring", manifest.stored_bytes) as tick:
@@ -260,8 +274,12 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     if not fresh:
         say(f"{prefix} was not empty before the install: not captured")
         return 0
-    if snapshot_exists(store, sdir, key):
-        say(f"snapshot {key} is already in the store")
+    try:
+        if snapshot_exists(store, sdir, key, keys=keys):
+            say(f"snapshot {key} is already in the store")
+            return 0
+    except StoreError as exc:
+        say(f"install done, but not captured: {exc}")
         return 0
     req = CaptureRequest(
         prefix=prefix,
@@ -284,7 +302,7 @@ def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int
     )
     try:
         with transfer_bar("capturing", None) as tick:
-            m = capture(store, req, progress=lambda raw, stored: tick(0, raw))
+            m = capture(store, req, progress=lambda raw, stored: tick(0, raw), keys=keys)
     except BootseerError as exc:
         say(f"install done, but the capture failed: {exc}")
         return 0

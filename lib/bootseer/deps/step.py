@@ -16,6 +16,7 @@ import stat
 import time
 from typing import TYPE_CHECKING, NoReturn
 
+from bootseer import nodepaths
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.deps import jobstate
@@ -25,6 +26,7 @@ from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, StepResult
+from bootseer.sitekey import site_keys
 
 if TYPE_CHECKING:
     from bootseer.deps.manifest import Manifest
@@ -53,7 +55,7 @@ def prolog(call: StepCall) -> StepResult:
     assert spec is not None
     t0 = time.monotonic()
     state_dir = call.job.sub("deps")
-    _user_dir(state_dir / "job", ctx.uid, ctx.gid)
+    _user_dir(nodepaths.install_record(cfg.paths.run_dir, ctx.job_id).parent, ctx.uid, ctx.gid)
     scope, note = effective_scope(spec.scope, cfg)
     sdir = scope_dir(scope, ctx.user, ctx.account)
     groups = user_groups(ctx.user, ctx.gid)
@@ -75,7 +77,7 @@ def prolog(call: StepCall) -> StepResult:
     )
     base = inputs.base()
     state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix)
-    state_path = state_dir / "prolog.json"
+    state_path = state_dir / nodepaths.DEPS_STATE
     state.write(state_path)  # first: a failed restore still leaves the job what deps run needs
     # (`bootseer deps run` checks the prefix again, as the user, and refuses it too.)
     unsafe = unsafe_reason(spec.prefix, ctx.uid)
@@ -100,10 +102,14 @@ def prolog(call: StepCall) -> StepResult:
         "max_files": cfg.deps.max_files,
         "max_frame_bytes": cfg.deps.max_frame_bytes,
     }
+    # A ref or manifest that does not verify under the site key is refused (SealError):
+    # not dropped, since a node whose key file is missing or not yet rotated cannot tell
+    # a planted record from a genuine one; the epilog captures over a planted one.
+    keys = site_keys(cfg)
     key: str | None = None
     try:
-        key = find_snapshot(store, sdir, base)
-        found = read_manifest(store, sdir, key, **limits) if key else None
+        key = find_snapshot(store, sdir, base, keys=keys)
+        found = read_manifest(store, sdir, key, **limits, keys=keys) if key else None
     except ManifestError as exc:
         _drop_broken(call, store, sdir, base, key, None, exc)
     if key is None or found is None:
@@ -194,7 +200,8 @@ def _drop_broken(
     try:
         if key is None:
             try:
-                find_snapshot(store, scope, base)  # still broken, not rewritten meanwhile?
+                # still broken, not rewritten meanwhile?
+                find_snapshot(store, scope, base, keys=site_keys(cfg))
             except ManifestError:
                 store.delete(ref_path(scope, base))
         else:
@@ -207,6 +214,7 @@ def _drop_broken(
                 max_bytes=cfg.deps.max_bytes,
                 max_files=cfg.deps.max_files,
                 max_frame_bytes=cfg.deps.max_frame_bytes,
+                keys=site_keys(cfg),
             )
         dropped = "dropped it from the store; the job installs and its epilog captures anew"
     except Exception as drop_exc:
@@ -241,11 +249,11 @@ def _empty_dir(path: str) -> bool:
 
 def epilog(call: StepCall) -> StepResult:
     ctx, cfg = call.ctx, call.cfg
-    state = jobstate.PrologState.read(call.job.sub("deps") / "prolog.json")
+    state = jobstate.PrologState.read(nodepaths.deps_state(cfg.paths.run_dir, ctx.job_id))
     if state is None:
         return StepResult(outcome="skipped", detail="no prolog state: nothing to capture")
     record = _install_record(
-        ctx, str(call.job.sub("deps") / "job" / "install.json"), call.remaining()
+        ctx, str(nodepaths.install_record(cfg.paths.run_dir, ctx.job_id)), call.remaining()
     )
     succeeded = record is not None and record["status"] == 0
     if record is not None and succeeded and record["fresh"] and record["prefix"] == state.prefix:
@@ -324,8 +332,9 @@ def capture_for_job(
     cmd = list(command) if isinstance(command, list) else None
     key = snapshot_key(state.base, cmd)
     store = cfg.store.open()
-    if snapshot_exists(store, state.scope, key):
-        write_ref(store, state.scope, state.base, key, cmd)
+    keys = site_keys(cfg)
+    if snapshot_exists(store, state.scope, key, keys=keys):
+        write_ref(store, state.scope, state.base, key, cmd, keys=keys)
         return StepResult(outcome="skipped", detail=f"snapshot {key} already in the store")
     req = CaptureRequest(
         prefix=state.prefix,
@@ -347,7 +356,7 @@ def capture_for_job(
         max_files=cfg.deps.max_files,
         timeout=max(1.0, call.remaining()),
     )
-    m = capture(store, req)
+    m = capture(store, req, keys=keys)
     return StepResult(
         detail=f"captured {key} from {state.prefix}: {len(m.entries)} entries, "
         f"{m.raw_bytes} bytes -> {m.stored_bytes} stored",

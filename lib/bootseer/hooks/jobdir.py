@@ -1,8 +1,7 @@
-"""A job's state on one node: ``<run_dir>/jobs/<job_id>/``.
+"""A job's state on one node: ``<run_dir>/jobs/<job_id>/`` (:mod:`bootseer.nodepaths`).
 
 - ``env``: ``NAME=VALUE`` lines the SPANK plugin puts into the job's tasks
   (``BOOTSEER_IMAGE``, ``BOOTSEER_CKPT``, ...). Written whole by the prolog or not at all.
-- ``steps.json``: what each prolog step did, for the epilog.
 - whatever a step keeps between prolog and epilog, in a sub-directory named for it.
 
 The directory belongs to root; the SPANK plugin refuses an ``env`` file that is not
@@ -11,20 +10,20 @@ root's or that others may write.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+
+from bootseer import nodepaths
 
 _ENV_NAME = re.compile(r"^BOOTSEER_[A-Z0-9_]+$")
 
 
 class JobDir:
     def __init__(self, run_dir: Path, job_id: int) -> None:
-        self.path = run_dir / "jobs" / str(job_id)
+        self.path = nodepaths.job_dir(run_dir, job_id)
 
     def create(self) -> JobDir:
         self.path.mkdir(parents=True, exist_ok=True, mode=0o755)
@@ -41,23 +40,14 @@ class JobDir:
             if not _ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
                 raise ValueError(f"refusing to export {name}={value!r} to the job")
             lines.append(f"{name}={value}\n")
-        self._write_atomic("env", "".join(lines))
+        self._write_atomic(nodepaths.JOB_ENV, "".join(lines))
 
     def read_env(self) -> dict[str, str]:
         try:
-            text = (self.path / "env").read_text()
+            text = (self.path / nodepaths.JOB_ENV).read_text()
         except FileNotFoundError:
             return {}
         return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-    def write_json(self, name: str, data: Any) -> None:
-        self._write_atomic(name, json.dumps(data, indent=1, sort_keys=True))
-
-    def read_json(self, name: str) -> Any:
-        try:
-            return json.loads((self.path / name).read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

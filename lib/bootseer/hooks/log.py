@@ -12,8 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from bootseer.linelog import LineLog
+from bootseer.nodepaths import hook_log
 
 
 class HookLog(LineLog):
     def __init__(self, log_dir: Path, node: str, job_id: int | str, hook: str) -> None:
-        super().__init__(log_dir / f"{node}.log", f"{node} job={job_id} {hook}")
+        super().__init__(hook_log(log_dir, node), f"{node} job={job_id} {hook}")

@@ -1,5 +1,9 @@
 """``python -m bootseer.hooks prolog|epilog``: the Python side of the Slurm hooks.
 
+Both hooks run their steps (:mod:`bootseer.hooks.runner`), then record the run's phase
+rows (:mod:`bootseer.phases.hooks`); the prolog then writes the job's env file, the
+epilog removes the job dir, last, once nothing reads it any more.
+
 Exit status is what Slurm acts on: 0 lets the job start (prolog) or the node return
 to service (epilog). It is non-zero only in strict mode after a failed step, or for
 a usage error by whoever runs it by hand.
@@ -11,13 +15,15 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 from bootseer.config import SiteConfig, load_config
 from bootseer.context import JobContext, wants_bootseer
 from bootseer.errors import BootseerError
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
-from bootseer.hooks.runner import HookRun, outcomes_json, run_steps
+from bootseer.hooks.runner import HookRun, run_steps
+from bootseer.nodepaths import node_name
 
 USAGE = "usage: python -m bootseer.hooks prolog|epilog"
 
@@ -31,8 +37,9 @@ def main(argv: list[str]) -> int:
     if not wants_bootseer(env):
         return 0
     t0 = time.monotonic()
+    node = node_name(env)
     try:
-        cfg = load_config().for_node(env.get("SLURMD_NODENAME", "unknown"))
+        cfg = load_config().for_node(node)
     except BootseerError as exc:
         # Without a config there is no log dir either: stderr is all there is.
         print(
@@ -40,9 +47,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 0
-    log = HookLog(
-        cfg.paths.log_dir, env.get("SLURMD_NODENAME", "?"), env.get("SLURM_JOB_ID", "?"), hook
-    )
+    log = HookLog(cfg.paths.log_dir, node, env.get("SLURM_JOB_ID", "?"), hook)
     try:
         status = _run(hook, cfg, log, t0 + cfg.hook_deadline(hook))
     except BootseerError as exc:
@@ -68,24 +73,33 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog, until: float) -> int:
         f"mode={ctx.options.mode}"
     )
     job = JobDir(cfg.paths.run_dir, ctx.job_id)
-    steps_until = until - cfg.records_reserve(hook)
     if hook == "prolog":
         job.create()
-        run = run_steps(hook, ctx, cfg, job, log, until=steps_until)
-        marks_env = _record(hook, ctx, cfg, run, log, until)
+    run = run_steps(hook, ctx, cfg, job, log, until=until - cfg.records_reserve(hook))
+    marks_env = _record(hook, ctx, cfg, run, log, until)
+    if hook == "prolog":
         job.write_env({**run.env, **marks_env})
-        job.write_json("prolog.json", outcomes_json(run))
     else:
-        run = run_steps(hook, ctx, cfg, job, log, until=steps_until)
         job.remove()
-        _record(hook, ctx, cfg, run, log, until)
     return 1 if (run.failed and cfg.hooks.strict) else 0
+
+
+def process_start_time() -> float | None:
+    """When this process started (wall clock, ~10 ms), from /proc; None elsewhere: the
+    hook's phase row starts there, Python's own start-up included."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, starttime
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def _record(
     hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog, until: float
 ) -> dict[str, str]:
-    """Hand the step outcomes to the phase records; the variables the job's marks need.
+    """Hand the run's phase rows to the phase records; the variables the job's marks need.
 
     The records go to the store, which may hang (paused, partitioned) rather than fail:
     they are written in a thread the hook waits for only until its deadline. A hook
@@ -95,10 +109,11 @@ def _record(
 
     box: dict[str, dict[str, str]] = {}
     failed: list[BaseException] = []
+    rows = run.phase_rows(hook, began=process_start_time(), now=time.time())
 
     def write() -> None:
         try:
-            box["env"] = phase_hooks.record_hook_run(hook, ctx, cfg, run)
+            box["env"] = phase_hooks.record_hook_run(hook, ctx, cfg, rows, log)
         except BaseException as exc:  # reported by the hook's thread below
             failed.append(exc)
 

@@ -3,6 +3,10 @@
 A step that raises or overruns is logged and skipped; the job starts the ordinary
 way. Only in strict mode does a failed step fail the hook (and Slurm then drains the
 node and requeues the job, which is what a site that chose strict mode wants).
+
+The run's account is also its phase rows (:meth:`HookRun.phase_rows`): one for the
+hook, one for each step (named by its :class:`~bootseer.hooks.steps.StepSpec`), and
+whatever further rows a step returned; :mod:`bootseer.hooks.main` records them.
 """
 
 from __future__ import annotations
@@ -10,19 +14,19 @@ from __future__ import annotations
 import concurrent.futures as cf
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.errors import BootseerError
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
-from bootseer.hooks.steps import StepCall, StepResult, StepSpec, steps_for
+from bootseer.hooks.steps import StepCall, StepResult, StepRow, StepSpec, steps_for
 
 
 @dataclass
 class StepOutcome:
-    """One step's account: what ends up in the log, steps.json and the phase records."""
+    """One step's account: what ends up in the log and the phase records."""
 
     step: str
     outcome: str  # ok, failed, skipped, timed_out
@@ -32,10 +36,25 @@ class StepOutcome:
     detail: str = ""
     store_bytes: int = 0
     peer_bytes: int = 0
+    phase: str = ""  # the step's own phase row (its StepSpec's); "" for the step's name
+    extra: list[StepRow] = field(default_factory=list)  # the rows its result added
 
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+    def phase_rows(self) -> list[StepRow]:
+        own = StepRow(
+            self.phase or self.step,
+            self.start,
+            self.end,
+            self.outcome,
+            self.bytes,
+            self.detail,
+            self.store_bytes,
+            self.peer_bytes,
+        )
+        return [own, *self.extra]
 
 
 @dataclass
@@ -47,6 +66,21 @@ class HookRun:
     @property
     def failed(self) -> bool:
         return any(o.outcome in ("failed", "timed_out") for o in self.outcomes)
+
+    def phase_rows(self, hook: str, began: float | None, now: float) -> list[StepRow]:
+        """The hook's own row (``began``, when its process started, to ``now``: failed
+        if a step was), then every step's rows in the table's order."""
+        bad = [
+            f"{o.step} {o.outcome}" for o in self.outcomes if o.outcome in ("failed", "timed_out")
+        ]
+        steps = ", ".join(o.step for o in self.outcomes) or "none"
+        if began is None:
+            began = min((o.start for o in self.outcomes), default=now)
+        detail = f"steps: {steps}" + (f"; {', '.join(bad)}" if bad else "")
+        rows = [StepRow(hook, min(began, now), now, "failed" if bad else "ok", detail=detail)]
+        for o in self.outcomes:
+            rows += o.phase_rows()
+        return rows
 
 
 def _failpoint(cfg: SiteConfig, step: str) -> None:
@@ -108,7 +142,7 @@ def run_steps(
         )
         for fut in done:
             spec = futures[fut]
-            outcomes.append(_account(spec, fut, started[spec.name][0], log, env))
+            outcomes.append(_account(hook, spec, fut, started[spec.name][0], log, env))
         now = time.monotonic()
         for fut in [f for f in pending if deadlines[futures[f].name] <= now]:
             spec = futures[fut]
@@ -121,6 +155,7 @@ def run_steps(
                     started[spec.name][0],
                     time.time(),
                     detail=f"no result within its deadline of {secs:g}s",
+                    phase=spec.phase_in(hook),
                 )
             )
             log(
@@ -135,18 +170,26 @@ def run_steps(
 
 
 def _account(
-    spec: StepSpec, fut: cf.Future[StepResult], start: float, log: HookLog, env: dict[str, str]
+    hook: str,
+    spec: StepSpec,
+    fut: cf.Future[StepResult],
+    start: float,
+    log: HookLog,
+    env: dict[str, str],
 ) -> StepOutcome:
     end = time.time()
+    phase = spec.phase_in(hook)
     try:
         result = fut.result()
     except BootseerError as exc:
         log(f"step={spec.name} outcome=failed secs={end - start:.3f}: {exc}")
-        return StepOutcome(spec.name, "failed", start, end, detail=str(exc))
+        return StepOutcome(spec.name, "failed", start, end, detail=str(exc), phase=phase)
     except Exception as exc:
         tb = traceback.format_exc().strip().replace("\n", " | ")
         log(f"step={spec.name} outcome=failed secs={end - start:.3f}: unexpected {exc!r}: {tb}")
-        return StepOutcome(spec.name, "failed", start, end, detail=f"unexpected error: {exc!r}")
+        return StepOutcome(
+            spec.name, "failed", start, end, detail=f"unexpected error: {exc!r}", phase=phase
+        )
     env.update(result.env)
     sources = (
         f"store_bytes={result.store_bytes} peer_bytes={result.peer_bytes} "
@@ -166,8 +209,6 @@ def _account(
         result.detail,
         store_bytes=result.store_bytes,
         peer_bytes=result.peer_bytes,
+        phase=phase,
+        extra=list(result.rows),
     )
-
-
-def outcomes_json(run: HookRun) -> list[dict[str, object]]:
-    return [asdict(o) for o in run.outcomes]

@@ -15,8 +15,8 @@ parts, each a module of its own:
   prolog, epilog and jobs ask (:mod:`~bootseer.image.protocol` is its contract,
   :mod:`~bootseer.image.client` its one client).
 
-    >>> agent = Agent(load_config().for_node("n1"), "n1")
-    >>> agent.stats().cache_bytes
+    >>> agent = Agent(load_config().for_node("n1"), "n1")  # doctest: +SKIP
+    >>> agent.stats().cache_bytes  # doctest: +SKIP
     0
 """
 
@@ -36,9 +36,11 @@ from bootseer.image.jobs import Jobs
 from bootseer.image.protocol import AgentBadRequest, AgentError, FetchPiece, PieceFile, StatsReply
 from bootseer.image.reader import ImageReader
 from bootseer.linelog import LineLog
+from bootseer.nodepaths import NodePaths
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.pieces import Located, Pieces
 from bootseer.p2p.wire import PeerError, PieceRequest
+from bootseer.sitekey import site_keys
 from bootseer.store import Store
 
 
@@ -55,9 +57,12 @@ class Agent:
         self.cfg = cfg
         self.node = node
         icfg = cfg.image
-        self.log = log or LineLog(cfg.paths.log_dir / f"{node}-agent.log", "agent")
+        self.paths = NodePaths(cfg)
+        self.log = log or LineLog(self.paths.agent_log(node), "agent")
         self.store = store or cfg.store.open()
-        self.cache = BlockCache(icfg.cache_dir, int(icfg.cache_size_gib * (1 << 30)), self.log)
+        self.cache = BlockCache(
+            self.paths.image_cache, int(icfg.cache_size_gib * (1 << 30)), self.log
+        )
         self.fetcher = Fetcher(
             self.cache,
             icfg.prefetch_parallel,
@@ -67,7 +72,18 @@ class Agent:
             background_bps=icfg.fill_mbit * 1e6 / 8,
         )
         block_size = check_block_size(icfg.block_size_kib << 10)
-        self.jobs = Jobs(icfg, self.store, self.cache, self.fetcher, block_size, self.log)
+        self.jobs = Jobs(
+            icfg,
+            self.paths,
+            self.store,
+            self.cache,
+            self.fetcher,
+            block_size,
+            self.log,
+            keys=lambda: site_keys(cfg),
+        )
+        if not (keys := site_keys(cfg)).keys:
+            self.log(f"no site key: every image record will be refused ({keys.missing})")
         self.pieces = Pieces(self.store, self.cache, self._ckpt_target)
         self._targets: dict[str, Store] = {}
         self.peers = PeerNode.start(cfg.p2p, node, self.provide, self.log)
@@ -118,10 +134,7 @@ class Agent:
         if uri not in targets:
             return None
         if uri not in self._targets:
-            from bootseer.store import open_store
-
-            store = self.cfg.store
-            self._targets[uri] = open_store(uri, store.access_key, store.secret_key)
+            self._targets[uri] = self.cfg.store.open_uri(uri)
         return self._targets[uri]
 
     def stats(self, uid: int | None = None) -> StatsReply:

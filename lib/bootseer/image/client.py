@@ -4,7 +4,7 @@ The one client of the agent's socket: the prolog and epilog steps, the CLI, the 
 importer and a job's ``first_step`` mark all use it. Cheap to import (the standard
 library and :mod:`bootseer.image.protocol`): a mark from a job script is a process start.
 
-    >>> AgentClient(Path("/run/bootseer/agent.sock")).ping()
+    >>> AgentClient(Path("/run/bootseer/agent.sock")).ping()  # doctest: +SKIP
     PingReply(node='n1', pid=4242)
 """
 

@@ -5,7 +5,7 @@ It brings back the jobs prepared before a restart, mounts the image filesystem
 in a thread of its own, and on SIGTERM/SIGINT unmounts, removes the socket and stops
 the fetcher. A new listener (a peer server for other nodes) starts and stops here.
 
-    >>> serve(load_config().for_node("n1"), "n1")
+    >>> serve(load_config().for_node("n1"), "n1")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -35,14 +35,17 @@ def serve(
     """Run the agent until SIGTERM/SIGINT: the FUSE mount and the socket, then clean up."""
     agent = Agent(cfg, node, log)
     agent.jobs.restore()
-    mountpoint = str(cfg.image.mount_dir)
-    os.makedirs(mountpoint, mode=0o755, exist_ok=True)
+    paths = agent.paths
+    mountpoint = str(paths.image_mounts)
+    # First: a dead agent's mount (kill -9, OOM) makes makedirs fail with FileExistsError
+    # (stat says ENOTCONN, so it is not seen as the directory it is).
     unmount_stale(mountpoint)
+    os.makedirs(mountpoint, mode=0o755, exist_ok=True)
     pyfuse3.init(ImageFS(agent), mountpoint, set(MOUNT_OPTIONS))
     server: AgentServer | None = None
     try:
         server = AgentServer(
-            cfg.image.socket,
+            paths.agent_socket,
             agent,
             cfg.image.max_connections,
             cfg.image.max_connections_per_user,
@@ -52,8 +55,8 @@ def serve(
             target=raise_read_ahead_when_ready, args=(mountpoint, READ_AHEAD_KIB), daemon=True
         ).start()
         agent.log(
-            f"agent up: node={node} socket={cfg.image.socket} mount={mountpoint} "
-            f"cache={cfg.image.cache_dir} ({agent.cache.bytes} bytes cached) "
+            f"agent up: node={node} socket={paths.agent_socket} mount={mountpoint} "
+            f"cache={paths.image_cache} ({agent.cache.bytes} bytes cached) "
             f"store={agent.store.uri}"
         )
         if ready:
@@ -64,7 +67,7 @@ def serve(
             server.shutdown()
             server.server_close()
             with contextlib.suppress(FileNotFoundError):
-                cfg.image.socket.unlink()
+                paths.agent_socket.unlink()
         pyfuse3.close(unmount=True)
         agent.close()
         agent.log("agent stopped")

@@ -10,8 +10,9 @@ link or the CPU. A block whose digest does
 not match is refused and fetched again; a reader waits at most ``timeout`` seconds
 and then gets :class:`FetchError` (EIO through FUSE), whatever the store does.
 
-    >>> f = Fetcher(cache, workers=16, background_workers=2, timeout=30)
-    >>> data = f.get(StoreSource(store), manifest, 7)  # blocks until local or FetchError
+    >>> f = Fetcher(cache, workers=16, background_workers=2, timeout=30)  # doctest: +SKIP
+    >>> data = f.get(StoreSource(store), manifest, 7)  # doctest: +SKIP
+    ... # (blocks until local or FetchError)
 """
 
 from __future__ import annotations

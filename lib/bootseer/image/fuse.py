@@ -7,7 +7,7 @@ Reads of local blocks are served on the event loop; a miss goes to a thread that
 waits for the fetcher, so one slow block never holds up reads of others. A read the
 store cannot serve in time fails with EIO. :func:`bootseer.image.daemon.serve` mounts it.
 
-    >>> pyfuse3.init(ImageFS(agent), "/run/bootseer/images", set(MOUNT_OPTIONS))
+    >>> pyfuse3.init(ImageFS(agent), "/run/bootseer/images", set(MOUNT_OPTIONS))  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ prolog and epilog) may send every request; any other user may only ask ``status`
 or ``first_step`` about a job of their own, and learns nothing of others' jobs (a
 job of another user is "not found", exactly as a job that is not there).
 
-    >>> handle(agent, Status(42), peer_uid=1000)
+    >>> handle(agent, Status(42), peer_uid=1000)  # doctest: +SKIP
     JobReply(job_id=42, path='/run/bootseer/images/42.sqsh', ...)
 """
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bootseer import jsonlimits
+from bootseer import jsonlimits, sitekey
 from bootseer.errors import StoreError
 from bootseer.image.blocks import (
     DIGEST,
@@ -32,6 +32,7 @@ from bootseer.image.blocks import (
     cut,
     digest,
 )
+from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
 FORMAT = "bootseer-image/1"
@@ -108,16 +109,20 @@ def manifest_key(image_id: str) -> str:
     return f"images/manifests/{image_id}.json"
 
 
-def load_manifest(store: Store, image_id: str) -> Manifest:
+def load_manifest(store: Store, image_id: str, *, keys: SiteKeys | None) -> Manifest:
+    """The image's manifest; with ``keys`` (a root-run reader) only a sealed one."""
+    key = manifest_key(image_id)
     try:
-        raw = store.read_bytes(manifest_key(image_id), limit=MAX_MANIFEST_BYTES + 1)
+        raw = store.read_bytes(key, limit=MAX_MANIFEST_BYTES + sitekey.SEAL_BYTES + 1)
     except FileNotFoundError:
         raise ManifestError(f"image {image_id} has no manifest in {store.uri}") from None
+    raw = sitekey.open_with(keys, sitekey.IMAGE_MANIFEST, key, raw)
     return Manifest.from_json(raw, expect_id=image_id)
 
 
-def save_manifest(store: Store, manifest: Manifest) -> None:
-    store.write_bytes(manifest_key(manifest.id), manifest.to_json())
+def save_manifest(store: Store, manifest: Manifest, *, keys: SiteKeys | None) -> None:
+    key = manifest_key(manifest.id)
+    store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_MANIFEST, key, manifest.to_json()))
 
 
 def hash_file(path: str, block_size: int, progress: Progress | None = None) -> Manifest:
@@ -136,7 +141,13 @@ def hash_file(path: str, block_size: int, progress: Progress | None = None) -> M
 
 
 def upload_file(
-    store: Store, path: str, block_size: int, parallel: int = 8, progress: Progress | None = None
+    store: Store,
+    path: str,
+    block_size: int,
+    parallel: int = 8,
+    progress: Progress | None = None,
+    *,
+    keys: SiteKeys | None,
 ) -> Manifest:
     """Cut ``path`` into blocks, upload each distinct block the store lacks, save the manifest.
 
@@ -144,6 +155,8 @@ def upload_file(
     (``bootseer image gc`` removes them), never a manifest naming missing blocks.
     """
     check_block_size(block_size)
+    if keys is not None:
+        keys.require()  # before the upload, not after it
     import os
 
     total = os.stat(path).st_size
@@ -178,7 +191,7 @@ def upload_file(
     if done == 0:
         raise ManifestError(f"{path} is empty")
     manifest = Manifest(size=done, block_size=block_size, blocks=tuple(digests))
-    save_manifest(store, manifest)
+    save_manifest(store, manifest, keys=keys)
     if progress:
         progress(done, total, uploaded)
     return manifest

@@ -5,7 +5,7 @@ comes from its owner among the job's nodes (:mod:`bootseer.p2p`), verified, and 
 the image's own source (the store, an image file) only when this node owns the block or
 its owner failed::
 
-    >>> source = PeerSource(StoreSource(store), peer_node.join(42, ("n1", "n2")))
+    >>> source = PeerSource(StoreSource(store), peer_node.join(42, ("n1", "n2")))  # doctest: +SKIP
 """
 
 from __future__ import annotations

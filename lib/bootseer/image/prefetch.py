@@ -5,8 +5,9 @@ priority (the fetcher's thread pool bounds the parallel reads) and waits until a
 are local or the deadline passes. :class:`BackgroundFill` then queues every other
 block at ``BACKGROUND`` priority, which yields to any read a job makes::
 
-    >>> hot = prefetch_hot(fetcher, source, manifest, trace.blocks, deadline)
-    >>> fill = BackgroundFill(manifest.id); fill.start(fetcher, source, manifest, set(trace.blocks))
+    >>> hot = prefetch_hot(fetcher, source, manifest, trace.blocks, deadline)  # doctest: +SKIP
+    >>> fill = BackgroundFill(manifest.id)  # doctest: +SKIP
+    >>> fill.start(fetcher, source, manifest, set(trace.blocks))  # doctest: +SKIP
 """
 
 from __future__ import annotations

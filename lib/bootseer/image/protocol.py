@@ -27,7 +27,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Self
 
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, OptionError
 
 MAX_LINE = 64 << 10  # a request longer than this is refused unread
 MAX_JOB_ID = 2**40
@@ -163,7 +163,7 @@ class Prepare(JobRequest):
     root_only = True
     uid: int
     gid: int
-    image: str
+    image: str  # the job's --bootseer-image, which parse_request checks (bootseer.options)
     mode: str = "on"  # or "refresh": ignore the stored trace
     deadline: float = 60.0
     nodelist: str = ""  # the job's nodes (Slurm's compact form): its peers
@@ -226,6 +226,14 @@ def parse_request(doc: object) -> Request:
     uid, gid = _whole(doc.get("uid"), "uid"), _whole(doc.get("gid"), "gid")
     if not isinstance(image, str) or mode not in ("on", "refresh"):
         raise AgentBadRequest("image must be a string and mode on or refresh")
+    # The job's option, checked here once for the whole agent as the prolog checked it
+    # (bootseer.options): what passes may name a store key or a file.
+    from bootseer.options import parse_image
+
+    try:
+        parse_image(image)
+    except OptionError as exc:
+        raise AgentBadRequest(str(exc)) from None
     if isinstance(deadline, bool) or not isinstance(deadline, int | float) or deadline <= 0:
         raise AgentBadRequest("deadline must be a positive number of seconds")
     nodelist = doc.get("nodelist", "")

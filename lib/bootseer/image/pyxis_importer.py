@@ -29,11 +29,11 @@ def _lazy_image() -> str:
         return path
     from bootseer.config import load_config
     from bootseer.image.client import AgentClient
+    from bootseer.nodepaths import NodePaths, node_name
 
-    node = os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
-    cfg = load_config().for_node(node)
+    cfg = load_config().for_node(node_name())
     job = int(os.environ.get("SLURM_JOB_ID", "0"))
-    return AgentClient(cfg.image.socket).status(job).path
+    return AgentClient(NodePaths(cfg).agent_socket).status(job).path
 
 
 def _fallback_path() -> Path:

@@ -4,8 +4,8 @@ Every read is recorded in the job's trace (the blocks it touches, in order) and
 tells the fetcher a job is reading, so the background fill keeps out of its way. A
 read of several missing blocks asks for all of them at once: they arrive in parallel.
 
-    >>> reader = ImageReader(cache, fetcher)
-    >>> reader.read(view, 0, 4)
+    >>> reader = ImageReader(cache, fetcher)  # doctest: +SKIP
+    >>> reader.read(view, 0, 4)  # doctest: +SKIP
     b'hsqs'
 """
 

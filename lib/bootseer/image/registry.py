@@ -24,10 +24,11 @@ import pwd
 import socket
 import stat
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bootseer import jsonlimits
+from bootseer import jsonlimits, sitekey
 from bootseer.deps.asuser import UserChild, UserChildError, user_groups
 from bootseer.errors import StoreError
 from bootseer.image.manifest import (
@@ -39,6 +40,7 @@ from bootseer.image.manifest import (
     save_manifest,
 )
 from bootseer.options import parse_image
+from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store
 
 SQUASHFS_MAGIC = b"hsqs"
@@ -68,19 +70,24 @@ def path_key(path: str) -> str:
     return f"images/paths/{hashlib.sha256(path.encode()).hexdigest()}.json"
 
 
-def tag_image(store: Store, ref: str, manifest: Manifest) -> None:
+def tag_image(store: Store, ref: str, manifest: Manifest, *, keys: SiteKeys | None) -> None:
     doc = {
         "image": manifest.id,
         "size": manifest.size,
         "block_size": manifest.block_size,
         "added": time.time(),
     }
-    store.write_bytes(name_key(ref), json.dumps(doc).encode())
+    key = name_key(ref)
+    body = json.dumps(doc, separators=(",", ":")).encode()
+    store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_NAME, key, body))
 
 
-def lookup_name(store: Store, ref: str) -> Manifest:
+def lookup_name(store: Store, ref: str, *, keys: SiteKeys | None) -> Manifest:
+    """The manifest a name's record points at; with ``keys`` (a root-run reader) the
+    record and the manifest must both verify (:class:`~bootseer.sitekey.SealError`)."""
+    key = name_key(ref)
     try:
-        doc: Any = _record(store, name_key(ref))
+        doc: Any = _record(store, key, sitekey.IMAGE_NAME, keys)
         image_id = doc["image"]
     except FileNotFoundError:
         raise UnknownImage(
@@ -88,7 +95,7 @@ def lookup_name(store: Store, ref: str) -> Manifest:
         ) from None
     except (ValueError, KeyError, TypeError):
         raise ManifestError(f"image name record {ref!r} is damaged") from None
-    return load_manifest(store, str(image_id))
+    return load_manifest(store, str(image_id), keys=keys)
 
 
 def list_names(store: Store) -> list[tuple[str, dict[str, Any]]]:
@@ -98,7 +105,7 @@ def list_names(store: Store) -> list[tuple[str, dict[str, Any]]]:
         if len(parts) != 4 or not parts[3].endswith(".json"):
             continue
         try:
-            doc = _record(store, obj.key)
+            doc = _record(store, obj.key, sitekey.IMAGE_NAME, None)  # shown, not trusted
         except (ValueError, FileNotFoundError):
             continue
         out.append((f"{parts[2]}:{parts[3].removesuffix('.json')}", doc))
@@ -109,15 +116,17 @@ def list_paths(store: Store) -> list[dict[str, Any]]:
     out = []
     for obj in store.list("images/paths"):
         try:
-            out.append(_record(store, obj.key))
+            out.append(_record(store, obj.key, sitekey.IMAGE_PATH, None))  # shown, not trusted
         except (ValueError, FileNotFoundError):
             continue
     return out
 
 
-def _record(store: Store, key: str) -> Any:
-    """A name or path record, within its size and depth limits (else ValueError)."""
-    raw = store.read_bytes(key, limit=MAX_RECORD_BYTES + 1)
+def _record(store: Store, key: str, purpose: str, keys: SiteKeys | None) -> Any:
+    """A name or path record that verifies under ``keys`` (else SealError; None: not
+    checked), within its size and depth limits (else ValueError)."""
+    raw = store.read_bytes(key, limit=MAX_RECORD_BYTES + sitekey.SEAL_BYTES + 1)
+    raw = sitekey.open_with(keys, purpose, key, raw)
     return jsonlimits.loads(raw, max_bytes=MAX_RECORD_BYTES, what=f"record {key}")
 
 
@@ -128,10 +137,15 @@ def remove_name(store: Store, ref: str) -> None:
     store.delete(key)
 
 
-def _path_record(store: Store, path: str, st: os.stat_result) -> Manifest | None:
+def _path_record(
+    store: Store, path: str, st: os.stat_result, keys: SiteKeys | None
+) -> Manifest | None:
+    """The registered manifest of this very file, or None (then it is registered again:
+    a record or manifest that does not verify is replaced, never used)."""
+    key = path_key(path)
     try:
-        doc: Any = _record(store, path_key(path))
-    except (FileNotFoundError, ValueError):
+        doc: Any = _record(store, key, sitekey.IMAGE_PATH, keys)
+    except (FileNotFoundError, ValueError, SealError):
         return None
     if not isinstance(doc, dict):
         return None
@@ -142,9 +156,39 @@ def _path_record(store: Store, path: str, st: os.stat_result) -> Manifest | None
     ):
         return None
     try:
-        return load_manifest(store, str(doc.get("image")))
-    except ManifestError:
+        return load_manifest(store, str(doc.get("image")), keys=keys)
+    except (ManifestError, SealError):
         return None
+
+
+class RegistrationLock:
+    """One object in the store that says a node is registering an image file.
+
+    Whoever creates it registers; the others wait for the path record. Its body names
+    the holder and a random token, so a holder knows its own lock (on S3, where the
+    last of several writers wins, by reading back its token) and an admin sees who
+    held a stale one. A lock older than ``STALE_LOCK`` is a crashed holder's.
+    """
+
+    def __init__(self, store: Store, key: str) -> None:
+        self.store = store
+        self.key = key
+
+    def acquire(self) -> bool:
+        holder = {
+            "host": os.uname().nodename,
+            "pid": os.getpid(),
+            "at": time.time(),
+            "token": uuid.uuid4().hex,
+        }
+        return self.store.create_exclusive(self.key, json.dumps(holder).encode())
+
+    def release(self) -> None:
+        self.store.delete(self.key)
+
+    def stale(self) -> bool:
+        info = self.store.info(self.key)
+        return info is not None and bool(info.mtime) and time.time() - info.mtime > STALE_LOCK
 
 
 def register_path(
@@ -155,6 +199,8 @@ def register_path(
     wait: float,
     log: Callable[[str], None] = lambda _: None,
     read_from: str | None = None,
+    *,
+    keys: SiteKeys | None,
 ) -> Manifest:
     """The manifest of the image file at ``path``, registering it if no node has yet.
 
@@ -163,24 +209,25 @@ def register_path(
     poll for the record for up to ``wait`` seconds, then raise
     :class:`RegistrationPending` (the job then reads the file directly).
     """
-    found = _path_record(store, path, st)
+    if keys is not None:
+        keys.require()  # a record it could not seal would be refused by every node
+    found = _path_record(store, path, st, keys)
     if found is not None:
         return found
-    lock = f"images/locks/path-{path_key(path).rsplit('/', 1)[1][:-5]}-{st.st_mtime_ns}.lock"
+    lock = RegistrationLock(
+        store, f"images/locks/path-{path_key(path).rsplit('/', 1)[1][:-5]}-{st.st_mtime_ns}.lock"
+    )
     until = time.monotonic() + wait
     while True:
-        holder = json.dumps(
-            {"host": os.uname().nodename, "pid": os.getpid(), "at": time.time()}
-        ).encode()
-        if store.create_exclusive(lock, holder):
+        if lock.acquire():
             try:
-                found = _path_record(store, path, st)  # done by whoever held the lock before
+                found = _path_record(store, path, st, keys)  # done by whoever held the lock before
                 if found is not None:
                     return found
                 log(f"registering {path} ({st.st_size} bytes)")
                 t0 = time.monotonic()
                 manifest = hash_file(read_from or path, block_size)
-                save_manifest(store, manifest)
+                save_manifest(store, manifest, keys=keys)
                 doc = {
                     "path": path,
                     "size": st.st_size,
@@ -189,18 +236,19 @@ def register_path(
                     "block_size": block_size,
                     "added": time.time(),
                 }
-                store.write_bytes(path_key(path), json.dumps(doc).encode())
+                key = path_key(path)
+                body = json.dumps(doc, separators=(",", ":")).encode()
+                store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_PATH, key, body))
                 log(f"registered {path} as {manifest.id[:12]} in {time.monotonic() - t0:.1f}s")
                 return manifest
             finally:
-                store.delete(lock)
-        found = _path_record(store, path, st)
+                lock.release()
+        found = _path_record(store, path, st, keys)
         if found is not None:
             return found
-        info = store.info(lock)
-        if info is not None and info.mtime and time.time() - info.mtime > STALE_LOCK:
-            log(f"breaking stale registration lock {lock}")
-            store.delete(lock)
+        if lock.stale():
+            log(f"breaking stale registration lock {lock.key}")
+            lock.release()
             continue
         if time.monotonic() >= until:
             raise RegistrationPending(f"{path} is being registered by another node")

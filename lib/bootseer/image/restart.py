@@ -8,7 +8,8 @@ trace recorded before the restart is lost; the file is not. A path image's file 
 opened again as the job's user and must be the very file opened before (device,
 inode, size, mtime), or the job's view is dropped.
 
-    >>> state = RestartState(Path("/var/cache/bootseer/image/jobs"), print)
+    >>> import tempfile
+    >>> state = RestartState(Path(tempfile.mkdtemp()) / "jobs", print)
     >>> state.save(SavedJob(42, 1000, 1000, "pytorch:24.05", "ab12...", False, None))
     >>> [job.job_id for job in state.load()]
     [42]

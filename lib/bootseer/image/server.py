@@ -4,8 +4,8 @@ Each connection is one line of JSON in and one out (:mod:`bootseer.image.protoco
 :func:`bootseer.image.handler.handle` decides what the caller may do. An error
 travels as its kind, so the client raises the same exception class the agent did.
 
-    >>> server = AgentServer(Path("/run/bootseer/agent.sock"), agent)
-    >>> threading.Thread(target=server.serve_forever, daemon=True).start()
+    >>> server = AgentServer(Path("/run/bootseer/agent.sock"), agent)  # doctest: +SKIP
+    >>> threading.Thread(target=server.serve_forever, daemon=True).start()  # doctest: +SKIP
 """
 
 from __future__ import annotations

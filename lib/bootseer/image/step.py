@@ -11,7 +11,8 @@ the step fails with a message saying so (the job starts without ``BOOTSEER_IMAGE
 The same fallback applies when another node is still registering a path image.
 
 Epilog: the agent saves or merges the job's trace, releases the image, and reports
-the background fill, which becomes the ``image_background_fill`` phase.
+the background fill, which the step returns as a row of its own, the
+``image_background_fill`` phase.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from typing import Any
 
 from bootseer.errors import StepError, StoreError
-from bootseer.hooks.steps import StepCall, StepResult
+from bootseer.hooks.steps import StepCall, StepResult, StepRow
 from bootseer.image.client import AgentClient
 from bootseer.image.protocol import (
     AgentError,
@@ -31,6 +32,7 @@ from bootseer.image.protocol import (
     Prepare,
 )
 from bootseer.image.registry import check_image_file
+from bootseer.nodepaths import NodePaths
 
 MARGIN = 1.0  # seconds left to the runner after the agent's answer
 # The agent cannot serve the image in time, but the job may still read a path image
@@ -55,7 +57,7 @@ def _fallback(call: StepCall, image: str, why: str) -> StepResult:
 def prolog(call: StepCall) -> StepResult:
     image = call.ctx.options.image
     assert image is not None
-    client = AgentClient(call.cfg.image.socket)
+    client = AgentClient(NodePaths(call.cfg).agent_socket)
     wait = call.remaining() - MARGIN
     if wait <= 1:
         return _fallback(call, image, "no time left for the agent")
@@ -89,7 +91,7 @@ def prolog(call: StepCall) -> StepResult:
     env = {
         "BOOTSEER_IMAGE": resp.path,  # this job's lazy file
         "BOOTSEER_IMAGE_REF": image,  # what the job asked for (the same in every run)
-        "BOOTSEER_AGENT_SOCKET": str(call.cfg.image.socket),
+        "BOOTSEER_AGENT_SOCKET": str(NodePaths(call.cfg).agent_socket),
     }
     return StepResult(detail=detail, bytes=fetched, store_bytes=store, peer_bytes=peer, env=env)
 
@@ -108,7 +110,7 @@ def _int(v: object) -> int:
 
 
 def epilog(call: StepCall) -> StepResult:
-    client = AgentClient(call.cfg.image.socket)
+    client = AgentClient(NodePaths(call.cfg).agent_socket)
     try:
         resp = client.release(call.ctx.job_id, timeout=max(1.0, call.remaining() - MARGIN))
     except AgentUnavailable:
@@ -123,7 +125,7 @@ def epilog(call: StepCall) -> StepResult:
     # image_prefetch row), the background fill (image_background_fill, from the fill's
     # start to now), and between the two the job's own reads during startup (this row).
     fill_store, fill_peer, reads_store, reads_peer = _split(job)
-    record_background_fill(call, fill, fill_store, fill_peer)
+    fill_row = background_fill_row(fill, fill_store, fill_peer)
     peers = job.peers or {}
     failures = (
         f" peer_failures={peers.get('peer_failures', 0)} corrupt={peers.get('corrupt', 0)}"
@@ -140,6 +142,7 @@ def epilog(call: StepCall) -> StepResult:
         bytes=reads_store + reads_peer,
         store_bytes=reads_store,
         peer_bytes=reads_peer,
+        rows=[fill_row] if fill_row else [],
     )
 
 
@@ -166,42 +169,30 @@ def _split(job: JobReply) -> tuple[int, int, int, int]:
     )
 
 
-def record_background_fill(
-    call: StepCall, fill: dict[str, object], store_bytes: int = 0, peer_bytes: int = 0
-) -> None:
-    """Add the ``image_background_fill`` phase row to the job's phase spool.
+def background_fill_row(
+    fill: dict[str, object], store_bytes: int = 0, peer_bytes: int = 0
+) -> StepRow | None:
+    """The ``image_background_fill`` phase row; None where no fill started.
 
     The fill runs in the agent after the prolog returned, so no hook step spans it;
     the epilog learns its start, end and bytes (and how many of them came from the
-    store and from peers) from the agent and adds the row, which
-    the epilog's phase flush then writes with its own. A fill still running when the
-    job ends is cut off there (outcome ``skipped``, end = now); one that ended is
-    ``ok``, or ``failed`` when blocks could not be fetched.
+    store and from peers) from the agent. A fill still running when the job ends is
+    cut off there (outcome ``skipped``, end = now); one that ended is ``ok``, or
+    ``failed`` when blocks could not be fetched.
     """
     start, end = fill.get("start"), fill.get("end")
-    if not isinstance(start, float) or not call.cfg.phases.enabled:
-        return
-    try:
-        from bootseer.phases.spool import Spool
-
-        spool = Spool(call.cfg.paths.run_dir, call.ctx.job_id)
-        if not spool.exists():
-            return
-        failed = int(str(fill.get("failed") or 0))
-        state = fill.get("state")
-        outcome = (
-            "ok" if state == "done" and not failed else ("skipped" if state != "done" else "failed")
-        )
-        row = spool.meta().row(
-            "image_background_fill",
-            start,
-            end if isinstance(end, float) else time.time(),
-            outcome,
-            int(str(fill.get("bytes") or 0)),
-            f"state={state} blocks={fill.get('done')}/{fill.get('blocks')} failed={failed}",
-            store_bytes=store_bytes,
-            peer_bytes=peer_bytes,
-        )
-        spool.append_rows([row])
-    except Exception as exc:  # a record is worth a log line, never a failed epilog
-        call.log(f"step=image image_background_fill not recorded: {exc!r}")
+    if not isinstance(start, float):
+        return None
+    failed = _int(fill.get("failed"))
+    state = fill.get("state")
+    outcome = "skipped" if state != "done" else ("failed" if failed else "ok")
+    return StepRow(
+        "image_background_fill",
+        start,
+        end if isinstance(end, float) else time.time(),
+        outcome,
+        _int(fill.get("bytes")),
+        f"state={state} blocks={fill.get('done')}/{fill.get('blocks')} failed={failed}",
+        store_bytes=store_bytes,
+        peer_bytes=peer_bytes,
+    )

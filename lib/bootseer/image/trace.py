@@ -26,9 +26,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bootseer import jsonlimits
+from bootseer import jsonlimits, sitekey
 from bootseer.errors import StoreError
 from bootseer.image.manifest import Manifest, manifest_key
+from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store
 
 FORMAT = "bootseer-trace/1"
@@ -118,26 +119,33 @@ def trace_key(image_id: str) -> str:
 
 
 def load_trace(
-    store: Store, manifest: Manifest, log: Callable[[str], None] = lambda _: None
+    store: Store,
+    manifest: Manifest,
+    log: Callable[[str], None] = lambda _: None,
+    *,
+    keys: SiteKeys | None,
 ) -> Trace | None:
-    """The stored trace for this image, or None if there is none or it is bad (logged)."""
+    """The stored trace for this image, or None if there is none or it is bad (logged);
+    with ``keys`` (a root-run reader), one that does not verify is bad."""
     key = trace_key(manifest.id)
     try:
-        raw = store.read_bytes(key, limit=MAX_TRACE_BYTES + 1)
+        raw = store.read_bytes(key, limit=MAX_TRACE_BYTES + sitekey.SEAL_BYTES + 1)
     except FileNotFoundError:
         return None
     except StoreError as exc:
         log(f"trace for image {manifest.id[:12]} not read: {exc}")
         return None
     try:
+        raw = sitekey.open_with(keys, sitekey.IMAGE_TRACE, key, raw)
         return Trace.from_json(raw, manifest.id, manifest.nblocks, manifest.block_size)
-    except TraceError as exc:
+    except (TraceError, SealError) as exc:
         log(f"trace {key} ignored: {exc}")
         return None
 
 
-def save_trace(store: Store, trace: Trace) -> None:
-    store.write_bytes(trace_key(trace.image), trace.to_json())
+def save_trace(store: Store, trace: Trace, *, keys: SiteKeys | None) -> None:
+    key = trace_key(trace.image)
+    store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_TRACE, key, trace.to_json()))
 
 
 class Recorder:

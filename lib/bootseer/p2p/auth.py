@@ -1,12 +1,13 @@
 """Who may fetch a job's pieces from a peer: agents that hold the job's token.
 
 The token is an HMAC of the job id under the site key, a file only root can read, the
-same on every node (``[p2p] key_file``). Every node's agent derives it on its own; no
-user ever sees it, so a user (even on one of the job's nodes) cannot ask a peer for
-pieces, and a node of another job cannot either. The token never crosses the wire: a
-server opens each connection with a fresh nonce and every request carries a proof, an
-HMAC of the nonce and the request under the token, so a user who listens on the peer
-port of a node whose agent is down learns nothing she could use elsewhere::
+same on every node (``[p2p] key_file``, by default ``[site] key_file``). Every node's
+agent derives it on its own; no user ever sees it, so a user (even on one of the job's
+nodes) cannot ask a peer for pieces, and a node of another job cannot either. The token
+never crosses the wire: a server opens each connection with a fresh nonce and every
+request carries a proof, an HMAC of the nonce and the request under the token, so a user
+who listens on the peer port of a node whose agent is down learns nothing she could use
+elsewhere::
 
     >>> job_token(b"k" * 32, 42).hex()[:16]
     'd26eb31aa54afb58'
@@ -16,13 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
-import stat
 from pathlib import Path
 
-from bootseer.errors import ConfigError
-
-MIN_KEY = 16
+from bootseer.sitekey import read_key_file
 
 
 def job_token(site_key: bytes, job_id: int) -> bytes:
@@ -41,21 +38,6 @@ def check_proof(site_key: bytes, nonce: bytes, job_id: int, piece: str, proof: s
 
 
 def load_site_key(path: Path) -> bytes:
-    """The site key; refused unless it is root's and no one else may read or write it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise ConfigError(f"p2p.key_file {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-            raise ConfigError(
-                f"p2p.key_file {path} must be a regular file owned by root with mode 0600 "
-                f"(it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
-            )
-        key = os.read(fd, 4096).strip()
-    finally:
-        os.close(fd)
-    if len(key) < MIN_KEY:
-        raise ConfigError(f"p2p.key_file {path} holds {len(key)} bytes; at least {MIN_KEY}")
-    return key
+    """The site key's current (first) line; refused unless the file is root's alone
+    (:func:`bootseer.sitekey.read_key_file`)."""
+    return read_key_file(path)[0]

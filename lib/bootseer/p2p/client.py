@@ -1,7 +1,9 @@
 """Asking a peer's agent for a piece, over a few persistent connections per peer.
 
->>> client = PeerClient(timeout=10)
->>> data = client.fetch(("10.0.0.12", 746), PieceRequest(42, "", piece, PREFETCH), token)
+>>> client = PeerClient(timeout=10)  # doctest: +SKIP
+>>> data = client.fetch(
+...     ("10.0.0.12", 746), PieceRequest(42, "", piece, PREFETCH), token
+... )  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Clusters resolve node names by DNS or /etc/hosts; ``[p2p] hosts_file`` (the /etc
 format) overrides that, e.g. for slurm-dev, whose node names are not in the machine's
 resolver::
 
-    >>> Resolver(746, Path("/etc/bootseer/hosts")).resolve("n2")
+    >>> Resolver(746, Path("/etc/bootseer/hosts")).resolve("n2")  # doctest: +SKIP
     ('10.214.40.12', 746)
 """
 

@@ -8,7 +8,9 @@ per node (concurrent askers wait for the one fetch), from the piece's owner amon
 job's nodes or, if this node owns it, from the store; verifies it; and keeps it in the
 block cache, where peers and the node's own restore find it::
 
-    >>> data, source = pieces.get(swarm, Located("", "deps/u/k/data.tar.zst", 0, 4096, sha), ...)
+    >>> data, source = pieces.get(
+    ...     swarm, Located("", "deps/u/k/data.tar.zst", 0, 4096, sha), ...
+    ... )  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ the job's nodes; the piece must be one of the job's. An owner that does not hold
 piece yet fetches it first (``ServedJob.provide``). Connections are capped; an idle one
 is closed after ``idle_timeout`` seconds::
 
-    >>> server = PeerServer(("0.0.0.0", 746), site_key, jobs.get, log)
-    >>> server.start(); ...; server.close()
+    >>> server = PeerServer(("0.0.0.0", 746), site_key, jobs.get, log)  # doctest: +SKIP
+    >>> server.start(); ...; server.close()  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ the job's nodes or, owning it, from the store, and keeps it in its cache; the ca
 reads the cache file and checks the digest again. ``None`` from the function means:
 read it from the store yourself (no agent, an error, a one-node job)::
 
-    >>> via = agent_via(cfg, job_id=42, nodes=("n1", "n2"), log=print)
-    >>> via("", "deps/user/abc/data-1.tar.zst", 0, 262144, sha)  # (bytes, "peer") or None
+    >>> via = agent_via(cfg, job_id=42, nodes=("n1", "n2"), log=print)  # doctest: +SKIP
+    >>> via("", "deps/user/abc/data-1.tar.zst", 0, 262144, sha)  # doctest: +SKIP
+    ... # (bytes, "peer"), or None
 """
 
 from __future__ import annotations
@@ -36,8 +37,10 @@ def agent_via(
         return None
     from bootseer.image.client import AgentClient
     from bootseer.image.protocol import AgentError, AgentRefused, AgentUnavailable, FetchPiece
+    from bootseer.nodepaths import NodePaths
 
-    client = AgentClient(cfg.image.socket)
+    socket = NodePaths(cfg).agent_socket
+    client = AgentClient(socket)
     nodelist = ",".join(nodes)
     broken = False
 
@@ -54,7 +57,7 @@ def agent_via(
                 data = f.read(length + 1)
         except (AgentUnavailable, AgentRefused) as exc:
             # No agent, or not root: the store for every piece, without asking again.
-            broken = isinstance(exc, AgentRefused) or not os.path.exists(cfg.image.socket)
+            broken = isinstance(exc, AgentRefused) or not os.path.exists(socket)
             log(f"{key} at {offset} from the store: {exc}")
             return None
         except (AgentError, OSError) as exc:

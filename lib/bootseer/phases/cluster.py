@@ -1,7 +1,7 @@
 """The cluster view (``bootseer report --since 7d``), computed column-wise with pyarrow.
 
-Per run (job id, restart count): allocation (earliest row), startup end (last
-``first_step`` end, else the last startup phase's end), job end (the epilog's start:
+Per run (job id, restart count): allocation and startup end as
+:mod:`bootseer.phases.startup` defines them for the job report too, job end (the epilog's start:
 Slurm runs the epilog when the job ends). Node-seconds spent starting are startup x
 nodes (every node waits for the straggler), GPU-seconds x GPUs per node as well. The
 share of allocated time is over the runs that have ended (those with an epilog row).
@@ -11,8 +11,12 @@ over a year that is most of the time a merge costs, and only the top-phases sums
 could notice the rare duplicate.
 
     >>> from bootseer.store import open_store
+    >>> from bootseer.phases.schema import JobMeta
+    >>> from bootseer.phases.writer import write_rows
+    >>> store = open_store("file:///tmp/doc-phases")
+    >>> _ = write_rows(store, [JobMeta(job_id=7, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")
     >>> from bootseer.phases.reader import PhaseDataset
-    >>> view = cluster_report(PhaseDataset(open_store("file:///tmp/doc-phases")), since=0)
+    >>> view = cluster_report(PhaseDataset(store), since=0)
     >>> view.runs >= 1
     True
 """
@@ -23,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bootseer.phases import startup
 from bootseer.phases.report import SIZE_BUCKETS, bucket_label
-from bootseer.phases.schema import STARTUP_END, TEARDOWN_PHASES
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -120,16 +124,13 @@ def run_table(table: pa.Table) -> pa.Table:
 
     phase = table["phase"]
     start, end = _secs(table["start"]), _secs(table["end"])
-    is_step = pc.equal(phase, STARTUP_END)
-    teardown = pc.is_in(phase, value_set=pa.array(sorted(TEARDOWN_PHASES)))
     null = pa.scalar(None, pa.float64())
     t = pa.table(
         {
             "job_id": table["job_id"],
             "restart_count": table["restart_count"],
             "start": start,
-            "step_end": pc.if_else(is_step, end, null),
-            "ready_end": pc.if_else(teardown, null, end),
+            **startup.run_columns(phase, end),
             "epilog_start": pc.if_else(pc.equal(phase, "epilog"), start, null),
             "is_prolog": pc.cast(pc.equal(phase, "prolog"), pa.int8()),
             "node_count": table["node_count"],
@@ -152,7 +153,7 @@ def run_table(table: pa.Table) -> pa.Table:
             "job_id": g["job_id"],
             "restart_count": g["restart_count"],
             "allocated": g["start_min"],
-            "startup_end": pc.coalesce(g["step_end_max"], g["ready_end_max"]),
+            "startup_end": startup.end_column(g["step_end_max"], g["ready_end_max"]),
             "job_end": g["epilog_start_min"],
             "has_prolog": pc.equal(g["is_prolog_max"], 1),
             "node_count": g["node_count_max"],
@@ -189,9 +190,9 @@ def cluster_report(
         pc.less(runs["allocated"], until),
     )
     runs = runs.filter(keep)
-    startup = pc.max_element_wise(pc.subtract(runs["startup_end"], runs["allocated"]), 0.0)
+    secs = startup.seconds_column(runs["allocated"], runs["startup_end"])
     nodes = pc.cast(runs["node_count"], pa.float64())
-    node_secs = pc.multiply(startup, nodes)
+    node_secs = pc.multiply(secs, nodes)
     gpu_secs = pc.multiply(node_secs, pc.cast(runs["gpus_per_node"], pa.float64()))
     ended = pc.is_valid(runs["job_end"])
     alloc_secs = pc.multiply(pc.subtract(runs["job_end"], runs["allocated"]), nodes)
@@ -203,7 +204,7 @@ def cluster_report(
         sel = pc.and_(
             pc.greater_equal(runs["node_count"], lo), pc.less_equal(runs["node_count"], hi)
         )
-        vals = pc.filter(startup, sel)
+        vals = pc.filter(secs, sel)
         if len(vals) == 0:
             continue
         med, p90 = _quantiles(vals, [0.5, 0.9])
@@ -218,7 +219,7 @@ def cluster_report(
             )
         )
 
-    # Top phases: job-node rows of the kept runs, startup phases only.
+    # Top phases: job-node rows of the kept runs, secs phases only.
     def run_key(t: Any) -> Any:
         return pc.add(
             pc.multiply(pc.cast(t["job_id"], pa.int64()), 1000),
@@ -227,7 +228,7 @@ def cluster_report(
 
     keep_rows = pc.and_(
         pc.is_in(run_key(table), value_set=run_key(runs)),
-        pc.invert(pc.is_in(table["phase"], value_set=pa.array(sorted(TEARDOWN_PHASES)))),
+        startup.in_startup_column(table["phase"]),
     )
     rows = table.filter(keep_rows)
     dur = pc.subtract(_secs(rows["end"]), _secs(rows["start"]))
@@ -241,14 +242,14 @@ def cluster_report(
         PhaseTotal(p["phase"], p["dur_sum"], p["run_count_distinct"], p["dur_approximate_median"])
         for p in per.to_pylist()
     ]
-    med, p90 = _quantiles(startup, [0.5, 0.9])
+    med, p90 = _quantiles(secs, [0.5, 0.9])
     t2 = time.perf_counter()
     return ClusterReport(
         since=since,
         until=until,
         runs=runs.num_rows,
         jobs=len(pc.unique(runs["job_id"])),
-        startup_seconds=pc.sum(startup).as_py() or 0.0,
+        startup_seconds=pc.sum(secs).as_py() or 0.0,
         startup_median=med,
         startup_p90=p90,
         node_seconds=pc.sum(node_secs).as_py() or 0.0,

@@ -14,7 +14,7 @@ Three flushes, one module:
 Rows written by more than one flush are merged by the reader, so the early flushes
 only make a running job visible sooner.
 
-    python -m bootseer.phases.flush --prolog /run/bootseer/phases/4242
+    python -m bootseer.phases.flush --prolog [--first-node] /run/bootseer/phases/4242
 """
 
 from __future__ import annotations
@@ -119,9 +119,12 @@ def flush(
     cfg: SiteConfig,
     extra: Sequence[PhaseRow] = (),
     first_node: bool = False,
+    meta: JobMeta | None = None,
 ) -> tuple[str | None, list[str]]:
-    """Write what ``mode`` (prolog, marks, epilog) covers; return the key and any problems."""
-    meta = spool.meta()
+    """Write what ``mode`` (prolog, marks, epilog) covers; return the key and any problems.
+    ``meta`` is the spool's, where the caller has read it already; ``first_node`` asks
+    Slurm for what the spool's metadata lacks (the job's first node does, once)."""
+    meta = spool.meta() if meta is None else meta
     if first_node and mode in ("prolog", "epilog"):
         meta = with_slurm_info(spool, meta, cfg)
     rows: list[PhaseRow] = []
@@ -143,13 +146,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--prolog", dest="mode", action="store_const", const="prolog")
     mode.add_argument("--marks", dest="mode", action="store_const", const="marks")
+    p.add_argument("--first-node", action="store_true", help="the job's first node (prolog)")
     p.add_argument("spool", type=Path)
     args = p.parse_args(argv)
     spool = Spool.at(args.spool)
     try:
         cfg = load_config()
         store = cfg.store.open()
-        first = args.mode == "prolog" and (spool.path / "first-node").exists()
+        first = args.mode == "prolog" and args.first_node
         key, problems = flush(spool, store, args.mode, cfg, first_node=first)
     except (BootseerError, OSError, ValueError) as exc:
         print(f"bootseer phase flush: {exc}", file=sys.stderr)

@@ -1,8 +1,6 @@
-"""Phase records from the Prolog and Epilog: the hook runner calls :func:`record_hook_run`.
-
-Each step outcome becomes a row named by :func:`bootseer.phases.schema.phase_for_step`
-(prolog ``image`` -> ``image_prefetch``, ...), and the whole hook a row of its own
-(``prolog``, ``epilog``) that starts when the hook's process did.
+"""Phase records from the Prolog and Epilog: the hook runner calls :func:`record_hook_run`
+with the rows of its run (:meth:`bootseer.hooks.runner.HookRun.phase_rows`: the hook's,
+each step's, and those the steps returned), and this module adds the job's metadata.
 
 The prolog keeps its rows in the node's spool, makes the spool's marks file for the
 job's user, tells the tasks where it is (``BOOTSEER_PHASE_MARKS``), and leaves the
@@ -12,20 +10,17 @@ removes the spool.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import time
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bootseer.phases.marks import MARKS_ENV
-from bootseer.phases.schema import JobMeta, PhaseRow, phase_for_step
+from bootseer.phases.schema import JobMeta, PhaseRow
 from bootseer.phases.spool import Spool, remove_stale
 
 if TYPE_CHECKING:
     from bootseer.config import SiteConfig
     from bootseer.context import JobContext
-    from bootseer.hooks.runner import HookRun
+    from bootseer.hooks.steps import StepRow
 
 
 def meta_for(ctx: JobContext) -> JobMeta:
@@ -41,37 +36,20 @@ def meta_for(ctx: JobContext) -> JobMeta:
     )
 
 
-def process_start_time() -> float | None:
-    """When this process started (wall clock, ~10 ms), from /proc; None elsewhere."""
-    try:
-        stat = Path("/proc/self/stat").read_text()
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, starttime
-    except (OSError, ValueError, IndexError):
-        return None
-    return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
-
-
-def hook_rows(hook: str, meta: JobMeta, run: HookRun, now: float) -> list[PhaseRow]:
-    rows = [
+def rows_for(meta: JobMeta, rows: Sequence[StepRow]) -> list[PhaseRow]:
+    return [
         meta.row(
-            phase_for_step(hook, o.step),
-            o.start,
-            o.end,
-            o.outcome,
-            o.bytes,
-            o.detail,
-            store_bytes=o.store_bytes,
-            peer_bytes=o.peer_bytes,
+            r.phase,
+            r.start,
+            r.end,
+            r.outcome,
+            r.bytes,
+            r.detail,
+            store_bytes=r.store_bytes,
+            peer_bytes=r.peer_bytes,
         )
-        for o in run.outcomes
+        for r in rows
     ]
-    began = process_start_time() or min((o.start for o in run.outcomes), default=now)
-    bad = [f"{o.step} {o.outcome}" for o in run.outcomes if o.outcome in ("failed", "timed_out")]
-    steps = ", ".join(o.step for o in run.outcomes) or "none"
-    detail = f"steps: {steps}" + (f"; {', '.join(bad)}" if bad else "")
-    rows.insert(0, meta.row(hook, min(began, now), now, "failed" if bad else "ok", detail=detail))
-    return rows
 
 
 def marks_template(cfg: SiteConfig, job_id: int) -> str:
@@ -86,68 +64,67 @@ def marks_template(cfg: SiteConfig, job_id: int) -> str:
     return str(Spool(raw, job_id).marks_path)
 
 
-def record_hook_run(hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun) -> dict[str, str]:
-    """Record one prolog or epilog run on this node (called by the hook runner); the
-    variables the job's tasks need for their own marks (the runner writes them with the
-    steps' own)."""
+def record_hook_run(
+    hook: str,
+    ctx: JobContext,
+    cfg: SiteConfig,
+    rows: Sequence[StepRow],
+    log: Callable[[str], object],
+) -> dict[str, str]:
+    """Record one prolog or epilog run on this node (called by the hook runner, whose log
+    gets what was wrong with the job's marks); the variables the job's tasks need for
+    their own marks (the runner writes them with the steps' own)."""
     if not cfg.phases.enabled:
         return {}
-    now = time.time()
     spool = Spool(cfg.paths.run_dir, ctx.job_id)
     if hook == "prolog":
-        _prolog(ctx, cfg, run, spool, now)
+        _prolog(ctx, cfg, rows, spool)
         return {MARKS_ENV: marks_template(cfg, ctx.job_id)}
-    _epilog(ctx, cfg, run, spool, now)
+    _epilog(ctx, cfg, rows, spool, log)
     return {}
 
 
-def _prolog(ctx: JobContext, cfg: SiteConfig, run: HookRun, spool: Spool, now: float) -> None:
+def _prolog(ctx: JobContext, cfg: SiteConfig, rows: Sequence[StepRow], spool: Spool) -> None:
     meta = meta_for(ctx)
-    remove_stale(cfg.paths.run_dir, keep=ctx.job_id, now=now)
+    remove_stale(cfg.paths.run_dir, keep=ctx.job_id)
     spool.create(meta, ctx.uid, ctx.gid)
-    if ctx.first_node:
-        (spool.path / "first-node").touch()
-    spool.append_rows(hook_rows("prolog", meta, run, now))
+    spool.append_rows(rows_for(meta, rows))
     if cfg.phases.background_flush:
         from bootseer.phases.spawn import spawn_flush
 
-        spawn_flush("prolog", str(spool.path))
+        spawn_flush("prolog", str(spool.path), first_node=ctx.first_node)
     else:
-        _flush_inline(spool, cfg, "prolog", first_node=ctx.first_node)
+        from bootseer.phases.flush import flush
+
+        flush(spool, cfg.store.open(), "prolog", cfg, meta=meta, first_node=ctx.first_node)
 
 
-def _epilog(ctx: JobContext, cfg: SiteConfig, run: HookRun, spool: Spool, now: float) -> None:
-    from bootseer.phases.writer import write_rows
-
-    if spool.exists():
-        meta = spool.meta()
-        rows = hook_rows("epilog", meta, run, now)
-        try:
-            _flush_inline(spool, cfg, "epilog", extra=rows, first_node=ctx.first_node)
-        finally:
-            spool.remove()
-        return
-    # No spool: the prolog did not record (phases were off, or it failed early).
-    write_rows(cfg.store.open(), hook_rows("epilog", meta_for(ctx), run, now), source="epilog")
-
-
-def _flush_inline(
-    spool: Spool,
+def _epilog(
+    ctx: JobContext,
     cfg: SiteConfig,
-    mode: str,
-    extra: list[PhaseRow] | None = None,
-    first_node: bool = False,
+    rows: Sequence[StepRow],
+    spool: Spool,
+    log: Callable[[str], object],
 ) -> None:
     from bootseer.phases.flush import flush
+    from bootseer.phases.writer import write_rows
 
-    _, problems = flush(
-        spool, cfg.store.open(), mode, cfg, extra=extra or [], first_node=first_node
-    )
-    if problems:
-        with contextlib.suppress(Exception):
-            from bootseer.hooks.log import HookLog
-
-            log = HookLog(cfg.paths.log_dir, spool.meta().node, spool.meta().job_id, mode)
-            for p in problems:
-                log(f"phase marks: {p}")
-            log.close()
+    if not spool.exists():
+        # No spool: the prolog did not record (phases were off, or it failed early).
+        write_rows(cfg.store.open(), rows_for(meta_for(ctx), rows), source="epilog")
+        return
+    try:
+        meta = spool.meta()
+        _, problems = flush(
+            spool,
+            cfg.store.open(),
+            "epilog",
+            cfg,
+            meta=meta,
+            extra=rows_for(meta, rows),
+            first_node=ctx.first_node,
+        )
+    finally:
+        spool.remove()
+    for p in problems:
+        log(f"phase marks: {p}")

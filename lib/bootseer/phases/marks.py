@@ -29,6 +29,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from bootseer import nodepaths
+
 # Kept equal to bootseer.phases.schema (a test checks), not imported from it: a mark
 # from a job script is a process start, and every import counts there.
 PHASE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
@@ -54,9 +56,7 @@ def _task() -> str:
 def marks_path() -> str | None:
     """``$BOOTSEER_PHASE_MARKS`` with ``%n`` as this task's node (see phases.hooks)."""
     path = os.environ.get(MARKS_ENV)
-    if path and "%n" in path:
-        path = path.replace("%n", os.environ.get("SLURMD_NODENAME", "%n"))
-    return path
+    return nodepaths.expand(path, nodepaths.node_name()) if path else path
 
 
 def _fd(path: str) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bootseer.errors import BootseerError
-from bootseer.phases.schema import TEARDOWN_PHASES
+from bootseer.phases.startup import in_startup
 
 if TYPE_CHECKING:
     from bootseer.phases.cluster import ClusterReport
@@ -39,9 +39,7 @@ def plot_timeline(runs: list[RunReport], path: Path) -> None:
     phases: list[str] = []
     for run in runs:
         for n in run.nodes:
-            phases += [
-                r.phase for r in n.rows if r.phase not in TEARDOWN_PHASES and r.phase not in phases
-            ]
+            phases += [r.phase for r in n.rows if in_startup(r.phase) and r.phase not in phases]
     cmap = plt.get_cmap("tab20")
     color = {p: cmap(i % 20) for i, p in enumerate(phases)}
     heights = [0.8 + 0.4 * len(run.nodes) for run in runs]
@@ -73,7 +71,7 @@ def plot_timeline(runs: list[RunReport], path: Path) -> None:
 def _timeline_axes(ax: Any, run: RunReport, color: dict[str, Any]) -> None:
     nodes = run.nodes
     for y, n in enumerate(nodes):
-        rows = [r for r in n.rows if r.phase not in TEARDOWN_PHASES]
+        rows = [r for r in n.rows if in_startup(r.phase)]
         for r in sorted(rows, key=lambda r: -r.seconds):  # nested steps drawn over the prolog
             ax.barh(
                 y,

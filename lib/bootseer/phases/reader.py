@@ -7,7 +7,11 @@ is not Parquet, or Parquet without the phase columns, is skipped with a warning.
 Rows more than one flush wrote are merged (:func:`merge`)::
 
     >>> from bootseer.store import open_store
-    >>> ds = PhaseDataset(open_store("file:///tmp/doc-phases"))
+    >>> from bootseer.phases.schema import JobMeta
+    >>> from bootseer.phases.writer import write_rows
+    >>> store = open_store("file:///tmp/doc-phases")
+    >>> _ = write_rows(store, [JobMeta(job_id=7, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")
+    >>> ds = PhaseDataset(store)
     >>> ds.job(7).num_rows >= 1
     True
 """

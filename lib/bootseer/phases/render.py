@@ -11,7 +11,8 @@ import time
 from typing import TYPE_CHECKING
 
 from bootseer.phases.report import JobReport, RunReport, phase_sort_key
-from bootseer.phases.schema import STARTUP_END, TEARDOWN_PHASES
+from bootseer.phases.schema import STARTUP_END
+from bootseer.phases.startup import in_startup
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -210,7 +211,7 @@ def timeline(run: RunReport, palette: dict[str, str], width: int) -> RenderableT
     straggler = run.straggler.node if run.straggler else None
     for node in run.nodes:
         cells: list[str | None] = [None] * width
-        rows = [r for r in node.rows if r.phase not in TEARDOWN_PHASES]
+        rows = [r for r in node.rows if in_startup(r.phase)]
         for r in sorted(rows, key=lambda r: -r.seconds):
             a = int((r.start - run.allocated) / span * width)
             b = max(a + 1, int((r.end - run.allocated) / span * width + 0.5))
@@ -223,7 +224,7 @@ def timeline(run: RunReport, palette: dict[str, str], width: int) -> RenderableT
         table.add_row(name, bar, secs(node.ready))
     legend = Text()
     for phase, color in palette.items():
-        if phase not in TEARDOWN_PHASES:
+        if in_startup(phase):
             legend.append("■ ", style=color)
             legend.append(f"{phase}  ")
     from rich.console import Group

@@ -2,20 +2,24 @@
 
 Definitions (docs/report.md says the same to users):
 
-- *allocation*: the earliest row of the run (its first prolog starts when Slurm allocates).
+- *allocation* and *startup*: as :mod:`bootseer.phases.startup` defines them for the
+  cluster view too (allocation to the end of the last ``first_step``, or without one to
+  the end of the last startup phase).
 - a node is *ready* when its first step starts (``first_step``'s start, which a
   collective first step makes the moment that node could train); a node without a
   ``first_step`` mark is ready when its last startup phase ends.
-- *startup*: allocation to the end of the last node's ``first_step`` (or, without one,
-  to the last ready node).
 - the *straggler*: the node ready last, if it was ready at least 0.5 s and 10% after
   the median node; it held the job back by that lag, and the phase it spent most above
   that phase's median is named.
 - *queue wait*: submit time to allocation.
 
     >>> from bootseer.store import open_store
+    >>> from bootseer.phases.schema import JobMeta
+    >>> from bootseer.phases.writer import write_rows
+    >>> store = open_store("file:///tmp/doc-phases")
+    >>> _ = write_rows(store, [JobMeta(job_id=7, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")
     >>> from bootseer.phases.reader import PhaseDataset
-    >>> report = job_report(PhaseDataset(open_store("file:///tmp/doc-phases")), 7)
+    >>> report = job_report(PhaseDataset(store), 7)
     >>> report.runs[0].nodes[0].node
     'n1'
 """
@@ -27,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bootseer.phases import startup
 from bootseer.phases.schema import (
     PHASE_ORDER,
     STARTUP_END,
@@ -233,30 +238,25 @@ def phase_sort_key(name: str, first_start: float) -> tuple[int, float, str]:
 def run_report(rows: list[PhaseRow]) -> RunReport:
     """Analyse the rows of one run (one job id, one restart count)."""
     first = rows[0]
-    allocated = min(r.start for r in rows)
+    allocated = startup.allocation(rows)
     by_node: dict[str, list[PhaseRow]] = {}
     for r in rows:
         by_node.setdefault(r.node, []).append(r)
     timelines = []
     for node, nrows in sorted(by_node.items()):
         nrows.sort(key=lambda r: (r.start, phase_sort_key(r.phase, r.start)))
-        step = next((r for r in nrows if r.phase == STARTUP_END), None)
-        startup = [r for r in nrows if r.phase not in TEARDOWN_PHASES and r.phase != STARTUP_END]
-        if step is not None:
-            ready, done = step.start, step.end
+        end = startup.startup_end(nrows)
+        if end is None:
+            ready = done = allocated
+        elif end.phase == STARTUP_END:  # the node could train from its first step's start
+            ready, done = end.start, end.end
         else:
-            ready = max((r.end for r in startup), default=allocated)
-            done = ready
+            ready = done = end.end
         timelines.append(NodeTimeline(node, ready - allocated, done - allocated, nrows))
 
     stats = phase_stats(rows)
-    with_step = [t for t in timelines if any(r.phase == STARTUP_END for r in t.rows)]
-    if with_step:
-        total, startup_end = max(t.done for t in with_step), STARTUP_END
-    else:
-        last = [r for r in rows if r.phase not in TEARDOWN_PHASES]
-        end_row = max(last, key=lambda r: r.end) if last else first
-        total, startup_end = end_row.end - allocated, end_row.phase
+    end_row = startup.startup_end(rows) or first
+    total = startup.startup_seconds(allocated, end_row.end)
     return RunReport(
         job_id=first.job_id,
         restart_count=first.restart_count,
@@ -268,7 +268,7 @@ def run_report(rows: list[PhaseRow]) -> RunReport:
         submit_time=max((r.submit_time for r in rows if r.submit_time is not None), default=None),
         allocated=allocated,
         startup=total,
-        startup_end=startup_end,
+        startup_end=end_row.phase,
         nodes=timelines,
         phases=stats,
         straggler=find_straggler(timelines, stats),

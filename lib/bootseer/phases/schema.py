@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from bootseer.hooks.steps import EPILOG_STEPS, PROLOG_STEPS
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -27,38 +29,18 @@ OUTCOMES = ("ok", "failed", "skipped", "timed_out")
 JOB_PHASES = ("container_start", "deps_install", "ckpt_load", "framework_init", "first_step")
 STARTUP_END = "first_step"
 
-# Hook steps become phases named for what they do; a step not listed here becomes
-# "<hook>_<step>". The whole hook is a phase of its own ("prolog", "epilog").
-STEP_PHASES = {
-    ("prolog", "image"): "image_prefetch",
-    ("prolog", "deps"): "deps_restore",
-    ("prolog", "ckpt"): "ckpt_mount",
-    ("epilog", "image"): "image_trace",
-    ("epilog", "deps"): "deps_capture",
-    ("epilog", "ckpt"): "ckpt_unmount",
-}
+# The whole hook is a phase of its own ("prolog", "epilog"), and each of its steps one
+# named in its StepSpec (bootseer.hooks.steps: prolog "image" is image_prefetch).
+PROLOG_PHASES = ("prolog", *(s.phase_in("prolog") for s in PROLOG_STEPS))
+EPILOG_PHASES = ("epilog", *(s.phase_in("epilog") for s in EPILOG_STEPS))
 
 # Display order; phases not listed follow, by when they started.
-PHASE_ORDER = (
-    "prolog",
-    "image_prefetch",
-    "deps_restore",
-    "ckpt_mount",
-    *JOB_PHASES,
-    "epilog",
-    "image_trace",
-    "deps_capture",
-    "ckpt_unmount",
-)
+PHASE_ORDER = (*PROLOG_PHASES, *JOB_PHASES, *EPILOG_PHASES)
 # Phases that belong to the job's end, not to its startup.
-TEARDOWN_PHASES = frozenset({"epilog", "image_trace", "deps_capture", "ckpt_unmount"})
+TEARDOWN_PHASES = frozenset(EPILOG_PHASES)
 
 PHASE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 DETAIL_MAX = 500
-
-
-def phase_for_step(hook: str, step: str) -> str:
-    return STEP_PHASES.get((hook, step), f"{hook}_{step}")
 
 
 def check_phase_name(name: str) -> str:

@@ -11,15 +11,17 @@ import os
 import sys
 
 
-def spawn_flush(mode: str, spool_dir: str) -> int | None:
-    """``python -m bootseer.phases.flush --MODE SPOOL_DIR`` in the background; its pid."""
+def spawn_flush(mode: str, spool_dir: str, first_node: bool = False) -> int | None:
+    """``python -m bootseer.phases.flush --MODE [--first-node] SPOOL_DIR`` in the
+    background; its pid."""
     devnull = os.devnull
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, devnull, os.O_RDONLY, 0),
         (os.POSIX_SPAWN_OPEN, 1, devnull, os.O_WRONLY, 0),
         (os.POSIX_SPAWN_OPEN, 2, devnull, os.O_WRONLY, 0),
     ]
-    argv = [sys.executable, "-m", "bootseer.phases.flush", f"--{mode}", spool_dir]
+    argv = [sys.executable, "-m", "bootseer.phases.flush", f"--{mode}"]
+    argv += ["--first-node", spool_dir] if first_node else [spool_dir]
     try:
         return os.posix_spawn(
             sys.executable, argv, dict(os.environ), file_actions=actions, setsid=True

@@ -1,4 +1,4 @@
-"""A job's phase spool on one node: ``<run_dir>/phases/<job_id>/``.
+"""A job's phase spool on one node: ``<run_dir>/phases/<job_id>/`` (:mod:`bootseer.nodepaths`).
 
 Rows wait here, node-local and cheap to append, until a flush writes them to the
 store as one Parquet file (:mod:`bootseer.phases.flush`):
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bootseer import jsonlimits
+from bootseer import jsonlimits, nodepaths
 from bootseer.phases.schema import (
     DETAIL_MAX,
     OUTCOMES,
@@ -58,7 +58,7 @@ class MarkEvent:
 
 class Spool:
     def __init__(self, run_dir: Path, job_id: int) -> None:
-        self.path = run_dir / "phases" / str(job_id)
+        self.path = nodepaths.spool_dir(run_dir, job_id)
 
     @classmethod
     def at(cls, path: Path) -> Spool:
@@ -250,7 +250,7 @@ OUTCOME_RANK = {"skipped": 0, "ok": 1, "timed_out": 2, "failed": 3}
 def remove_stale(run_dir: Path, keep: int, now: float | None = None) -> None:
     """Drop spools left by epilogs that never ran (the node went down mid-job)."""
     now = time.time() if now is None else now
-    base = run_dir / "phases"
+    base = nodepaths.spools(run_dir)
     with contextlib.suppress(FileNotFoundError):
         for entry in os.scandir(base):
             if entry.name == str(keep) or not entry.name.isdigit():

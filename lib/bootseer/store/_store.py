@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 
 _KEY_PART = re.compile(r"^[A-Za-z0-9._@+=:-]+$")
 TMP_PREFIX = ".tmp-"
+# On a file:// store, what is written under these top-level names stays readable by every
+# user (``bootseer report`` reads phase records as the user who runs it); everything else
+# (snapshots, image blocks and records, traces, checkpoint units and manifests) is created
+# 0600 in 0700 directories, the writer's alone (docs/security.md, "Confidentiality").
+PUBLIC_TOP = frozenset({"phases"})
+PUBLIC_MODES = (0o644, 0o755)
+PRIVATE_MODES = (0o600, 0o700)
+_DENIED = ("permission denied", "accessdenied", "access denied", "forbidden")
 
 
 def check_key(key: str) -> str:
@@ -42,10 +50,11 @@ class ObjectInfo:
 class Store:
     """One store, rooted at the path part of its URI."""
 
-    def __init__(self, uri: str, fs: pafs.FileSystem, root: str) -> None:
+    def __init__(self, uri: str, fs: pafs.FileSystem, root: str, anonymous: bool = False) -> None:
         self.uri = uri
         self.fs = fs
         self.root = root.rstrip("/")
+        self.anonymous = anonymous  # S3 without credentials (a user's process)
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -56,6 +65,58 @@ class Store:
 
     def path(self, key: str) -> str:
         return f"{self.root}/{check_key(key)}"
+
+    def is_dir(self, key: str) -> bool:
+        """True if ``key`` is a directory (a prefix with objects under it, on S3)."""
+        import pyarrow.fs as pafs
+
+        fi = self._call(key, self.fs.get_file_info, self.path(key))
+        return bool(fi.type == pafs.FileType.Directory)
+
+    def make_dir(self, key: str) -> None:
+        """Make ``key`` a directory (and its parents); an empty one lists on POSIX and S3."""
+        if self.is_local:
+            self._call(key, self._make_dirs, key, True)
+            return
+        self._call(key, self.fs.create_dir, self.path(key), recursive=True)
+
+    @staticmethod
+    def modes(key: str) -> tuple[int, int]:
+        """(file mode, directory mode) for ``key`` on a file:// store."""
+        return PUBLIC_MODES if key.split("/", 1)[0] in PUBLIC_TOP else PRIVATE_MODES
+
+    def _make_dirs(self, key: str, itself: bool = False) -> str:
+        """Create the directories above ``key`` (and ``key`` itself with ``itself``) that
+        do not exist, with ``key``'s directory mode; the path of the last one."""
+        parts = check_key(key).split("/")
+        os.makedirs(self.root, exist_ok=True)
+        if not itself:
+            parts = parts[:-1]
+        dmode = self.modes(key)[1]
+        path = self.root
+        for part in parts:
+            path = f"{path}/{part}"
+            try:
+                os.mkdir(path, dmode)
+            except FileExistsError:
+                continue
+            os.chmod(path, dmode)  # the umask may have taken bits a public one needs
+        return path
+
+    def _create_local(self, key: str, path: str) -> None:
+        """Create the file ``path`` (for ``key``) empty, with ``key``'s file mode, before
+        pyarrow opens it for writing (it keeps the mode), so it is never readable by
+        others, not even while it is written."""
+        fmode = self.modes(key)[0]
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, fmode)
+        try:
+            os.fchmod(fd, fmode)
+        finally:
+            os.close(fd)
+
+    def remove_dir(self, key: str) -> None:
+        """Remove the directory ``key`` and whatever is under it (callers check it is empty)."""
+        self._call(key, self.fs.delete_dir, self.path(key))
 
     def exists(self, key: str) -> bool:
         import pyarrow.fs as pafs
@@ -94,7 +155,8 @@ class Store:
             return
         path = self.path(key)
         if self.is_local:
-            self._call(key, self.fs.create_dir, posixpath.dirname(path), recursive=True)
+            self._call(key, self._make_dirs, key)
+            self._call(key, self._create_local, key, path)
         with self._call(key, self.fs.open_output_stream, path, compression=None) as out:
             out.write(data)
 
@@ -104,7 +166,11 @@ class Store:
         final = self.path(key)
         parent, name = posixpath.split(final)
         tmp = f"{parent}/{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{name}"
-        self._call(key, self.fs.create_dir, parent, recursive=True)
+        if self.is_local:
+            self._call(key, self._make_dirs, key)
+            self._call(key, self._create_local, key, tmp)
+        else:
+            self._call(key, self.fs.create_dir, parent, recursive=True)
         out = self._call(key, self.fs.open_output_stream, tmp, compression=None)
         try:
             yield out
@@ -118,20 +184,19 @@ class Store:
             raise
 
     def create_exclusive(self, key: str, data: bytes) -> bool:
-        """Create ``key`` only if it does not exist; True if this call created it.
+        """Create ``key`` holding ``data`` only if it does not exist; True if this call did.
 
-        Atomic on a POSIX store (``O_EXCL``), so exactly one of many callers wins: what
-        a lock needs. pyarrow offers no conditional put for S3, so there it is a write
-        followed by a read-back of a unique token: the last writer wins and every
-        other caller sees a token not its own (a short race remains; docs/image.md).
+        ``data`` must be unique to the caller (a lock puts a random token in it), and is
+        what the object holds on every store. Atomic on a POSIX store (``O_EXCL``), so
+        exactly one of many callers wins. pyarrow offers no conditional put for S3, so
+        there it is a write and a read-back: the last writer wins and every other caller
+        reads bytes not its own (a short race remains; docs/image.md).
         """
-        import os
-
         if self.is_local:
             final = self.path(key)
-            os.makedirs(posixpath.dirname(final), exist_ok=True)
+            self._call(key, self._make_dirs, key)
             try:
-                fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.modes(key)[0])
             except FileExistsError:
                 return False
             except OSError as exc:
@@ -141,10 +206,9 @@ class Store:
             return True
         if self.exists(key):
             return False
-        token = uuid.uuid4().hex.encode()
-        self.write_bytes(key, token + b"\n" + data)
+        self.write_bytes(key, data)
         try:
-            return self.read_bytes(key).split(b"\n", 1)[0] == token
+            return self.read_bytes(key) == data
         except FileNotFoundError:
             return False
 
@@ -187,11 +251,25 @@ class Store:
         except OSError as exc:
             if "not found" in str(exc).lower() or "NoSuchKey" in str(exc):
                 raise FileNotFoundError(f"{self.uri}: {key}: not found") from None
+            if isinstance(exc, PermissionError) or any(d in str(exc).lower() for d in _DENIED):
+                raise StoreError(f"store {self.uri}: {key}: {exc}{self._denied_hint()}") from exc
             raise StoreError(f"store {self.uri}: {key}: {exc}") from exc
 
+    def _denied_hint(self) -> str:
+        if os.geteuid() == 0 and not self.anonymous:
+            return ""
+        return (
+            f" (access denied to uid {os.geteuid()}: users hold no store credentials; only "
+            "root-run parts write the store or read users' snapshots and checkpoints, "
+            "docs/security.md)"
+        )
 
-def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
-    """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``."""
+
+def open_store(uri: str, access_key: str = "", secret_key: str = "", create: bool = True) -> Store:
+    """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``.
+
+    ``create=False`` only looks: a file store's directory (an unmounted shared
+    filesystem) or an S3 store's bucket that is not there is a :class:`StoreError`."""
     import pyarrow.fs as pafs
 
     parts = urlsplit(uri)
@@ -214,14 +292,33 @@ def open_store(uri: str, access_key: str = "", secret_key: str = "") -> Store:
                 request_timeout=30,
             )
             root = f"{parts.netloc}{parts.path}"
-            fs.create_dir(root, recursive=True)
+            if not create:
+                _must_exist(fs, parts.netloc, uri)
+            else:
+                try:
+                    fs.create_dir(root, recursive=True)
+                except OSError:
+                    # Anonymous access may be read-only: the bucket exists, or the first
+                    # read says what is wrong.
+                    if access_key:
+                        raise
         elif parts.scheme in ("file", ""):
             fs, root = pafs.LocalFileSystem(), parts.path
-            fs.create_dir(root, recursive=True)
+            if create:
+                fs.create_dir(root, recursive=True)
+            else:
+                _must_exist(fs, root, uri)
         else:
             fs, root = pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError) as exc:
         raise StoreError(f"cannot open store {uri}: {exc}") from exc
     if not root or root == "/":
         raise StoreError(f"store URI {uri} names no directory or bucket")
-    return Store(uri, fs, root)
+    return Store(uri, fs, root, anonymous=parts.scheme == "s3" and not access_key)
+
+
+def _must_exist(fs: pafs.FileSystem, path: str, uri: str) -> None:
+    import pyarrow.fs as pafs
+
+    if fs.get_file_info(path).type != pafs.FileType.Directory:
+        raise StoreError(f"store {uri}: {path} does not exist (or is not a directory)")

@@ -41,6 +41,7 @@ sys.path.insert(0, str(TOP / "slurm-dev"))
 sys.path.insert(0, str(TOP / "lib"))
 
 import devcluster  # noqa: E402
+from storehost import stop_http  # noqa: E402
 
 SMOKE = ["six", "idna", "packaging", "attrs", "markupsafe"]
 FULL = [
@@ -151,39 +152,11 @@ class Bench:
         self.index_url = f"http://{cluster.s.store_ips[1]}:{INDEX_PORT}/simple"
 
     def start_index(self, root: Path) -> None:
-        self.index_proc = subprocess.Popen(
-            [
-                "nsenter",
-                f"--net=/var/run/netns/{self.c.s.netns}",
-                sys.executable,
-                "-m",
-                "http.server",
-                str(INDEX_PORT),
-                "--bind",
-                self.c.s.store_ips[1],
-                "--directory",
-                str(root),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        devcluster.wait_for(
-            lambda: (
-                subprocess.run(["curl", "-sf", "-o", "/dev/null", self.index_url + "/"]).returncode
-                == 0
-            ),
-            15,
-            "package index",
-        )
+        self.index_proc = self.c.serve_http(root, INDEX_PORT)
 
     def stop_index(self) -> None:
-        if self.index_proc is not None:
-            self.index_proc.terminate()
-            try:
-                self.index_proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.index_proc.kill()
-                self.index_proc.wait(10)
+        stop_http(self.index_proc)
+        self.index_proc = None
 
     def site_config(self) -> None:
         text = self.c.site_config.read_text()
@@ -322,7 +295,7 @@ def main(argv: list[str]) -> int:
 
         from bootseer.store import open_store
 
-        open_store(cluster.store_uri()).delete_prefix("deps")  # a cold start for the capture
+        cluster.open_store().delete_prefix("deps")  # a cold start for the capture
         b.clean("bs")
         # BOOTSEER_* reach srun tasks, not the batch script itself: name the prefix here.
         wrapped = (
@@ -344,9 +317,7 @@ def main(argv: list[str]) -> int:
             if "skipping the install" not in (WORK / "out" / f"{jid}.out").read_text():
                 raise RuntimeError(f"job {jid} on {node} did not skip its install")
 
-        from bootseer.store import open_store
-
-        store = open_store(cluster.store_uri())
+        store = cluster.open_store()
         shutil.rmtree(WORK / "local-store", ignore_errors=True)  # no earlier run's snapshots
         local = open_store(f"file://{WORK}/local-store")
         for o in store.list("deps", recursive=True):
@@ -369,8 +340,9 @@ def main(argv: list[str]) -> int:
         )
         results["floor"] = b.timings(ids, "floor")
         roots = " ".join(["/usr", "/opt", str(Path(py).parents[1])])
+        # bootseer's own venv runs it (b.py is the bare interpreter the installs start from).
         local_restore = (
-            f"{py} {HERE / 'restore_local.py'} file://{WORK}/local-store "
+            f"{sys.executable} {HERE / 'restore_local.py'} file://{WORK}/local-store "
             f"$(cat {WORK}/$BENCH_NODE.key) {roots}"
         )
         b.clean("bs")

@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     uri, scope, key, *roots = argv
     store = open_store(uri)
     t0 = time.monotonic()
-    found = read_manifest(store, scope, key, max_bytes=1 << 40, max_files=10**7)
+    found = read_manifest(store, scope, key, max_bytes=1 << 40, max_files=10**7, keys=None)
     assert found is not None, f"no snapshot {scope}/{key} in {uri}"
     m, _ = found
     restore(

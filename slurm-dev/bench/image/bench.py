@@ -47,7 +47,8 @@ from bootseer.image.manifest import upload_file  # noqa: E402
 from bootseer.image.protocol import AgentUnavailable  # noqa: E402
 from bootseer.image.registry import tag_image  # noqa: E402
 from bootseer.image.trace import trace_key  # noqa: E402
-from bootseer.store import Store, open_store  # noqa: E402
+from bootseer.sitekey import load_keys  # noqa: E402
+from bootseer.store import Store  # noqa: E402
 
 PYTHON = os.path.realpath(sys.executable)  # the interpreter binary; its stdlib is the image's
 PYLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -183,8 +184,11 @@ def store_host(mbit: int, delay_ms: int, port_base: int) -> Iterator[devcluster.
 
 
 class Agent:
-    def __init__(self, base: Path, store_uri: str, block_kib: int, parallel: int) -> None:
+    def __init__(
+        self, base: Path, store_uri: str, block_kib: int, parallel: int, secrets: Path
+    ) -> None:
         self.base = base
+        self.secrets = secrets  # the store host's credentials (root only)
         self.sock = base / "agent.sock"
         self.mount = base / "mnt"
         self.cache = base / "cache"
@@ -200,7 +204,8 @@ class Agent:
             shutil.rmtree(self.cache, ignore_errors=True)
         base = self.base
         self.config.write_text(
-            f'[store]\nuri = "{self.store_uri}"\n'
+            f'[site]\nkey_file = "{base}/site.key"\n'
+            f'[store]\nuri = "{self.store_uri}"\nsecrets_file = "{self.secrets}"\n'
             f'[paths]\nrun_dir = "{base}/run"\ncache_dir = "{base}/cache0"\n'
             f'log_dir = "{base}/log"\n'
             f'[image]\nsocket = "{self.sock}"\nmount_dir = "{self.mount}"\n'
@@ -455,15 +460,20 @@ def main(argv: list[str]) -> int:
         "smoke": args.smoke,
     }
     base = Path(tempfile.mkdtemp(prefix="bsim-agent-", dir=WORK))
+    # The agent trusts only records sealed with its site key (docs/security.md).
+    fd = os.open(base / "site.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, os.urandom(32).hex().encode() + b"\n")
+    os.close(fd)
+    keys = load_keys(base / "site.key")
     with store_host(args.store_mbit, args.store_delay_ms, args.port_base) as host:
-        store = open_store(host.store_uri())
+        store = host.open_store()
         t0 = time.monotonic()
-        manifest = upload_file(store, str(image), args.block_size_kib << 10, parallel=8)
-        tag_image(store, "bench:1", manifest)
+        manifest = upload_file(store, str(image), args.block_size_kib << 10, parallel=8, keys=keys)
+        tag_image(store, "bench:1", manifest, keys=keys)
         with open(image, "rb") as f, store.writer("bench/image.sqsh") as out:
             shutil.copyfileobj(f, out, 8 << 20)
         log(f"stored image and blocks in {time.monotonic() - t0:.1f}s")
-        agent = Agent(base, host.store_uri(), args.block_size_kib, args.parallel)
+        agent = Agent(base, host.store_uri(), args.block_size_kib, args.parallel, host.secrets_file)
         rows: dict[str, list[dict[str, Any]]] = {"full": [], "lazy": [], "prefetch": []}
         if args.stream_fraction < 1:
             rows["prefetch_stream"] = []

@@ -94,6 +94,7 @@ def main() -> int:
         (tmp / "site.toml").write_text(f'[store]\nuri = "file://{tmp}/store"\n')
         now = time.time()
         run = HookRun([StepOutcome("image", "ok", now, now + 0.1, 1, "x")], {}, False)
+        rows = run.phase_rows("prolog", began=now, now=now + 0.1)
         hook_times = []
         for i in range(procs):
             ctx = JobContext(
@@ -106,7 +107,7 @@ def main() -> int:
             )
             JobDir(cfg.paths.run_dir, ctx.job_id).create()
             t = time.perf_counter()
-            record_hook_run("prolog", ctx, cfg, run)
+            record_hook_run("prolog", ctx, cfg, rows, print)
             hook_times.append(time.perf_counter() - t)
         flush_cmd = [
             sys.executable,

@@ -78,6 +78,7 @@ sys.path.insert(0, str(TOP / "slurm-dev"))
 sys.path.insert(0, str(TOP / "lib"))
 
 import devcluster  # noqa: E402
+from storehost import stop_http  # noqa: E402
 
 MiB = 1 << 20
 WORK = Path(os.environ.get("BOOTSEER_BENCH_DIR", "/var/tmp/bootseer-startup-bench"))
@@ -352,9 +353,8 @@ class Bench:
             f"image {self.image.stat().st_size / MiB:.0f} MiB (start reads {self.size.hot_mib} "
             f"MiB), checkpoint {self.size.ckpt_mib} MiB, packages {' '.join(self.size.packages)}"
         )
-        from bootseer.store import open_store
 
-        store = open_store(self.c.store_uri())
+        store = self.c.open_store()
         t0 = time.monotonic()
         for key, path in (("image.sqsh", self.image), ("ckpt.bin", self.ckpt)):
             if store.exists(f"{STORE_PREFIX}/{key}") and (
@@ -376,38 +376,11 @@ class Bench:
         )
 
     def start_index(self, root: Path) -> None:
-        self.index_proc = subprocess.Popen(
-            [
-                *self.c.s.network.enter_store(),
-                sys.executable,
-                "-m",
-                "http.server",
-                str(INDEX_PORT),
-                "--bind",
-                self.c.s.store_ips[1],
-                "--directory",
-                str(root),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        devcluster.wait_for(
-            lambda: sh_ok(["curl", "-sf", "-o", "/dev/null", self.index_url + "/"]),
-            15,
-            "the package index",
-        )
+        self.index_proc = self.c.serve_http(root, INDEX_PORT)
 
     def stop_index(self) -> None:
-        if self.index_proc is not None:
-            self.index_proc.terminate()
-            try:
-                self.index_proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.index_proc.kill()
-                self.index_proc.wait(10)
-            self.index_proc = None
-
-    # -- cold nodes --------------------------------------------------------------------
+        stop_http(self.index_proc)
+        self.index_proc = None
 
     def cold(self, nodes: list[str]) -> None:
         """Agents stopped, caches and local directories wiped, agents started again."""
@@ -572,10 +545,6 @@ def user_exists(user: str) -> bool:
         return True
     except KeyError:
         return False
-
-
-def sh_ok(cmd: list[str]) -> bool:
-    return subprocess.run(cmd, capture_output=True).returncode == 0
 
 
 def epoch(iso: str) -> float:

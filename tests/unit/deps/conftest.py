@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 
 from bootseer.config import SiteConfig
-from bootseer.context import JobContext
 from bootseer.deps.frames import encode_stream
 from bootseer.deps.layout import SnapshotPaths, new_data_name, ref_path
 from bootseer.deps.manifest import Entry, Manifest
-from bootseer.hooks.jobdir import JobDir
-from bootseer.hooks.log import HookLog
 from bootseer.hooks.steps import StepCall
 from bootseer.options import Options, parse_deps
-from bootseer.store import Store, open_store
+from bootseer.sitekey import DEPS_MANIFEST, DEPS_REF, SiteKeys, seal_with
+from bootseer.store import Store
+from tests import hookkit
+from tests.hookkit import job_context
+from tests.sitekeys import KEYS, key_file
 
 USER_A = 4242  # no account needed: numeric ids are enough for the kernel
 USER_B = 4343
@@ -44,13 +45,19 @@ def scratch() -> Iterator[Path]:
 
 
 @pytest.fixture
-def store(scratch: Path) -> Store:
-    return open_store(f"file://{scratch}/store")
+def store_dir(scratch: Path) -> Path:
+    return scratch / "store"  # the one site() names
+
+
+def _key(scratch: Path) -> Path:
+    path = scratch / "site.key"
+    return path if path.exists() else key_file(scratch)
 
 
 def site(scratch: Path, **deps: object) -> SiteConfig:
     return SiteConfig.from_mapping(
         {
+            "site": {"key_file": str(_key(scratch))},
             "store": {"uri": f"file://{scratch}/store"},
             "paths": {
                 "run_dir": f"{scratch}/run/%n",
@@ -75,22 +82,16 @@ def step_call(
     mode: str = "on",
     work_dir: str = "",
 ) -> StepCall:
-    ctx = JobContext(
+    ctx = job_context(
+        Options(mode=mode, deps=parse_deps(deps)),
         job_id=job_id,
         user=user,
         uid=uid,
-        gid=uid,
         node=node,
         nodes=nodes,
         work_dir=work_dir or str(scratch),
-        options=Options(mode=mode, deps=parse_deps(deps)),
     )
-    cfg = cfg.for_node(node)
-    job = JobDir(cfg.paths.run_dir, job_id).create()
-    log = HookLog(cfg.paths.log_dir, node, job_id, "prolog")
-    import time
-
-    return StepCall(ctx=ctx, cfg=cfg, job=job, log=log, deadline=time.monotonic() + 60)
+    return hookkit.step_call(cfg, ctx, seconds=60)
 
 
 def tar_bytes(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
@@ -134,8 +135,10 @@ def publish(
     base: str = "1" * 32,
     key: str = "2" * 32,
     frame_bytes: int = 1 << 16,
+    keys: SiteKeys | None = KEYS,
 ) -> Manifest:
-    """Put an arbitrary (possibly hostile) tar stream in the store as a snapshot."""
+    """Put an arbitrary (possibly hostile) tar stream in the store as a snapshot, sealed
+    with ``keys`` (as if the epilog had captured it; None: planted by a user)."""
     src = io.BytesIO(raw)
     out = io.BytesIO()
     frames = encode_stream(src.readinto, out.write, frame_bytes=frame_bytes, level=3, threads=2)
@@ -145,6 +148,7 @@ def publish(
     m = Manifest(
         key=key, base=base, scope=scope, prefix=prefix, data=name, frames=frames, entries=entries
     )
-    store.write_bytes(paths.manifest, m.to_json())
-    store.write_bytes(ref_path(scope, base), b'{"key": "%s"}' % key.encode())
+    store.write_bytes(paths.manifest, seal_with(keys, DEPS_MANIFEST, paths.manifest, m.to_json()))
+    ref = ref_path(scope, base)
+    store.write_bytes(ref, seal_with(keys, DEPS_REF, ref, b'{"key":"%s"}' % key.encode()))
     return m

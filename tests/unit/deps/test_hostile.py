@@ -18,20 +18,24 @@ from bootseer.deps.manifest import Entry, ManifestError
 from bootseer.deps.restore import RestoreRequest, read_manifest, restore
 from bootseer.errors import BootseerError
 from bootseer.store import Store
+from tests.sitekeys import KEYS
 
 from .conftest import USER_A, entries_of, member, needs_root, publish, tar_bytes
 
 MB = 1 << 20
+Members = list[tuple[tarfile.TarInfo, bytes | None]]
+LIMITS = RestoreRequest("", 0, 0)  # the default max_bytes and max_files
 
 
 def do_restore(
     store: Store,
     scratch: Path,
-    members: list,
+    members: Members,
     *,
     entries: list[Entry] | None = None,
     raw: bytes | None = None,
-    **limits: object,
+    max_bytes: int = LIMITS.max_bytes,
+    max_files: int = LIMITS.max_files,
 ) -> Path:
     needs_root()
     prefix = scratch / "env"
@@ -41,7 +45,7 @@ def do_restore(
         entries if entries is not None else entries_of(members),
         prefix=str(prefix),
     )
-    m, _ = read_manifest(store, "user/ada", "2" * 32, max_bytes=1 << 30, max_files=1000)  # type: ignore[misc]
+    m, _ = read_manifest(store, "user/ada", "2" * 32, max_bytes=1 << 30, max_files=1000, keys=KEYS)  # type: ignore[misc]
     req = RestoreRequest(
         prefix=str(prefix),
         uid=USER_A,
@@ -49,8 +53,9 @@ def do_restore(
         groups=[USER_A],
         link_roots=["/usr"],
         timeout=30,
-        **limits,
-    )  # type: ignore[arg-type]
+        max_bytes=max_bytes,
+        max_files=max_files,
+    )
     restore(store, m, req)
     return prefix
 
@@ -61,9 +66,27 @@ def assert_nothing_left(scratch: Path) -> None:
     assert left == [], left
 
 
-def rejects(store: Store, scratch: Path, members: list, match: str, **kw: object) -> None:
+def rejects(
+    store: Store,
+    scratch: Path,
+    members: Members,
+    match: str,
+    *,
+    entries: list[Entry] | None = None,
+    raw: bytes | None = None,
+    max_bytes: int = LIMITS.max_bytes,
+    max_files: int = LIMITS.max_files,
+) -> None:
     with pytest.raises(BootseerError, match=match):
-        do_restore(store, scratch, members, **kw)
+        do_restore(
+            store,
+            scratch,
+            members,
+            entries=entries,
+            raw=raw,
+            max_bytes=max_bytes,
+            max_files=max_files,
+        )
     assert_nothing_left(scratch)
 
 
@@ -146,7 +169,7 @@ def test_manifest_over_the_size_limit_is_refused_before_fetching(
         prefix=str(scratch / "env"),
     )
     with pytest.raises(ManifestError, match="max_bytes"):
-        read_manifest(store, "user/ada", "2" * 32, max_bytes=100, max_files=10)
+        read_manifest(store, "user/ada", "2" * 32, max_bytes=100, max_files=10, keys=KEYS)
 
 
 def test_file_count_bomb(store: Store, scratch: Path) -> None:

@@ -18,7 +18,9 @@ from bootseer.deps.capture import CaptureRequest, capture
 from bootseer.deps.layout import ref_path
 from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 from bootseer.errors import StepError
+from bootseer.sitekey import DEPS_MANIFEST, DEPS_REF
 from bootseer.store import Store
+from tests.sitekeys import KEYS
 
 from .conftest import USER_A, USER_B, needs_root, site, step_call
 
@@ -238,10 +240,10 @@ def test_two_jobs_capturing_the_same_key_leave_one_good_snapshot(
         frame_bytes=1 << 16,
     )
     with cf.ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda _: capture(store, req), range(2)))
-    key = find_snapshot(store, "user/ada", "1" * 32)
+        list(pool.map(lambda _: capture(store, req, keys=KEYS), range(2)))
+    key = find_snapshot(store, "user/ada", "1" * 32, keys=KEYS)
     assert key == "2" * 32
-    m, _ = read_manifest(store, "user/ada", key, max_bytes=1 << 30, max_files=100)  # type: ignore[misc]
+    m, _ = read_manifest(store, "user/ada", key, max_bytes=1 << 30, max_files=100, keys=KEYS)  # type: ignore[misc]
     os.rename(prefix, scratch / "old")
     restore(store, m, RestoreRequest(prefix=str(prefix), uid=USER_A, gid=USER_A))
     assert (prefix / "lib" / "pkg" / "data.bin").read_bytes() == (
@@ -403,7 +405,7 @@ def test_a_broken_snapshot_is_dropped_and_replaced(scratch: Path) -> None:
     assert not [p for p in scratch.iterdir() if p.name.startswith(".env.bootseer-")]
     state = jobstate.PrologState.read(second.job.sub("deps") / "prolog.json")
     assert state is not None
-    assert find_snapshot(store, state.scope, state.base) is None  # not offered again
+    assert find_snapshot(store, state.scope, state.base, keys=KEYS) is None  # not offered again
     installed(second, prefix)  # the job installs; its epilog captures anew
     assert "captured" in step.epilog(second).detail
 
@@ -426,7 +428,9 @@ def test_a_manifest_that_does_not_parse_is_dropped(scratch: Path) -> None:
     step.epilog(first)
     store = cfg.store.open()
     (manifest,) = [o.key for o in store.list("deps", recursive=True) if "manifest" in o.key]
-    store.write_bytes(manifest, b"{not json")
+    # Sealed (as by a buggy root-run writer): an unsealed one is refused before parsing,
+    # not dropped (tests/unit/deps/test_sealed.py).
+    store.write_bytes(manifest, KEYS.seal(DEPS_MANIFEST, manifest, b"{not json}"))
     import shutil
 
     shutil.rmtree(prefix)
@@ -441,7 +445,7 @@ def test_a_manifest_that_does_not_parse_is_dropped(scratch: Path) -> None:
     state = jobstate.PrologState.read(second.job.sub("deps") / "prolog.json")
     assert state is not None
     ref = ref_path(state.scope, state.base)
-    store.write_bytes(ref, b"[")  # a ref that does not parse goes as well
+    store.write_bytes(ref, KEYS.seal(DEPS_REF, ref, b"{[}"))  # a ref that does not parse goes too
     with pytest.raises(StepError, match=r"the ref of base .* is broken.*dropped"):
         step.prolog(step_call(scratch, cfg, job_id=74, uid=USER_A, user="ada", deps=spec))
     assert not store.exists(ref)
@@ -459,6 +463,7 @@ def test_a_restore_past_its_deadline_leaves_no_temporary_directory(
         CaptureRequest(
             prefix=str(src), scope="user/ada", base="1" * 32, key="2" * 32, uid=USER_A, gid=USER_A
         ),
+        keys=KEYS,
     )
     m.prefix = str(scratch / "env")  # restore it elsewhere
     import threading

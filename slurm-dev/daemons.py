@@ -1,0 +1,268 @@
+"""slurm-dev's daemons: starting, watching and stopping the processes of one cluster.
+
+munged, slurmctld, one slurmd per node (each in namespaces of its own) and one node agent
+per node, each with a pid file under ``run/``; ``down`` stops exactly those, by pid. The
+helpers below (pids, users, waiting) serve the store host (storehost.py) and the tests too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from devconfig import NODE_LOCAL, VENV, ClusterConfig
+
+# Ordinary users, as on a real cluster: tests and the demo submit jobs as them (root only
+# where an admin acts). Real accounts (useradd, with home directories), made by `up`.
+USERS = ("alice", "bob", "mallory")
+
+
+class Daemons(ClusterConfig):
+    """The cluster's processes: pid files, start (idempotent), readiness, stop."""
+
+    def pidfiles(self) -> dict[str, Path]:
+        files = {"munged": self.run / "munged.pid", "slurmctld": self.run / "slurmctld.pid"}
+        files |= {f"slurmd-{n}": self.run / f"slurmd-{n}.pid" for n in self.s.node_names}
+        # comm of the venv's `bootseer` script is "bootseer", which looks_like() checks.
+        files |= {f"bootseer-agent-{n}": self.run / f"agent-{n}.pid" for n in self.s.node_names}
+        files["weed"] = self.run / "weed.pid"
+        return files
+
+    def alive(self, name: str) -> int | None:
+        pid = read_pid(self.pidfiles()[name])
+        return pid if pid and pid_alive(pid) else None
+
+    def start_munged(self) -> None:
+        if self.alive("munged"):
+            return
+        sock = self.run / "munge" / "munge.socket.2"
+        run_checked(
+            [
+                "munged",
+                "--force",
+                f"--socket={sock}",
+                f"--key-file={self.etc / 'munge.key'}",
+                f"--pid-file={self.pidfiles()['munged']}",
+                f"--log-file={self.logs / 'munged.log'}",
+                f"--seed-file={self.run / 'munge.seed'}",
+            ]
+        )
+        wait_for(lambda: sock.exists(), 10, "munged socket")
+
+    def start_slurmctld(self) -> None:
+        if not self.alive("slurmctld"):
+            run_checked(["slurmctld", "-f", str(self.conf)], env=self.env())
+        wait_for(lambda: self.scontrol_ok(["ping"]), 30, "slurmctld to answer")
+
+    def start_slurmd(self, node: str) -> None:
+        if self.alive(f"slurmd-{node}"):
+            return
+        # Each slurmd gets namespaces of its own: UTS, so jobs on nX see the host name nX
+        # (the SPANK plugin finds the node's run dir by it); mount, so NODE_LOCAL is the
+        # node's own directory. The state dir is a shared mount (share_state_dir), so
+        # mounts under it (agents' images, jobs' checkpoint mounts) show on every side.
+        local = self.dir / "nodes" / node / "local"
+        local.mkdir(parents=True, exist_ok=True)
+        NODE_LOCAL.mkdir(parents=True, exist_ok=True)
+        script = 'hostname "$1" && mount --bind "$3" "$4" && exec slurmd -f "$2" -N "$1"'
+        # Its network namespace is the node's host on the cluster's bridge (network.py).
+        cmd = [*self.s.network.enter(node), "unshare", "--uts", "--mount"]
+        cmd += ["--propagation", "unchanged", "sh", "-c", script]
+        cmd += ["slurmd", node, str(self.conf), str(local), str(NODE_LOCAL)]
+        run_checked(cmd, env=self.env())
+
+    def share_state_dir(self) -> None:
+        """Make the state dir a shared mount, so mounts below it reach every node's namespace."""
+        # (os.path.ismount cannot see a bind mount of a directory onto itself.)
+        if str(self.dir) not in mount_points():
+            run_checked(["mount", "--bind", str(self.dir), str(self.dir)])
+        run_checked(["mount", "--make-shared", str(self.dir)])
+
+    def start_agent(self, node: str) -> None:
+        """The node agent (``bootseer agent``): its socket, cache and FUSE mount via %n."""
+        name = f"bootseer-agent-{node}"
+        if self.alive(name):
+            return
+        sock = self.dir / "nodes" / node / "run" / "agent.sock"
+        log = open(self.dir / "nodes" / node / "log" / "agent.err", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            # On the node's host, so what it fetches and serves crosses the node's link.
+            [*self.s.network.enter(node), str(VENV / "bin" / "bootseer"), "agent", "--node", node],
+            env={**os.environ, **self.env()},
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.pidfiles()[name].write_text(f"{proc.pid}\n")
+
+        def answers() -> bool:
+            if proc.poll() is not None:
+                raise SystemExit(f"slurm-dev: the agent of {node} exited; see {log.name}")
+            try:
+                with socket.socket(socket.AF_UNIX) as s:
+                    s.connect(str(sock))
+                return True
+            except OSError:
+                return False
+
+        wait_for(answers, 30, f"the node agent of {node}")
+
+    def scontrol_ok(self, args: list[str]) -> bool:
+        r = subprocess.run(["scontrol", *args], env=self.env(), capture_output=True, text=True)
+        return r.returncode == 0 and "DOWN" not in r.stdout
+
+    def node_states(self) -> dict[str, str]:
+        r = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env(), capture_output=True, text=True
+        )
+        states = {}
+        for line in r.stdout.splitlines():
+            name, _, state = line.partition(" ")
+            states[name] = state
+        return states
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        def idle() -> bool:
+            states = self.node_states()
+            return all(states.get(n, "").startswith("idle") for n in self.s.node_names)
+
+        try:
+            wait_for(idle, timeout, "all nodes idle")
+        except TimeoutError:
+            # A node left down or drained by an earlier run comes back on request.
+            subprocess.run(
+                ["scontrol", "update", f"NodeName={','.join(self.s.node_names)}", "State=RESUME"],
+                env=self.env(),
+                capture_output=True,
+            )
+            wait_for(idle, 30, f"all nodes idle (states: {self.node_states()})")
+
+    def down(self) -> None:
+        for name, pidfile in reversed(list(self.pidfiles().items())):
+            pid = read_pid(pidfile)
+            if pid and pid_alive(pid) and looks_like(pid, name):
+                # SeaweedFS ignores SIGTERM for a long while; nothing of it needs saving.
+                stop_pid(pid, name, grace=3 if name == "weed" else 15)
+            pidfile.unlink(missing_ok=True)
+        self.unmount_all()
+        self.s.network.down()
+        print(f"slurm-dev: stopped (state kept in {self.dir})")
+
+    def unmount_all(self) -> None:
+        """Unmount everything at or below the state dir, deepest first (lazily)."""
+        for _ in range(5):  # mounts stacked on one point come off one per pass
+            top, below = str(self.dir), str(self.dir) + "/"
+            mounts = [m for m in mount_points() if m == top or m.startswith(below)]
+            if not mounts:
+                return
+            for mnt in sorted(set(mounts), reverse=True):
+                subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+
+# -- users ---------------------------------------------------------------------------------
+
+
+def ensure_users() -> None:
+    """Create the USERS that do not exist yet (safe to run again, and beside another `up`),
+    and let them use FUSE (squashfuse of a job's image) as on a stock node, where udev
+    makes /dev/fuse 0666; a machine without udev leaves it root's alone."""
+    fuse = Path("/dev/fuse")
+    if fuse.exists() and fuse.stat().st_mode & 0o777 != 0o666:
+        fuse.chmod(0o666)
+    for user in USERS:
+        if subprocess.run(["id", "-u", user], capture_output=True).returncode == 0:
+            continue
+        r = subprocess.run(
+            ["useradd", "--create-home", "--user-group", "--shell", "/bin/sh", user],
+            capture_output=True,
+            text=True,
+        )
+        if r.returncode not in (0, 9):  # 9: made meanwhile by another `up`
+            raise SystemExit(f"slurm-dev: useradd {user} failed: {r.stderr.strip()}")
+
+
+def user_env(user: str) -> dict[str, str]:
+    """What a login of ``user`` would have in its environment (sbatch passes it on)."""
+    pw = pwd.getpwnam(user)
+    return {"HOME": pw.pw_dir, "USER": user, "LOGNAME": user, "SHELL": pw.pw_shell}
+
+
+def as_user(user: str) -> list[str]:
+    """The command prefix that runs a program as ``user`` (with its groups)."""
+    return ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"]
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie child of ours is reaped and counts as gone."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def looks_like(pid: int, name: str) -> bool:
+    """Guard against a stale pid file naming a process that is not ours any more."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return False
+    return comm.startswith(name.split("-")[0][:15])
+
+
+def stop_pid(pid: int, name: str, grace: float = 15) -> None:
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return
+        time.sleep(0.1)
+    print(
+        f"slurm-dev: {name} (pid {pid}) ignored SIGTERM for {grace:g}s; sending SIGKILL",
+        file=sys.stderr,
+    )
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid), 10, f"{name} to exit")
+
+
+def run_checked(cmd: list[str], env: dict[str, str] | None = None) -> None:
+    full_env = {**os.environ, **(env or {})}
+    r = subprocess.run(cmd, env=full_env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(
+            f"slurm-dev: {' '.join(cmd)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()}"
+        )
+
+
+def mount_points() -> list[str]:
+    with open("/proc/self/mounts") as f:
+        return [line.split()[1] for line in f]
+
+
+def wait_for(pred, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"slurm-dev: timed out after {timeout:g}s waiting for {what}")
