@@ -24,6 +24,10 @@ class StoreHost(Daemons):
 
     def store_host_up(self) -> None:
         self.s.network.store_up()
+        # Its identities (admin keys in the root-only secrets file), also when the store
+        # host runs alone, without write_config (the image benchmark, the s3 fixture).
+        self.etc.mkdir(parents=True, exist_ok=True)
+        self._write_store_secrets()
         if not self.alive("weed"):
             self.start_weed()
 
