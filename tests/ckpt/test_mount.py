@@ -322,3 +322,20 @@ def test_a_manifest_that_is_not_json_is_an_io_error_naming_the_file(
         f.write(b"fresh")
     with job_ns.open("run/latest.pt") as f:
         assert f.read() == b"fresh"
+
+
+def test_a_file_just_closed_can_be_renamed_or_rewritten_at_once(
+    mounted: tuple[Path, object],
+) -> None:
+    """The kernel releases a closed file after close() returned: `cp a b && mv b c` and a
+    rewrite right after a write used to meet EBUSY/ETXTBSY for a few milliseconds."""
+    mp, _ = mounted
+    as_user(JOB_UID, "mkdir", "-p", f"{mp}/again")
+    script = (
+        f"cd {mp}/again && for i in $(seq 1 20); do "
+        "head -c 70000 /dev/urandom > tmp.bin && mv tmp.bin model.bin && "
+        "echo $i > model.bin && echo $i > model.bin || exit 1; done"
+    )
+    r = as_user(JOB_UID, "sh", "-c", script, check=False)
+    assert r.returncode == 0, r.stderr
+    assert as_user(JOB_UID, "cat", f"{mp}/again/model.bin").stdout == b"20\n"

@@ -40,6 +40,9 @@ from bootseer.ckpt.writer import StripedWriter
 from bootseer.errors import BootseerError, StoreError
 from bootseer.linelog import LineLog
 
+# How long a rename, unlink or new write waits for the previous writer's release.
+RELEASE_WAIT = 2.0
+
 T = TypeVar("T")
 TIMEOUT = 1.0  # seconds the kernel may cache names and attributes
 PF_EXITING = 0x4  # include/linux/sched.h
@@ -264,12 +267,23 @@ class CkptFS(pyfuse3.Operations):
 
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         path = self._child(parent_inode, name, creating=False)
-        if path in self._writing:
+        if not await self._released(path):
             raise pyfuse3.FUSEError(errno.EBUSY)
         kind = await self._run(self._kind, path)
         if kind is True:
             raise pyfuse3.FUSEError(errno.EISDIR)
         await self._run(self.ns.remove, path)
+
+    async def _released(self, *paths: str) -> bool:
+        """Whether no writer holds ``paths``, waiting up to RELEASE_WAIT for one that is
+        closing: the kernel sends RELEASE after close() has returned, so `cp a b && mv b c`
+        (or a rewrite at once) would otherwise meet EBUSY for a few milliseconds."""
+        deadline = trio.current_time() + RELEASE_WAIT
+        while any(p in self._writing for p in paths):
+            if trio.current_time() >= deadline:
+                return False
+            await trio.sleep(0.005)
+        return True
 
     async def rename(
         self,
@@ -284,7 +298,7 @@ class CkptFS(pyfuse3.Operations):
         dst = self._child(parent_inode_new, name_new, creating=True)
         if flags & pyfuse3.RENAME_EXCHANGE:
             raise pyfuse3.FUSEError(errno.EINVAL)
-        if src in self._writing or dst in self._writing:
+        if not await self._released(src, dst):
             raise pyfuse3.FUSEError(errno.EBUSY)
         kind = await self._run(self._kind, src)
         if kind is None:
@@ -368,7 +382,7 @@ class CkptFS(pyfuse3.Operations):
     async def _open_write(
         self, ino: int, path: str, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.FileInfo:
-        if path in self._writing:
+        if not await self._released(path):
             log(f"{path}: already open for writing on this node")
             raise pyfuse3.FUSEError(errno.ETXTBSY)
         writer = StripedWriter(self.ns, path)
