@@ -18,12 +18,12 @@ the store is set up so; docs/security.md, "Store secrets").
 from __future__ import annotations
 
 import os
-import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bootseer.errors import ConfigError
+from bootseer.rootfile import read_root_only
 
 MAX_SECRETS_FILE = 64 << 10
 
@@ -41,24 +41,14 @@ class Credentials:
 def read_secrets_file(path: Path) -> Credentials:
     """The credentials in ``path``; a missing file means none (anonymous access)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        raw = read_root_only(
+            path,
+            "store secrets file",
+            MAX_SECRETS_FILE,
+            "; if others could read it, rotate its keys",
+        )
     except FileNotFoundError:
         return Credentials()
-    except OSError as exc:
-        raise ConfigError(f"store secrets file {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-            raise ConfigError(
-                f"store secrets file {path} must be a regular file owned by root with mode "
-                f"0600 (it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}); "
-                "if others could read it, rotate its keys"
-            )
-        raw = os.read(fd, MAX_SECRETS_FILE + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_SECRETS_FILE:
-        raise ConfigError(f"store secrets file {path} is larger than {MAX_SECRETS_FILE} bytes")
     try:
         data = tomllib.loads(raw.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

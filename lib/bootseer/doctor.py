@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bootseer.errors import BootseerError, ConfigError
+from bootseer.rootfile import root_only
 
 if TYPE_CHECKING:
     from bootseer.config import SiteConfig
@@ -482,7 +483,7 @@ def check_site_key(node: Node) -> Check:
         return problem(name, f"{path}: {exc.strerror}: no p2p, nothing sealed", make)
     mode = stat.S_IMODE(st.st_mode)
     kind = "" if stat.S_ISREG(st.st_mode) else "not a regular file, "
-    if kind or st.st_uid != 0 or mode & 0o077:
+    if not root_only(st):
         return problem(
             name,
             f"{path}: {kind}uid {st.st_uid}, mode {mode:04o}: must be root's alone",
@@ -513,7 +514,7 @@ def check_store_secrets(node: Node) -> Check:
         return problem(name, f"{path}: {exc.strerror}", f"ls -l {path}")
     mode = stat.S_IMODE(st.st_mode)
     kind = "" if stat.S_ISREG(st.st_mode) else "not a regular file, "
-    if kind or st.st_uid != 0 or mode & 0o077:
+    if not root_only(st):
         return problem(
             name,
             f"{path}: {kind}uid {st.st_uid}, mode {mode:04o}: must be root's alone",

@@ -43,13 +43,13 @@ import hashlib
 import hmac
 import os
 import re
-import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bootseer.errors import ConfigError, StoreError
+from bootseer.rootfile import read_root_only
 
 if TYPE_CHECKING:
     from bootseer.config import SiteConfig
@@ -176,21 +176,9 @@ def open_with(keys: SiteKeys | None, purpose: str, name: str, raw: bytes) -> byt
 def read_key_file(path: Path) -> list[bytes]:
     """The keys in ``path``, current first; refused unless the file is root's alone."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
+        raw = read_root_only(path, "site key file", MAX_KEY_FILE)
+    except FileNotFoundError as exc:
         raise ConfigError(f"site key file {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o077:
-            raise ConfigError(
-                f"site key file {path} must be a regular file owned by root with mode 0600 "
-                f"(it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})"
-            )
-        raw = os.read(fd, MAX_KEY_FILE + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_KEY_FILE:
-        raise ConfigError(f"site key file {path} is larger than {MAX_KEY_FILE} bytes")
     keys = [
         line.strip()
         for line in raw.splitlines()
