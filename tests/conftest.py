@@ -263,6 +263,20 @@ def s3_store() -> Iterator[devcluster.Cluster]:
         store.store_host_down()
 
 
+@pytest.fixture
+def base() -> Iterator[Path]:
+    """A directory of its own under /tmp that job users may enter (with a ``log`` dir):
+    pytest's tmp_path lies under /tmp/pytest-of-root, which any other pytest session of
+    root's resets to 0700. A test module may define its own ``base``."""
+    d = Path(tempfile.mkdtemp(prefix="bootseer-test-", dir="/tmp"))
+    d.chmod(0o755)
+    (d / "log").mkdir()
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def squash(src: Path, dest: Path) -> Path:
     """``mksquashfs`` of ``src`` into ``dest``, readable by every job user."""
     subprocess.run(

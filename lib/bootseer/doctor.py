@@ -470,6 +470,19 @@ def check_clock(node: Node) -> Check:
     return ok(name, f"within {CLOCK_SKEW:g}s of the store's")
 
 
+def _not_root_only(name: str, path: Path, st: os.stat_result, more_fix: str) -> Check | None:
+    """The problem of a file that must be root's alone (site key, store secrets), or None."""
+    if root_only(st):
+        return None
+    kind = "" if stat.S_ISREG(st.st_mode) else "not a regular file, "
+    mode = stat.S_IMODE(st.st_mode)
+    return problem(
+        name,
+        f"{path}: {kind}uid {st.st_uid}, mode {mode:04o}: must be root's alone",
+        f"chown root {path}; chmod 0600 {path}{more_fix}",
+    )
+
+
 @needs_config("site key")
 def check_site_key(node: Node) -> Check:
     """``[site] key_file``: a regular file, root's, mode 0600, holding a key."""
@@ -481,14 +494,8 @@ def check_site_key(node: Node) -> Check:
         st = os.lstat(path)
     except OSError as exc:
         return problem(name, f"{path}: {exc.strerror}: no p2p, nothing sealed", make)
-    mode = stat.S_IMODE(st.st_mode)
-    kind = "" if stat.S_ISREG(st.st_mode) else "not a regular file, "
-    if not root_only(st):
-        return problem(
-            name,
-            f"{path}: {kind}uid {st.st_uid}, mode {mode:04o}: must be root's alone",
-            f"chown root {path}; chmod 0600 {path}",
-        )
+    if (bad := _not_root_only(name, path, st, "")) is not None:
+        return bad
     if os.geteuid() != 0:
         return ok(name, f"{path} (0600 root; contents need root to read)")
     from bootseer.sitekey import read_key_file
@@ -512,14 +519,9 @@ def check_store_secrets(node: Node) -> Check:
         return ok(name, f"{path} absent: the store is opened anonymously")
     except OSError as exc:
         return problem(name, f"{path}: {exc.strerror}", f"ls -l {path}")
-    mode = stat.S_IMODE(st.st_mode)
-    kind = "" if stat.S_ISREG(st.st_mode) else "not a regular file, "
-    if not root_only(st):
-        return problem(
-            name,
-            f"{path}: {kind}uid {st.st_uid}, mode {mode:04o}: must be root's alone",
-            f"chown root {path}; chmod 0600 {path}; rotate the keys others could read",
-        )
+    rotate = "; rotate the keys others could read"
+    if (bad := _not_root_only(name, path, st, rotate)) is not None:
+        return bad
     if os.geteuid() != 0:
         return ok(name, f"{path} (0600 root; contents need root to read)")
     from bootseer.credentials import read_secrets_file

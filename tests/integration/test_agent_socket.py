@@ -9,8 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +24,6 @@ pytestmark = pytest.mark.skipif(
 
 
 ALICE, BOB, MALLORY = 4242, 4343, 4444
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """A directory of its own under /tmp that job users may enter: pytest's tmp_path lies
-    under /tmp/pytest-of-root, which any other pytest session of root's resets to 0700."""
-    d = Path(tempfile.mkdtemp(prefix="bootseer-socket-", dir="/tmp"))
-    d.chmod(0o755)
-    (d / "log").mkdir()
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def raw_call(path: Path, line: bytes) -> Any:

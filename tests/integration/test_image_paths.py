@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,19 +25,6 @@ pytestmark = pytest.mark.skipif(
 
 FILES = {"bin/tool": 300_000, "lib/big.so": 900_000}
 ALICE, BOB = 4242, 4343
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """A directory of its own under /tmp that job users may enter: pytest's tmp_path lies
-    under /tmp/pytest-of-root, which any other pytest session of root's resets to 0700."""
-    d = Path(tempfile.mkdtemp(prefix="bootseer-paths-", dir="/tmp"))
-    d.chmod(0o755)
-    (d / "log").mkdir()
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def users_image(base: Path, name: str, seed: int = 1) -> Path:
