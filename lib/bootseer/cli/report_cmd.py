@@ -1,13 +1,15 @@
 """``bootseer report``: where startup time goes, for one job or the whole cluster.
 
     bootseer report 4242                 one job: phases, straggler, timeline, earlier runs
+    bootseer report 4242_3               task 3 of array job 4242
     bootseer report 4242 --json          the same for scripts
     bootseer report 4242 --plot t.png    the per-node timeline as a picture
     bootseer report --since 7d           the cluster view (also 12h, 30d, 2026-11-01)
     bootseer report --since 30d --plot sizes.svg
 
-The records come from the store in the site config (``--store`` reads another).
-Exit status 1 when there are no records for the job.
+The records come from the store in the site config (--store reads another).
+Exit status 1 when there are no records for the job (Slurm is asked whether it knows
+the job at all).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("job", nargs="?", type=int, metavar="JOBID")
+    p.add_argument("job", nargs="?", type=parse_job, metavar="JOBID")
     p.add_argument(
         "--since",
         metavar="AGE|DATE",
@@ -47,6 +49,52 @@ def register(sub: Any) -> None:
     p.add_argument("--plot", metavar="FILE", help="also draw FILE (.png, .svg, .pdf)")
     p.add_argument("--store", metavar="URI", help="read this store instead of the site config's")
     p.set_defaults(handler=run)
+
+
+_JOB = re.compile(r"^(\d{1,12})(?:_(\d{1,9}))?$")
+
+
+def parse_job(text: str) -> tuple[int, int | None]:
+    """``4242`` -> (4242, None); an array task ``4242_3`` -> (4242, 3)."""
+    m = _JOB.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a job id: want JOBID or ARRAYID_TASK (4242, 4242_3)"
+        )
+    return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
+
+
+def job_label(job: tuple[int, int | None]) -> str:
+    return f"{job[0]}" if job[1] is None else f"{job[0]}_{job[1]}"
+
+
+def slurm_knows(job: str, timeout: float = 10) -> str | None:
+    """The job's state if Slurm still knows it (squeue; sacct where there is accounting),
+    else None."""
+    import json
+    import subprocess
+
+    for cmd in (
+        ["squeue", "--json", "--states=all", f"--jobs={job}"],
+        ["sacct", "--noheader", "--parsable2", "-X", "--format=State", f"--jobs={job}"],
+    ):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode != 0:
+            continue
+        if cmd[0] == "squeue":
+            try:
+                jobs = json.loads(r.stdout).get("jobs") or []
+            except (ValueError, AttributeError):
+                continue
+            if jobs and isinstance(jobs[0], dict):
+                state = jobs[0].get("job_state", "known")
+                return str(state[0] if isinstance(state, list) and state else state)
+        elif r.stdout.strip():
+            return r.stdout.split()[0]
+    return None
 
 
 def parse_age(text: str) -> float:
@@ -92,11 +140,13 @@ def run(args: argparse.Namespace) -> int:
     return _job(ds, args.job, args, console)
 
 
-def _job(ds: Any, job_id: int, args: argparse.Namespace, console: Any) -> int:
+def _job(ds: Any, job: tuple[int, int | None], args: argparse.Namespace, console: Any) -> int:
     from bootseer.phases.render import render_job
-    from bootseer.phases.report import job_report
+    from bootseer.phases.report import JobReport, job_report
 
-    report = job_report(ds, job_id)
+    label = job_label(job)
+    job_id = job[0] if job[1] is None else ds.array_task(*job)
+    report = JobReport(job[0], []) if job_id is None else job_report(ds, job_id)
     if args.run is not None:
         report.runs = [r for r in report.runs if r.restart_count == args.run]
     if args.json:
@@ -104,12 +154,16 @@ def _job(ds: Any, job_id: int, args: argparse.Namespace, console: Any) -> int:
 
         print(json.dumps(report.to_json(), indent=1))
     if not report.runs:
-        what = f"job {job_id}" + (f" run {args.run}" if args.run is not None else "")
-        print(
-            f"No phase records for {what} in {ds.store.uri}. Records appear once the job's "
-            "prolog has run with --bootseer; check the job id and the store.",
-            file=sys.stderr,
+        what = f"job {label}" + (f" run {args.run}" if args.run is not None else "")
+        state = slurm_knows(label)
+        known = (
+            f"Slurm knows job {label} ({state}), but it has no records: it ran without "
+            "--bootseer, or its prolog has not run yet."
+            if state
+            else f"Slurm does not know job {label} (never submitted, or gone from its "
+            "memory and accounting)."
         )
+        print(f"No phase records for {what} in {ds.store.uri}. {known}", file=sys.stderr)
         return 1
     if not args.json:
         render_job(report, console)
