@@ -15,7 +15,9 @@ from tests.conftest import TOP
 
 IMPORTER = str(TOP / "contrib" / "pyxis" / "bootseer-importer")
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="pyxis runs the importer as the job's user")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="pyxis runs the importer as the job's user"
+)
 
 
 def job_env(**extra: str) -> dict[str, str]:
@@ -75,7 +77,9 @@ def test_the_jobs_pythonpath_and_working_directory_do_not_choose_the_code(
     package of its own (a checkout, a name clash) must still get bootseer's importer."""
     project = base / "project"
     (project / "bootseer").mkdir(parents=True)
-    (project / "bootseer" / "__init__.py").write_text("raise SystemExit('the job\\'s own bootseer')\n")
+    (project / "bootseer" / "__init__.py").write_text(
+        "raise SystemExit('the job\\'s own bootseer')\n"
+    )
     os.chmod(project, 0o755)
     env = job_env(BOOTSEER_IMAGE=str(image), PYTHONPATH=str(project))
     got = pyxiskit.call(IMPORTER, ["get", "docker://bootseer"], env, user="alice", cwd=str(project))
@@ -99,14 +103,23 @@ def test_a_docker_image_that_is_not_ours_goes_to_enroot_import(
     env = job_env(BOOTSEER_IMAGE="/nonexistent/lazy.sqsh")
     runtime = str(base / "pyxis")
     got = pyxiskit.call(
-        IMPORTER, ["get", uri], env, user="alice", runtime_path=runtime,
+        IMPORTER,
+        ["get", uri],
+        env,
+        user="alice",
+        runtime_path=runtime,
         path=f"{enroot}:{pyxiskit.SLURMSTEPD_PATH}",
     )
     out = f"{runtime}/{pwd.getpwnam('alice').pw_uid}/4242.0.squashfs"
     assert got.returncode == 0, got.log
     assert got.stdout == f"{out}\n"  # enroot's chatter went to the log, not stdout
     assert "Fetching image" in got.log
-    assert (base / "pyxis" / "enroot-argv").read_text().split("\n")[:-1] == ["import", "--output", out, uri]
+    assert (base / "pyxis" / "enroot-argv").read_text().split("\n")[:-1] == [
+        "import",
+        "--output",
+        out,
+        uri,
+    ]
     assert Path(out).stat().st_uid == pwd.getpwnam("alice").pw_uid
     for _ in range(2):
         rel = pyxiskit.call(IMPORTER, ["release"], env, user="alice", runtime_path=runtime)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bootseer.cli import plain_doc
 from bootseer.errors import BootseerError
 
 TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
@@ -32,7 +33,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "phase",
         help="mark a startup phase from inside a job",
-        description=__doc__,
+        description=plain_doc(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -19,6 +19,7 @@ import re
 import sys
 import time
 
+from bootseer.cli import plain_doc
 from bootseer.errors import BootseerError
 
 TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
@@ -35,7 +36,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "report",
         help="startup report of a job, or of the cluster (--since)",
-        description=__doc__,
+        description=plain_doc(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("job", nargs="?", type=parse_job, metavar="JOBID")

@@ -42,9 +42,9 @@ MAX_SQUEUE_JSON = 256 << 20
 
 def slurm_job_info(job_id: int, squeue: Path, timeout: float) -> dict[str, object]:
     """Submit time, name, account, array task and batch script from ``squeue --json``
-    (the prolog's environment lacks them); empty if Slurm does not answer. Structured output only: the job name is
-    the user's free text, so a line of ``scontrol -o show job`` cannot tell a real
-    ``SubmitTime=`` or ``Account=`` from one inside the name."""
+    (the prolog's environment lacks them); empty if Slurm does not answer. Structured
+    output only: the job name is the user's free text, so a line of ``scontrol -o show
+    job`` cannot tell a real ``SubmitTime=`` or ``Account=`` from one inside the name."""
     try:
         r = subprocess.run(
             [str(squeue), "--json", "--states=all", f"--jobs={int(job_id)}"],

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from bootseer.phases.cluster import ClusterReport
 
+
 def esc(value: object) -> str:
     """``value`` as text that rich shows as it is (no markup)."""
     from rich.markup import escape

@@ -294,7 +294,9 @@ def run_report(rows: list[PhaseRow]) -> RunReport:
         node_count=max(r.node_count for r in rows),
         gpus_per_node=max(r.gpus_per_node for r in rows),
         submit_time=max((r.submit_time for r in rows if r.submit_time is not None), default=None),
-        array_job_id=max((r.array_job_id for r in rows if r.array_job_id is not None), default=None),
+        array_job_id=max(
+            (r.array_job_id for r in rows if r.array_job_id is not None), default=None
+        ),
         array_task_id=max(
             (r.array_task_id for r in rows if r.array_task_id is not None), default=None
         ),
