@@ -99,10 +99,8 @@ def call(
     (``["release"]``) as the job's ``user`` (default: the caller)."""
     pw = pwd.getpwnam(user) if user else pwd.getpwuid(os.getuid())
     env = pyxis_env(job_env, pw.pw_uid, pw.pw_gid, runtime_path, path)
-    as_user: dict[str, object] = {}
-    if os.geteuid() == 0:
-        groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
-        as_user = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": groups}
+    root = os.geteuid() == 0  # pyxis: setgroups, setregid, setreuid (no-ops as the user)
+    groups = os.getgrouplist(pw.pw_name, pw.pw_gid) if root else None
     with tempfile.TemporaryFile() as log:  # pyxis: a memfd
         r = subprocess.run(
             [importer, *args],
@@ -114,7 +112,9 @@ def call(
             cwd=cwd,
             close_fds=True,
             timeout=timeout,
-            **as_user,  # type: ignore[arg-type]
+            user=pw.pw_uid if root else None,
+            group=pw.pw_gid if root else None,
+            extra_groups=groups,
         )
         log.seek(0)
         text = log.read().decode(errors="replace")

@@ -210,14 +210,18 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from bootseer.cli.listing import print_table
 
     now = time.time()
-    print_table(
-        ["SIZE", "CAPTURED", "USED", "SCOPE", "KEY"],
-        [
-            [units.iec(s.size), _ago(s.created, now), _ago(s.last_used, now), s.scope, s.key]
-            for s in snaps
-        ],
-        right={0, 1, 2},
-    )
+    scopes = sorted({s.scope for s in snaps})
+    for i, scope in enumerate(scopes):  # a scope a line of its own: the keys stay whole
+        print(("\n" if i else "") + f"scope {scope}")
+        print_table(
+            ["SIZE", "CAPTURED", "USED", "KEY"],
+            [
+                [units.iec(s.size), _ago(s.created, now), _ago(s.last_used, now), s.key]
+                for s in snaps
+                if s.scope == scope
+            ],
+            right={0, 1, 2},
+        )
     return 0
 
 

@@ -9,9 +9,10 @@ From a job script::
     ...
     bootseer phase end first_step     # startup is over
 
-Standard names: container_start, deps_install, ckpt_load, framework_init, first_step.
-A mark never fails the job: without a spool (no ``--bootseer``) it says so and exits 0.
-``compact`` is the admin's daily maintenance of the dataset (docs/report.md).
+Standard names: container_start, deps_install, ckpt_load, framework_init,
+first_step. A mark never fails the job: without a spool (no ``--bootseer``) it
+says so and exits 0. ``compact`` is the admin's daily maintenance of the
+dataset (docs/report.md).
 """
 
 from __future__ import annotations

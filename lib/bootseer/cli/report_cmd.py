@@ -1,15 +1,15 @@
 """``bootseer report``: where startup time goes, for one job or the whole cluster.
 
-    bootseer report 4242                 one job: phases, straggler, timeline, earlier runs
-    bootseer report 4242_3               task 3 of array job 4242
-    bootseer report 4242 --json          the same for scripts
-    bootseer report 4242 --plot t.png    the per-node timeline as a picture
-    bootseer report --since 7d           the cluster view (also 12h, 30d, 2026-11-01)
+    bootseer report 4242              one job: phases, straggler, timeline, runs
+    bootseer report 4242_3            task 3 of array job 4242
+    bootseer report 4242 --json       the same for scripts
+    bootseer report 4242 --plot t.png the per-node timeline as a picture
+    bootseer report --since 7d        the cluster view (also 12h, 2026-11-01)
     bootseer report --since 30d --plot sizes.svg
 
 The records come from the store in the site config (--store reads another).
-Exit status 1 when there are no records for the job (Slurm is asked whether it knows
-the job at all).
+Exit status 1 when there are no records for the job; Slurm is then asked
+whether it knows the job at all.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
 
     from bootseer.store import Store
 
-_AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def register(sub: Any) -> None:
@@ -90,20 +88,37 @@ def slurm_knows(job: str, timeout: float = 10) -> str | None:
                 jobs = json.loads(r.stdout).get("jobs") or []
             except (ValueError, AttributeError):
                 continue
-            if jobs and isinstance(jobs[0], dict):
-                state = jobs[0].get("job_state", "known")
-                return str(state[0] if isinstance(state, list) and state else state)
+            # squeue --json (22.05) lists every job whatever --jobs says: pick ours.
+            for j in jobs:
+                if isinstance(j, dict) and _is(j, job):
+                    state = j.get("job_state", "known")
+                    return str(state[0] if isinstance(state, list) and state else state)
+            continue
         elif r.stdout.strip():
             return r.stdout.split()[0]
     return None
 
 
+def _is(j: dict[str, Any], job: str) -> bool:
+    def number(v: object) -> object:
+        return v.get("number") if isinstance(v, dict) else v
+
+    ident, _, task = job.partition("_")
+    if task:
+        return number(j.get("array_job_id")) == int(ident) and number(
+            j.get("array_task_id")
+        ) == int(task)
+    return number(j.get("job_id")) == int(ident)
+
+
 def parse_age(text: str) -> float:
-    """``7d`` -> seconds."""
-    m = _AGE.match(text)
-    if not m:
-        raise BootseerError(f"bad age {text!r}: want a number and s, m, h, d or w (e.g. 7d)")
-    return float(m.group(1)) * _UNIT[m.group(2)]
+    """``7d`` -> seconds (:func:`bootseer.units.parse_age`, as every command reads ages)."""
+    from bootseer import units
+
+    try:
+        return units.parse_age(text)
+    except units.UnitError as exc:
+        raise BootseerError(str(exc)) from None
 
 
 def parse_since(text: str, now: float) -> float:

@@ -77,6 +77,10 @@ def slurm_job_info(job_id: int, squeue: Path, timeout: float) -> dict[str, objec
     command = job.get("command")
     if isinstance(command, str) and command.startswith("/"):  # the batch script's path
         info["script"] = command[:1024]
+    elif job.get("batch_flag", True):  # sbatch read the script from standard input
+        digest = script_digest(job_id, squeue.with_name("scontrol"), timeout)
+        if digest:
+            info["script"] = digest
     name = job.get("name")
     if isinstance(name, str):
         info["job_name"] = name[:200]
@@ -84,6 +88,29 @@ def slurm_job_info(job_id: int, squeue: Path, timeout: float) -> dict[str, objec
     if isinstance(account, str) and account and account != "(null)":
         info["account"] = account[:64]
     return info
+
+
+MAX_SCRIPT = 64 << 20
+
+
+def script_digest(job_id: int, scontrol: Path, timeout: float) -> str | None:
+    """``sha256:`` and 16 hex digits of the job's batch script as slurmctld holds it
+    (``scontrol write batch_script``), for a script Slurm has no path for: runs of the
+    same script compare side by side in the report."""
+    import hashlib
+
+    try:
+        r = subprocess.run(
+            [str(scontrol), "write", "batch_script", str(int(job_id)), "-"],
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0 or not r.stdout or len(r.stdout) > MAX_SCRIPT:
+        return None
+    return "sha256:" + hashlib.sha256(r.stdout).hexdigest()[:16]
 
 
 def _number(value: object) -> int | None:

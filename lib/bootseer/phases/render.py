@@ -280,8 +280,8 @@ def history_table(report: JobReport, width: int | None = None) -> RenderableType
     if not left:
         return table
     note = Text(
-        f"{left} earlier run{'s' if left > 1 else ''} left out to fit "
-        f"{width} columns (a wider terminal or --json shows them)",
+        f"{left} earlier run{'s' if left > 1 else ''} left out to fit {width} columns "
+        "(--json has all)",
         style="dim",
     )
     return Group(table, note)
