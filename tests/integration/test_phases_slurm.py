@@ -124,9 +124,9 @@ def test_array_task_is_reported_by_its_array_id(cluster: DevSlurm) -> None:
             capture_output=True,
             text=True,
         )
-        for job, task, state in (line.split() for line in r.stdout.splitlines() if line):
+        for job_id, task, state in (line.split() for line in r.stdout.splitlines() if line):
             if task.isdigit() and state != "PENDING":
-                tasks[int(task)] = int(job)
+                tasks[int(task)] = int(job_id)
         time.sleep(0.25)  # polls Slurm's answer, as DevSlurm.wait does
     assert sorted(tasks) == [0, 1, 2]
     for job in tasks.values():

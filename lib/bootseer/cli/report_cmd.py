@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from bootseer.store import Store
 
 
-
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "report",
