@@ -14,7 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -66,8 +66,17 @@ def home(base: Path, user: str) -> Path:
 def as_user(user: str, agent: AgentProc, *argv: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     """``bootseer ckpt ARGV`` run as ``user`` on the agent's node."""
     return subprocess.run(
-        ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", *env(agent), BOOTSEER]
-        + ["ckpt", "-q", *argv],
+        [
+            "setpriv",
+            f"--reuid={user}",
+            f"--regid={user}",
+            "--init-groups",
+            *env(agent),
+            BOOTSEER,
+            "ckpt",
+            "-q",
+            *argv,
+        ],
         **{"capture_output": True, "text": True, "timeout": 60, **kw},
     )
 
@@ -108,7 +117,7 @@ def test_a_user_puts_gets_lists_verifies_and_removes_through_the_agent(
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == data and out.stat().st_uid == pwd.getpwnam("alice").pw_uid
     raw = as_user("alice", door, "get", "proj:step1/model.bin", "-", text=False)
-    assert raw.returncode == 0 and raw.stdout == data
+    assert raw.returncode == 0 and cast(bytes, raw.stdout) == data
     r = as_user("alice", door, "ls", "proj:step1")
     assert r.returncode == 0 and "model.bin" in r.stdout and str(len(data)) in r.stdout
     r = as_user("alice", door, "verify", "proj")
@@ -165,8 +174,16 @@ def test_admin_actions_and_root_options_are_refused_in_one_line(
 ) -> None:
     for argv in (["gc", "proj"], ["--user", "alice", "ls", "proj"]):
         r = subprocess.run(
-            ["setpriv", "--reuid=alice", "--regid=alice", "--init-groups", *env(door), BOOTSEER]
-            + ["ckpt", *argv],
+            [
+                "setpriv",
+                "--reuid=alice",
+                "--regid=alice",
+                "--init-groups",
+                *env(door),
+                BOOTSEER,
+                "ckpt",
+                *argv,
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -182,8 +199,15 @@ def raw_as(user: str, agent: AgentProc, doc: Any, fds: str = "", raw: bytes = b"
     code = RAW.replace("PATH", repr(str(agent.socket))).replace("LINE", repr(line))
     code = code.replace("FDS", fds or "[]")
     r = subprocess.run(
-        ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", sys.executable]
-        + ["-c", code],
+        [
+            "setpriv",
+            f"--reuid={user}",
+            f"--regid={user}",
+            "--init-groups",
+            sys.executable,
+            "-c",
+            code,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -235,7 +259,7 @@ def test_huge_malformed_and_descriptor_abusing_requests_are_refused(
     r = raw_as("bob", door, {"op": "ckpt_put", "ns": "p", "path": "x"}, fds=wronly)
     assert not r["ok"] and r["kind"] == "refused", r
     # get into a descriptor open for reading only: the agent writes nothing into it
-    src, data = weights(base, "bob")
+    src, _data = weights(base, "bob")
     assert as_user("bob", door, "put", str(src), "p:x").returncode == 0
     target = home(base, "bob") / "readonly.bin"
     target.write_bytes(b"keep")
@@ -288,8 +312,15 @@ def test_silent_puts_hold_only_their_users_share_and_end_with_the_caller(
     threads end and no version of hers is committed."""
     code = HOLD.replace("PATH", repr(str(door.socket))).replace("COUNT", "20")
     mallory = subprocess.Popen(
-        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable]
-        + ["-c", code],
+        [
+            "setpriv",
+            "--reuid=mallory",
+            "--regid=mallory",
+            "--init-groups",
+            sys.executable,
+            "-c",
+            code,
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -297,7 +328,7 @@ def test_silent_puts_hold_only_their_users_share_and_end_with_the_caller(
     try:
         assert mallory.stdout is not None
         assert int(mallory.stdout.readline()) == 16
-        src, data = weights(base, "alice")
+        src, _data = weights(base, "alice")
         r = as_user("alice", door, "put", str(src), "proj:model.bin")
         assert r.returncode == 0, r.stderr
     finally:
