@@ -185,6 +185,9 @@ class P2PSection:
     max_connections: int = 256  # peer connections an agent serves at once
 
 
+DEFAULT_DEPS_QUOTA = {"user": 256 << 30, "account": 2 << 40, "cluster": 2 << 40}
+
+
 @dataclass(frozen=True)
 class DepsSection:
     """Dependency snapshots (``--bootseer-deps``, ``bootseer deps``); see docs/deps.md."""
@@ -206,8 +209,16 @@ class DepsSection:
     max_frame_bytes: int = 64 << 20
     level: int = 3  # zstd level for captures
     threads: int = 0  # decode/encode threads; 0: one per core, at most 8
+    # Stored bytes of snapshots one scope of each kind may hold in the store (0: no
+    # quota); an epilog capture that would pass it is skipped, nothing written.
+    # A kind the site's table leaves out keeps its default.
+    quota: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_DEPS_QUOTA))
 
     def __post_init__(self) -> None:
+        for kind in self.quota:
+            if kind not in DEFAULT_DEPS_QUOTA:
+                raise ConfigError(f"deps.quota.{kind}: not one of user, account, cluster")
+        object.__setattr__(self, "quota", {**DEFAULT_DEPS_QUOTA, **self.quota})
         for scope in self.scopes:
             if scope not in ("user", "account", "cluster"):
                 raise ConfigError(f"deps.scopes: {scope!r} is not one of user, account, cluster")
