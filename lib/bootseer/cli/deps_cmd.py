@@ -6,20 +6,21 @@
     bootseer deps ls
     bootseer deps gc --unused-days 30 --max-total 500G --dry-run
 
-Users see and remove their own snapshots (scope ``user/<them>``) and the shared scopes
-the site allows; root sees all of them (``--all``).
+Users see their own snapshots (scope ``user/<them>``) and the shared scopes the site
+allows; root sees all of them (``--all``). Removing snapshots (``rm``, ``gc``) is an
+admin's: users hold no store credentials.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import re
 import time
 from typing import Any
 
+from bootseer.cli.caller import require_root, user_name
 from bootseer.errors import BootseerError
 
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.IGNORECASE)
@@ -126,7 +127,7 @@ def _store() -> Any:
 def _scopes(store: Any, asked: list[str] | None, every: bool) -> list[str]:
     from bootseer.deps.gc import all_scopes
 
-    me = getpass.getuser()
+    me = user_name()
     if every:
         if os.geteuid() != 0:
             raise BootseerError("--all is for root; without it you see your own scope")
@@ -159,7 +160,7 @@ def cmd_key(args: argparse.Namespace) -> int:
     cfg = load_config()
     scope, note = effective_scope(args.scope, cfg)
     sdir = scope_dir(
-        scope, getpass.getuser(), args.account or os.environ.get("SLURM_JOB_ACCOUNT", "")
+        scope, user_name(), args.account or os.environ.get("SLURM_JOB_ACCOUNT", "")
     )
     files = hash_key_files(args.key_file, os.getcwd(), cfg.deps.max_key_file_bytes)
     inputs = key_inputs(
@@ -253,6 +254,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
+    require_root("deps rm", "users hold no store credentials")
     from bootseer.deps.gc import remove_snapshot
     from bootseer.deps.layout import SnapshotPaths, is_key
 
@@ -270,6 +272,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    require_root("deps gc", "it removes snapshots and archives from the store")
     from bootseer.deps.gc import list_snapshots, plan_gc, remove_snapshot, sweep
 
     _, store = _store()
