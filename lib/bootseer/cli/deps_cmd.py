@@ -159,9 +159,7 @@ def cmd_key(args: argparse.Namespace) -> int:
         raise BootseerError("--prefix is required")
     cfg = load_config()
     scope, note = effective_scope(args.scope, cfg)
-    sdir = scope_dir(
-        scope, user_name(), args.account or os.environ.get("SLURM_JOB_ACCOUNT", "")
-    )
+    sdir = scope_dir(scope, user_name(), args.account or os.environ.get("SLURM_JOB_ACCOUNT", ""))
     files = hash_key_files(args.key_file, os.getcwd(), cfg.deps.max_key_file_bytes)
     inputs = key_inputs(
         scope=sdir,
