@@ -330,7 +330,11 @@ class ClusterConfig:
             "[image]\n"
             "# socket, cache_dir: <run_dir>/agent.sock, <cache_dir>/image (bootseer.nodepaths)\n"
             f'mount_dir = "{d}/nodes/%n/images"\n'
-            "cache_size_gib = 20\n\n" + self._p2p_section()
+            "cache_size_gib = 20\n\n"
+            "[metrics]\n"
+            "# node_exporter's textfile collector would read here (docs/admin.md).\n"
+            f'textfile_dir = "{d}/nodes/%n/metrics"\n'
+            "interval = 2\n\n" + self._p2p_section()
         )
 
     def _site_section(self) -> str:

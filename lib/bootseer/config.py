@@ -237,6 +237,20 @@ class DepsSection:
 
 
 @dataclass(frozen=True)
+class MetricsSection:
+    """Prometheus metrics for node_exporter's textfile collector (``bootseer.metrics``,
+    docs/admin.md): the agent and the hooks write ``bootseer_*.prom`` files there."""
+
+    # node_exporter's --collector.textfile.directory (``%n``: the node); unset: no metrics.
+    textfile_dir: Path | None = None
+    interval: float = 30.0  # seconds between the agent's writes (and one at its exit)
+
+    def __post_init__(self) -> None:
+        if self.interval < 1:
+            raise ConfigError(f"metrics.interval must be at least 1 second, not {self.interval}")
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     site: SiteSection = field(default_factory=SiteSection)
     store: StoreSection = field(default_factory=StoreSection)
@@ -247,6 +261,7 @@ class SiteConfig:
     image: ImageSection = field(default_factory=ImageSection)
     deps: DepsSection = field(default_factory=DepsSection)
     p2p: P2PSection = field(default_factory=P2PSection)
+    metrics: MetricsSection = field(default_factory=MetricsSection)
     source: Path | None = None  # the file it came from, for messages
     # for_node's input, with ``%n`` still in its paths (None: this one is not node-resolved).
     template: SiteConfig | None = field(default=None, compare=False, repr=False)

@@ -46,7 +46,14 @@ def main(argv: list[str]) -> int:
             f"bootseer {hook}: {exc}; job {env.get('SLURM_JOB_ID')} starts without bootseer",
             file=sys.stderr,
         )
-        return 0
+        from bootseer.hooks.badconfig import record_bad_config
+
+        try:  # the report and the metrics show it: Slurm drops what the hook prints
+            record_bad_config(hook, env, node, exc, t0)
+        except Exception as problem:
+            print(f"bootseer {hook}: config problem not recorded: {problem!r}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(0)  # a records thread past its deadline must not hold the hook
     log = HookLog(cfg.paths.log_dir, node, env.get("SLURM_JOB_ID", "?"), hook)
     try:
         status = _run(hook, cfg, log, t0 + cfg.hook_deadline(hook))
@@ -77,11 +84,23 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog, until: float) -> int:
         job.create()
     run = run_steps(hook, ctx, cfg, job, log, until=until - cfg.records_reserve(hook))
     marks_env = _record(hook, ctx, cfg, run, log, until)
+    _count(hook, cfg, run, log)
     if hook == "prolog":
         job.write_env({**run.env, **marks_env})
     else:
         job.remove()
     return 1 if (run.failed and cfg.hooks.strict) else 0
+
+
+def _count(hook: str, cfg: SiteConfig, run: HookRun, log: HookLog) -> None:
+    """Add the run to the node's hook metrics (``[metrics] textfile_dir``; off unset)."""
+    if cfg.metrics.textfile_dir is None:
+        return
+    from bootseer.metrics.hooks import HookSample, record
+
+    began = process_start_time()
+    seconds = time.time() - began if began is not None else 0.0
+    record(cfg.metrics.textfile_dir, HookSample.of_run(hook, run, seconds), log)
 
 
 def process_start_time() -> float | None:
