@@ -5,9 +5,9 @@ starts without bootseer all the same (no step runs on a config with a bad line),
 the hook records the problem from what it can still trust of the file
 (:func:`salvage`: every key that is valid on its own):
 
-- a ``site_config`` phase row (outcome ``failed``, the problem as its detail) beside
-  the hook's own, so ``bootseer report JOB`` names it, when the file still names the
-  store (never the defaults' node-local one);
+- the hook's own phase row failed with the problem as its detail and, from the prolog,
+  a ``site_config`` row (failed, the problem as its detail), so ``bootseer report JOB``
+  names it, when the file still names the store (never the defaults' node-local one);
 - a line in the node's hook log, when it still names a log dir;
 - ``bootseer_hook_runs_total{outcome="config_error"}`` and
   ``bootseer_hook_config_error 1`` in the metrics, when it still names their directory.
@@ -123,12 +123,10 @@ def record_bad_config(
         except BootseerError as exc:
             log(f"phase records not written: {exc}")
         else:
-            rows = [
-                StepRow(
-                    hook, now - seconds, now, "failed", detail="site config unusable: no step ran"
-                ),
-                StepRow(PHASE, now - seconds, now, "failed", detail=f"{problem}"),
-            ]
+            why = f"site config unusable, no step ran: {problem}"
+            rows = [StepRow(hook, now - seconds, now, "failed", detail=why)]
+            if hook == "prolog":  # one site_config row a node: the report spans a phase's rows
+                rows.append(StepRow(PHASE, now - seconds, now, "failed", detail=str(problem)))
             # The detached flush would load the same bad file: the rows go inline.
             inline = dataclasses.replace(
                 cfg, phases=dataclasses.replace(cfg.phases, background_flush=False)
