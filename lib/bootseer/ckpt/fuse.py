@@ -135,6 +135,7 @@ class CkptFS(pyfuse3.Operations):
         self._handles: dict[int, _Handle] = {}
         self._dirs: dict[int, list[tuple[str, str, Manifest | StripedWriter | bool]]] = {}
         self._writing: dict[str, StripedWriter] = {}
+        self._owner: dict[StripedWriter, _Handle] = {}  # until its release is done
         self._versions: dict[int, str] = {}  # inode -> version last opened, for keep_cache
         self._lock = threading.Lock()
         self.bytes_read = 0  # served to the job, for the epilog's phase record
@@ -191,6 +192,10 @@ class CkptFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
         except (BootseerError, StoreError) as exc:
             log(f"error: {exc}")
+            raise pyfuse3.FUSEError(errno.EIO) from None
+        except Exception as exc:
+            # Escaping into pyfuse3 would end the daemon (the job's mount with it).
+            log(f"internal error: {exc!r}")
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     def _kind(self, path: str) -> Manifest | StripedWriter | bool | None:
@@ -276,8 +281,9 @@ class CkptFS(pyfuse3.Operations):
             if writer is not None:
                 # ftruncate: to the final size before writing (safetensors, fio), or
                 # back to 0 to write again.
+                handle = handle or self._owner.get(writer)
                 if handle is None:
-                    handle = next(h for h in self._handles.values() if h.writer is writer)
+                    raise pyfuse3.FUSEError(errno.EBUSY)
                 await self._run(self._locked, handle, writer.truncate, attr.st_size)
             elif attr.st_size == 0:
                 await self._run(self._truncate, path)
@@ -411,18 +417,17 @@ class CkptFS(pyfuse3.Operations):
     def _move_writer(self, w: StripedWriter, src: str, dst: str) -> bool:
         """Point an open writer of ``src`` at ``dst`` (False: it was closed meanwhile,
         so ``src`` is an ordinary file now)."""
-        handles = [h for h in self._handles.values() if h.writer is w]
-        with contextlib.ExitStack() as locks:
-            for h in handles:
-                locks.enter_context(h.lock)
+        h = self._owner.get(w)
+        if h is None:
+            return False
+        with h.lock:  # not while its close commits
             if w.closed or self._writing.get(src) is not w:
                 return False
             if w.committed is not None:  # an fsync published it under the old name
                 self.ns.rename(src, dst)
             w.rename(dst)
             self._writing[dst] = self._writing.pop(src)
-            for h in handles:
-                h.path = dst
+            h.path = dst
         log(f"{src}: renamed to {dst} while open for writing")
         return True
 
@@ -486,31 +491,27 @@ class CkptFS(pyfuse3.Operations):
         if flags & os.O_APPEND:
             log(f"{path}: open for append refused: striped files are written whole")
             raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
-        base = None
-        if not flags & os.O_TRUNC:
-            # Opened for update (r+b, fio): bytes not written again come from the
-            # current version, copied into the new one at close.
-            kind = await self._run(self._kind, path)
-            if isinstance(kind, Manifest) and kind.size > 0:
-                base = kind
-        return await self._open_write(inode, path, ctx, base)
+        # Without O_TRUNC, opened for update (r+b, fio): bytes not written again come
+        # from the current version, copied into the new one at close.
+        return await self._open_write(inode, path, ctx, update=not flags & os.O_TRUNC)
 
     def _open_read(self, path: str) -> StripedReader:
         return self.ns.open(path, "rb")
 
     async def _open_write(
-        self, ino: int, path: str, ctx: pyfuse3.RequestContext, base: Manifest | None = None
+        self, ino: int, path: str, ctx: pyfuse3.RequestContext, update: bool
     ) -> pyfuse3.FileInfo:
         if not await self._released(path):
             log(f"{path}: already open for writing on this node")
             raise pyfuse3.FUSEError(errno.ETXTBSY)
-        if base is not None:
-            # The previous writer may have committed while this one waited.
-            base = await self._run(self.ns.manifest, path)
+        # After the wait: the previous writer's version is the one to update.
+        base = await self._run(self.ns.manifest, path) if update else None
         writer = StripedWriter(self.ns, path, base=base, stage=self.stage)
         self._writing[path] = writer
         fh = next(self._next_fh)
-        self._handles[fh] = _Handle(ino, path, writer=writer, opener=_tgid(ctx.pid))
+        self._handles[fh] = self._owner[writer] = _Handle(
+            ino, path, writer=writer, opener=_tgid(ctx.pid)
+        )
         self._versions.pop(ino, None)
         return pyfuse3.FileInfo(fh=fh)
 
@@ -527,9 +528,8 @@ class CkptFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EEXIST)
         if flags & os.O_APPEND and isinstance(kind, Manifest) and kind.size > 0:
             raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
-        base = kind if isinstance(kind, Manifest) and not flags & os.O_TRUNC else None
         ino = self._ino(path)
-        info = await self._open_write(ino, path, ctx, base)
+        info = await self._open_write(ino, path, ctx, update=not flags & os.O_TRUNC)
         # Other nodes see the name from the first commit on; this node sees the writer.
         return info, self._attrs(ino, self._writing[path])
 
@@ -594,13 +594,17 @@ class CkptFS(pyfuse3.Operations):
                 log(f"{h.path}: new version dropped ({why}); the previous version stays")
                 w.abort()
                 self._writing.pop(h.path, None)
+                self._owner.pop(w, None)
                 if h.failed:
                     raise OSError(h.errno, f"{h.path}: {h.failed}")
                 return
             before = w.committed
             if last:
-                w.close()
-                self._writing.pop(h.path, None)
+                try:
+                    w.close()
+                finally:
+                    self._writing.pop(h.path, None)
+                    self._owner.pop(w, None)
             elif w.size > 0 or before is not None:
                 # A close of one of several descriptors (a shell's dup2) before anything
                 # was written must not replace the previous version with an empty one.

@@ -179,8 +179,8 @@ class StripedWriter(io.RawIOBase):
             elif pos < self._frontier:
                 take = min(end, self._frontier) - pos
                 out += self._buf[pos - start : pos - start + take]
-            else:
-                take = min(end - pos, self.unit_size)
+            else:  # ahead of the stream: staged, the base's (read ahead by its reader), zeros
+                take = min(end - pos, 16 * self.unit_size)
                 out += self._ahead(pos, take)
             pos += take
         return bytes(out)
