@@ -194,8 +194,9 @@ class ClusterConfig:
 
     def _write_store_secrets(self) -> None:
         """An admin identity for root-run parts (its keys in the root-only secrets file)
-        and an anonymous one that may only read and list: users' `bootseer report` reads
-        the phase records, and no user writes the store (docs/security.md)."""
+        and an anonymous one that may only read and list the phase records (users'
+        `bootseer report`): no user writes the store or reads another's snapshots, image
+        blocks or records (docs/security.md, "Who reads the store")."""
         if not self.secrets_file.exists():
             fd = os.open(self.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             os.write(
@@ -220,7 +221,7 @@ class ClusterConfig:
                     ],
                     "actions": ["Admin", "Read", "List", "Tagging", "Write"],
                 },
-                {"name": "anonymous", "actions": ["Read", "List"]},
+                {"name": "anonymous", "actions": self._s3_public_actions()},
             ]
         }
         tmp = self.s3_identities.with_suffix(".tmp")
@@ -228,6 +229,23 @@ class ClusterConfig:
         os.write(fd, json.dumps(identities, indent=1).encode())
         os.close(fd)
         os.replace(tmp, self.s3_identities)
+
+    def _s3_public_actions(self) -> list[str]:
+        """SeaweedFS actions scoped to the store's public tops, nothing else: an anonymous
+        request elsewhere is AccessDenied. ``Action:bucket/path/*`` is a glob over
+        ``bucket/key`` (``*`` spans ``/``; a list request's ``prefix`` is its key); an
+        action with a path but no wildcard would only ever match the bare bucket."""
+        import sys
+
+        sys.path.insert(0, str(TOP / "lib"))
+        from bootseer.store import PUBLIC_TOP
+
+        bucket_path = self.store_uri().removeprefix("s3://").split("?", 1)[0].strip("/")
+        return [
+            f"{action}:{bucket_path}/{top}/*"
+            for top in sorted(PUBLIC_TOP)
+            for action in ("Read", "List")
+        ]
 
     def _write(self, path: Path, text: str) -> None:
         tmp = path.with_suffix(path.suffix + ".tmp")
@@ -312,7 +330,11 @@ class ClusterConfig:
             "[image]\n"
             "# socket, cache_dir: <run_dir>/agent.sock, <cache_dir>/image (bootseer.nodepaths)\n"
             f'mount_dir = "{d}/nodes/%n/images"\n'
-            "cache_size_gib = 20\n\n" + self._p2p_section()
+            "cache_size_gib = 20\n\n"
+            "[metrics]\n"
+            "# node_exporter's textfile collector would read here (docs/admin.md).\n"
+            f'textfile_dir = "{d}/nodes/%n/metrics"\n'
+            "interval = 2\n\n" + self._p2p_section()
         )
 
     def _site_section(self) -> str:

@@ -189,6 +189,9 @@ class P2PSection:
     max_connections: int = 256  # peer connections an agent serves at once
 
 
+DEFAULT_DEPS_QUOTA = {"user": 256 << 30, "account": 2 << 40, "cluster": 2 << 40}
+
+
 @dataclass(frozen=True)
 class DepsSection:
     """Dependency snapshots (``--bootseer-deps``, ``bootseer deps``); see docs/deps.md."""
@@ -210,8 +213,16 @@ class DepsSection:
     max_frame_bytes: int = 64 << 20
     level: int = 3  # zstd level for captures
     threads: int = 0  # decode/encode threads; 0: one per core, at most 8
+    # Stored bytes of snapshots one scope of each kind may hold in the store (0: no
+    # quota); an epilog capture that would pass it is skipped, nothing written.
+    # A kind the site's table leaves out keeps its default.
+    quota: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_DEPS_QUOTA))
 
     def __post_init__(self) -> None:
+        for kind in self.quota:
+            if kind not in DEFAULT_DEPS_QUOTA:
+                raise ConfigError(f"deps.quota.{kind}: not one of user, account, cluster")
+        object.__setattr__(self, "quota", {**DEFAULT_DEPS_QUOTA, **self.quota})
         for scope in self.scopes:
             if scope not in ("user", "account", "cluster"):
                 raise ConfigError(f"deps.scopes: {scope!r} is not one of user, account, cluster")
@@ -230,6 +241,20 @@ class DepsSection:
 
 
 @dataclass(frozen=True)
+class MetricsSection:
+    """Prometheus metrics for node_exporter's textfile collector (``bootseer.metrics``,
+    docs/admin.md): the agent and the hooks write ``bootseer_*.prom`` files there."""
+
+    # node_exporter's --collector.textfile.directory (``%n``: the node); unset: no metrics.
+    textfile_dir: Path | None = None
+    interval: float = 30.0  # seconds between the agent's writes (and one at its exit)
+
+    def __post_init__(self) -> None:
+        if self.interval < 1:
+            raise ConfigError(f"metrics.interval must be at least 1 second, not {self.interval}")
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     site: SiteSection = field(default_factory=SiteSection)
     store: StoreSection = field(default_factory=StoreSection)
@@ -240,6 +265,7 @@ class SiteConfig:
     image: ImageSection = field(default_factory=ImageSection)
     deps: DepsSection = field(default_factory=DepsSection)
     p2p: P2PSection = field(default_factory=P2PSection)
+    metrics: MetricsSection = field(default_factory=MetricsSection)
     source: Path | None = None  # the file it came from, for messages
     # for_node's input, with ``%n`` still in its paths (None: this one is not node-resolved).
     template: SiteConfig | None = field(default=None, compare=False, repr=False)

@@ -44,7 +44,7 @@ PLUGIN = "bootseer.so"
 PLUGIN_RUNDIR = "/run/bootseer"  # spank/bootseer.c's default rundir=
 # A login shell's PATH (Debian's /etc/login.defs ENV_PATH): what jobs inherit from sbatch.
 USER_PATH = "/usr/local/bin:/usr/bin:/bin"
-PYTHON_MIN = (3, 11, 4)  # tarfile's extraction filters (deps restore)
+PYTHON_MIN = (3, 11)  # pyproject's requires-python
 TIMEOUT_MARGIN = 10.0  # seconds PrologEpilogTimeout should leave past a hook's deadline
 CLOCK_SKEW = 5.0  # seconds between this node and the store's time that we tolerate
 # slurm.conf lines that hold several key=value pairs of a node or partition, not settings.
@@ -534,16 +534,18 @@ def check_store_secrets(node: Node) -> Check:
 
 
 def check_python(node: Node) -> Check:
-    """The interpreter has tarfile's extraction filters (>= 3.11.4): deps restores need them."""
+    """The interpreter is one bootseer runs on, with an extraction filter for deps restores
+    (tarfile's own from 3.11.4, bootseer's copy of its rules before: Debian's 3.11.2)."""
     name = "python"
     version = ".".join(map(str, sys.version_info[:3]))
-    if sys.version_info[:3] < PYTHON_MIN or not hasattr(tarfile, "data_filter"):
+    if sys.version_info[:2] < PYTHON_MIN:
         return problem(
             name,
-            f"{node.python} is {version}: no tarfile data filter, every deps restore fails",
-            "rebuild the venv on Python >= 3.11.4 (BOOTSEER_PY=..., scripts/bootstrap)",
+            f"{node.python} is {version}: bootseer needs Python >= 3.11",
+            "rebuild the venv on Python >= 3.11 (BOOTSEER_PY=... scripts/bootstrap)",
         )
-    return ok(name, f"{version} with tarfile's data filter: {node.python}")
+    which = "tarfile's data filter" if hasattr(tarfile, "data_filter") else "bootseer's data filter"
+    return ok(name, f"{version} with {which}: {node.python}")
 
 
 def check_path(node: Node) -> Check:

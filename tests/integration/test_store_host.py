@@ -106,3 +106,74 @@ for what, act in (
         assert "refused" in line and "users hold no store credentials" in line, r.stdout
     assert store.read_bytes("deps/user/alice/k/manifest.json") == b"genuine"
     assert not store.exists("mallory.txt")
+
+
+def test_a_user_reads_only_the_phase_records(s3_store: devcluster.Cluster) -> None:
+    """The anonymous identity reads and lists `phases/` only: mallory reads a job's phase
+    rows (`bootseer report`'s dataset) but no snapshot, image block or record, trace or
+    other object of the store, and cannot list their names either; root reads them all."""
+    import pwd
+    import sys
+
+    try:
+        pwd.getpwnam("mallory")
+    except KeyError:
+        pytest.skip("needs slurm-dev's user mallory")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
+    from bootseer.phases.schema import JobMeta
+    from bootseer.phases.writer import write_rows
+
+    store = s3_store.open_store()
+    private = [
+        "deps/user/alice/k/manifest.json",
+        "deps/user/alice/k/data-1.bszst",
+        "deps/user/alice/refs/b.json",
+        "images/blocks/ab/abcd",
+        "images/manifests/m.json",
+        "images/paths/p.json",
+        "images/traces/t.json",
+        "ckpt/user/alice/run/manifest.json",
+        "top.json",
+    ]
+    for key in private:
+        store.write_bytes(key, b"alice's secret")
+    write_rows(store, [JobMeta(job_id=4242, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "lib")!r})
+from bootseer.errors import StoreError
+from bootseer.phases.reader import PhaseDataset
+from bootseer.store import open_store
+store = open_store({s3_store.store_uri()!r})
+print("report", PhaseDataset(store).job(4242).num_rows)
+def attempt(what, act):
+    try:
+        got = act()
+        print(what, "allowed", repr(got)[:80])
+    except (StoreError, OSError) as exc:
+        print(what, "refused", exc)
+for key in {private!r}:
+    attempt("read " + key, lambda: store.read_bytes(key))
+    attempt("range " + key, lambda: store.read_range(key, 0, 4))
+for prefix in ("", "deps", "deps/user/alice", "images", "images/blocks", "ckpt"):
+    attempt("list " + prefix, lambda: [o.key for o in store.list(prefix, recursive=True)])
+    attempt("dirs " + prefix, lambda: store.list_dirs(prefix))
+"""
+    r = subprocess.run(
+        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable],
+        input=code,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "report 1" in lines, r.stdout
+    attempts = [ln for ln in lines if not ln.startswith("report ")]
+    assert len(attempts) == 2 * len(private) + 12, r.stdout
+    leaked = [ln for ln in attempts if " refused " not in ln]
+    assert not leaked, r.stdout
+    assert "secret" not in r.stdout
+    for key in private:  # root-run parts (the keys) still read everything
+        assert store.read_bytes(key) == b"alice's secret"

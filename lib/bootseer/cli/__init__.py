@@ -23,6 +23,7 @@ COMMANDS = (
     "bootseer.cli.image_cmd",
     "bootseer.cli.deps_cmd",
     "bootseer.cli.doctor_cmd",
+    "bootseer.cli.install_cmd",
 )
 
 

@@ -1,7 +1,10 @@
 """``bootseer ckpt put|get|ls|rm|verify|gc``: striped checkpoint files by hand.
 
 Files are named ``NAMESPACE:PATH`` in the caller's own namespaces (root may pass
-``--user``)::
+``--user``). Root reads and writes the targets itself; a user holds no store
+credentials, so a user's command goes through the node agent's checkpoint door
+(:mod:`bootseer.ckpt.door`), which knows the caller by ``SO_PEERCRED``. ``gc`` is an
+admin's (root only)::
 
     bootseer ckpt put model.pt llama-25b:step100/model.pt
     bootseer ckpt ls llama-25b:step100
@@ -106,6 +109,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     action = args.ckpt_command
+    if os.geteuid() != 0:
+        if args.user:
+            raise BootseerError("--user is for root only")
+        if action == "gc":
+            raise BootseerError(
+                "gc is an admin action (it deletes units no manifest names): run it as root"
+            )
+        from bootseer.cli import ckpt_door
+
+        return ckpt_door.run(args)
     if action == "gc":
         ns = open_namespace(args, args.namespace)
         print(f"{ns.gc(args.min_age)} orphaned versions removed")

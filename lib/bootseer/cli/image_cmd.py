@@ -237,7 +237,13 @@ def _agent(args: argparse.Namespace) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     from bootseer.nodepaths import NodePaths
+    from bootseer.sdnotify import notify
 
     socket = NodePaths(cfg).agent_socket
-    serve(cfg, node, ready=lambda: say(f"bootseer agent ready on {socket}"))
+
+    def ready() -> None:
+        say(f"bootseer agent ready on {socket}")
+        notify("READY=1")  # Type=notify in the unit bootseer install writes
+
+    serve(cfg, node, ready=ready)
     return 0

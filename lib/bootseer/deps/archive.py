@@ -2,8 +2,10 @@
 
 Both run in a child with the job user's rights (:mod:`bootseer.deps.asuser`), so the
 kernel already keeps them inside what the user may read and write. Extraction builds
-on tarfile's ``data`` filter (PEP 706), which rejects ``..`` escapes, links leaving
-the destination, device nodes and FIFOs, and strips setuid/setgid and ownership.
+on tarfile's ``data`` filter (PEP 706; :mod:`bootseer.deps.datafilter` brings it to
+Pythons before 3.11.4, such as Debian bookworm's 3.11.2), which rejects ``..``
+escapes, links leaving the destination, device nodes and FIFOs, and strips
+setuid/setgid and ownership.
 :class:`SnapshotFilter` adds what it does not cover:
 
 - absolute member names are refused (the data filter would quietly strip the '/');
@@ -31,6 +33,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from bootseer.deps import datafilter
 from bootseer.deps.manifest import Entry, check_name
 from bootseer.errors import BootseerError
 
@@ -110,8 +113,8 @@ class SnapshotFilter:
     def _data_filter(self, member: tarfile.TarInfo, dest: str, where: str) -> tarfile.TarInfo:
         if not member.issym():
             try:
-                return tarfile.data_filter(member, dest)
-            except tarfile.FilterError as exc:
+                return datafilter.data_filter(member, dest)
+            except datafilter.FilterError as exc:
                 raise SnapshotRejected(f"{where}: {exc}") from None
         # Symlinks are checked by their text, not by resolving them on disk as the data
         # filter does: a relative link may point at another link (python3 -> python ->
@@ -131,10 +134,10 @@ class SnapshotFilter:
             if target == ".." or target.startswith("../") or not link:
                 raise SnapshotRejected(f"{where}: symlink to {link!r} leaves the prefix")
         try:
-            filtered = tarfile.data_filter(member.replace(linkname=".", deep=False), dest)
-        except tarfile.FilterError as exc:
+            filtered = datafilter.data_filter(datafilter.replace(member, linkname="."), dest)
+        except datafilter.FilterError as exc:
             raise SnapshotRejected(f"{where}: {exc}") from None
-        return filtered.replace(linkname=link, deep=False)
+        return datafilter.replace(filtered, linkname=link)
 
     def finish(self) -> None:
         if self.count != len(self.entries):
@@ -180,7 +183,7 @@ def extract_snapshot(
                     # The default 16 KiB copy buffer costs a syscall pair per block.
                     tf.copybufsize = 1 << 20  # type: ignore[attr-defined]
                     for member in tf:
-                        tf.extract(member, tmp, filter=flt)
+                        datafilter.extract(tf, member, tmp, flt)
             except tarfile.TarError as exc:
                 raise SnapshotRejected(f"broken archive after entry {flt.count}: {exc}") from None
             flt.finish()

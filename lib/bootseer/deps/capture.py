@@ -41,6 +41,11 @@ class CaptureError(StepError):
     """A capture failed; nothing was published."""
 
 
+class QuotaExceeded(CaptureError):
+    """The capture would take its scope past its quota (``deps.quota``,
+    :mod:`bootseer.deps.quota`); nothing was published."""
+
+
 @dataclass
 class CaptureRequest:
     prefix: str
@@ -62,6 +67,8 @@ class CaptureRequest:
     max_bytes: int = 64 << 30
     max_files: int = 1_000_000
     timeout: float = 3600.0
+    max_stored: int | None = None  # stored bytes the scope's quota leaves; None: no quota
+    quota_note: str = ""  # what the quota is, for the QuotaExceeded message
 
 
 def snapshot_exists(store: Store, scope: str, key: str, *, keys: SiteKeys | None) -> bool:
@@ -115,6 +122,11 @@ def capture(
         stored = done
         if raw > req.max_bytes:
             raise CaptureError(f"{prefix}: more than deps.max_bytes={req.max_bytes} bytes")
+        if req.max_stored is not None and done > req.max_stored:
+            raise QuotaExceeded(
+                f"{prefix}: more than the {req.max_stored} stored bytes left in "
+                f"{req.quota_note or 'the scope'}"
+            )
         if progress:
             progress(raw, done)
 

@@ -328,6 +328,7 @@ def capture_for_job(
     names: object,
 ) -> StepResult:
     from bootseer.deps.capture import CaptureRequest, capture, snapshot_exists, write_ref
+    from bootseer.deps.quota import QuotaExceeded, scope_quota
 
     cmd = list(command) if isinstance(command, list) else None
     key = snapshot_key(state.base, cmd)
@@ -336,6 +337,13 @@ def capture_for_job(
     if snapshot_exists(store, state.scope, key, keys=keys):
         write_ref(store, state.scope, state.base, key, cmd, keys=keys)
         return StepResult(outcome="skipped", detail=f"snapshot {key} already in the store")
+    quota = scope_quota(store, state.scope, cfg.deps.quota)
+    over = (
+        f"not captured: {quota.describe()} (an admin frees room with `bootseer deps gc` "
+        "or raises deps.quota); the next run installs again"
+    )
+    if quota.room == 0:
+        return StepResult(outcome="skipped", detail=f"{state.prefix} {over}")
     req = CaptureRequest(
         prefix=state.prefix,
         scope=state.scope,
@@ -355,8 +363,15 @@ def capture_for_job(
         max_bytes=cfg.deps.max_bytes,
         max_files=cfg.deps.max_files,
         timeout=max(1.0, call.remaining()),
+        max_stored=quota.room,
+        quota_note=quota.describe(),
     )
-    m = capture(store, req, keys=keys)
+    try:
+        m = capture(store, req, keys=keys)
+    except QuotaExceeded:
+        return StepResult(
+            outcome="skipped", detail=f"{state.prefix} is larger than the room left: {over}"
+        )
     return StepResult(
         detail=f"captured {key} from {state.prefix}: {len(m.entries)} entries, "
         f"{m.raw_bytes} bytes -> {m.stored_bytes} stored",

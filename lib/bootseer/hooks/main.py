@@ -46,16 +46,26 @@ def main(argv: list[str]) -> int:
             f"bootseer {hook}: {exc}; job {env.get('SLURM_JOB_ID')} starts without bootseer",
             file=sys.stderr,
         )
-        return 0
+        from bootseer.hooks.badconfig import record_bad_config
+
+        try:  # the report and the metrics show it: Slurm drops what the hook prints
+            record_bad_config(hook, env, node, exc, t0)
+        except Exception as problem:
+            print(f"bootseer {hook}: config problem not recorded: {problem!r}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(0)  # a records thread past its deadline must not hold the hook
     log = HookLog(cfg.paths.log_dir, node, env.get("SLURM_JOB_ID", "?"), hook)
+    until = t0 + cfg.hook_deadline(hook)
     try:
-        status = _run(hook, cfg, log, t0 + cfg.hook_deadline(hook))
+        status = _run(hook, cfg, log, until)
     except BootseerError as exc:
         log(f"outcome=failed: {exc}")
         status = 1 if cfg.hooks.strict else 0
+        _count(hook, cfg, None, log, until)
     except Exception as exc:
         log(f"outcome=failed: unexpected {exc!r}")
         status = 1 if cfg.hooks.strict else 0
+        _count(hook, cfg, None, log, until)
     log(f"done secs={time.monotonic() - t0:.3f} exit={status}")
     log.close()
     sys.stdout.flush()
@@ -81,7 +91,27 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog, until: float) -> int:
         job.write_env({**run.env, **marks_env})
     else:
         job.remove()
+    _count(hook, cfg, run, log, until)
     return 1 if (run.failed and cfg.hooks.strict) else 0
+
+
+def _count(hook: str, cfg: SiteConfig, run: HookRun | None, log: HookLog, until: float) -> None:
+    """Add the run (None: one that failed before its steps' account) to the node's hook
+    metrics (``[metrics] textfile_dir``; off unset), waiting for the lock until ``until``
+    at most (once past it, one try)."""
+    if cfg.metrics.textfile_dir is None:
+        return
+    from bootseer.metrics.hooks import LOCK_WAIT, HookSample, record
+
+    began = process_start_time()
+    seconds = time.time() - began if began is not None else 0.0
+    sample = (
+        HookSample(hook, "failed", seconds)
+        if run is None
+        else HookSample.of_run(hook, run, seconds)
+    )
+    wait = min(LOCK_WAIT, max(0.0, until - time.monotonic()))
+    record(cfg.metrics.textfile_dir, sample, log, wait=wait)
 
 
 def process_start_time() -> float | None:

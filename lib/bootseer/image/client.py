@@ -11,6 +11,7 @@ library and :mod:`bootseer.image.protocol`): a mark from a job script is a proce
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +45,21 @@ class AgentClient:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
 
-    def send(self, request: Request, timeout: float = 10.0) -> dict[str, Any]:
-        """Send a typed request; the reply's fields, or its error raised by kind."""
-        return self._exchange(request.op, request.to_wire(), timeout)
+    def send(
+        self, request: Request, timeout: float | None = 10.0, fds: Sequence[int] = ()
+    ) -> dict[str, Any]:
+        """Send a typed request (with ``fds`` passed along, ``SCM_RIGHTS``); the reply's
+        fields, or its error raised by kind. ``timeout=None`` waits as long as the agent
+        works (the checkpoint door's transfers, which the agent bounds itself)."""
+        return self._exchange(request.op, request.to_wire(), timeout, fds)
 
     def call(self, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
         """Send ``{"op": op, **args}`` unchecked (the CLI's ``status``, tests)."""
         return self._exchange(op, {**args, "op": op}, timeout)
 
-    def _exchange(self, op: str, doc: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def _exchange(
+        self, op: str, doc: dict[str, Any], timeout: float | None, fds: Sequence[int] = ()
+    ) -> dict[str, Any]:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(timeout)
         try:
@@ -60,7 +67,11 @@ class AgentClient:
                 s.connect(str(self.path))
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 raise AgentUnavailable(f"no node agent on {self.path}: {exc.strerror}") from None
-            s.sendall(encode(doc))
+            line = encode(doc)
+            if fds:
+                sent = socket.send_fds(s, [line], list(fds))
+                line = line[sent:]
+            s.sendall(line)
             buf = b""
             while not buf.endswith(b"\n"):
                 chunk = s.recv(1 << 16)
@@ -69,7 +80,7 @@ class AgentClient:
                 buf += chunk
         except TimeoutError:
             raise AgentTimeout(
-                f"node agent on {self.path}: no answer to {op} within {timeout:g}s"
+                f"node agent on {self.path}: no answer to {op} within {timeout or 0:g}s"
             ) from None
         except OSError as exc:
             raise AgentUnavailable(f"node agent on {self.path}: {exc}") from None

@@ -23,6 +23,7 @@ from bootseer.config import SiteConfig
 from bootseer.image.agent import Agent
 from bootseer.image.fuse import MOUNT_OPTIONS, READ_AHEAD_KIB, ImageFS
 from bootseer.image.server import AgentServer
+from bootseer.metrics.agent import AgentMetrics
 from bootseer.mounts import raise_read_ahead_when_ready, unmount_stale
 
 
@@ -43,6 +44,7 @@ def serve(
     os.makedirs(mountpoint, mode=0o755, exist_ok=True)
     pyfuse3.init(ImageFS(agent), mountpoint, set(MOUNT_OPTIONS))
     server: AgentServer | None = None
+    metrics: AgentMetrics | None = None
     try:
         server = AgentServer(
             paths.agent_socket,
@@ -59,10 +61,13 @@ def serve(
             f"cache={paths.image_cache} ({agent.cache.bytes} bytes cached) "
             f"store={agent.store.uri}"
         )
+        metrics = AgentMetrics.start(cfg, agent)
         if ready:
             ready()
         trio.run(_main, cfg.image.prefetch_parallel)
     finally:
+        if metrics is not None:
+            metrics.stop()  # first: bootseer_agent_up 0, whatever the rest of this does
         if server is not None:
             server.shutdown()
             server.server_close()

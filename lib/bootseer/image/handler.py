@@ -3,7 +3,8 @@
 The caller is known by ``SO_PEERCRED`` (:mod:`bootseer.image.server`): root (the
 prolog and epilog) may send every request; any other user may only ask ``status``
 or ``first_step`` about a job of their own, and learns nothing of others' jobs (a
-job of another user is "not found", exactly as a job that is not there).
+job of another user is "not found", exactly as a job that is not there); and any
+user may use the checkpoint door (``ckpt_*``) in their own namespaces.
 
     >>> handle(agent, Status(42), peer_uid=1000)  # doctest: +SKIP
     JobReply(job_id=42, path='/run/bootseer/images/42.sqsh', ...)
@@ -12,7 +13,10 @@ job of another user is "not found", exactly as a job that is not there).
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Sequence
 
+from bootseer.ckpt.wire import CkptRequest
 from bootseer.image.agent import Agent
 from bootseer.image.jobs import JobView
 from bootseer.image.protocol import (
@@ -33,7 +37,22 @@ from bootseer.image.protocol import (
 )
 
 
-def handle(agent: Agent, req: Request, peer_uid: int) -> Reply:
+def handle(
+    agent: Agent,
+    req: Request,
+    peer_uid: int,
+    fds: Sequence[int] = (),
+    conn: socket.socket | None = None,
+) -> Reply:
+    """``fds``: the descriptors the caller passed (a checkpoint door's file); ``conn``:
+    the caller's connection, watched while a long request runs."""
+    if isinstance(req, CkptRequest):
+        # Any user, in their own namespaces only (bootseer.ckpt.door).
+        from bootseer.ckpt.door import Caller, current_config, serve
+        from bootseer.sitekey import site_keys
+
+        cfg = current_config(agent.cfg, agent.node)
+        return serve(cfg, site_keys(cfg), req, Caller(peer_uid, list(fds), conn))
     if isinstance(req, Ping):
         return PingReply(agent.node, os.getpid())
     if isinstance(req, Stats):

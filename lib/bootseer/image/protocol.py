@@ -196,6 +196,11 @@ def parse_request(doc: object) -> Request:
     if not isinstance(doc, dict):
         raise AgentBadRequest("request must be a JSON object")
     op = doc.get("op")
+    if isinstance(op, str) and op.startswith("ckpt_"):
+        # The checkpoint door's requests (bootseer.ckpt.wire), on the same socket and caps.
+        from bootseer.ckpt.wire import parse_ckpt_request
+
+        return parse_ckpt_request(doc)
     cls = REQUESTS.get(op) if isinstance(op, str) else None
     if cls is None:
         raise AgentBadRequest(f"unknown op {op!r} (ops: {', '.join(REQUESTS)})")

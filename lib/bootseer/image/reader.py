@@ -11,6 +11,7 @@ read of several missing blocks asks for all of them at once: they arrive in para
 
 from __future__ import annotations
 
+import threading
 import time
 
 from bootseer.image.blocks import block_range
@@ -23,6 +24,10 @@ class ImageReader:
     def __init__(self, cache: BlockCache, fetcher: Fetcher) -> None:
         self.cache = cache
         self.fetcher = fetcher
+        # Blocks the jobs' reads found in the cache, and those they waited for (metrics).
+        self.hits = 0
+        self.misses = 0
+        self._count = threading.Lock()
 
     def read(
         self, view: JobView, offset: int, size: int, cached_only: bool = False
@@ -44,6 +49,7 @@ class ImageReader:
                 if m.blocks[i] not in self.cache:
                     self.fetcher.request(view.image.source, m, i, DEMAND)
         parts = []
+        hits = misses = 0
         for i in blocks:
             start = i * m.block_size
             lo = max(offset, start) - start
@@ -52,6 +58,12 @@ class ImageReader:
             if data is None:
                 if cached_only:
                     return None
+                misses += 1
                 data = self.fetcher.get(view.image.source, m, i)[lo:hi]
+            else:
+                hits += 1
             parts.append(data)
+        with self._count:
+            self.hits += hits
+            self.misses += misses
         return parts[0] if len(parts) == 1 else b"".join(parts)

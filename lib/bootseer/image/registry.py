@@ -149,16 +149,32 @@ def _path_record(
         return None
     if not isinstance(doc, dict):
         return None
-    if (doc.get("path"), doc.get("size"), doc.get("mtime_ns")) != (
-        path,
-        st.st_size,
-        st.st_mtime_ns,
-    ):
+    if _file_identity(doc) != _file_identity(_identity_of(path, st)):
         return None
     try:
         return load_manifest(store, str(doc.get("image")), keys=keys)
     except (ManifestError, SealError):
         return None
+
+
+def _identity_of(path: str, st: os.stat_result) -> dict[str, Any]:
+    """What makes a path record name this very file, not one that had its name, size and
+    mtime before (a user sets her own file's mtime; a node-local path names another
+    file on each node; an inode number is reused once freed): its inode number and its
+    ctime, which no user can set and any change of the file or its metadata moves. Not
+    the device: a shared filesystem's file has one inode and ctime on every node, but
+    its device number differs between nodes."""
+    return {
+        "path": path,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ino": st.st_ino,
+        "ctime_ns": st.st_ctime_ns,
+    }
+
+
+def _file_identity(doc: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(doc.get(k) for k in ("path", "size", "mtime_ns", "ino", "ctime_ns"))
 
 
 class RegistrationLock:
@@ -229,9 +245,7 @@ def register_path(
                 manifest = hash_file(read_from or path, block_size)
                 save_manifest(store, manifest, keys=keys)
                 doc = {
-                    "path": path,
-                    "size": st.st_size,
-                    "mtime_ns": st.st_mtime_ns,
+                    **_identity_of(path, st),
                     "image": manifest.id,
                     "block_size": block_size,
                     "added": time.time(),

@@ -43,6 +43,26 @@ def peer_uid(sock: socket.socket) -> int:
     return int(uid)
 
 
+MAX_FDS = 1  # descriptors one request may pass (the checkpoint door's file)
+
+
+def read_request(sock: socket.socket, fds: list[int]) -> bytes:
+    """The request line (up to ``MAX_LINE + 1`` bytes) and, into ``fds``, the descriptors
+    passed with it (``SCM_RIGHTS``, close-on-exec: never inherited by the agent's
+    children). The caller closes ``fds``; extra ones past the first message's room are
+    dropped by the kernel, and more than :data:`MAX_FDS` in all refuse the request."""
+    buf = b""
+    while b"\n" not in buf and len(buf) <= MAX_LINE:
+        data, got, _flags, _addr = socket.recv_fds(
+            sock, MAX_LINE + 1 - len(buf), MAX_FDS + 1, socket.MSG_CMSG_CLOEXEC
+        )
+        fds += got
+        if not data or len(fds) > MAX_FDS:  # no collecting descriptors message by message
+            break
+        buf += data
+    return buf.split(b"\n", 1)[0] + b"\n" if b"\n" in buf else buf
+
+
 class _Handler(socketserver.StreamRequestHandler):
     server: AgentServer
     # The socket is open to every user: an idle connection must not hold a thread forever.
@@ -50,18 +70,29 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         uid = peer_uid(self.request)
-        line = self.rfile.readline(MAX_LINE)
-        with contextlib.suppress(OSError):
-            self.wfile.write(encode(self.answer(line, uid)))
+        fds: list[int] = []
+        try:
+            try:
+                line = read_request(self.request, fds)
+            except OSError:
+                return
+            with contextlib.suppress(OSError):
+                self.wfile.write(encode(self.answer(line, uid, fds)))
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
-    def answer(self, line: bytes, uid: int) -> dict[str, Any]:
+    def answer(self, line: bytes, uid: int, fds: list[int]) -> dict[str, Any]:
         agent = self.server.agent
         try:
             try:
                 doc = jsonlimits.loads(line, max_bytes=MAX_LINE, what="request")
             except ValueError as exc:
                 raise AgentBadRequest(f"request is not one line of JSON: {exc}") from None
-            return handle(agent, parse_request(doc), uid).to_wire()
+            if len(fds) > MAX_FDS:
+                raise AgentBadRequest(f"at most {MAX_FDS} file descriptor with a request")
+            return handle(agent, parse_request(doc), uid, fds, self.request).to_wire()
         except AgentError as exc:
             return error_reply(exc)
         except (ValueError, StoreError) as exc:

@@ -21,7 +21,7 @@ from bootseer.p2p.auth import job_token, load_site_key
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.hosts import Resolver
 from bootseer.p2p.server import PeerServer, ServedJob
-from bootseer.p2p.swarm import Swarm
+from bootseer.p2p.swarm import Swarm, SwarmStats
 from bootseer.p2p.wire import PieceRequest
 
 # A job no request touched this long has ended (its epilog may not tell the agent: a
@@ -56,6 +56,7 @@ class PeerNode:
         self.client = PeerClient(timeout=cfg.peer_timeout)
         self._jobs: dict[int, _Member] = {}
         self._lock = threading.Lock()
+        self._retired = SwarmStats()  # the counts of swarms that have ended (metrics)
         self.server = PeerServer(
             ("0.0.0.0", cfg.port),
             site_key,
@@ -106,7 +107,7 @@ class PeerNode:
                 )
                 member = self._jobs[job_id] = _Member(swarm, frozenset(), now)
                 for old in [j for j, m in self._jobs.items() if now - m.used > IDLE_JOB]:
-                    del self._jobs[old]
+                    self._retire(self._jobs.pop(old))
             member.used = now
         self.server.jobs_changed()
         return member.swarm
@@ -118,7 +119,30 @@ class PeerNode:
 
     def leave(self, job_id: int) -> None:
         with self._lock:
-            self._jobs.pop(job_id, None)
+            member = self._jobs.pop(job_id, None)
+            if member is not None:
+                self._retire(member)
+
+    def _retire(self, member: _Member) -> None:
+        """Keep an ending swarm's counts in the node's totals (caller holds the lock)."""
+        for name in ("peer_bytes", "store_bytes", "peer_failures", "corrupt"):
+            setattr(
+                self._retired,
+                name,
+                getattr(self._retired, name) + getattr(member.swarm.stats, name),
+            )
+
+    def totals(self) -> SwarmStats:
+        """The node's counts over all its swarms since the agent started (``dropped``
+        left empty): bytes from peers and the store, peers dropped, corrupt pieces."""
+        with self._lock:
+            swarms = [self._retired, *(m.swarm.stats for m in self._jobs.values())]
+            return SwarmStats(
+                peer_bytes=sum(s.peer_bytes for s in swarms),
+                store_bytes=sum(s.store_bytes for s in swarms),
+                peer_failures=sum(s.peer_failures for s in swarms),
+                corrupt=sum(s.corrupt for s in swarms),
+            )
 
     def served(self, job_id: int) -> ServedJob | None:
         with self._lock:

@@ -25,7 +25,7 @@ TMP_PREFIX = ".tmp-"
 PUBLIC_TOP = frozenset({"phases"})
 PUBLIC_MODES = (0o644, 0o755)
 PRIVATE_MODES = (0o600, 0o700)
-_DENIED = ("permission denied", "accessdenied", "access denied", "forbidden")
+_DENIED = ("permission denied", "accessdenied", "access_denied", "access denied", "forbidden")
 
 
 def check_key(key: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -152,3 +153,18 @@ def publish(
     ref = ref_path(scope, base)
     store.write_bytes(ref, seal_with(keys, DEPS_REF, ref, b'{"key":"%s"}' % key.encode()))
     return m
+
+
+@pytest.fixture(autouse=True, params=["native", "backport"])
+def tar_filter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every deps test runs with tarfile's own data filter (Python >= 3.11.4) and with
+    bootseer's copy of its rules (what Debian bookworm's 3.11.2 runs); the extracting
+    child is forked, so it sees the switch."""
+    from bootseer.deps import datafilter
+
+    if request.param == "native":
+        if not datafilter.NATIVE:
+            pytest.skip(f"Python {sys.version.split()[0]} has no tarfile data filter")
+    else:
+        monkeypatch.setattr(datafilter, "NATIVE", False)
+    return str(request.param)

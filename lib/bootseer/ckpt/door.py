@@ -1,0 +1,243 @@
+"""The checkpoint door: the node agent (root) does a user's ``bootseer ckpt``, in that
+user's namespaces only.
+
+Why the agent and not the job's mount daemon, nor credentials per user
+(docs/security.md, "The checkpoint door"): the agent runs on every node, inside and
+outside jobs, already knows each caller by ``SO_PEERCRED`` and caps each user's
+connections; it holds the store credentials and the site key, so what a user saves is
+sealed like what a job saves through its mount. The namespace is
+``<user name of the caller's uid>/<ns>``: nothing in the request names the user.
+
+File contents travel through a descriptor the caller opened (``SCM_RIGHTS``): the agent
+never opens a user's path. It polls that descriptor together with the connection, so
+a caller that goes away, or a pipe that stays silent for :data:`IDLE_SECONDS`, ends
+the request (a ``put`` then keeps the previous version) and frees its thread.
+
+    >>> serve(cfg, keys, CkptList("llama-25b"), Caller(1001, [], conn))  # doctest: +SKIP
+    CkptListReply(entries=[{'name': 'step100', 'is_dir': True, ...}], left_out=0)
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import pwd
+import select
+import socket
+import stat
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from bootseer.ckpt.layout import (
+    CkptError,
+    CkptIOError,
+    CkptPathError,
+    Namespace,
+    check_path,
+    namespace_name,
+)
+from bootseer.ckpt.wire import (
+    MAX_ENTRIES,
+    MAX_PROBLEMS,
+    CkptEntry,
+    CkptGet,
+    CkptGetReply,
+    CkptList,
+    CkptListReply,
+    CkptPut,
+    CkptPutReply,
+    CkptRemove,
+    CkptRemoveReply,
+    CkptRequest,
+    CkptVerify,
+    CkptVerifyReply,
+)
+from bootseer.config import SiteConfig
+from bootseer.errors import BootseerError, StoreError
+from bootseer.image.protocol import (
+    AgentBadRequest,
+    AgentError,
+    AgentNotFound,
+    AgentRefused,
+    Reply,
+)
+from bootseer.sitekey import SiteKeys
+
+CHUNK = 1 << 20
+PIPE_CHUNK = 4096  # at most PIPE_BUF after POLLOUT: a write to a pipe never blocks
+IDLE_SECONDS = 300.0
+
+
+@dataclass
+class Caller:
+    """Who asks (by ``SO_PEERCRED``), the descriptors they passed, their connection."""
+
+    uid: int
+    fds: list[int] = field(default_factory=list)
+    conn: socket.socket | None = None
+
+
+def current_config(cfg: SiteConfig, node: str) -> SiteConfig:
+    """The site config as it is now: an admin may change ``[ckpt] targets`` without
+    restarting the agents (the agent's own copy, if the file cannot be read)."""
+    if cfg.source is None:
+        return cfg
+    from bootseer.config import load_config
+
+    try:
+        return load_config(cfg.source).for_node(node)
+    except BootseerError:
+        return cfg
+
+
+def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest, caller: Caller) -> Reply:
+    """Do ``req`` in the caller's namespace; an :class:`AgentError` kind for every refusal."""
+    try:
+        user = pwd.getpwuid(caller.uid).pw_name
+    except KeyError:
+        raise AgentRefused(f"uid {caller.uid} has no user name: no checkpoint namespace") from None
+    try:
+        name = namespace_name(user, req.ns)
+        fd = _descriptor(req, caller)
+        ns = Namespace.from_config(cfg, name, keys=keys)
+        return _do(ns, req, fd, caller)
+    except CkptPathError as exc:
+        raise AgentBadRequest(str(exc)) from None
+    except FileNotFoundError as exc:
+        raise AgentNotFound(exc.strerror or str(exc)) from None
+    except (CkptError, StoreError) as exc:
+        raise AgentError(str(exc)) from None
+    except OSError as exc:
+        raise AgentError(f"{name}: {exc.strerror or exc}") from None
+
+
+def _descriptor(req: CkptRequest, caller: Caller) -> int:
+    """The one descriptor ``req`` needs, opened by the caller for what it needs."""
+    if not req.fd_mode:
+        if caller.fds:
+            raise AgentBadRequest(f"{req.op} takes no file descriptor")
+        return -1
+    if len(caller.fds) != 1:
+        raise AgentBadRequest(f"{req.op} needs exactly one file descriptor (SCM_RIGHTS)")
+    fd = caller.fds[0]
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    access = flags & os.O_ACCMODE
+    want = (os.O_RDONLY, os.O_RDWR) if req.fd_mode == "r" else (os.O_WRONLY, os.O_RDWR)
+    if access not in want or flags & getattr(os, "O_PATH", 0):
+        what = "reading" if req.fd_mode == "r" else "writing"
+        raise AgentRefused(f"{req.op}: the file descriptor is not open for {what}")
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        raise AgentRefused(f"{req.op}: the file descriptor is a directory")
+    return fd
+
+
+def _do(ns: Namespace, req: CkptRequest, fd: int, caller: Caller) -> Reply:
+    if isinstance(req, CkptPut):
+        check_path(req.path)
+        with ns.open(req.path, "wb") as out:
+            n = _pump(fd, out.write, caller.conn)
+            m = out.commit()
+        return CkptPutReply(n, m.version, m.unit_count)
+    if isinstance(req, CkptGet):
+        with ns.open(req.path) as f:
+            n = _send(f, fd, caller.conn)
+            return CkptGetReply(n, f.manifest.version)
+    if isinstance(req, CkptList):
+        if req.path:
+            check_path(req.path)
+        entries: list[dict[str, object]] = []
+        listing = ns.listdir(req.path)
+        for e in listing[:MAX_ENTRIES]:
+            if e.is_dir:
+                entries.append(asdict(CkptEntry(e.name, True)))
+                continue
+            found = ns.manifest(f"{req.path}/{e.name}" if req.path else e.name)
+            if found is not None:
+                entry = CkptEntry(
+                    e.name,
+                    False,
+                    found.size,
+                    found.mtime,
+                    found.unit_count,
+                    len(found.targets),
+                    found.version,
+                )
+                entries.append(asdict(entry))
+        return CkptListReply(entries, max(0, len(listing) - MAX_ENTRIES))
+    if isinstance(req, CkptRemove):
+        for path in req.paths:
+            ns.remove(check_path(path))
+        return CkptRemoveReply(len(req.paths))
+    if isinstance(req, CkptVerify):
+        paths = [req.path] if req.path and not ns.is_dir(req.path) else list(ns.walk(req.path))
+        problems: list[str] = []
+        total = 0
+        for p in paths:
+            try:
+                fm = ns.manifest(p)
+                total += fm.size if fm is not None else 0
+                problems += ns.verify_file(p)
+            except CkptIOError as exc:  # a manifest that does not verify is a problem
+                problems.append(str(exc))
+        return CkptVerifyReply(
+            len(paths), total, problems[:MAX_PROBLEMS], max(0, len(problems) - MAX_PROBLEMS)
+        )
+    raise AgentBadRequest(f"op {req.op!r} has no handler")
+
+
+def _wait(fd: int, event: int, conn: socket.socket | None) -> None:
+    """Until ``fd`` is ready for ``event``; the caller gone or silent ends the request."""
+    p = select.poll()
+    p.register(fd, event)
+    if conn is not None:
+        p.register(conn, select.POLLIN | select.POLLRDHUP)
+    ready = dict(p.poll(IDLE_SECONDS * 1000))
+    if not ready:
+        raise AgentError(f"no data moved for {IDLE_SECONDS:g}s: request abandoned")
+    if conn is not None and conn.fileno() in ready:
+        # The client sends nothing after its request: readable means it went away.
+        raise AgentError("the client went away: request abandoned")
+
+
+def _pump(fd: int, write: Callable[[bytes], object], conn: socket.socket | None) -> int:
+    """Copy the caller's descriptor to ``write`` until its end; the bytes copied."""
+    total = 0
+    while True:
+        _wait(fd, select.POLLIN, conn)
+        try:
+            data = os.read(fd, CHUNK)
+        except BlockingIOError:
+            continue
+        if not data:
+            return total
+        write(data)
+        total += len(data)
+
+
+def _send(reader: object, fd: int, conn: socket.socket | None) -> int:
+    """Write the reader's bytes into the caller's descriptor; the bytes written."""
+    regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    step = CHUNK if regular else PIPE_CHUNK
+    total = 0
+    while True:
+        data = reader.read(CHUNK)  # type: ignore[attr-defined]
+        if not data:
+            return total
+        view = memoryview(data)
+        while view:
+            _wait(fd, select.POLLOUT, conn)
+            try:
+                n = os.write(fd, view[:step])
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                raise AgentError("the reader of the output went away") from None
+            except OSError as exc:
+                if exc.errno in (errno.EBADF, errno.EINVAL):
+                    raise AgentRefused(
+                        f"cannot write the file descriptor: {exc.strerror}"
+                    ) from None
+                raise
+            view = view[n:]
+            total += n

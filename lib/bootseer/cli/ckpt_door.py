@@ -1,0 +1,155 @@
+"""``bootseer ckpt`` as a user: each action through the node agent's checkpoint door.
+
+A user holds no store credentials (docs/security.md, "The checkpoint door"): the agent
+(root) does the work in the caller's own namespaces. A ``put`` or ``get`` passes the
+local file's descriptor, opened here with the user's own rights; the agent reads or
+writes it, and the progress bar follows the descriptor's offset, which the two share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from bootseer.ckpt.wire import (
+    CkptGet,
+    CkptGetReply,
+    CkptList,
+    CkptListReply,
+    CkptPut,
+    CkptPutReply,
+    CkptRemove,
+    CkptRemoveReply,
+    CkptVerify,
+    CkptVerifyReply,
+)
+from bootseer.errors import BootseerError
+from bootseer.image.client import AgentClient
+from bootseer.image.protocol import AgentUnavailable
+from bootseer.progress import Tick, transfer_bar
+
+
+def door() -> AgentClient:
+    from bootseer.config import load_config
+    from bootseer.nodepaths import NodePaths, node_name
+
+    return AgentClient(NodePaths(load_config().for_node(node_name())).agent_socket)
+
+
+def run(args: argparse.Namespace) -> int:
+    from bootseer.cli.ckpt_cmd import split_remote
+
+    client = door()
+    action = args.ckpt_command
+    try:
+        if action == "rm":
+            by_ns: dict[str, list[str]] = {}
+            for remote in args.remote:
+                ns, path = split_remote(remote, need_path=True)
+                by_ns.setdefault(ns, []).append(path)
+            for ns, paths in by_ns.items():
+                CkptRemoveReply.from_wire(client.send(CkptRemove(ns, tuple(paths)), None))
+            return 0
+        ns, path = split_remote(args.remote, need_path=action in ("put", "get"))
+        if action == "put":
+            return _put(args, client, ns, path)
+        if action == "get":
+            return _get(args, client, ns, path)
+        if action == "ls":
+            listing = CkptListReply.from_wire(client.send(CkptList(ns, path), None))
+            for e in listing.typed():
+                if e.is_dir:
+                    print(f"{'dir':>14}  {'':19}  {e.name}/")
+                    continue
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.mtime))
+                print(
+                    f"{e.size:>14}  {stamp}  {e.name}  ({e.units} units over "
+                    f"{e.targets} targets, version {e.version})"
+                )
+            if listing.left_out:
+                print(f"... and {listing.left_out} more entries", file=sys.stderr)
+            return 0
+        if action == "verify":
+            v = CkptVerifyReply.from_wire(client.send(CkptVerify(ns, path), None))
+            for line in v.problems:
+                print(line, file=sys.stderr)
+            if v.more_problems:
+                print(f"... and {v.more_problems} more problems", file=sys.stderr)
+            n = len(v.problems) + v.more_problems
+            print(f"{v.files} files, {v.bytes} bytes checked, {n} problems")
+            return 1 if n else 0
+    except AgentUnavailable as exc:
+        raise BootseerError(
+            f"{exc}; as a user, `bootseer ckpt` goes through the node agent (users hold no "
+            "store credentials): run it on a node where the agent runs (in a job: srun "
+            "bootseer ckpt ...), or as root"
+        ) from None
+    raise AssertionError(action)
+
+
+def _put(args: argparse.Namespace, client: AgentClient, ns: str, path: str) -> int:
+    from bootseer.cli.ckpt_cmd import _rate
+
+    t0 = time.monotonic()
+    if args.local == "-":
+        fd = sys.stdin.buffer.fileno()
+        reply = CkptPutReply.from_wire(client.send(CkptPut(ns, path), None, fds=[fd]))
+    else:
+        with open(args.local, "rb") as src:
+            size = os.fstat(src.fileno()).st_size
+            with _following(args, f"put {path}", size, src.fileno()):
+                reply = CkptPutReply.from_wire(
+                    client.send(CkptPut(ns, path), None, fds=[src.fileno()])
+                )
+    _rate("put", reply.bytes, t0)
+    return 0
+
+
+def _get(args: argparse.Namespace, client: AgentClient, ns: str, path: str) -> int:
+    from bootseer.cli.ckpt_cmd import _rate
+
+    t0 = time.monotonic()
+    if args.local == "-":
+        sys.stdout.flush()
+        reply = CkptGetReply.from_wire(
+            client.send(CkptGet(ns, path), None, fds=[sys.stdout.buffer.fileno()])
+        )
+    else:
+        tmp = Path(f"{args.local}.part")
+        try:
+            with open(tmp, "wb") as out, _following(args, f"get {path}", None, out.fileno()):
+                reply = CkptGetReply.from_wire(
+                    client.send(CkptGet(ns, path), None, fds=[out.fileno()])
+                )
+            os.replace(tmp, args.local)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    _rate("get", reply.bytes, t0)
+    return 0
+
+
+@contextlib.contextmanager
+def _following(args: argparse.Namespace, what: str, total: int | None, fd: int) -> Iterator[None]:
+    """A progress bar that follows ``fd``'s offset (the agent reads or writes through it)."""
+    stop = threading.Event()
+    with transfer_bar(what, total, quiet=args.quiet) as tick:
+        t = threading.Thread(target=_follow, args=(fd, tick, stop), daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
+
+
+def _follow(fd: int, tick: Tick, stop: threading.Event) -> None:
+    while not stop.wait(0.2):
+        with contextlib.suppress(OSError):
+            tick(0, os.lseek(fd, 0, os.SEEK_CUR))

@@ -1,0 +1,131 @@
+"""``bootseer install NODESET``: build once here, install on every node over SSH, print
+the slurm.conf and plugstack lines to add (bootseer.install)."""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
+
+def _path_or_none(value: str) -> Any:
+    from pathlib import Path
+
+    return None if value in ("", "none") else Path(value)
+
+
+def register(sub: Any) -> None:
+    from pathlib import Path
+
+    p = sub.add_parser(
+        "install",
+        help="install bootseer on NODESET over ssh (built once here), print the slurm.conf lines",
+        description="Build bootseer once on this machine (wheels, SPANK plugin) and install it on "
+        "each node of NODESET over ssh: a venv on the node's own Python, the hooks, the plugin, "
+        "the agent's systemd unit, the site config, the store secrets and the site key. Nodes "
+        "that already have it are left unchanged. slurm.conf is not touched: the lines to add "
+        "are printed. Exit 0 when every node is installed, 1 otherwise.",
+    )
+    p.add_argument("nodeset", metavar="NODESET", help="the nodes (ClusterShell syntax: n[1-64])")
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="the site config to install (default: $BOOTSEER_CONFIG or /etc/bootseer/config.toml)",
+    )
+    p.add_argument("--prefix", type=Path, default=Path("/opt/bootseer"), metavar="DIR")
+    p.add_argument("--etc", type=Path, default=Path("/etc/bootseer"), metavar="DIR")
+    p.add_argument(
+        "--unit-dir",
+        type=_path_or_none,
+        default=Path("/etc/systemd/system"),
+        metavar="DIR",
+        help="where the agent's unit goes ('none': no unit)",
+    )
+    p.add_argument(
+        "--bin-dir",
+        type=_path_or_none,
+        default=Path("/usr/local/bin"),
+        metavar="DIR",
+        help="a bootseer link for jobs' PATH ('none': no link)",
+    )
+    p.add_argument(
+        "--python",
+        default="/usr/bin/python3",
+        metavar="PATH",
+        help="the nodes' Python the venv is built on (default /usr/bin/python3)",
+    )
+    p.add_argument("--ssh-config", type=Path, metavar="FILE", help="default ~/.ssh/config")
+    p.add_argument(
+        "--slurm-conf",
+        type=Path,
+        metavar="FILE",
+        help="the site's slurm.conf, for lines that add to it (default: $SLURM_CONF)",
+    )
+    p.add_argument(
+        "--build-dir", type=Path, default=Path("/var/tmp/bootseer-install"), metavar="DIR"
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+    p.add_argument("--fanout", type=int, default=16, metavar="N", help="nodes at once (default 16)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import sys
+    from pathlib import Path
+
+    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+    from bootseer.config import config_path
+    from bootseer.doctor import parse_slurm_conf
+    from bootseer.errors import BootseerError
+    from bootseer.install import bundle, fanout, slurmconf
+    from bootseer.install.files import SiteFiles, node_files, parse
+    from bootseer.install.layout import Layout
+    from bootseer.install.node import Target
+    from bootseer.install.remote import Node
+
+    def say(msg: str) -> None:
+        print(f"bootseer install: {msg}", file=sys.stderr, flush=True)
+
+    try:
+        nodes = NodeSet(args.nodeset)
+    except NodeSetParseError as exc:
+        raise BootseerError(f"bad NODESET {args.nodeset!r}: {exc}") from None
+    config = args.config or config_path()
+    site = SiteFiles.read(config)
+    cfg = parse(site.config, config)
+    layout = Layout(args.prefix, args.etc, args.unit_dir, args.bin_dir)
+    built = bundle.build(args.build_dir, say)
+    say(
+        f"{len(built.wheels)} wheels (Python {built.python[0]}.{built.python[1]}), "
+        f"venv {built.wheels_digest}; {'checking' if args.dry_run else 'installing on'} {nodes}"
+    )
+
+    def target_for(node: str) -> Target:
+        lay = layout.for_node(node)
+        return Target(lay, node_files(lay, built, site), built, args.python)
+
+    reports = fanout.install_all(
+        nodes,
+        target_for,
+        lambda name: Node(name, args.ssh_config),
+        dry_run=args.dry_run,
+        fanout=args.fanout,
+        log=say,
+    )
+    for line in fanout.fold(reports):
+        print(line)
+    slurm_conf = args.slurm_conf or Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+    try:
+        conf = parse_slurm_conf(slurm_conf.read_text(), slurm_conf.parent)
+        source = f"as {slurm_conf} is now"
+    except OSError:
+        conf, source = {}, f"{slurm_conf} not read here"
+    deadline = max(cfg.hooks.prolog_deadline, cfg.hooks.epilog_deadline)
+    print()
+    print(slurmconf.render(layout, conf, deadline, cfg.paths.run_dir, source))
+    return 0 if all(r.status != "failed" for r in reports) else 1

@@ -1,0 +1,99 @@
+"""What the admin machine builds once for every node: wheels, the plugin, hooks, docs, unit.
+
+The wheels are bootseer's and those of its dependencies (pyfuse3 compiled here, once),
+for the interpreter that builds them (``cp311``); a node builds its venv from them with
+``pip --no-index`` on its own Python of the same minor version. The SPANK plugin is
+built with the checkout's ``spank/Makefile``. Hooks, docs and the unit come from the
+checkout, so ``bootseer install`` runs from a clone of bootseer (the venv
+``scripts/bootstrap`` makes), not from an installed wheel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import bootseer
+from bootseer.errors import BootseerError
+
+HOOKS = ("prolog", "epilog")
+
+
+class BuildError(BootseerError):
+    """The admin machine could not build what the nodes get."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Bundle:
+    top: Path  # the checkout: prolog/, epilog/, docs/, packaging/
+    wheels: tuple[Path, ...]
+    digests: dict[str, str]  # wheel file name -> sha256
+    plugin: Path
+    python: tuple[int, int]  # the wheels' interpreter (major, minor)
+
+    @property
+    def wheels_digest(self) -> str:
+        """One name for this set of wheels: the venv built from it is ``venvs/<this>``."""
+        text = "".join(f"{n} {d}\n" for n, d in sorted(self.digests.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def checkout() -> Path:
+    """The clone this bootseer runs from (an editable install), or BuildError."""
+    top = Path(bootseer.__file__).resolve().parents[2]
+    if not all((top / hook / f"bootseer-{hook}").is_file() for hook in HOOKS):
+        raise BuildError(
+            f"bootseer install builds from a checkout of bootseer; {bootseer.__file__} is not "
+            "in one: run it from a clone's venv (scripts/bootstrap)"
+        )
+    return top
+
+
+def build(build_dir: Path, log: Callable[[str], None] = lambda _: None) -> Bundle:
+    """Wheels into ``build_dir/wheels`` (replaced whole), the plugin in the checkout."""
+    top = checkout()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    fresh = build_dir / "wheels.new"
+    shutil.rmtree(fresh, ignore_errors=True)
+    log(f"building wheels of {top} and its dependencies in {build_dir}")
+    # SOURCE_DATE_EPOCH: the same checkout gives the same wheel, byte for byte, so a
+    # second install finds every node unchanged.
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(fresh), str(top)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise BuildError(f"pip wheel failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    final = build_dir / "wheels"
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(fresh, final)
+    log("building the SPANK plugin (make -C spank bootseer.so)")
+    r = subprocess.run(
+        ["make", "-s", "-C", str(top / "spank"), "bootseer.so"], capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        raise BuildError(
+            f"make -C {top / 'spank'} failed ({r.returncode}; needs libslurm-dev): "
+            f"{r.stderr.strip()[-2000:]}"
+        )
+    wheels = tuple(sorted(final.glob("*.whl")))
+    return Bundle(
+        top=top,
+        wheels=wheels,
+        digests={w.name: sha256_file(w) for w in wheels},
+        plugin=top / "spank" / "bootseer.so",
+        python=(sys.version_info.major, sys.version_info.minor),
+    )

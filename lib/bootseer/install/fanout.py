@@ -1,0 +1,50 @@
+"""Many nodes at once: one SSH session per node in a thread pool, then one summary.
+
+The summary folds nodes with the same outcome into one node set, as ClusterShell's
+``clubak`` does, so a hundred nodes that installed alike take one line:
+
+    >>> fold([NodeReport("n1", "unchanged"), NodeReport("n2", "unchanged")])
+    ['n[1-2]: unchanged']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from ClusterShell.NodeSet import NodeSet
+
+from bootseer.errors import BootseerError
+from bootseer.install.node import NodeReport, Target, install_node
+from bootseer.install.remote import Node
+
+
+def install_all(
+    nodes: Iterable[str],
+    target_for: Callable[[str], Target],
+    connect: Callable[[str], Node],
+    *,
+    dry_run: bool = False,
+    fanout: int = 16,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[NodeReport]:
+    def one(name: str) -> NodeReport:
+        try:
+            with connect(name) as node:
+                return install_node(node, target_for(name), dry_run=dry_run, log=log)
+        except BootseerError as exc:
+            return NodeReport(name, "failed", error=str(exc))
+        except Exception as exc:  # one node's surprise must not hide the others' results
+            return NodeReport(name, "failed", error=f"{type(exc).__name__}: {exc}")
+
+    names = list(nodes)
+    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(names)))) as pool:
+        return list(pool.map(one, names))
+
+
+def fold(reports: Iterable[NodeReport]) -> list[str]:
+    by_line: dict[str, NodeSet] = {}
+    for r in reports:
+        by_line.setdefault(r.line(), NodeSet()).add(r.node)
+    # In the order of each outcome's first node (the reports follow the node set's order).
+    return [f"{nodes}: {line}" for line, nodes in by_line.items()]

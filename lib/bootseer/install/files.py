@@ -1,0 +1,135 @@
+"""The files one node gets: each with its bytes and its mode (all owned by root).
+
+Rendered here, from the bundle, the layout and the site's files on the admin machine:
+the hook wrappers (Slurm hands a Prolog no PATH: they name this install's config and
+venv), the SPANK plugin, the docs, the agent's systemd unit, the site config (mode
+0644: users read it) and the two root-only files it names, the store's secrets and the
+site key (0600).
+
+    >>> hook_wrapper(Layout(), "prolog").decode().splitlines()[-1]
+    'exec /opt/bootseer/share/bootseer/prolog/bootseer-prolog'
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from bootseer.config import SiteConfig
+from bootseer.errors import ConfigError
+from bootseer.install.bundle import HOOKS, Bundle
+from bootseer.install.layout import Layout
+
+
+@dataclass(frozen=True)
+class NodeFile:
+    path: Path
+    data: bytes
+    mode: int
+
+    def __repr__(self) -> str:
+        return f"NodeFile({self.path}, {len(self.data)} bytes, {self.mode:04o})"
+
+
+@dataclass(frozen=True)
+class SiteFiles:
+    """The site's config and root-only files, read on the admin machine."""
+
+    config: bytes
+    secrets: bytes | None  # None: no secrets file (anonymous store, or file://)
+    site_key: bytes
+
+    @classmethod
+    def read(cls, config_path: Path) -> SiteFiles:
+        try:
+            raw = config_path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"site config {config_path}: {exc.strerror}") from None
+        cfg = parse(raw, config_path)
+        try:
+            key = cfg.site.key_file.read_bytes()
+        except FileNotFoundError:
+            raise ConfigError(
+                f"no site key at {cfg.site.key_file} ([site] key_file of {config_path}): make "
+                f"one (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "
+                f"{cfg.site.key_file}) and install again: every node gets the same"
+            ) from None
+        try:
+            secrets: bytes | None = cfg.store.secrets_file.read_bytes()
+        except FileNotFoundError:
+            secrets = None
+        return cls(raw, secrets, key)
+
+
+def parse(raw: bytes, where: Path) -> SiteConfig:
+    try:
+        return SiteConfig.from_mapping(tomllib.loads(raw.decode()), source=where)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: not valid TOML: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def hook_wrapper(layout: Layout, hook: str) -> bytes:
+    return (
+        "#!/bin/sh\n"
+        f"# bootseer install: slurm.conf's {hook.capitalize()}= (Slurm hands a hook no PATH).\n"
+        f"export BOOTSEER_CONFIG={layout.config}\n"
+        f"export BOOTSEER_PYTHON={layout.python}\n"
+        f"exec {layout.hook_script(hook)}\n"
+    ).encode()
+
+
+def agent_unit(layout: Layout) -> bytes:
+    """The agent's systemd unit: ready (Type=notify) once its socket and mount are up,
+    before slurmd starts; its Documentation= is the docs this install puts on the node."""
+    return (
+        "# bootseer node agent: lazy container images over FUSE, block cache, traces, prefetch.\n"
+        "# Written by bootseer install; slurmd waits for it (Before=), and the agent tells\n"
+        "# systemd when its socket and FUSE mount are up (Type=notify).\n"
+        "[Unit]\n"
+        "Description=bootseer node agent (lazy container images)\n"
+        f"Documentation=file://{layout.docs}/image.md file://{layout.docs}/doctor.md\n"
+        "After=network-online.target remote-fs.target\n"
+        "Wants=network-online.target\n"
+        "Before=slurmd.service\n\n"
+        "[Service]\n"
+        "Type=notify\n"
+        "NotifyAccess=main\n"
+        f"Environment=BOOTSEER_CONFIG={layout.config}\n"
+        f"ExecStart={layout.bootseer} agent\n"
+        "KillSignal=SIGTERM\n"
+        "TimeoutStartSec=120\n"
+        "TimeoutStopSec=30\n"
+        "Restart=on-failure\n"
+        "RestartSec=2\n"
+        "User=root\n"
+        "LimitNOFILE=65536\n"
+        "Nice=-5\n"
+        "IOSchedulingClass=best-effort\n"
+        "IOSchedulingPriority=2\n\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    ).encode()
+
+
+def node_files(layout: Layout, bundle: Bundle, site: SiteFiles) -> list[NodeFile]:
+    """Every file of ``layout`` (already resolved for its node) but the wheels and venv."""
+    top = bundle.top
+    files = [NodeFile(layout.plugin, bundle.plugin.read_bytes(), 0o755)]
+    for hook in HOOKS:
+        script = (top / hook / f"bootseer-{hook}").read_bytes()
+        files.append(NodeFile(layout.hook_script(hook), script, 0o755))
+        files.append(NodeFile(layout.hook(hook), hook_wrapper(layout, hook), 0o755))
+    for doc in sorted((top / "docs").glob("*.md")):
+        files.append(NodeFile(layout.docs / doc.name, doc.read_bytes(), 0o644))
+    if layout.unit is not None:
+        files.append(NodeFile(layout.unit, agent_unit(layout), 0o644))
+    # The config as the node reads it: a secrets file it does not name lies next to it.
+    cfg = parse(site.config, layout.config)
+    files.append(NodeFile(layout.config, site.config, 0o644))
+    files.append(NodeFile(cfg.site.key_file, site.site_key, 0o600))
+    if site.secrets is not None:
+        files.append(NodeFile(cfg.store.secrets_file, site.secrets, 0o600))
+    return files

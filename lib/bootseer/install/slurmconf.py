@@ -1,0 +1,68 @@
+"""The slurm.conf and plugstack.conf lines an install asks the admin to add.
+
+A site's slurm.conf is never rewritten: ``bootseer install`` prints lines that read as
+additions to what is there. ``PrologFlags`` keeps the site's flags (``Contain`` stays,
+``Alloc`` joins); ``PrologEpilogTimeout`` is raised only when it leaves the hooks'
+deadlines no room; a ``Prolog=`` of the site's own is kept and bootseer's hook joins
+it in a list.
+
+    >>> conf = {"prologflags": "Contain", "prologepilogtimeout": "300"}
+    >>> lines = slurm_conf_lines(Layout(), conf, 90)
+    >>> [x for x in lines if x.startswith("PrologFlags")]
+    ['PrologFlags=Contain,Alloc']
+    >>> [x for x in lines if x.startswith("PrologEpilog")]
+    []
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bootseer.doctor import TIMEOUT_MARGIN
+from bootseer.install.layout import Layout
+
+
+def slurm_conf_lines(layout: Layout, conf: dict[str, str], deadline: float) -> list[str]:
+    """``conf``: the site's slurm.conf settings (doctor.parse_slurm_conf), maybe empty."""
+    lines = []
+    for hook in ("prolog", "epilog"):
+        ours = str(layout.hook(hook))
+        have = [v.strip() for v in conf.get(hook, "").split(",") if v.strip()]
+        if ours not in have:
+            lines.append(f"{hook.capitalize()}={','.join([*have, ours])}")
+    flags = [f.strip() for f in conf.get("prologflags", "").split(",") if f.strip()]
+    if "alloc" not in {f.lower() for f in flags}:
+        lines.append(f"PrologFlags={','.join([*flags, 'Alloc'])}")
+    need = deadline + 2 * TIMEOUT_MARGIN
+    try:
+        timeout = float(conf.get("prologepilogtimeout", "0") or 0)
+    except ValueError:
+        timeout = 0.0
+    if not timeout or timeout < deadline + TIMEOUT_MARGIN:
+        lines.append(f"PrologEpilogTimeout={need:.0f}")
+    return lines
+
+
+def plugstack_line(layout: Layout, run_dir: Path) -> str:
+    """One line for ``plugstack.conf`` (or a file in ``plugstack.conf.d/``)."""
+    return f"required {layout.plugin} rundir={run_dir}"
+
+
+def render(
+    layout: Layout, conf: dict[str, str], deadline: float, run_dir: Path, source: str
+) -> str:
+    """The text ``bootseer install`` prints after its summary."""
+    add = slurm_conf_lines(layout, conf, deadline)
+    out = [
+        f"Add to slurm.conf ({source}; keep your other settings), on every node and the controller:"
+    ]
+    out += [f"    {x}" for x in add] or ["    (nothing: it already has them)"]
+    out.append(
+        "Add to plugstack.conf (or a file in plugstack.conf.d/), on every node and submit host:"
+    )
+    out.append(f"    {plugstack_line(layout, run_dir)}")
+    out.append(
+        "Then restart slurmd (scontrol reconfigure for slurm.conf) and check each node: "
+        "bootseer doctor NODESET"
+    )
+    return "\n".join(out)

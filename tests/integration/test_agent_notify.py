@@ -1,0 +1,43 @@
+"""The agent tells systemd when it serves (the unit bootseer install writes is Type=notify)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from bootseer.sdnotify import notify
+from tests.imagekit import AgentProc, site_config
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and /dev/fuse"
+)
+
+
+def test_notify_reaches_an_abstract_socket() -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(f"\0bootseer-notify-test-{os.getpid()}")
+        assert notify("READY=1", env={"NOTIFY_SOCKET": f"@bootseer-notify-test-{os.getpid()}"})
+        assert s.recv(64) == b"READY=1"
+
+
+def test_the_agent_says_ready_once_its_socket_answers(tmp_path: Path) -> None:
+    (tmp_path / "log").mkdir()
+    for d in (tmp_path, *tmp_path.parents):
+        if d == Path("/tmp"):
+            break
+        d.chmod(0o755)
+    agent = AgentProc(tmp_path, "t1", site_config(tmp_path))
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(str(path))
+        s.settimeout(30)
+        agent.env["NOTIFY_SOCKET"] = str(path)
+        try:
+            agent.start()
+            assert s.recv(64) == b"READY=1"
+            assert agent.client.call("ping", timeout=5) is not None
+        finally:
+            agent.stop()

@@ -1,0 +1,93 @@
+"""Who gets which image bytes, in real Slurm jobs of different users (issue 11).
+
+The node's block cache is shared by digest: a block is served to any job whose image's
+manifest names its digest. That is safe only if a job's manifest can name no block its
+user could not read, so a path image's manifest must come from the very file the job's
+user opened, never from another file that once had the same path, size and mtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DevSlurm
+
+pytestmark = pytest.mark.slurm
+
+READ = """#!/bin/sh
+srun sh -c 'sha256sum < "$BOOTSEER_IMAGE"'
+"""
+
+
+def _squashfs(src: Path, dest: Path, seed: int) -> Path:
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    (src / "secret").write_bytes(random.Random(seed).randbytes(600_000))
+    subprocess.run(
+        ["mksquashfs", str(src), str(dest), "-noappend", "-quiet", "-no-progress"],
+        check=True,
+        capture_output=True,
+    )
+    shutil.rmtree(src)
+    return dest
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_file_at_another_users_old_path_gets_its_own_bytes_not_his(cluster: DevSlurm) -> None:
+    """bob runs a job from his private image in the node's /tmp (0600), then removes it.
+    alice puts her own file at the same path, with the same size and mtime (both hers to
+    set), and runs a job from it on the same node: she must read her bytes. Before, the
+    agent took the path record bob's job left (path, size, mtime matched) for her file
+    and served bob's blocks from the node's cache."""
+    node = "n2"
+    local = cluster.dir / "nodes" / node / "local"
+    work = cluster.dir / "image-acl"
+    work.mkdir(exist_ok=True)
+    path = local / f"img-{os.getpid()}.sqsh"
+    bobs = _squashfs(work / "src-bob", work / "bob.sqsh", seed=1)
+    alices = _squashfs(work / "src-alice", work / "alice.sqsh", seed=2)
+    size = max(bobs.stat().st_size, alices.stat().st_size)
+    for f in (bobs, alices):  # the same size: zeros after a squashfs's end are ignored
+        os.truncate(f, size)
+    bob_bytes, alice_bytes = bobs.read_bytes(), alices.read_bytes()
+    assert bob_bytes != alice_bytes
+
+    shutil.copyfile(bobs, path)
+    os.chown(path, *_ids(cluster, "bob"))
+    path.chmod(0o600)
+    job = cluster.sbatch("-N1", "-w", node, f"--bootseer-image={path}", script=READ, user="bob")
+    assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    assert _sha(bob_bytes) in cluster.output(job)
+    mtime_ns = path.stat().st_mtime_ns  # anyone may stat a file in /tmp
+    path.unlink()  # bob is done with it
+
+    shutil.copyfile(alices, path)
+    os.chown(path, *_ids(cluster, "alice"))
+    path.chmod(0o600)
+    os.utime(path, ns=(mtime_ns, mtime_ns))  # alice sets her own file's times
+    try:
+        job = cluster.sbatch("-N1", "-w", node, f"--bootseer-image={path}", script=READ)
+        assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+        out = cluster.output(job)
+        assert _sha(bob_bytes) not in out, "alice's job read bob's private image"
+        assert _sha(alice_bytes) in out, out
+    finally:
+        path.unlink(missing_ok=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _ids(cluster: DevSlurm, user: str) -> tuple[int, int]:
+    import pwd
+
+    pw = pwd.getpwnam(user)
+    return pw.pw_uid, pw.pw_gid

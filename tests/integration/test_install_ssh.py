@@ -1,0 +1,167 @@
+"""``bootseer install NODESET`` over real SSH: Debian's sshd on each node of a slurm-dev
+network (its own network namespace, and a mount namespace where the node's root lies
+at slurm-dev's NODE_ROOT), reached by name through an OpenSSH client config."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TEST_PORT_BASE, TEST_STATE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "slurm-dev"))
+from network import Network
+from sshd import NODE_ROOT, SSHD, ClusterSsh
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists(SSHD), reason="needs root and openssh-server"
+)
+
+NODES = ("n1", "n2")
+PREFIX = NODE_ROOT / "opt" / "bootseer"
+ETC = NODE_ROOT / "etc" / "bootseer"
+BOOTSEER = [sys.executable, "-c", "import sys; from bootseer.cli import main; sys.exit(main())"]
+
+
+class Site:
+    def __init__(self, state: Path, ssh: ClusterSsh) -> None:
+        self.state = state
+        self.ssh = ssh
+        self.config = state / "admin" / "config.toml"
+        self.slurm_conf = state / "admin" / "slurm.conf"
+
+    def install(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = [*BOOTSEER, "install", "n[1-2]", "--config", str(self.config)]
+        cmd += ["--prefix", str(PREFIX), "--etc", str(ETC)]
+        cmd += ["--unit-dir", str(NODE_ROOT / "systemd"), "--bin-dir", str(NODE_ROOT / "bin")]
+        cmd += ["--ssh-config", str(self.ssh.config), "--slurm-conf", str(self.slurm_conf)]
+        cmd += ["--build-dir", str(self.state / "build"), *extra]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    def on(self, node: str, command: str) -> str:
+        r = subprocess.run(
+            ["ssh", "-F", str(self.ssh.config), node, command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Site]:
+    state = Path(f"{TEST_STATE}-install")
+    shutil.rmtree(state, ignore_errors=True)
+    net = Network(TEST_PORT_BASE + 100, NODES, node_mbit=10_000, store_mbit=1_000)
+    ssh = ClusterSsh(state, net)
+    admin = state / "admin"
+    admin.mkdir(parents=True)
+    key = admin / "site.key"
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, os.urandom(32).hex().encode())
+    os.close(fd)
+    fd = os.open(admin / "secrets.toml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, b'[store]\naccess_key = "admin"\nsecret_key = "not-for-users"\n')
+    os.close(fd)
+    (admin / "config.toml").write_text(
+        f'[site]\nkey_file = "{ETC}/site.key"\n\n'
+        f'[store]\nuri = "file://{state}/store"\nsecrets_file = "{ETC}/secrets.toml"\n\n'
+        f'[paths]\nrun_dir = "{NODE_ROOT}/run"\n'
+    )
+    (admin / "slurm.conf").write_text("PrologFlags=Contain\nPrologEpilogTimeout=60\n")
+    try:
+        for node in NODES:
+            net.node_up(node)
+        ssh.up()
+        yield Site(state, ssh)
+    finally:
+        ssh.down()
+        net.down()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def test_install_then_again_then_a_changed_config(site: Site) -> None:
+    # The admin machine holds the key and secrets where the config names them (ETC is
+    # NODE_ROOT's on the nodes; on this machine NODE_ROOT is an empty mount point, so
+    # the admin's copies go to a directory of the same name outside it).
+    ETC.mkdir(parents=True, exist_ok=True)
+    try:
+        for name in ("site.key", "secrets.toml"):
+            shutil.copy2(site.state / "admin" / name, ETC / name)
+        _install_run(site)
+    finally:
+        shutil.rmtree(NODE_ROOT / "etc", ignore_errors=True)
+
+
+def _install_run(site: Site) -> None:
+    # --dry-run: what would change, and nothing written.
+    r = site.install("--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "n[1-2]: would change:" in r.stdout, r.stdout
+    for node in NODES:
+        assert list(site.ssh.node_root(node).iterdir()) == [], node
+
+    r = site.install()
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "n[1-2]: installed:" in r.stdout, r.stdout
+    # The lines to add, as additions: the site's Contain stays.
+    assert f"Prolog={PREFIX}/libexec/bootseer-prolog" in r.stdout
+    assert f"Epilog={PREFIX}/libexec/bootseer-epilog" in r.stdout
+    assert "PrologFlags=Contain,Alloc" in r.stdout
+    assert "PrologEpilogTimeout=110" in r.stdout  # the default 90 s deadline and room
+    assert f"required {PREFIX}/lib/slurm/bootseer.so rundir={NODE_ROOT}/run" in r.stdout
+
+    # Each node's venv runs on the node's own /usr/bin/python3 (Debian's 3.11.2 here),
+    # for an ordinary user, from the node's own root.
+    want = subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print(sys.version)"], capture_output=True, text=True
+    ).stdout
+    check = "import sys, bootseer.deps.archive; print(sys.version)"
+    nobody = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+    for node in NODES:
+        assert site.on(node, f"{nobody} {PREFIX}/venv/bin/python3 -c '{check}'") == want
+        assert site.on(node, f"{nobody} {NODE_ROOT}/bin/bootseer --help").startswith("usage:")
+        modes = site.on(
+            node, f"stat -c '%a %U %n' {ETC}/config.toml {ETC}/secrets.toml {ETC}/site.key"
+        ).split("\n")
+        assert modes[:3] == [
+            f"644 root {ETC}/config.toml",
+            f"600 root {ETC}/secrets.toml",
+            f"600 root {ETC}/site.key",
+        ]
+        unit = site.on(node, f"cat {NODE_ROOT}/systemd/bootseer-agent.service")
+        assert "Type=notify" in unit
+        assert f"ExecStart={PREFIX}/venv/bin/bootseer agent" in unit
+        for doc in unit.split("Documentation=")[1].split("\n")[0].split():
+            site.on(node, f"test -f {doc.removeprefix('file://')}")
+        wrapper = site.on(node, f"cat {PREFIX}/libexec/bootseer-prolog")
+        assert f"export BOOTSEER_CONFIG={ETC}/config.toml" in wrapper
+    # What lies behind each node's root is its own: n1's is not n2's.
+    assert (site.ssh.node_root("n1") / "opt").is_dir()
+    assert (site.ssh.node_root("n2") / "opt").is_dir()
+
+    r = site.install()
+    assert r.returncode == 0, r.stderr
+    assert "n[1-2]: unchanged" in r.stdout, r.stdout
+
+    # A changed config reaches every node alone: the venv stays.
+    with site.config.open("a") as f:
+        f.write("\n[hooks]\nprolog_deadline = 100\n")
+    r = site.install()
+    assert r.returncode == 0, r.stderr
+    assert "n[1-2]: installed: 1 files (config.toml)" in r.stdout, r.stdout
+    assert "PrologEpilogTimeout=120" in r.stdout
+
+    # A node without the Python asked for is refused before anything is written.
+    before = site.on("n1", f"ls -l --time-style=+%s.%N {PREFIX}")
+    r = site.install("--python", "/nonexistent/python3")
+    assert r.returncode == 1
+    assert "n[1-2]: FAILED: no /nonexistent/python3 there" in r.stdout, r.stdout
+    assert site.on("n1", f"ls -l --time-style=+%s.%N {PREFIX}") == before

@@ -1,0 +1,161 @@
+"""Metrics and config problems on a real slurm-dev cluster: the node agents and the
+hooks write their textfiles (slurm-dev sets ``[metrics] textfile_dir``) and the values
+move as jobs of an ordinary user run; a broken site config line shows in the report."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import DevSlurm, squash
+
+pytestmark = pytest.mark.slurm
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def s(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return name, tuple(sorted(labels.items()))
+
+
+def read_prom(path: Path) -> Samples:
+    if not path.exists():
+        return {}
+    out: Samples = {}
+    for fam in text_string_to_metric_families(path.read_text()):
+        for x in fam.samples:
+            out[(x.name, tuple(sorted(x.labels.items())))] = x.value
+    return out
+
+
+def metrics_dir(cluster: DevSlurm, node: str) -> Path:
+    return cluster.dir / "nodes" / node / "metrics"
+
+
+def wait_for(path: Path, check: Callable[[Samples], bool], timeout: float = 30) -> Samples:
+    deadline = time.monotonic() + timeout
+    last: Samples = {}
+    while time.monotonic() < deadline:
+        last = read_prom(path)
+        if last and check(last):
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never satisfied the check: {last}")
+
+
+@pytest.fixture
+def image(cluster: DevSlurm) -> Path:
+    src = cluster.dir / "metrics-image-src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir()
+    (src / "blob").write_bytes(bytes(range(256)) * 6000)
+    out = cluster.dir / "images" / "metrics.sqsh"
+    out.parent.mkdir(exist_ok=True)
+    out.unlink(missing_ok=True)
+    return squash(src, out)
+
+
+READ_IMAGE = "#!/bin/sh\nsrun sh -c 'cat \"$BOOTSEER_IMAGE\" > /dev/null && echo read-ok'\n"
+
+
+def test_agent_and_hooks_write_metrics_that_move_as_a_job_runs(
+    cluster: DevSlurm, image: Path
+) -> None:
+    node = "n3"
+    hooks = metrics_dir(cluster, node) / "bootseer_hooks.prom"
+    agent = metrics_dir(cluster, node) / "bootseer_agent.prom"
+    before_hooks, before_agent = read_prom(hooks), wait_for(agent, lambda m: True)
+    assert before_agent[s("bootseer_agent_up")] == 1
+
+    def count(m: Samples, *key: object) -> float:
+        name, labels = key[0], key[1] if len(key) > 1 else {}
+        return m.get(s(str(name), **labels), 0.0)  # type: ignore[arg-type]
+
+    job = cluster.sbatch("-N1", "-w", node, f"--bootseer-image={image}", script=READ_IMAGE)
+    assert cluster.wait(job, timeout=120) == "COMPLETED", cluster.output(job)
+    assert "read-ok" in cluster.output(job)
+
+    after = read_prom(hooks)  # the epilog wrote it before Slurm saw the job end
+    for hook in ("prolog", "epilog"):
+        key = ("bootseer_hook_runs_total", {"hook": hook, "outcome": "ok"})
+        assert count(after, *key) == count(before_hooks, *key) + 1, hook
+        key = ("bootseer_hook_seconds_count", {"hook": hook})
+        assert count(after, *key) == count(before_hooks, *key) + 1, hook
+        assert after[s("bootseer_hook_config_error", hook=hook)] == 0
+    prefetch = (
+        "bootseer_step_outcomes_total",
+        {"hook": "prolog", "step": "image", "outcome": "ok"},
+    )
+    assert count(after, *prefetch) == count(before_hooks, *prefetch) + 1
+    secs = ("bootseer_step_seconds_count", {"hook": "prolog", "step": "image"})
+    assert count(after, *secs) == count(before_hooks, *secs) + 1
+    assert s("bootseer_phase_source_bytes_total", phase="image_prefetch", source="store") in after
+    st = hooks.stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o644)
+
+    size = image.stat().st_size
+    reads = ("bootseer_image_block_reads_total", {"result": "miss"})
+    fetched = ("bootseer_image_fetched_bytes_total", {"priority": "demand"})
+
+    def moved(m: Samples) -> bool:
+        return (
+            count(m, *reads) > count(before_agent, *reads)
+            and count(m, "bootseer_cache_bytes") >= size
+            and sum(
+                count(m, "bootseer_image_fetched_bytes_total", {"priority": p})
+                for p in ("demand", "prefetch", "background")
+            )
+            >= size
+        )
+
+    now = wait_for(agent, moved)
+    assert count(now, *fetched) >= count(before_agent, *fetched)
+    assert count(now, "bootseer_image_fetch_errors_total") == 0
+    assert now[s("bootseer_agent_up")] == 1
+
+
+def test_a_broken_site_config_line_shows_in_the_report_and_the_metrics(
+    cluster: DevSlurm,
+) -> None:
+    node = "n4"
+    hooks = metrics_dir(cluster, node) / "bootseer_hooks.prom"
+    before = read_prom(hooks)
+    good = cluster.site_config.read_text()
+    cluster.configure("hooks", prolog_deadline="soon")  # a bad value: the file will not load
+    job = cluster.sbatch(
+        "-N1", "-w", node, "--bootseer", script="#!/bin/sh\necho ran-anyway\n", user="alice"
+    )
+    # The job starts the ordinary way, and the node stays in service.
+    assert cluster.wait(job, timeout=120) == "COMPLETED", cluster.output(job)
+    assert "ran-anyway" in cluster.output(job)
+    assert cluster.node_states()[node].startswith(("idle", "mix", "alloc"))
+    # The admin reads the report where the config is good (here: the same file, mended).
+    cluster.site_config.write_text(good)
+
+    (run,) = cluster.report_json(job)["runs"]
+    (n,) = run["nodes"]
+    rows = {p["phase"]: p for p in n["phases"]}
+    assert rows["site_config"]["outcome"] == "failed", rows
+    assert "hooks.prolog_deadline" in rows["site_config"]["detail"], rows["site_config"]
+    assert "soon" in rows["site_config"]["detail"]
+    for hook in ("prolog", "epilog"):  # the epilog found it too
+        assert rows[hook]["outcome"] == "failed", rows[hook]
+        assert "hooks.prolog_deadline" in rows[hook]["detail"], rows[hook]
+    text = cluster.report(str(job))
+    assert text.returncode == 0, text.stderr
+    assert "site_config" in text.stdout, text.stdout
+    # The node's log says it too, and the metrics count it.
+    assert any(
+        "config_error" in ln and "hooks.prolog_deadline" in ln
+        for ln in cluster.job_log_lines(node, job)
+    )
+    after = read_prom(hooks)
+    for hook in ("prolog", "epilog"):
+        key = s("bootseer_hook_runs_total", hook=hook, outcome="config_error")
+        assert after[key] == before.get(key, 0.0) + 1, hook
+        assert after[s("bootseer_hook_config_error", hook=hook)] == 1

@@ -1,0 +1,69 @@
+"""bootseer install's pure parts: the slurm.conf lines (additions, never replacements),
+the layout per node, the files a node gets, the folded summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bootseer.install.fanout import fold
+from bootseer.install.files import agent_unit, hook_wrapper
+from bootseer.install.layout import Layout
+from bootseer.install.node import NodeReport
+from bootseer.install.slurmconf import plugstack_line, slurm_conf_lines
+
+LAYOUT = Layout()
+
+
+def test_prolog_flags_keep_the_sites_own() -> None:
+    lines = slurm_conf_lines(LAYOUT, {"prologflags": "Contain,X11"}, 90)
+    assert "PrologFlags=Contain,X11,Alloc" in lines
+    assert slurm_conf_lines(LAYOUT, {}, 90)[2] == "PrologFlags=Alloc"
+    assert not [x for x in slurm_conf_lines(LAYOUT, {"prologflags": "alloc"}, 90) if "Flags" in x]
+
+
+def test_a_sites_own_prolog_stays_in_the_list() -> None:
+    lines = slurm_conf_lines(LAYOUT, {"prolog": "/etc/slurm/site-prolog"}, 90)
+    assert lines[0] == "Prolog=/etc/slurm/site-prolog,/opt/bootseer/libexec/bootseer-prolog"
+    assert lines[1] == "Epilog=/opt/bootseer/libexec/bootseer-epilog"
+    ours = {"prolog": str(LAYOUT.hook("prolog")), "epilog": str(LAYOUT.hook("epilog"))}
+    assert not [
+        x for x in slurm_conf_lines(LAYOUT, ours, 90) if x.startswith(("Prolog=", "Epilog="))
+    ]
+
+
+def test_the_timeout_is_raised_only_when_it_leaves_no_room() -> None:
+    assert "PrologEpilogTimeout=110" in slurm_conf_lines(LAYOUT, {}, 90)
+    assert "PrologEpilogTimeout=110" in slurm_conf_lines(LAYOUT, {"prologepilogtimeout": "95"}, 90)
+    long = slurm_conf_lines(LAYOUT, {"prologepilogtimeout": "300"}, 90)
+    assert not [x for x in long if x.startswith("PrologEpilogTimeout")]
+
+
+def test_plugstack_line_names_the_configs_run_dir() -> None:
+    line = plugstack_line(LAYOUT, Path("/run/bootseer"))
+    assert line == "required /opt/bootseer/lib/slurm/bootseer.so rundir=/run/bootseer"
+
+
+def test_per_node_layout_and_hook_wrapper() -> None:
+    lay = Layout(prefix=Path("/x/%n/opt"), etc=Path("/x/%n/etc"), unit_dir=None).for_node("n7")
+    assert lay.unit is None
+    text = hook_wrapper(lay, "epilog").decode()
+    assert "export BOOTSEER_CONFIG=/x/n7/etc/config.toml" in text
+    assert "export BOOTSEER_PYTHON=/x/n7/opt/venv/bin/python3" in text
+    assert text.endswith("exec /x/n7/opt/share/bootseer/epilog/bootseer-epilog\n")
+
+
+def test_the_unit_says_when_the_agent_is_ready_and_names_its_docs() -> None:
+    unit = agent_unit(LAYOUT).decode()
+    assert "Type=notify" in unit
+    assert "Before=slurmd.service" in unit
+    assert "Documentation=file:///opt/bootseer/share/doc/bootseer/image.md" in unit
+    assert "ExecStart=/opt/bootseer/venv/bin/bootseer agent" in unit
+
+
+def test_the_summary_folds_nodes_alike() -> None:
+    reports = [
+        NodeReport("n1", "unchanged"),
+        NodeReport("n3", "failed", error="ssh: timed out"),
+        NodeReport("n2", "unchanged"),
+    ]
+    assert fold(reports) == ["n[1-2]: unchanged", "n3: FAILED: ssh: timed out"]
