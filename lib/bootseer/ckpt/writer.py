@@ -188,13 +188,15 @@ class StripedWriter(io.RawIOBase):
     def flush(self) -> None:
         """Buffered bytes stay buffered until a unit is full: only :meth:`commit` publishes."""
 
-    def commit(self) -> Manifest | None:
-        """Publish what was written so far as the file's current version (None: nothing
-        was written to a file opened for update, which keeps its version)."""
+    def commit(self) -> Manifest:
+        """Publish what was written so far as the file's current version (a file opened
+        for update and not written keeps its version: that one is returned)."""
         if self.closed or self._aborted:
             raise ValueError(f"{self.name}: commit after close or abort")
         if not self._dirty:
-            return self.committed
+            current = self.committed or self._base
+            assert current is not None  # only a writer with a base starts clean
+            return current
         self._fill(self.size)
         self._wait_all()
         self._apply_rewrites()
