@@ -213,6 +213,9 @@ class DepsSection:
     max_frame_bytes: int = 64 << 20
     level: int = 3  # zstd level for captures
     threads: int = 0  # decode/encode threads; 0: one per core, at most 8
+    # Asked whether Slurm checks a job's account against its user (scope=account is
+    # used only if it does: docs/security.md, "Snapshot scopes").
+    scontrol: Path = Path("/usr/bin/scontrol")
     # Stored bytes of snapshots one scope of each kind may hold in the store (0: no
     # quota); an epilog capture that would pass it is skipped, nothing written.
     # A kind the site's table leaves out keeps its default.

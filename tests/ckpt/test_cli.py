@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bootseer.cli import main
+from bootseer.units import iec
 
 from .conftest import UNIT
 
@@ -21,7 +22,8 @@ def test_put_ls_get_verify_rm(
     assert main(["ckpt", "put", str(src), "run:step1/model.pt"]) == 0
     assert main(["ckpt", "ls", "run:step1"]) == 0
     out = capsys.readouterr().out
-    assert "model.pt" in out and str(3 * UNIT + 5) in out and "4 units over 3 targets" in out
+    (row,) = [line.split() for line in out.splitlines() if "model.pt" in line]
+    assert row[:2] == iec(3 * UNIT + 5).split() and row[-2:] == ["4", "model.pt"], out
     dst = tmp_path / "back.pt"
     assert main(["ckpt", "get", "run:step1/model.pt", str(dst)]) == 0
     assert dst.read_bytes() == src.read_bytes()
@@ -50,3 +52,21 @@ def test_bad_names_are_refused(site_config: Path, capsys: pytest.CaptureFixture[
     assert main(["ckpt", "ls", "../other"]) == 1
     assert main(["ckpt", "get", "run:../../etc/passwd", "/tmp/x"]) == 1
     assert "invalid" in capsys.readouterr().err
+
+
+def test_ls_of_what_does_not_exist_is_an_error(
+    site_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ckpt ls NOSUCH`` printed nothing and exited 0, like an empty directory."""
+    assert main(["ckpt", "ls", "NOSUCH"]) == 1
+    assert "NOSUCH: no such checkpoint namespace" in capsys.readouterr().err
+    src = tmp_path / "m"
+    src.write_bytes(b"x" * 10)
+    assert main(["ckpt", "put", str(src), "run:a/m"]) == 0
+    capsys.readouterr()
+    assert main(["ckpt", "ls", "run:a/nosuch"]) == 1
+    assert "run:a/nosuch: no such checkpoint file or directory" in capsys.readouterr().err
+    assert main(["ckpt", "ls", "run:a/m"]) == 0  # a file lists itself
+    assert capsys.readouterr().out.splitlines()[-1].split()[-1] == "m"
+    assert main(["ckpt", "ls", "run"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].split() == ["dir", "a/"]

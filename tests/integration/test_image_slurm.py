@@ -28,6 +28,8 @@ def app_image(cluster: DevSlurm) -> Path:
     return squash(src, out)
 
 
+# The importer is called as pyxis calls it for --container-image=bootseer (``get
+# docker://bootseer`` with pyxis' environment, tests/pyxiskit.py), then released twice.
 # The batch step itself does not get BOOTSEER_* (the SPANK plugin sets them for srun
 # steps), so the work runs in one srun step, as a container launcher would.
 SCRIPT = """#!/bin/sh
@@ -39,9 +41,9 @@ bootseer phase start first_step && bootseer phase end first_step
 cmp "$mnt/blob" {blob} && echo blob-same
 fusermount3 -u "$mnt"
 rmdir "$mnt"
-lazy=$({importer} get bootseer)
-test "$lazy" = "$BOOTSEER_IMAGE" && echo importer-ok
-{importer} release && {importer} release && echo released
+pyxis=$("$BOOTSEER_PYTHON" {pyxiskit} {importer} bootseer)
+test "$(echo "$pyxis" | head -n 1)" = "get rc=0 path=$BOOTSEER_IMAGE" && echo importer-ok
+test "$(echo "$pyxis" | tail -n +2)" = "$(printf "release rc=0\nrelease rc=0")" && echo released
 echo "ref=$BOOTSEER_IMAGE_REF"
 '
 """
@@ -59,7 +61,7 @@ def test_job_runs_a_program_from_the_lazy_image_and_the_second_run_prefetches(
 ) -> None:
     blob = cluster.dir / "image-src" / "blob"
     importer = TOP / "contrib" / "pyxis" / "bootseer-importer"
-    script = SCRIPT.format(blob=blob, importer=importer)
+    script = SCRIPT.format(blob=blob, importer=importer, pyxiskit=TOP / "tests" / "pyxiskit.py")
     env_py = f"--export=ALL,BOOTSEER_PYTHON={shutil.which('python3', path=cluster.env['PATH'])}"
     first = cluster.sbatch(
         "-N1", "-w", "n2", env_py, f"--bootseer-image={app_image}", script=script

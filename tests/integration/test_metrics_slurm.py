@@ -4,6 +4,7 @@ move as jobs of an ordinary user run; a broken site config line shows in the rep
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -159,3 +160,57 @@ def test_a_broken_site_config_line_shows_in_the_report_and_the_metrics(
         key = s("bootseer_hook_runs_total", hook=hook, outcome="config_error")
         assert after[key] == before.get(key, 0.0) + 1, hook
         assert after[s("bootseer_hook_config_error", hook=hook)] == 1
+
+
+READ_ON_EACH_NODE = (
+    "#!/bin/sh\nsrun -N2 -n2 sh -c 'cat \"$BOOTSEER_IMAGE\" > /dev/null && echo read-ok'\n"
+)
+
+
+def test_a_two_node_job_moves_the_peer_series_and_they_outlive_the_job(
+    cluster: DevSlurm,
+) -> None:
+    """Both nodes read the whole image: each block leaves the store once, its owner hands
+    it to the other node. The counts stay once the job's swarm has ended."""
+    src = cluster.dir / "metrics-p2p-src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir()
+    (src / "blob").write_bytes(os.urandom(3 << 20))  # fresh blocks: no cache has them
+    image = cluster.dir / "images" / "metrics-p2p.sqsh"
+    image.parent.mkdir(exist_ok=True)
+    image.unlink(missing_ok=True)
+    squash(src, image)
+    nodes = ("n1", "n2")
+    files = [metrics_dir(cluster, n) / "bootseer_agent.prom" for n in nodes]
+    before = [wait_for(f, lambda m: True) for f in files]
+
+    def total(ms: list[Samples], name: str, **labels: str) -> float:
+        return sum(m.get(s(name, **labels), 0.0) for m in ms)
+
+    job = cluster.sbatch(
+        "-N2", "-w", ",".join(nodes), f"--bootseer-image={image}", script=READ_ON_EACH_NODE
+    )
+    assert cluster.wait(job, timeout=120) == "COMPLETED", cluster.output(job)
+    assert cluster.output(job).count("read-ok") == 2, cluster.output(job)
+    # Read after the epilog released the job (and its swarm): the agents write every 2 s.
+    ended = time.time()
+    after = [
+        wait_for(f, lambda m: m[s("bootseer_agent_metrics_timestamp_seconds")] > ended)
+        for f in files
+    ]
+    peer = total(after, "bootseer_p2p_bytes_total", source="peer") - total(
+        before, "bootseer_p2p_bytes_total", source="peer"
+    )
+    store = total(after, "bootseer_p2p_bytes_total", source="store") - total(
+        before, "bootseer_p2p_bytes_total", source="store"
+    )
+    served = total(after, "bootseer_peer_served_bytes_total") - total(
+        before, "bootseer_peer_served_bytes_total"
+    )
+    size = image.stat().st_size
+    assert peer > 0 and store > 0, (peer, store)
+    assert served == peer  # what one node served, the other received
+    assert peer + store >= size  # each node had every block, from the store or its peer
+    assert total(after, "bootseer_verification_failures_total", source="peer") == total(
+        before, "bootseer_verification_failures_total", source="peer"
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,25 +89,90 @@ def test_four_node_job_phases_come_back_in_order_with_the_straggler(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_resubmitted_job_shows_the_earlier_run_beside_it(cluster: DevSlurm) -> None:
+def test_resubmitted_job_shows_the_earlier_run_of_the_same_script_beside_it(
+    cluster: DevSlurm,
+) -> None:
+    """Runs side by side are runs of the same batch script (here read by sbatch from
+    standard input: compared by content), never another script's job of the same name
+    and user."""
     script = f"#!/bin/sh\nsrun -N2 -n2 {BOOTSEER} phase run ckpt_load -- sleep 0.1\n"
     first = cluster.sbatch("-N2", "-J", "phases-again", "--bootseer=on", script=script)
     assert cluster.wait(first) == "COMPLETED"
+    other = cluster.sbatch("-N2", "-J", "phases-again", "--bootseer=on", script=script + "true\n")
+    assert cluster.wait(other) == "COMPLETED"
     second = cluster.sbatch("-N2", "-J", "phases-again", "--bootseer=on", script=script)
     assert cluster.wait(second) == "COMPLETED"
     data = cluster.report_json(second)
     assert [r["job_id"] for r in data["earlier_jobs"]] == [first]
+    assert data["runs"][0]["script"].startswith("sha256:")
     assert len(data["runs"]) == 1 and len(data["runs"][0]["nodes"]) == 2
     text = cluster.report(str(second)).stdout
-    assert "Runs side by side" in text and "(earlier job)" in text
+    assert "Runs side by side" in text and "earlier" in text
+    assert cluster.report_json(other)["earlier_jobs"] == []
+
+
+def test_array_task_is_reported_by_its_array_id(cluster: DevSlurm) -> None:
+    """``report 6_1`` is array task 6_1 (its own job id differs), not job 61."""
+    script = f"#!/bin/sh\nsrun {BOOTSEER} phase run first_step -- true\n"
+    array = cluster.sbatch("-N1", "--array=0-2", "--bootseer=on", script=script)
+    tasks: dict[int, int] = {}  # task -> its job id, known once the task left PENDING
+    deadline = time.monotonic() + 120
+    while len(tasks) < 3 and time.monotonic() < deadline:
+        r = subprocess.run(
+            ["squeue", "-h", "-r", "-t", "all", "-j", str(array), "-o", "%A %K %T"],
+            env=cluster.env,
+            capture_output=True,
+            text=True,
+        )
+        for job_id, task, state in (line.split() for line in r.stdout.splitlines() if line):
+            if task.isdigit() and state != "PENDING":
+                tasks[int(task)] = int(job_id)
+        time.sleep(0.25)  # polls Slurm's answer, as DevSlurm.wait does
+    assert sorted(tasks) == [0, 1, 2]
+    for job in tasks.values():
+        assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    assert tasks[1] != int(f"{array}1")
+    data = json.loads(cluster.report(f"{array}_1", "--json").stdout)
+    (run,) = data["runs"]
+    assert (run["job_id"], run["array_task"]) == (tasks[1], f"{array}_1")
+    text = cluster.report(f"{array}_1").stdout
+    assert f"Job {tasks[1]} (array task {array}_1)" in text
+    r = cluster.report(f"{array}_7")
+    assert r.returncode == 1 and f"No phase records for job {array}_7" in r.stderr
+
+
+def test_a_failed_step_says_why_in_the_text_report(cluster: DevSlurm) -> None:
+    """The image step fails (the file is no squashfs): the job starts the ordinary way,
+    and the text report, not only --json, gives the step's reason."""
+    bad = cluster.dir / "images" / "not-an-image.sqsh"
+    bad.parent.mkdir(exist_ok=True)
+    bad.write_bytes(b"this is no squashfs\n" * 100)
+    bad.chmod(0o644)
+    job = cluster.sbatch(
+        "-N1",
+        f"--bootseer-image={bad}",
+        script=f"#!/bin/sh\nsrun {BOOTSEER} phase run first_step -- true\n",
+    )
+    assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    (run,) = cluster.report_json(job)["runs"]
+    (step,) = [p for n in run["nodes"] for p in n["phases"] if p["phase"] == "image_prefetch"]
+    assert step["outcome"] == "failed" and step["detail"], step
+    text = cluster.report(str(job)).stdout
+    assert "Why phases failed" in text
+    assert f"image_prefetch failed on {run['nodes'][0]['node']}: " in text
+    assert step["detail"][:40] in " ".join(text.split())
 
 
 def test_job_without_records_is_said_plainly(cluster: DevSlurm) -> None:
+    """... and whether Slurm knows the job at all."""
     job = cluster.sbatch("-N1", script="#!/bin/sh\ntrue\n")  # no --bootseer
     assert cluster.wait(job) == "COMPLETED"
     r = cluster.report(str(job))
     assert r.returncode == 1
     assert f"No phase records for job {job}" in r.stderr
+    assert f"Slurm knows job {job} (COMPLETED)" in r.stderr
+    r = cluster.report("999999")
+    assert r.returncode == 1 and "Slurm does not know job 999999" in r.stderr
 
 
 def test_cluster_view_counts_the_runs(cluster: DevSlurm) -> None:

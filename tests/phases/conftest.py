@@ -27,9 +27,10 @@ def node_rows(
     restart: int = 0,
     name: str = "train",
     t0: float = T0,
+    script: str = "/home/ada/train.sh",
 ) -> list[PhaseRow]:
     """A plausible startup on one node: prolog with an image step, then the job's phases."""
-    m = JobMeta(job_id, restart, name, "ada", "ml", node, nodes, 8, t0 - 30)
+    m = JobMeta(job_id, restart, name, "ada", "ml", node, nodes, 8, t0 - 30, script=script)
     return [
         m.row("prolog", t0, t0 + 2),
         m.row("image_prefetch", t0 + 0.1, t0 + 1.9, bytes=1 << 20),

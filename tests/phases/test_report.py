@@ -40,13 +40,18 @@ def test_straggler_is_named_with_its_phase(store: Store, dataset: PhaseDataset) 
 
 
 def test_restarts_and_resubmissions_are_side_by_side(store: Store, dataset: PhaseDataset) -> None:
+    """Runs side by side: restarts, and earlier jobs from the same batch script (whatever
+    their name), never another script's job that has the same name and user."""
     write_job(store, 20, t0=T0)
     write_job(store, 21, restart=0, t0=T0 + 1000)
     write_job(store, 21, restart=1, t0=T0 + 2000)
-    write_job(store, 22, name="other", t0=T0 + 500)
+    write_job(store, 22, t0=T0 + 500, script="/home/ada/eval.sh")  # also named "train"
+    write_job(store, 23, name="renamed", t0=T0 + 600)
+    write_job(store, 24, t0=T0 + 700, script="")  # sbatch < script: Slurm names none
     report = job_report(dataset, 21)
     assert [(r.job_id, r.restart_count) for r in report.runs] == [(21, 0), (21, 1)]
-    assert [r.job_id for r in report.earlier] == [20]
+    assert [r.job_id for r in report.earlier] == [20, 23]
+    assert job_report(dataset, 24).earlier == []  # its own restarts only
     data = report.to_json()
     assert data["found"] and len(data["runs"][1]["nodes"]) == 4
 

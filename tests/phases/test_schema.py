@@ -37,6 +37,9 @@ def test_schema_has_the_issue_columns_in_order() -> None:
         "peer_bytes",
         "detail",
         "submit_time",
+        "array_job_id",
+        "array_task_id",
+        "script",
     ]
     assert str(arrow_schema().field("start").type) == "timestamp[us, tz=UTC]"
 

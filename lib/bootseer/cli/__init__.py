@@ -28,14 +28,26 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from bootseer import __version__
+
     parser = argparse.ArgumentParser(
         prog="bootseer",
         description="Startup accelerator for training jobs on Slurm.",
     )
+    parser.add_argument("--version", action="version", version=f"bootseer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(name).register(sub)
     return parser
+
+
+def plain_doc(doc: str | None) -> str:
+    """A module docstring as ``--help`` shows it: without reST's double backquotes and
+    ``::`` (a command's docstring is its help text)."""
+    import re
+
+    text = (doc or "").replace("``", "")
+    return re.sub(r"::$", ":", text, flags=re.MULTILINE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

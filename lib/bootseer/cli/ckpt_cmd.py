@@ -15,6 +15,7 @@ admin's (root only)::
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import pwd
 import sys
@@ -22,8 +23,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from bootseer import units
 from bootseer.errors import BootseerError
 from bootseer.progress import transfer_bar
+from bootseer.units import argparse_age
 
 if TYPE_CHECKING:
     from bootseer.ckpt import Namespace
@@ -52,9 +55,10 @@ def register(sub: Any) -> None:
     c.add_argument("namespace")
     c.add_argument(
         "--min-age",
-        type=float,
+        type=argparse_age,
         default=3600.0,
-        help="only versions older than this many seconds (default 3600)",
+        metavar="AGE",
+        help="only versions older than AGE (default 1h)",
     )
     p.set_defaults(handler=run)
 
@@ -148,20 +152,7 @@ def _run(args: argparse.Namespace) -> int:
         _rate("get", n, t0)
         return 0
     if action == "ls":
-        for e in ns.listdir(path):
-            if e.is_dir:
-                print(f"{'dir':>14}  {'':19}  {e.name}/")
-                continue
-            sub = f"{path}/{e.name}" if path else e.name
-            m = ns.manifest(sub)
-            if m is None:
-                continue
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.mtime))
-            print(
-                f"{m.size:>14}  {stamp}  {e.name}  ({m.unit_count} units over "
-                f"{len(m.targets)} targets, version {m.version})"
-            )
-        return 0
+        return _ls(ns, path, remote=args.remote)
     if action == "rm":
         for remote in args.remote:
             n2, p2 = split_remote(remote, need_path=True)
@@ -176,11 +167,49 @@ def _run(args: argparse.Namespace) -> int:
                 problems += ns.verify_file(p, tick)
         for line in problems:
             print(line, file=sys.stderr)
-        print(f"{len(paths)} files, {total} bytes checked, {len(problems)} problems")
+        print(f"{len(paths)} files, {units.iec(total)} checked, {len(problems)} problems")
         return 1 if problems else 0
     raise AssertionError(action)
 
 
+def _ls(ns: Namespace, path: str, remote: str) -> int:
+    """A directory's files (or one file): size, age, version, units; ``ls`` of what
+    does not exist is an error (ENOENT), as for any file tool."""
+    from bootseer.cli.listing import print_table
+
+    if path and not ns.is_dir(path):
+        m = ns.manifest(path)
+        if m is None:
+            raise FileNotFoundError(errno.ENOENT, f"{remote}: no such checkpoint file or directory")
+        entries: list[tuple[str, Any]] = [(path.rsplit("/", 1)[-1], m)]
+    else:
+        listed = ns.listdir(path)
+        if not listed and not path:
+            raise FileNotFoundError(
+                errno.ENOENT, f"{remote}: no such checkpoint namespace (nothing stored in it)"
+            )
+        entries = []
+        for e in listed:
+            sub = f"{path}/{e.name}" if path else e.name
+            entries.append((f"{e.name}/", None) if e.is_dir else (e.name, ns.manifest(sub)))
+    now = time.time()
+    rows = [
+        ["dir", "", "", "", name]
+        if m is None
+        else [
+            units.iec(m.size),
+            f"{units.age(now - m.mtime)} ago",
+            str(m.version),
+            str(m.unit_count),
+            name,
+        ]
+        for name, m in entries
+        if m is not None or name.endswith("/")
+    ]
+    print_table(["SIZE", "MODIFIED", "VERSION", "UNITS", "NAME"], rows, right={0, 1, 2, 3})
+    return 0
+
+
 def _rate(what: str, n: int, t0: float) -> None:
     secs = max(time.monotonic() - t0, 1e-9)
-    print(f"{what}: {n} bytes in {secs:.2f}s ({n / secs / 1e6:.1f} MB/s)", file=sys.stderr)
+    print(f"{what}: {units.iec(n)} in {secs:.2f} s ({units.iec(n / secs)}/s)", file=sys.stderr)

@@ -4,7 +4,7 @@
         sh -c 'python3 -m venv /tmp/venv && /tmp/venv/bin/pip install -r requirements.txt'
     bootseer deps key --prefix /tmp/venv --key-file requirements.txt
     bootseer deps ls
-    bootseer deps gc --unused-days 30 --max-total 500G --dry-run
+    bootseer deps gc --unused 30d --max-total 500G --dry-run
 
 Users see and remove their own snapshots (scope ``user/<them>``) and the shared scopes
 the site allows; root sees all of them (``--all``).
@@ -16,13 +16,12 @@ import argparse
 import getpass
 import json
 import os
-import re
 import time
 from typing import Any
 
+from bootseer import units
 from bootseer.errors import BootseerError
-
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.IGNORECASE)
+from bootseer.units import argparse_age
 
 
 def register(sub: Any) -> None:
@@ -80,16 +79,27 @@ def register(sub: Any) -> None:
     rm.set_defaults(handler=cmd_rm)
 
     gc = dsub.add_parser("gc", help="remove old, unused or excess snapshots")
-    gc.add_argument("--max-age-days", type=float, help="remove snapshots captured longer ago")
-    gc.add_argument("--unused-days", type=float, help="remove snapshots not restored since")
     gc.add_argument(
-        "--max-total", help="then remove least recently used until under SIZE (e.g. 500G)"
+        "--max-age",
+        type=argparse_age,
+        metavar="AGE",
+        help="remove snapshots captured longer ago (30d)",
     )
     gc.add_argument(
-        "--grace-hours",
-        type=float,
-        default=6.0,
-        help="age before unreferenced archives and refs are swept (default 6)",
+        "--unused",
+        type=argparse_age,
+        metavar="AGE",
+        help="remove snapshots not restored for AGE (30d)",
+    )
+    gc.add_argument(
+        "--max-total", help="then remove least recently used until under SIZE (500G: GiB)"
+    )
+    gc.add_argument(
+        "--grace",
+        type=argparse_age,
+        default=6 * 3600.0,
+        metavar="AGE",
+        help="age before unreferenced archives and refs are swept (default 6h)",
     )
     gc.add_argument("--scope", action="append")
     gc.add_argument("--all", action="store_true", help="every scope (root)")
@@ -102,18 +112,10 @@ def _command(raw: list[str]) -> list[str]:
 
 
 def parse_size(text: str) -> int:
-    m = _SIZE.match(text.strip())
-    if not m:
-        raise BootseerError(f"{text!r} is not a size like 500G, 20M or 1024")
-    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "K", "M", "G", "T"):
-        if n < 1024 or unit == "T":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
-        n /= 1024
-    return f"{n}"
+    try:
+        return units.parse_size(text)
+    except units.UnitError as exc:
+        raise BootseerError(str(exc)) from None
 
 
 def _store() -> Any:
@@ -205,13 +207,27 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not snaps:
         print("no snapshots")
         return 0
-    print(f"{'SCOPE':<20} {'KEY':<32} {'SIZE':>8}  {'CAPTURED':<16}  LAST USED")
-    for s in snaps:
-        print(
-            f"{s.scope:<20} {s.key:<32} {_human(s.size):>8}  {_when(s.created):<16}  "
-            f"{_when(s.last_used)}"
+    from bootseer.cli.listing import print_table
+
+    now = time.time()
+    scopes = sorted({s.scope for s in snaps})
+    for i, scope in enumerate(scopes):  # a scope a line of its own: the keys stay whole
+        print(("\n" if i else "") + f"scope {scope}")
+        print_table(
+            ["SIZE", "CAPTURED", "USED", "KEY"],
+            [
+                [units.iec(s.size), _ago(s.created, now), _ago(s.last_used, now), s.key]
+                for s in snaps
+                if s.scope == scope
+            ],
+            right={0, 1, 2},
         )
     return 0
+
+
+def _ago(t: float, now: float) -> str:
+    """How long ago, as ages are written everywhere (``3d``), or ``-``."""
+    return f"{units.age(now - t)} ago" if t else "-"
 
 
 def _when(t: float) -> str:
@@ -239,8 +255,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"command   {json.dumps(m.command)}")
     print(f"captured  {_when(m.created)} by {m.user or '?'} (job {m.job_id}, node {m.node})")
     print(
-        f"contents  {len(m.entries)} entries, {_human(m.raw_bytes)} -> "
-        f"{_human(m.stored_bytes)} in {len(m.frames)} frames ({m.data})"
+        f"contents  {len(m.entries)} entries, {units.iec(m.raw_bytes)} -> "
+        f"{units.iec(m.stored_bytes)} in {len(m.frames)} frames ({m.data})"
     )
     for name, value in m.inputs.items():
         print(f"  {name:<10}{value}")
@@ -275,22 +291,21 @@ def cmd_gc(args: argparse.Namespace) -> int:
     _, store = _store()
     scopes = _scopes(store, args.scope, args.all)
     now = time.time()
-    day = 86400.0
     doomed = plan_gc(
         list_snapshots(store, scopes),
         now=now,
-        max_age=args.max_age_days * day if args.max_age_days is not None else None,
-        unused=args.unused_days * day if args.unused_days is not None else None,
+        max_age=args.max_age,
+        unused=args.unused,
         max_total=parse_size(args.max_total) if args.max_total else None,
     )
     verb = "would remove" if args.dry_run else "removed"
     for s in doomed:
         if not args.dry_run:
             remove_snapshot(store, s.scope, s.key)
-        print(f"{verb} {s.scope}/{s.key} ({_human(s.size)}, last used {_when(s.last_used)})")
+        print(f"{verb} {s.scope}/{s.key} ({units.iec(s.size)}, last used {_ago(s.last_used, now)})")
     if not args.dry_run:
         for scope in scopes:
-            for key in sweep(store, scope, now=now, grace=args.grace_hours * 3600):
+            for key in sweep(store, scope, now=now, grace=args.grace):
                 print(f"swept {key}")
-    print(f"{len(doomed)} snapshots, {_human(sum(s.size for s in doomed))} {verb}")
+    print(f"{len(doomed)} snapshots, {units.iec(sum(s.size for s in doomed))} {verb}")
     return 0

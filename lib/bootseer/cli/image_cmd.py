@@ -15,7 +15,9 @@ import sys
 import time
 from typing import Any
 
+from bootseer import units
 from bootseer.errors import BootseerError
+from bootseer.units import argparse_age
 
 
 def register(sub: Any) -> None:
@@ -45,9 +47,10 @@ def register(sub: Any) -> None:
     gc.add_argument("--dry-run", action="store_true")
     gc.add_argument(
         "--grace",
-        type=float,
+        type=argparse_age,
         default=3600.0,
-        help="keep objects younger than this many seconds (an add in progress)",
+        metavar="AGE",
+        help="keep objects younger than AGE, an add in progress (default 1h)",
     )
     gc.set_defaults(handler=_gc)
 
@@ -128,13 +131,20 @@ def _ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"names": dict(names), "paths": paths}, indent=1))
         return 0
-    for ref, doc in names:
-        print(f"{ref:30} {doc.get('image', '?')[:12]}  {doc.get('size', 0) / 2**20:10.1f} MiB")
-    for doc in paths:
-        print(
-            f"{doc.get('path', '?'):30} {doc.get('image', '?')[:12]}  "
-            f"{doc.get('size', 0) / 2**20:10.1f} MiB  (path, registered on first use)"
-        )
+    from bootseer.cli.listing import print_table
+
+    rows = [
+        [units.iec(doc.get("size", 0)), doc.get("image", "?")[:12], "name", ref]
+        for ref, doc in names
+    ]
+    rows += [  # registered by the agent on first use
+        [units.iec(doc.get("size", 0)), doc.get("image", "?")[:12], "path", doc.get("path", "?")]
+        for doc in paths
+    ]
+    if not rows:
+        print("no images")
+        return 0
+    print_table(["SIZE", "IMAGE", "KIND", "NAME OR PATH"], rows, right={0})
     return 0
 
 

@@ -9,9 +9,10 @@ From a job script::
     ...
     bootseer phase end first_step     # startup is over
 
-Standard names: container_start, deps_install, ckpt_load, framework_init, first_step.
-A mark never fails the job: without a spool (no ``--bootseer``) it says so and exits 0.
-``compact`` is the admin's daily maintenance of the dataset (docs/report.md).
+Standard names: container_start, deps_install, ckpt_load, framework_init,
+first_step. A mark never fails the job: without a spool (no ``--bootseer``) it
+says so and exits 0. ``compact`` is the admin's daily maintenance of the
+dataset (docs/report.md).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bootseer.cli import plain_doc
 from bootseer.errors import BootseerError
 
 TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
@@ -32,7 +34,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "phase",
         help="mark a startup phase from inside a job",
-        description=__doc__,
+        description=plain_doc(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -1,13 +1,15 @@
 """``bootseer report``: where startup time goes, for one job or the whole cluster.
 
-    bootseer report 4242                 one job: phases, straggler, timeline, earlier runs
-    bootseer report 4242 --json          the same for scripts
-    bootseer report 4242 --plot t.png    the per-node timeline as a picture
-    bootseer report --since 7d           the cluster view (also 12h, 30d, 2026-11-01)
+    bootseer report 4242              one job: phases, straggler, timeline, runs
+    bootseer report 4242_3            task 3 of array job 4242
+    bootseer report 4242 --json       the same for scripts
+    bootseer report 4242 --plot t.png the per-node timeline as a picture
+    bootseer report --since 7d        the cluster view (also 12h, 2026-11-01)
     bootseer report --since 30d --plot sizes.svg
 
-The records come from the store in the site config (``--store`` reads another).
-Exit status 1 when there are no records for the job.
+The records come from the store in the site config (--store reads another).
+Exit status 1 when there are no records for the job; Slurm is then asked
+whether it knows the job at all.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import re
 import sys
 import time
 
+from bootseer.cli import plain_doc
 from bootseer.errors import BootseerError
 
 TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
@@ -25,18 +28,15 @@ if TYPE_CHECKING:
 
     from bootseer.store import Store
 
-_AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "report",
         help="startup report of a job, or of the cluster (--since)",
-        description=__doc__,
+        description=plain_doc(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("job", nargs="?", type=int, metavar="JOBID")
+    p.add_argument("job", nargs="?", type=parse_job, metavar="JOBID")
     p.add_argument(
         "--since",
         metavar="AGE|DATE",
@@ -49,12 +49,75 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def parse_age(text: str) -> float:
-    """``7d`` -> seconds."""
-    m = _AGE.match(text)
+_JOB = re.compile(r"^(\d{1,12})(?:_(\d{1,9}))?$")
+
+
+def parse_job(text: str) -> tuple[int, int | None]:
+    """``4242`` -> (4242, None); an array task ``4242_3`` -> (4242, 3)."""
+    m = _JOB.match(text)
     if not m:
-        raise BootseerError(f"bad age {text!r}: want a number and s, m, h, d or w (e.g. 7d)")
-    return float(m.group(1)) * _UNIT[m.group(2)]
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a job id: want JOBID or ARRAYID_TASK (4242, 4242_3)"
+        )
+    return int(m.group(1)), None if m.group(2) is None else int(m.group(2))
+
+
+def job_label(job: tuple[int, int | None]) -> str:
+    return f"{job[0]}" if job[1] is None else f"{job[0]}_{job[1]}"
+
+
+def slurm_knows(job: str, timeout: float = 10) -> str | None:
+    """The job's state if Slurm still knows it (squeue; sacct where there is accounting),
+    else None."""
+    import json
+    import subprocess
+
+    for cmd in (
+        ["squeue", "--json", "--states=all", f"--jobs={job}"],
+        ["sacct", "--noheader", "--parsable2", "-X", "--format=State", f"--jobs={job}"],
+    ):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode != 0:
+            continue
+        if cmd[0] == "squeue":
+            try:
+                jobs = json.loads(r.stdout).get("jobs") or []
+            except (ValueError, AttributeError):
+                continue
+            # squeue --json (22.05) lists every job whatever --jobs says: pick ours.
+            for j in jobs:
+                if isinstance(j, dict) and _is(j, job):
+                    state = j.get("job_state", "known")
+                    return str(state[0] if isinstance(state, list) and state else state)
+            continue
+        elif r.stdout.strip():
+            return r.stdout.split()[0]
+    return None
+
+
+def _is(j: dict[str, Any], job: str) -> bool:
+    def number(v: object) -> object:
+        return v.get("number") if isinstance(v, dict) else v
+
+    ident, _, task = job.partition("_")
+    if task:
+        return number(j.get("array_job_id")) == int(ident) and number(
+            j.get("array_task_id")
+        ) == int(task)
+    return number(j.get("job_id")) == int(ident)
+
+
+def parse_age(text: str) -> float:
+    """``7d`` -> seconds (:func:`bootseer.units.parse_age`, as every command reads ages)."""
+    from bootseer import units
+
+    try:
+        return units.parse_age(text)
+    except units.UnitError as exc:
+        raise BootseerError(str(exc)) from None
 
 
 def parse_since(text: str, now: float) -> float:
@@ -92,11 +155,13 @@ def run(args: argparse.Namespace) -> int:
     return _job(ds, args.job, args, console)
 
 
-def _job(ds: Any, job_id: int, args: argparse.Namespace, console: Any) -> int:
+def _job(ds: Any, job: tuple[int, int | None], args: argparse.Namespace, console: Any) -> int:
     from bootseer.phases.render import render_job
-    from bootseer.phases.report import job_report
+    from bootseer.phases.report import JobReport, job_report
 
-    report = job_report(ds, job_id)
+    label = job_label(job)
+    job_id = job[0] if job[1] is None else ds.array_task(*job)
+    report = JobReport(job[0], []) if job_id is None else job_report(ds, job_id)
     if args.run is not None:
         report.runs = [r for r in report.runs if r.restart_count == args.run]
     if args.json:
@@ -104,12 +169,16 @@ def _job(ds: Any, job_id: int, args: argparse.Namespace, console: Any) -> int:
 
         print(json.dumps(report.to_json(), indent=1))
     if not report.runs:
-        what = f"job {job_id}" + (f" run {args.run}" if args.run is not None else "")
-        print(
-            f"No phase records for {what} in {ds.store.uri}. Records appear once the job's "
-            "prolog has run with --bootseer; check the job id and the store.",
-            file=sys.stderr,
+        what = f"job {label}" + (f" run {args.run}" if args.run is not None else "")
+        state = slurm_knows(label)
+        known = (
+            f"Slurm knows job {label} ({state}), but it has no records: it ran without "
+            "--bootseer, or its prolog has not run yet."
+            if state
+            else f"Slurm does not know job {label} (never submitted, or gone from its "
+            "memory and accounting)."
         )
+        print(f"No phase records for {what} in {ds.store.uri}. {known}", file=sys.stderr)
         return 1
     if not args.json:
         render_job(report, console)

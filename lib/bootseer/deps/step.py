@@ -35,10 +35,20 @@ if TYPE_CHECKING:
 
 
 def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
-    """The scope a job gets: what it asked for if the site allows it, else ``user``."""
-    if asked == "user" or asked in cfg.deps.scopes:
-        return asked, ""
-    return "user", f"scope={asked} not allowed by the site (deps.scopes); using scope=user. "
+    """The scope a job gets: what it asked for if the site allows it, else ``user``.
+
+    ``account`` also needs a Slurm that checks the job's account against its user:
+    otherwise ``--account`` is any name the user writes, and a user could put her
+    install into another account's scope, to be restored and run in its members' jobs."""
+    if asked != "user" and asked not in cfg.deps.scopes:
+        return "user", f"scope={asked} not allowed by the site (deps.scopes); using scope=user. "
+    if asked == "account":
+        from bootseer.slurmconf import account_check
+
+        why = account_check(str(cfg.deps.scontrol), 5.0)
+        if why:
+            return "user", f"scope=account refused: {why}; using scope=user. "
+    return asked, ""
 
 
 def _user_dir(path: os.PathLike[str] | str, uid: int, gid: int) -> None:

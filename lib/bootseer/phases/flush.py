@@ -41,10 +41,10 @@ MAX_SQUEUE_JSON = 256 << 20
 
 
 def slurm_job_info(job_id: int, squeue: Path, timeout: float) -> dict[str, object]:
-    """Submit time, name and account from ``squeue --json`` (the prolog's environment
-    lacks them); empty if Slurm does not answer. Structured output only: the job name is
-    the user's free text, so a line of ``scontrol -o show job`` cannot tell a real
-    ``SubmitTime=`` or ``Account=`` from one inside the name."""
+    """Submit time, name, account, array task and batch script from ``squeue --json``
+    (the prolog's environment lacks them); empty if Slurm does not answer. Structured
+    output only: the job name is the user's free text, so a line of ``scontrol -o show
+    job`` cannot tell a real ``SubmitTime=`` or ``Account=`` from one inside the name."""
     try:
         r = subprocess.run(
             [str(squeue), "--json", "--states=all", f"--jobs={int(job_id)}"],
@@ -67,11 +67,20 @@ def slurm_job_info(job_id: int, squeue: Path, timeout: float) -> dict[str, objec
     if job is None:
         return {}
     info: dict[str, object] = {}
-    submit = job.get("submit_time")
-    if isinstance(submit, dict):  # newer Slurm: {"set": true, "number": ...}
-        submit = submit.get("number") if submit.get("set", True) else None
-    if isinstance(submit, int) and not isinstance(submit, bool) and submit > 0:
+    submit = _number(job.get("submit_time"))
+    if submit is not None and submit > 0:
         info["submit_time"] = float(submit)
+    array_job, array_task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
+    # Slurm says 0 / NO_VAL (0xfffffffe) for a job that is not an array task.
+    if array_job and array_task is not None and 0 <= array_task < 0xFFFFFFFE:
+        info["array_job_id"], info["array_task_id"] = array_job, array_task
+    command = job.get("command")
+    if isinstance(command, str) and command.startswith("/"):  # the batch script's path
+        info["script"] = command[:1024]
+    elif job.get("batch_flag", True):  # sbatch read the script from standard input
+        digest = script_digest(job_id, squeue.with_name("scontrol"), timeout)
+        if digest:
+            info["script"] = digest
     name = job.get("name")
     if isinstance(name, str):
         info["job_name"] = name[:200]
@@ -79,6 +88,35 @@ def slurm_job_info(job_id: int, squeue: Path, timeout: float) -> dict[str, objec
     if isinstance(account, str) and account and account != "(null)":
         info["account"] = account[:64]
     return info
+
+
+MAX_SCRIPT = 64 << 20
+
+
+def script_digest(job_id: int, scontrol: Path, timeout: float) -> str | None:
+    """``sha256:`` and 16 hex digits of the job's batch script as slurmctld holds it
+    (``scontrol write batch_script``), for a script Slurm has no path for: runs of the
+    same script compare side by side in the report."""
+    import hashlib
+
+    try:
+        r = subprocess.run(
+            [str(scontrol), "write", "batch_script", str(int(job_id)), "-"],
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if r.returncode != 0 or not r.stdout or len(r.stdout) > MAX_SCRIPT:
+        return None
+    return "sha256:" + hashlib.sha256(r.stdout).hexdigest()[:16]
+
+
+def _number(value: object) -> int | None:
+    if isinstance(value, dict):  # newer Slurm: {"set": true, "number": ...}
+        value = value.get("number") if value.get("set", True) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def with_slurm_info(spool: Spool, meta: JobMeta, cfg: SiteConfig) -> JobMeta:
@@ -99,7 +137,7 @@ def _stamp(rows: list[PhaseRow], meta: JobMeta) -> list[PhaseRow]:
     """Rows spooled before Slurm answered get what it said."""
     fill = {
         k: getattr(meta, k)
-        for k in ("submit_time", "job_name", "account")
+        for k in ("submit_time", "job_name", "account", "array_job_id", "array_task_id", "script")
         if getattr(meta, k) not in ("", None)
     }
     if not fill:

@@ -98,6 +98,16 @@ class PhaseDataset:
 
         return self._read(lambda f: f.job_id in (None, job_id), pc.field("job_id") == job_id)
 
+    def array_task(self, array_job_id: int, array_task_id: int) -> int | None:
+        """The job id of array task ``ARRAY_TASK`` (``6_1``), if its records hold it."""
+        import pyarrow.compute as pc
+
+        where = (pc.field("array_job_id") == array_job_id) & (
+            pc.field("array_task_id") == array_task_id
+        )
+        ids = self._read(lambda f: True, where, ["job_id"], exact=False)["job_id"]
+        return max(ids.to_pylist(), default=None)
+
     def since(
         self,
         t0: float,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from bootseer.phases.palette import Swatch, phase_palette
 from bootseer.phases.report import JobReport, RunReport, phase_sort_key
 from bootseer.phases.schema import STARTUP_END
 from bootseer.phases.startup import in_startup
@@ -18,21 +19,6 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from bootseer.phases.cluster import ClusterReport
-
-PALETTE = (
-    "cyan",
-    "green",
-    "yellow",
-    "magenta",
-    "blue",
-    "red",
-    "bright_cyan",
-    "bright_green",
-    "bright_yellow",
-    "bright_magenta",
-    "bright_blue",
-    "bright_red",
-)
 
 
 def esc(value: object) -> str:
@@ -66,12 +52,21 @@ def clock(t: float | None) -> str:
     return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-def colors(runs: list[RunReport]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for run in runs:
-        for p in run.phases:
-            out.setdefault(p.phase, PALETTE[len(out) % len(PALETTE)])
-    return out
+def colors(runs: list[RunReport]) -> dict[str, Swatch]:
+    return phase_palette(p.phase for run in runs for p in run.phases)
+
+
+def plain(console: Console) -> bool:
+    """True where colour does not show (``NO_COLOR``, a file, a dumb terminal): phases
+    are then told apart by glyph."""
+    return console.no_color or console.color_system is None
+
+
+def swatch_mark(sw: Swatch | None, no_color: bool, solid: str = "■") -> tuple[str, str]:
+    """(character, style) that marks a phase."""
+    if sw is None:
+        return "·", "dim"
+    return (sw.glyph, "") if no_color else (solid, sw.color)
 
 
 def run_header(run: RunReport) -> RenderableType:
@@ -81,7 +76,7 @@ def run_header(run: RunReport) -> RenderableType:
     t.append(f"Restart {run.restart_count}" if run.restart_count else "Start", style="bold")
     t.append(f"  allocated {clock(run.allocated)}")
     if run.queue_wait is not None:
-        t.append(f"  (submitted {clock(run.submit_time)}, queue wait {secs(run.queue_wait)})")
+        t.append(f"  queue wait {secs(run.queue_wait)}")
     t.append("\nStartup ")
     t.append(secs(run.startup), style="bold")
     how = (
@@ -109,7 +104,25 @@ def run_header(run: RunReport) -> RenderableType:
         t.append(s.node, style="bold red")
         t.append(f": ready {secs(s.behind)} after the median node")
         if s.phase:
-            t.append(f" ({s.phase} took {secs(s.phase_seconds)}, median {secs(s.phase_median)})")
+            t.append(f"\n  its {s.phase} took {secs(s.phase_seconds)}, ")
+            t.append(f"the median node's {secs(s.phase_median)}")
+    return t
+
+
+def failures(run: RunReport) -> RenderableType | None:
+    """Why phases failed or ran out of time, in the words the step recorded (the same
+    ``detail`` as ``--json``), nodes folded as a node set (``n[1-3]``)."""
+    from ClusterShell.NodeSet import NodeSet
+    from rich.text import Text
+
+    found = run.failures()
+    if not found:
+        return None
+    t = Text("Why phases failed", style="bold")
+    for phase, outcome, detail, nodes in found:
+        where = str(NodeSet.fromlist(nodes))
+        t.append(f"\n{phase} {outcome.replace('_', ' ')} on {where}: ", style="red")
+        t.append(detail or "(no reason recorded)")
     return t
 
 
@@ -125,7 +138,7 @@ def short_bytes(n: int) -> str:
 
 
 def phase_table(
-    run: RunReport, palette: dict[str, str], width: int | None = None
+    run: RunReport, palette: dict[str, Swatch], width: int | None = None, no_color: bool = False
 ) -> RenderableType:
     """Per phase: time across nodes (min, median, max, slowest node), outcomes, and the
     bytes it moved summed over nodes: in all, from the store and from peers (columns
@@ -133,21 +146,22 @@ def phase_table(
     columns, ``min`` goes first."""
     from rich.console import Console
 
-    table = _phase_table(run, palette, with_min=True, gap=2)
+    table = _phase_table(run, palette, True, 2, no_color)
     if width is None:
         return table
     wide = Console(width=10_000)
     for with_min, gap in ((True, 1), (False, 1)):
         if wide.measure(table).maximum <= width:
             break
-        table = _phase_table(run, palette, with_min, gap)
+        table = _phase_table(run, palette, with_min, gap, no_color)
     return table
 
 
 def _phase_table(
-    run: RunReport, palette: dict[str, str], with_min: bool, gap: int
+    run: RunReport, palette: dict[str, Swatch], with_min: bool, gap: int, no_color: bool
 ) -> RenderableType:
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(
         title="Phases across nodes",
@@ -178,8 +192,9 @@ def _phase_table(
         )
         bad = any(k in ("failed", "timed_out") for k in p.outcomes)
         times = [secs(p.min)] if with_min else []
+        char, style = swatch_mark(palette.get(p.phase), no_color)
         table.add_row(
-            f"[{palette[p.phase]}]■[/] {esc(p.phase)}",
+            Text.assemble((char, style), " ", p.phase),
             str(p.nodes),
             *times,
             secs(p.median),
@@ -191,7 +206,13 @@ def _phase_table(
     return table
 
 
-def timeline(run: RunReport, palette: dict[str, str], width: int) -> RenderableType:
+def timeline(
+    run: RunReport,
+    palette: dict[str, Swatch],
+    width: int,
+    no_color: bool = False,
+    legend_width: int = 80,
+) -> list[RenderableType]:
     """One bar per node from allocation to the end of startup; nested phases (steps
     inside the prolog) are drawn over their parent."""
     from rich.table import Table
@@ -219,23 +240,54 @@ def timeline(run: RunReport, palette: dict[str, str], width: int) -> RenderableT
                 cells[i] = r.phase
         bar = Text()
         for c in cells:
-            bar.append("█" if c else "·", style=palette.get(c, "dim") if c else "dim")
+            bar.append(*swatch_mark(palette.get(c) if c else None, no_color, "█"))
         name = Text(node.node, style="bold red" if node.node == straggler else "")
         table.add_row(name, bar, secs(node.ready))
+    shown = {r.phase for n in run.nodes for r in n.rows if in_startup(r.phase)}
     legend = Text()
-    for phase, color in palette.items():
-        if in_startup(phase):
-            legend.append("■ ", style=color)
-            legend.append(f"{phase}  ")
-    from rich.console import Group
+    used = 0
+    for phase, sw in palette.items():
+        if phase not in shown:  # this run's startup phases, as drawn
+            continue
+        entry = 2 + len(phase)
+        if used and used + 2 + entry > legend_width:  # an entry never splits
+            legend.append("\n")
+            used = 0
+        elif used:
+            legend.append("  ")
+            used += 2
+        legend.append(*swatch_mark(sw, no_color))
+        legend.append(f" {phase}")
+        used += entry
+    return [table, legend]
 
-    return Group(table, legend)
 
-
-def history_table(report: JobReport) -> RenderableType | None:
+def history_table(report: JobReport, width: int | None = None) -> RenderableType | None:
+    """Runs side by side (earlier jobs of the same script, then this job's runs), as
+    many of the latest as fit in ``width``; a note says how many were left out."""
     runs = [*report.earlier, *report.runs]
     if len(runs) < 2:
         return None
+    from rich.console import Console, Group
+    from rich.text import Text
+
+    wide = Console(width=10_000)
+    for keep in range(len(runs), 1, -1):
+        table = _history_table(report, runs[-keep:])
+        if width is None or wide.measure(table).maximum <= width:
+            break
+    left = len(runs) - keep
+    if not left:
+        return table
+    note = Text(
+        f"{left} earlier run{'s' if left > 1 else ''} left out to fit {width} columns "
+        "(--json has all)",
+        style="dim",
+    )
+    return Group(table, note)
+
+
+def _history_table(report: JobReport, runs: list[RunReport]) -> RenderableType:
     from rich.table import Table
 
     table = Table(
@@ -244,10 +296,10 @@ def history_table(report: JobReport) -> RenderableType | None:
         box=None,
         pad_edge=False,
     )
-    table.add_column("phase")
+    table.add_column("phase", no_wrap=True)
     for r in runs:
-        mark = "" if r.job_id == report.job_id else " (earlier job)"
-        table.add_column(esc(f"{r.label}{mark}"), justify="right")
+        mark = "this job" if r.job_id == report.job_id else "earlier"
+        table.add_column(esc(f"{r.label}\n{mark}"), justify="right", no_wrap=True)
     seen: dict[str, float] = {}
     for r in runs:
         for p in r.phases:
@@ -275,21 +327,27 @@ def history_table(report: JobReport) -> RenderableType | None:
     return table
 
 
-def render_job(report: JobReport, console: Console, run_index: int | None = None) -> None:
+def job_parts(
+    report: JobReport, width: int, no_color: bool, run_index: int | None = None
+) -> list[RenderableType]:
+    """What ``bootseer report JOBID`` prints, in order, for a terminal ``width`` wide."""
     from rich.rule import Rule
     from rich.text import Text
 
     first = report.runs[0]
     gpus = f" x {first.gpus_per_node} GPUs" if first.gpus_per_node else ""
-    console.print(
+    task = f" (array task {first.array_task})" if first.array_task else ""
+    parts: list[RenderableType] = [
         Rule(
             Text(
-                f"Job {report.job_id} {first.job_name!r}  user {first.user}"
+                f"Job {report.job_id}{task} {first.job_name!r}  user {first.user}"
                 + (f"  account {first.account}" if first.account else "")
                 + f"  {first.node_count} nodes{gpus}"
             )
         )
-    )
+    ]
+    if first.script:
+        parts.append(Text(f"Script {first.script}"))
     palette = colors([*report.earlier, *report.runs])
     shown = (
         report.runs
@@ -297,27 +355,40 @@ def render_job(report: JobReport, console: Console, run_index: int | None = None
         else [r for r in report.runs if r.restart_count == run_index]
     )
     for run in shown:
-        console.print(run_header(run))
-        console.print(phase_table(run, palette, console.width))
-        console.print(timeline(run, palette, console.width - 24))
-        console.print()
-    history = history_table(report)
+        parts.append(run_header(run))
+        parts.append(phase_table(run, palette, width, no_color))
+        why = failures(run)
+        if why is not None:
+            parts.append(why)
+        parts += timeline(run, palette, width - 24, no_color, width)
+        parts.append(Text(""))
+    history = history_table(report, width)
     if history is not None:
-        console.print(history)
+        parts.append(history)
+    return parts
 
 
-def render_cluster(view: ClusterReport, console: Console) -> None:
+def render_job(report: JobReport, console: Console, run_index: int | None = None) -> None:
+    for part in job_parts(report, console.width, plain(console), run_index):
+        console.print(part)
+
+
+def cluster_parts(view: ClusterReport) -> list[RenderableType]:
+    """What ``bootseer report --since`` prints, in order."""
     from rich.rule import Rule
     from rich.table import Table
+    from rich.text import Text
 
-    console.print(Rule(f"Cluster startup {clock(view.since)} to {clock(view.until)}"))
+    parts: list[RenderableType] = [
+        Rule(f"Cluster startup {clock(view.since)} to {clock(view.until)}")
+    ]
     if not view.runs:
-        console.print("No job runs with phase records in this period.")
-        return
+        parts.append(Text("No job runs with phase records in this period."))
+        return parts
     share = "-" if view.share is None else f"{view.share * 100:.2f}%"
     summary = Table(box=None, show_header=False, pad_edge=False)
-    summary.add_column(style="bold")
-    summary.add_column(justify="right")
+    summary.add_column(style="bold", no_wrap=True)
+    summary.add_column(justify="right", no_wrap=True)
     for k, v in (
         ("jobs (runs)", f"{view.jobs} ({view.runs})"),
         ("startup, median / p90", f"{secs(view.startup_median)} / {secs(view.startup_p90)}"),
@@ -327,22 +398,31 @@ def render_cluster(view: ClusterReport, console: Console) -> None:
         ("share of allocated time in startup", f"{share} (over {view.ended_runs} ended runs)"),
     ):
         summary.add_row(k, v)
-    console.print(summary)
+    parts.append(summary)
     sizes = Table(title="Startup by job size", title_justify="left", box=None, pad_edge=False)
     for col in ("size", "runs", "median", "p90", "max"):
-        sizes.add_column(col, justify="left" if col == "size" else "right")
+        sizes.add_column(col, justify="left" if col == "size" else "right", no_wrap=True)
     for b in view.buckets:
         sizes.add_row(b.label, str(b.runs), secs(b.median), secs(b.p90), secs(b.max))
-    console.print(sizes)
+    parts.append(sizes)
     phases = Table(
         title="Top startup phases by node-seconds", title_justify="left", box=None, pad_edge=False
     )
     for col in ("phase", "node-seconds", "runs", "median per node"):
-        phases.add_column(col, justify="left" if col == "phase" else "right")
+        phases.add_column(col, justify="left" if col == "phase" else "right", no_wrap=True)
     for p in view.top_phases:
         phases.add_row(esc(p.phase), f"{p.node_seconds:,.0f}", str(p.runs), secs(p.median))
-    console.print(phases)
-    console.print(
-        f"[dim]{view.rows:,} rows read in {view.read_seconds:.2f} s, "
-        f"computed in {view.compute_seconds:.2f} s[/]"
+    parts.append(phases)
+    parts.append(
+        Text(
+            f"{view.rows:,} rows read in {view.read_seconds:.2f} s, "
+            f"computed in {view.compute_seconds:.2f} s",
+            style="dim",
+        )
     )
+    return parts
+
+
+def render_cluster(view: ClusterReport, console: Console) -> None:
+    for part in cluster_parts(view):
+        console.print(part)

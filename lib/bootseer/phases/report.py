@@ -105,6 +105,9 @@ class RunReport:
     node_count: int
     gpus_per_node: int
     submit_time: float | None
+    array_job_id: int | None
+    array_task_id: int | None
+    script: str  # the batch script's path, "" where Slurm did not say
     allocated: float
     startup: float  # seconds, allocation to the end of startup
     startup_end: str  # "first_step", or the phase that ended last
@@ -116,6 +119,29 @@ class RunReport:
     @property
     def label(self) -> str:
         return f"{self.job_id}" + (f" run {self.restart_count}" if self.restart_count else "")
+
+    @property
+    def array_task(self) -> str | None:
+        """``6_1`` for task 1 of array job 6."""
+        if self.array_job_id is None or self.array_task_id is None:
+            return None
+        return f"{self.array_job_id}_{self.array_task_id}"
+
+    def failures(self) -> list[tuple[str, str, str, list[str]]]:
+        """(phase, outcome, reason, nodes) of each failed or timed-out phase, one entry
+        per distinct reason, in phase order."""
+        seen: dict[tuple[str, str, str], list[str]] = {}
+        for n in self.nodes:
+            for r in n.rows:
+                if r.outcome in ("failed", "timed_out"):
+                    seen.setdefault((r.phase, r.outcome, r.detail), []).append(n.node)
+        order = {p.phase: i for i, p in enumerate(self.phases)}
+        return [
+            (phase, outcome, detail, nodes)
+            for (phase, outcome, detail), nodes in sorted(
+                seen.items(), key=lambda kv: (order.get(kv[0][0], 0), kv[0][2])
+            )
+        ]
 
     @property
     def queue_wait(self) -> float | None:
@@ -144,6 +170,8 @@ class RunReport:
             "node_count": self.node_count,
             "gpus_per_node": self.gpus_per_node,
             "submit_time": _iso(self.submit_time),
+            "array_task": self.array_task,
+            "script": self.script,
             "allocated": _iso(self.allocated),
             "queue_wait_seconds": _r(self.queue_wait),
             "startup_seconds": _r(self.startup),
@@ -207,7 +235,7 @@ class RunReport:
 class JobReport:
     job_id: int
     runs: list[RunReport]  # this job's runs (restarts), oldest first
-    earlier: list[RunReport] = field(default_factory=list)  # resubmissions: same user and name
+    earlier: list[RunReport] = field(default_factory=list)  # same user, same batch script
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -266,6 +294,13 @@ def run_report(rows: list[PhaseRow]) -> RunReport:
         node_count=max(r.node_count for r in rows),
         gpus_per_node=max(r.gpus_per_node for r in rows),
         submit_time=max((r.submit_time for r in rows if r.submit_time is not None), default=None),
+        array_job_id=max(
+            (r.array_job_id for r in rows if r.array_job_id is not None), default=None
+        ),
+        array_task_id=max(
+            (r.array_task_id for r in rows if r.array_task_id is not None), default=None
+        ),
+        script=max(r.script for r in rows),
         allocated=allocated,
         startup=total,
         startup_end=end_row.phase,
@@ -349,22 +384,25 @@ def runs_of(table: pa.Table) -> list[RunReport]:
 def job_report(
     ds: PhaseDataset, job_id: int, history_days: float = 30, history_jobs: int = 4
 ) -> JobReport:
-    """The report of ``job_id``: its runs, and up to ``history_jobs`` earlier jobs the same
-    user submitted under the same name in the ``history_days`` before it."""
+    """The report of ``job_id``: its runs (restarts), and up to ``history_jobs`` earlier
+    jobs of the same user from the same batch script (its path, as Slurm gave it) in the
+    ``history_days`` before it. A job whose script Slurm did not name (``sbatch`` reading
+    standard input) is compared with its own restarts only: a job name says too little
+    (every notebook's job is ``interactive``, every test's ``test``)."""
     runs = runs_of(ds.job(job_id))
     report = JobReport(job_id, runs)
-    if not runs or not runs[0].job_name:
+    if not runs or not runs[0].script:
         return report
     import pyarrow.compute as pc
 
     first = runs[0]
     where = (
         (pc.field("user") == first.user)
-        & (pc.field("job_name") == first.job_name)
+        & (pc.field("script") == first.script)
         & (pc.field("job_id") != job_id)
     )
-    # Only the first node's rows carry the name (Slurm tells the prolog no more): find
-    # the earlier jobs by it, then read each whole.
+    # Only the first node's rows may carry the script (Slurm tells the prolog no more):
+    # find the earlier jobs by it, then read each whole.
     named = (
         ds.since(first.allocated - history_days * 86400, where, columns=["start"])
         .group_by("job_id")

@@ -72,6 +72,11 @@ class PhaseRow:
     peer_bytes: int = 0  # and bytes from the job's other nodes (peer-to-peer)
     detail: str = ""
     submit_time: float | None = None
+    # An array task's ``ARRAY_TASK`` (``6_1``: array job 6, task 1; its job id is its own),
+    # and the batch script's path: what Slurm's squeue said, None/"" where it did not.
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    script: str = ""
 
     @property
     def seconds(self) -> float:
@@ -93,7 +98,7 @@ class PhaseRow:
     def check(self) -> None:
         for name, kind in _PY_TYPES.items():
             value = getattr(self, name)
-            if value is None and name == "submit_time":
+            if value is None and name in NULLABLE:
                 continue
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise ValueError(f"bad phase row: {name}={value!r}")
@@ -120,7 +125,11 @@ _PY_TYPES: dict[str, type | tuple[type, ...]] = {
     "peer_bytes": int,
     "detail": str,
     "submit_time": (int, float),
+    "array_job_id": int,
+    "array_task_id": int,
+    "script": str,
 }
+NULLABLE = ("submit_time", "array_job_id", "array_task_id")
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,9 @@ class JobMeta:
     node_count: int = 1
     gpus_per_node: int = 0
     submit_time: float | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    script: str = ""
 
     def row(
         self,
@@ -167,6 +179,9 @@ class JobMeta:
             peer_bytes=int(peer_bytes),
             detail=detail[:DETAIL_MAX],
             submit_time=self.submit_time,
+            array_job_id=self.array_job_id,
+            array_task_id=self.array_task_id,
+            script=self.script,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -200,6 +215,9 @@ COLUMNS = (
     ("peer_bytes", "int64"),
     ("detail", "string"),
     ("submit_time", "timestamp"),
+    ("array_job_id", "int64"),
+    ("array_task_id", "int64"),
+    ("script", "string"),
 )
 REQUIRED = ("job_id", "restart_count", "node", "phase", "start", "end", "outcome")
 # Counts a file written before they existed lacks: read as 0.
@@ -219,7 +237,7 @@ def arrow_schema() -> pa.Schema:
 
     return pa.schema(
         [
-            pa.field(n, arrow_type(t), nullable=(n == "submit_time" or n not in REQUIRED))
+            pa.field(n, arrow_type(t), nullable=(n in NULLABLE or n not in REQUIRED))
             for n, t in COLUMNS
         ]
     )
@@ -265,4 +283,6 @@ def from_table(table: pa.Table) -> list[PhaseRow]:
             cols[name] = [None if v is None else v / 1_000_000 for v in col.to_pylist()]
         else:
             cols[name] = col.to_pylist()
+            if kind == "string":  # a file from before the column existed: empty
+                cols[name] = ["" if v is None else v for v in cols[name]]
     return [PhaseRow(**{n: cols[n][i] for n, _ in COLUMNS}) for i in range(table.num_rows)]

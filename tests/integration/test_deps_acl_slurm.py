@@ -1,0 +1,59 @@
+"""Who shares a snapshot scope, in real Slurm jobs of different users (issue 11).
+
+``scope=account`` shares snapshots among the jobs of one Slurm account: whatever one
+member's install leaves is restored into another member's job and runs as him. That is
+the site's choice, but only among the account's members: the account must be one Slurm
+checked the user may charge, not any name a user writes after ``--account``.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import devcluster
+import pytest
+
+from tests.conftest import DevSlurm
+
+pytestmark = pytest.mark.slurm
+
+
+def _deps_line(cluster: DevSlurm, node: str, job: int, hook: str) -> str:
+    lines = [ln for ln in cluster.job_log_lines(node, job) if f"{hook} step=deps" in ln]
+    assert lines, cluster.node_log(node)[-2000:]
+    return lines[0]
+
+
+def test_an_account_slurm_does_not_check_shares_no_snapshot(cluster: DevSlurm) -> None:
+    """The site allows scope=account; Slurm keeps no accounting (slurm-dev, like many
+    clusters), so `--account` is whatever the user writes. mallory submits as bob's
+    account, installs with bob's very command, alters the installed tool before her
+    epilog captures it, and bob's next job must not run her tool. Before, her snapshot
+    went to account/physics under bob's key, and his job restored and ran it."""
+    cluster.configure("deps", scopes=["user", "account"])
+    work = cluster.dir / "deps-account"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    (work / "req.txt").write_text("shared==1\n")
+    work.chmod(0o755)
+    (work / "req.txt").chmod(0o644)
+    prefix = devcluster.NODE_LOCAL / "deps-it-account"
+    for node in cluster.nodes:
+        shutil.rmtree(cluster.dir / "nodes" / node / "local" / prefix.name, ignore_errors=True)
+    install = (
+        f"bootseer deps run -- sh -c 'mkdir -p {prefix}/bin && cp {work}/req.txt {prefix}/bin/tool'"
+    )
+    honest = f"#!/bin/sh\nset -e\n{install}\ncat {prefix}/bin/tool\n"
+    evil = f"#!/bin/sh\nset -e\n{install}\necho pwned-by-mallory > {prefix}/bin/tool\n"
+    spec = f"--bootseer-deps={prefix},key={work}/req.txt,scope=account"
+    n0, n1 = cluster.nodes[:2]
+
+    m = cluster.sbatch("-w", n0, "--account=physics", spec, script=evil, user="mallory")
+    assert cluster.wait(m) == "COMPLETED", cluster.output(m)
+    b = cluster.sbatch("-w", n1, "--account=physics", spec, script=honest, user="bob")
+    assert cluster.wait(b) == "COMPLETED", cluster.output(b)
+    out = cluster.output(b)
+    assert "pwned" not in out, f"bob's job ran mallory's install: {out}"
+    assert "shared==1" in out, out
+    line = _deps_line(cluster, n1, b, "prolog")
+    assert "scope=account" in line and "using scope=user" in line, line
