@@ -77,8 +77,12 @@ class StoreHost(Daemons):
                 weed,
                 "server",
                 f"-dir={data}",
-                f"-ip={store_ip}",
-                "-ip.bind=0.0.0.0",
+                # The master, volume and filer servers answer anyone on their HTTP ports,
+                # unauthenticated (the filer reads and writes any object): only the S3
+                # gateway, which checks identities, is reachable from the nodes.
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                "-s3.ip.bind=0.0.0.0",
                 "-s3",
                 f"-s3.config={self.s3_identities}",
                 f"-master.port={self.s.weed_ports[0]}",

@@ -177,3 +177,51 @@ for prefix in ("", "deps", "deps/user/alice", "images", "images/blocks", "ckpt")
     assert "secret" not in r.stdout
     for key in private:  # root-run parts (the keys) still read everything
         assert store.read_bytes(key) == b"alice's secret"
+
+
+def test_a_user_cannot_go_around_s3_to_the_filer_master_or_volumes(
+    s3_store: devcluster.Cluster,
+) -> None:
+    """SeaweedFS's S3 gateway checks identities; its filer, master and volume servers
+    answer anyone who reaches their HTTP ports, unauthenticated. Those ports must not be
+    reachable from outside the store host: mallory, who may not read alice's snapshot
+    through S3, must not read it from the filer, nor write through it or the master."""
+    import pwd
+    import sys
+
+    try:
+        pwd.getpwnam("mallory")
+    except KeyError:
+        pytest.skip("needs slurm-dev's user mallory")
+    store = s3_store.open_store()
+    store.write_bytes("deps/user/alice/k/manifest.json", b"alice's secret")
+    host = s3_store.s.store_ips[1]
+    master, volume, filer, _ = s3_store.s.weed_ports
+    urls = [
+        f"http://{host}:{filer}/buckets/bootseer/store/deps/user/alice/k/manifest.json",
+        f"http://{host}:{filer}/buckets/bootseer/store/deps/user/alice/k/?pretty=y",
+        f"http://{host}:{master}/dir/assign",
+        f"http://{host}:{volume}/status",
+    ]
+    code = f"""
+import urllib.request
+for url in {urls!r}:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            print("answered", url, r.status, r.read(200))
+    except OSError as exc:
+        print("unreachable", url, exc)
+"""
+    r = subprocess.run(
+        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable],
+        input=code,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "secret" not in r.stdout, r.stdout
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(urls) and all(ln.startswith("unreachable ") for ln in lines), r.stdout
+    assert store.read_bytes("deps/user/alice/k/manifest.json") == b"alice's secret"  # S3 still
