@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from devconfig import NODE_LOCAL, VENV, ClusterConfig
+from devconfig import INSTALL_ETC, INSTALL_PREFIX, NODE_LOCAL, NODE_ROOT, VENV, ClusterConfig
 
 # Ordinary users, as on a real cluster: tests and the demo submit jobs as them (root only
 # where an admin acts). Real accounts (useradd, with home directories), made by `up`.
@@ -72,11 +72,18 @@ class Daemons(ClusterConfig):
         local.mkdir(parents=True, exist_ok=True)
         NODE_LOCAL.mkdir(parents=True, exist_ok=True)
         script = 'hostname "$1" && mount --bind "$3" "$4" && exec slurmd -f "$2" -N "$1"'
+        args = ["slurmd", node, str(self.conf), str(local), str(NODE_LOCAL)]
+        if self.s.ssh_install:  # and NODE_ROOT its own root, where its install lies
+            script = f'mount --bind "$5" "$6" && {script}'
+            args += [str(self.node_root(node)), str(NODE_ROOT)]
         # Its network namespace is the node's host on the cluster's bridge (network.py).
         cmd = [*self.s.network.enter(node), "unshare", "--uts", "--mount"]
-        cmd += ["--propagation", "unchanged", "sh", "-c", script]
-        cmd += ["slurmd", node, str(self.conf), str(local), str(NODE_LOCAL)]
+        cmd += ["--propagation", "unchanged", "sh", "-c", script, *args]
         run_checked(cmd, env=self.env())
+
+    def node_root(self, node: str) -> Path:
+        """What ``node`` sees at NODE_ROOT (--install-over-ssh)."""
+        return self.dir / "nodes" / node / "root"
 
     def share_state_dir(self) -> None:
         """Make the state dir a shared mount, so mounts below it reach every node's namespace."""
@@ -92,10 +99,20 @@ class Daemons(ClusterConfig):
             return
         sock = self.dir / "nodes" / node / "run" / "agent.sock"
         log = open(self.dir / "nodes" / node / "log" / "agent.err", "ab")  # noqa: SIM115
+        # On the node's host, so what it fetches and serves crosses the node's link.
+        cmd = [*self.s.network.enter(node), str(VENV / "bin" / "bootseer"), "agent", "--node", node]
+        env = {**os.environ, **self.env()}
+        if self.s.ssh_install:
+            # The node's own install, in its root (mounts under the shared state dir,
+            # the image FUSE mount, still reach every side).
+            script = 'mount --bind "$1" "$2" && exec "$3" agent --node "$4"'
+            cmd = [*self.s.network.enter(node), "unshare", "--mount", "--propagation"]
+            cmd += ["unchanged", "sh", "-c", script, "agent", str(self.node_root(node))]
+            cmd += [str(NODE_ROOT), str(INSTALL_PREFIX / "venv" / "bin" / "bootseer"), node]
+            env["BOOTSEER_CONFIG"] = str(INSTALL_ETC / "config.toml")
         proc = subprocess.Popen(
-            # On the node's host, so what it fetches and serves crosses the node's link.
-            [*self.s.network.enter(node), str(VENV / "bin" / "bootseer"), "agent", "--node", node],
-            env={**os.environ, **self.env()},
+            cmd,
+            env=env,
             stdout=log,
             stderr=log,
             stdin=subprocess.DEVNULL,

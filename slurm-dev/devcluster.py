@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -44,10 +45,14 @@ from daemons import stop_pid as stop_pid
 from daemons import user_env as user_env
 from daemons import wait_for as wait_for
 from devconfig import DEFAULT_PORT_BASE, DEFAULT_STATE, TOP
+from devconfig import INSTALL_ETC as INSTALL_ETC
+from devconfig import INSTALL_PREFIX as INSTALL_PREFIX
 from devconfig import NODE_LOCAL as NODE_LOCAL
+from devconfig import NODE_ROOT as NODE_ROOT
 from devconfig import VENV as VENV
 from devconfig import Settings as Settings
 from devconfig import install_file as install_file
+from sshd import ClusterSsh
 from storehost import StoreHost
 
 
@@ -68,6 +73,9 @@ class Cluster(StoreHost):
             self.s.network.node_up(node)
         if self.s.s3:
             self.store_host_up()
+        if self.s.ssh_install:
+            self.ssh.up()
+            self.install_over_ssh()
         for node in self.s.node_names:
             self.start_agent(node)
         self.start_munged()
@@ -79,6 +87,29 @@ class Cluster(StoreHost):
             f"slurm-dev: {self.s.nodes} nodes idle in {time.monotonic() - t0:.1f}s "
             f"(state {self.dir}; `eval $({TOP}/slurm-dev/env)` to use it)"
         )
+
+    @property
+    def ssh(self) -> ClusterSsh:
+        """The nodes' sshd and the admin's client config (--install-over-ssh)."""
+        env = {"SLURM_CONF": str(self.conf), "BOOTSEER_CONFIG": str(INSTALL_ETC / "config.toml")}
+        return ClusterSsh(self.dir, self.s.network, env)
+
+    def install_over_ssh(self) -> None:
+        """`bootseer install` onto every node, as an admin installs a cluster's."""
+        cmd = [str(VENV / "bin" / "bootseer"), "install", ",".join(self.s.node_names)]
+        cmd += ["--config", str(self.site_config), "--ssh-config", str(self.ssh.config)]
+        cmd += ["--prefix", str(INSTALL_PREFIX), "--etc", str(INSTALL_ETC), "--unit-dir", "none"]
+        cmd += ["--bin-dir", str(NODE_ROOT / "bin"), "--slurm-conf", str(self.conf)]
+        cmd += ["--build-dir", str(self.dir / "build")]
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **self.env()})
+        print(r.stdout, end="")
+        if r.returncode != 0:
+            raise SystemExit(f"slurm-dev: bootseer install failed:\n{r.stderr}{r.stdout}")
+
+    def down(self) -> None:
+        if self.s.ssh_install:
+            self.ssh.down()
+        super().down()
 
 
 # -- command line --------------------------------------------------------------------------
@@ -109,6 +140,11 @@ def main(argv: list[str]) -> int:
         default=0,
         help="each node's link rate cap (default: 10x --store-mbit)",
     )
+    p.add_argument(
+        "--install-over-ssh",
+        action="store_true",
+        help="give each node an sshd and install bootseer on them with `bootseer install`",
+    )
     args = p.parse_args(argv)
     state = args.state_dir.resolve()
     if args.action == "env":
@@ -136,6 +172,7 @@ def main(argv: list[str]) -> int:
         args.store_mbit,
         args.store_delay_ms,
         node_mbit=args.node_mbit,
+        ssh_install=args.install_over_ssh,
     )
     if (state / "cluster.json").exists():
         old = Cluster.load(state)

@@ -29,6 +29,13 @@ VENV = Path(os.environ.get("BOOTSEER_VENV", "/opt/bootseer/venv"))
 # node, a different directory behind it (<state>/nodes/<node>/local, bound in the slurmd's
 # mount namespace). Jobs put node-local things here, e.g. a --bootseer-deps prefix.
 NODE_LOCAL = Path("/var/tmp/slurm-dev-local")
+# With --install-over-ssh: each node's own root (<state>/nodes/<node>/root, bound here in
+# the node's sshd, slurmd and agent), where `bootseer install` puts the node's install.
+# The nodes share one filesystem; one path with a different directory behind it per node
+# keeps slurm.conf's one Prolog= line and the venvs' absolute paths true on every node.
+NODE_ROOT = Path("/var/tmp/slurm-dev-root")
+INSTALL_PREFIX = NODE_ROOT / "opt" / "bootseer"
+INSTALL_ETC = NODE_ROOT / "etc" / "bootseer"
 
 
 @dataclass
@@ -41,6 +48,9 @@ class Settings:
     store_delay_ms: int = 0
     cpus_per_node: int = 8
     node_mbit: int = 0  # 0: ten times store_mbit
+    # The nodes get bootseer from `bootseer install` over SSH (an sshd per node, sshd.py)
+    # into NODE_ROOT, as a real cluster's do, instead of running this checkout's venv.
+    ssh_install: bool = False
 
     @property
     def network(self) -> Network:
@@ -160,11 +170,18 @@ class ClusterConfig:
         (self.run / "munge").mkdir(exist_ok=True, mode=0o755)
         # The plugin is copied so a rebuild in spank/ never changes a running cluster.
         install_file(TOP / "spank" / "bootseer.so", self.dir / "lib" / "bootseer.so")
+        plugin = self.dir / "lib" / "bootseer.so"
+        if self.s.ssh_install:
+            # The nodes' plugin is their install's; sbatch and srun on this machine (the
+            # submit host) read the same plugstack line, so the plugin lies here too.
+            plugin = INSTALL_PREFIX / "lib" / "slurm" / "bootseer.so"
+            plugin.parent.mkdir(parents=True, exist_ok=True)
+            install_file(TOP / "spank" / "bootseer.so", plugin)
         (self.dir / "cluster.json").write_text(json.dumps(asdict(self.s), indent=1))
         self._write(self.conf, self._slurm_conf())
         self._write(
             self.etc / "plugstack.conf",
-            f"required {self.dir}/lib/bootseer.so rundir={self.dir}/nodes/%n/run\n",
+            f"required {plugin} rundir={self.dir}/nodes/%n/run\n",
         )
         if not self.site_config.exists():
             self._write(self.site_config, self._site_config())
@@ -287,8 +304,8 @@ class ClusterConfig:
             "ReturnToService=2",
             "SlurmdParameters=config_overrides",
             f"PlugStackConfig={self.etc}/plugstack.conf",
-            f"Prolog={self.etc}/prolog",
-            f"Epilog={self.etc}/epilog",
+            f"Prolog={self._hook('prolog')}",
+            f"Epilog={self._hook('epilog')}",
             "PrologFlags=Alloc",
             "PrologEpilogTimeout=180",
             "SlurmctldTimeout=30",
@@ -307,6 +324,11 @@ class ClusterConfig:
             )
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         return "\n".join(lines) + "\n"
+
+    def _hook(self, hook: str) -> Path:
+        if self.s.ssh_install:
+            return INSTALL_PREFIX / "libexec" / f"bootseer-{hook}"
+        return self.etc / hook
 
     def _site_config(self) -> str:
         d = self.dir

@@ -25,18 +25,23 @@ import subprocess
 from pathlib import Path
 
 from daemons import pid_alive, read_pid, stop_pid, wait_for
+from devconfig import NODE_ROOT
 from network import Network
 
-NODE_ROOT = Path("/var/tmp/slurm-dev-root")
 SSHD = "/usr/sbin/sshd"
 
 
 class ClusterSsh:
     """The admin side of the cluster's SSH and one sshd per node."""
 
-    def __init__(self, state_dir: Path, network: Network) -> None:
+    def __init__(
+        self, state_dir: Path, network: Network, session_env: dict[str, str] | None = None
+    ) -> None:
         self.dir = state_dir
         self.net = network
+        # What a login on the node finds set, as a real node's /etc/environment would
+        # (slurm-dev's slurm.conf and site config are not at the default paths).
+        self.session_env = session_env or {}
         self.etc = state_dir / "etc" / "ssh"
         self.key = self.etc / "id_ed25519"
         self.known_hosts = self.etc / "known_hosts"
@@ -92,7 +97,13 @@ class ClusterSsh:
                 # The key lies under the state dir, which /var/tmp (1777) holds.
                 "StrictModes no\n"
                 "Subsystem sftp internal-sftp\n"
-                "LogLevel ERROR\n"
+                # One SetEnv line: sshd takes the first of several.
+                + "".join(
+                    f"SetEnv {' '.join(f'{k}={v}' for k, v in self.session_env.items())}\n"
+                    for _ in [1]
+                    if self.session_env
+                )
+                + "LogLevel ERROR\n"
             )
         self.known_hosts.write_text("\n".join(known) + "\n")
         self.config.write_text("\n".join(client))

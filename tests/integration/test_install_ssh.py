@@ -16,8 +16,9 @@ import pytest
 from tests.conftest import TEST_PORT_BASE, TEST_STATE
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "slurm-dev"))
+from devconfig import NODE_ROOT
 from network import Network
-from sshd import NODE_ROOT, SSHD, ClusterSsh
+from sshd import SSHD, ClusterSsh
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists(SSHD), reason="needs root and openssh-server"

@@ -1,0 +1,115 @@
+"""Issue 13's "done when", end to end: ``bootseer install`` onto four slurm-dev nodes
+reached over SSH (slurm-dev/up --install-over-ssh), ``bootseer doctor NODESET`` clean on
+all of them over SSH, then jobs of an ordinary user that use all three techniques with
+the nodes' own install (venvs on the nodes' /usr/bin/python3)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TEST_PORT_BASE, TEST_STATE, DevSlurm, devcluster, own_cluster, squash
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(
+        not shutil.which("slurmctld") or not Path("/usr/sbin/sshd").exists(),
+        reason="needs Debian's Slurm and openssh-server (scripts/bootstrap)",
+    ),
+]
+
+NODE_ROOT = devcluster.NODE_ROOT
+BOOTSEER = NODE_ROOT / "bin" / "bootseer"  # the link install puts on the nodes
+
+JOB = f"""#!/bin/sh
+set -e
+export PATH={NODE_ROOT}/bin:$PATH
+echo "bootseer=$(readlink -f "$(command -v bootseer)")"
+echo "image=$(head -c 4 "$BOOTSEER_IMAGE")"
+bootseer deps run -- sh -c 'mkdir -p "$BOOTSEER_DEPS_PREFIX/lib" &&
+    echo installed > "$BOOTSEER_DEPS_PREFIX/lib/dep.txt"'
+echo "deps=$(cat "$BOOTSEER_DEPS_PREFIX/lib/dep.txt")"
+if [ -f "$BOOTSEER_CKPT/run/model.txt" ]; then
+  echo "ckpt loaded $(cat "$BOOTSEER_CKPT/run/model.txt")"
+else
+  mkdir -p "$BOOTSEER_CKPT/run" && echo weights-1 > "$BOOTSEER_CKPT/run/model.txt"
+  echo "ckpt saved"
+fi
+"""
+
+
+@pytest.fixture(scope="module")
+def installed() -> Iterator[DevSlurm]:
+    settings = devcluster.Settings(
+        f"{TEST_STATE}-sshinstall", nodes=4, port_base=TEST_PORT_BASE + 120, ssh_install=True
+    )
+    with own_cluster(settings) as cluster:
+        yield DevSlurm(cluster)
+
+
+@pytest.fixture
+def work() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="bootseer-install-job-", dir="/var/tmp"))
+    d.chmod(0o755)
+    src = d / "src"
+    src.mkdir()
+    (src / "hello").write_text("hello from the image\n")
+    squash(src, d / "hello.sqsh")
+    (d / "req.txt").write_text("dep==1\n")
+    (d / "req.txt").chmod(0o644)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d)
+
+
+def test_doctor_is_clean_on_every_installed_node(installed: DevSlurm) -> None:
+    ssh = installed.cluster.ssh
+    here = Path(sys.executable).parent / "bootseer"
+    remote = devcluster.INSTALL_PREFIX / "venv" / "bin" / "bootseer"  # each node's own
+    r = subprocess.run(
+        [
+            str(here),
+            "doctor",
+            "n[1-4]",
+            "--rsh",
+            f"ssh -F {ssh.config}",
+            "--remote-bootseer",
+            str(remote),
+        ],
+        env=installed.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "ok   n[1-4]: every check passed"
+
+
+def test_a_users_jobs_use_all_three_techniques(installed: DevSlurm, work: Path) -> None:
+    prefix = devcluster.NODE_LOCAL / "install-env"
+    args = [
+        f"--bootseer-image={work}/hello.sqsh",
+        f"--bootseer-deps={prefix},key={work}/req.txt",
+        "--bootseer-ckpt=install/run",
+    ]
+    first = installed.sbatch("-w", "n1", *args, script=JOB)
+    assert installed.wait(first) == "COMPLETED", installed.output(first)
+    second = installed.sbatch("-w", "n3", *args, script=JOB)
+    assert installed.wait(second) == "COMPLETED", installed.output(second)
+
+    out = installed.output(second)
+    assert f"bootseer={devcluster.INSTALL_PREFIX}/venvs/" in out  # the node's own venv
+    assert "image=hsqs" in out
+    assert "deps=installed" in out
+    assert "ckpt loaded weights-1" in out
+    text = "\n".join(installed.job_log_lines("n3", second))
+    for step in ("image", "deps", "ckpt"):
+        assert f"prolog step={step} outcome=ok" in text, text
+    assert "restored" in text  # the first run's snapshot, on another node
