@@ -227,7 +227,10 @@ line = LINE
 if fds:
     socket.send_fds(s, [line[:1]], fds)
     line = line[1:]
-s.sendall(line)
+try:
+    s.sendall(line)
+except (BrokenPipeError, ConnectionResetError):
+    pass  # the agent answered a request too long for it before reading it all
 buf = b""
 while not buf.endswith(b"\\n"):
     chunk = s.recv(1 << 16)

@@ -117,9 +117,9 @@ def _run(args: argparse.Namespace) -> int:
         if args.user:
             raise BootseerError("--user is for root only")
         if action == "gc":
-            raise BootseerError(
-                "gc is an admin action (it deletes units no manifest names): run it as root"
-            )
+            from bootseer.cli.caller import require_root
+
+            require_root("ckpt gc", "it deletes units no manifest names")
         from bootseer.cli import ckpt_door
 
         return ckpt_door.run(args)

@@ -6,20 +6,21 @@
     bootseer deps ls
     bootseer deps gc --unused 30d --max-total 500G --dry-run
 
-Users see and remove their own snapshots (scope ``user/<them>``) and the shared scopes
-the site allows; root sees all of them (``--all``).
+Users see their own snapshots (scope ``user/<them>``) and the shared scopes the site
+allows; root sees all of them (``--all``). Removing snapshots (``rm``, ``gc``) is an
+admin's: users hold no store credentials.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import time
 from typing import Any
 
 from bootseer import units
+from bootseer.cli.caller import require_root, user_name
 from bootseer.errors import BootseerError
 from bootseer.units import argparse_age
 
@@ -128,7 +129,7 @@ def _store() -> Any:
 def _scopes(store: Any, asked: list[str] | None, every: bool) -> list[str]:
     from bootseer.deps.gc import all_scopes
 
-    me = getpass.getuser()
+    me = user_name()
     if every:
         if os.geteuid() != 0:
             raise BootseerError("--all is for root; without it you see your own scope")
@@ -160,9 +161,7 @@ def cmd_key(args: argparse.Namespace) -> int:
         raise BootseerError("--prefix is required")
     cfg = load_config()
     scope, note = effective_scope(args.scope, cfg)
-    sdir = scope_dir(
-        scope, getpass.getuser(), args.account or os.environ.get("SLURM_JOB_ACCOUNT", "")
-    )
+    sdir = scope_dir(scope, user_name(), args.account or os.environ.get("SLURM_JOB_ACCOUNT", ""))
     files = hash_key_files(args.key_file, os.getcwd(), cfg.deps.max_key_file_bytes)
     inputs = key_inputs(
         scope=sdir,
@@ -269,6 +268,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
+    require_root("deps rm", "users hold no store credentials")
     from bootseer.deps.gc import remove_snapshot
     from bootseer.deps.layout import SnapshotPaths, is_key
 
@@ -286,6 +286,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    require_root("deps gc", "it removes snapshots and archives from the store")
     from bootseer.deps.gc import list_snapshots, plan_gc, remove_snapshot, sweep
 
     _, store = _store()

@@ -189,6 +189,9 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _rm(args: argparse.Namespace) -> int:
+    from bootseer.cli.caller import require_root
+
+    require_root("image rm", "image names are the site's, written by root")
     from bootseer.image.registry import remove_name
 
     _, store = _store()
@@ -198,6 +201,9 @@ def _rm(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
+    from bootseer.cli.caller import require_root
+
+    require_root("image gc", "it deletes manifests, traces and blocks from the store")
     from bootseer.image.gc import collect
 
     _, store = _store()

@@ -123,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def compact(args: argparse.Namespace) -> int:
+    from bootseer.cli.caller import require_root
+
+    require_root("phase compact", "it rewrites the phase dataset")
     from bootseer.cli.report_cmd import open_report_store, parse_age
     from bootseer.phases.compact import compact as do_compact
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import getpass
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -198,19 +198,36 @@ def _run_in_job(
     return 0
 
 
+def _run_plain(command: Sequence[str]) -> int:
+    """A user's install outside a ``--bootseer-deps`` job: run as it is, nothing restored
+    or captured. A user can neither check a snapshot's seal (no site key) nor write the
+    store (no credentials): a restore would trust unverified bytes, a capture could not
+    land. Running the command keeps the job (or the person) going the ordinary way."""
+    say(
+        "outside a --bootseer-deps job a user's install is neither restored nor captured "
+        "(users hold no store credentials and no site key; docs/security.md): running it as is"
+    )
+    try:
+        return subprocess.run(list(command)).returncode
+    except OSError as exc:
+        raise BootseerError(f"cannot run {command[0]}: {exc.strerror or exc}") from None
+
+
 def _run_alone(command: Sequence[str], opts: RunOptions, cfg: SiteConfig) -> int:
     from bootseer.deps.capture import CaptureRequest, capture, snapshot_exists
     from bootseer.deps.restore import RestoreRequest, read_manifest, restore
     from bootseer.deps.step import effective_scope
     from bootseer.sitekey import keys_if_root
 
+    if os.geteuid() != 0:
+        return _run_plain(command)
     if not opts.prefix or not opts.prefix.startswith("/"):
         raise BootseerError("--prefix /ABSOLUTE/PATH is needed outside a --bootseer-deps job")
     prefix = opts.prefix.rstrip("/")
     scope, note = effective_scope(opts.scope, cfg)
     if note:
         say(note.strip())
-    user = getpass.getuser()
+    user = pwd.getpwuid(os.getuid()).pw_name
     sdir = scope_dir(scope, user, opts.account or os.environ.get("SLURM_JOB_ACCOUNT", ""))
     files = hash_key_files(opts.key_files, os.getcwd(), cfg.deps.max_key_file_bytes)
     inputs = key_inputs(

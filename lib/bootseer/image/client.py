@@ -69,9 +69,9 @@ class AgentClient:
                 raise AgentUnavailable(f"no node agent on {self.path}: {exc.strerror}") from None
             line = encode(doc)
             if fds:
-                sent = socket.send_fds(s, [line], list(fds))
-                line = line[sent:]
-            s.sendall(line)
+                line = line[socket.send_fds(s, [line], list(fds)) :]
+            if line:  # sendall(b"") still sends: EPIPE if the agent already answered
+                s.sendall(line)
             buf = b""
             while not buf.endswith(b"\n"):
                 chunk = s.recv(1 << 16)
