@@ -92,6 +92,14 @@ def rows(job_id: int, node: str, restart: int = 0, t0: float = T0, k: int = 0) -
         ),
         m.row("framework_init", t0 + 160 + slow, t0 + 170 + slow),
         m.row("first_step", t0 + 170 + slow, t0 + 190 + slow),
+        m.row(
+            "image_background_fill",
+            t0 + 190,
+            t0 + 900,
+            bytes=30 << 30,
+            store_bytes=1 << 30,
+            peer_bytes=29 << 30,
+        ),
         m.row("epilog", t0 + 3600, t0 + 3620),
         m.row("image_trace", t0 + 3600, t0 + 3601),
         m.row("deps_capture", t0 + 3601, t0 + 3619, "skipped"),
@@ -126,6 +134,7 @@ def assert_no_row_split(parts: list[Any]) -> str:
     for part in parts:
         narrow = lines(part, WIDTH)
         assert all(cell_len(line) <= WIDTH for line in narrow), "\n".join(narrow)
+        assert "…" not in "".join(narrow), "\n".join(narrow)  # no cell cut short either
         if not isinstance(part, Text):
             assert len(narrow) == len(lines(part, 10_000)), "\n".join(narrow)
         text += narrow
@@ -154,7 +163,7 @@ def test_job_report_at_80_columns_without_colour(heavy: PhaseDataset) -> None:
 def test_cluster_view_at_80_columns(heavy: PhaseDataset) -> None:
     view = cluster_report(heavy, since=T0 - 10 * 86400, until=T0 + 86400)
     out = assert_no_row_split(cluster_parts(view))
-    assert "tokenizer_warmup_cache" in out
+    assert all(f"\n{p.phase} " in out for p in view.top_phases) and view.top_phases
 
 
 def test_report_command_into_a_file_with_no_color(
@@ -232,3 +241,33 @@ def test_version() -> None:
         [sys.executable, "-m", "bootseer.cli", "--version"], capture_output=True, text=True
     )
     assert r.returncode == 0 and r.stdout.startswith("bootseer ")
+
+
+def test_the_picture_uses_the_reports_colours_and_only_startup_phases(
+    heavy: PhaseDataset, store: Store, tmp_path: Path
+) -> None:
+    report = job_report(heavy, 4217)
+    svg = tmp_path / "t.svg"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bootseer.cli",
+            "report",
+            "4217",
+            "--store",
+            store.uri,
+            "--plot",
+            str(svg),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    drawn = svg.read_text().lower()
+    palette = phase_palette(p.phase for run in report.runs for p in run.phases)
+    for phase in ("prolog", "image_prefetch", "ckpt_load", "tokenizer_warmup_cache"):
+        assert palette[phase].color in drawn, phase
+    for phase in ("epilog", "deps_capture"):  # the job's end is not its startup
+        assert palette[phase].color not in drawn, phase

@@ -184,8 +184,9 @@ def _job(ds: Any, job: tuple[int, int | None], args: argparse.Namespace, console
         render_job(report, console)
     if args.plot:
         from bootseer.phases.plot import plot_timeline
+        from bootseer.phases.render import colors
 
-        plot_timeline(report.runs[-4:], args.plot)
+        plot_timeline(report.runs[-4:], args.plot, colors(report.runs))
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bootseer.errors import BootseerError
+from bootseer.phases.palette import Swatch, phase_palette
 from bootseer.phases.startup import in_startup
 
 if TYPE_CHECKING:
@@ -32,16 +33,19 @@ def _pyplot(path: Path) -> Any:
     return plt
 
 
-def plot_timeline(runs: list[RunReport], path: Path) -> None:
+def plot_timeline(
+    runs: list[RunReport], path: Path, palette: dict[str, Swatch] | None = None
+) -> None:
     """Per-node timelines of ``runs`` (one panel each, on one time scale), so a faster
-    second start shows at a glance."""
+    second start shows at a glance; in ``palette``'s colours (the terminal report's)."""
     plt = _pyplot(path)
     phases: list[str] = []
-    for run in runs:
+    for run in runs:  # the job's own startup phases, as the terminal timeline draws them
         for n in run.nodes:
             phases += [r.phase for r in n.rows if in_startup(r.phase) and r.phase not in phases]
-    cmap = plt.get_cmap("tab20")
-    color = {p: cmap(i % 20) for i, p in enumerate(phases)}
+    # The terminal report's colours (phases/palette.py): the picture and the text agree.
+    palette = palette or phase_palette(p.phase for run in runs for p in run.phases)
+    color = {p: palette[p].color for p in phases}
     heights = [0.8 + 0.4 * len(run.nodes) for run in runs]
     fig, axes = plt.subplots(
         len(runs),

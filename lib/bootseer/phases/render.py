@@ -39,13 +39,10 @@ def secs(v: float | None) -> str:
 
 
 def nbytes(n: int) -> str:
-    if not n:
-        return ""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return ""
+    """IEC, as everywhere (``units.iec``); empty for 0."""
+    from bootseer.units import iec
+
+    return iec(n) if n else ""
 
 
 def clock(t: float | None) -> str:
@@ -126,61 +123,76 @@ def failures(run: RunReport) -> RenderableType | None:
     return t
 
 
-def short_bytes(n: int) -> str:
-    """``n`` in at most 6 characters (``512K``, ``24.0M``, ``1.2G``); empty for 0."""
-    if not n:
-        return ""
-    for unit in ("B", "K", "M", "G", "T", "P"):
-        if n < 1024 or unit == "P":
-            return f"{n:.0f}{unit}" if unit == "B" or n >= 100 else f"{n:.1f}{unit}"
-        n /= 1024  # type: ignore[assignment]
-    return ""
+BYTE_COLUMNS = (("bytes", "bytes"), ("store", "store_bytes"), ("peers", "peer_bytes"))
 
 
 def phase_table(
     run: RunReport, palette: dict[str, Swatch], width: int | None = None, no_color: bool = False
-) -> RenderableType:
+) -> list[RenderableType]:
     """Per phase: time across nodes (min, median, max, slowest node), outcomes, and the
     bytes it moved summed over nodes: in all, from the store and from peers (columns
-    shown only where some phase has such bytes). Where ``width`` is too narrow for all
-    columns, ``min`` goes first."""
+    shown only where some phase has such bytes). Where ``width`` is too narrow for one
+    table, the columns get closer, ``min`` goes, then the bytes get a table of their
+    own: a row is never cut or split."""
     from rich.console import Console
 
-    table = _phase_table(run, palette, True, 2, no_color)
+    counts = [(n, a) for n, a in BYTE_COLUMNS if any(getattr(p, a) for p in run.phases)]
+    # (with min, gap, with nodes): the nodes column goes only where every phase ran on
+    # every node (the title then says how many).
+    everywhere = all(p.nodes == len(run.nodes) for p in run.phases)
+    variants = [(True, 2, True), (True, 1, True), (False, 1, True)]
+    variants += [(False, 1, False)] if everywhere else []
+    layouts: list[list[RenderableType]] = [
+        [_phase_table(run, palette, no_color, counts, *v)] for v in variants
+    ]
+    if counts:
+        layouts += [
+            [
+                _phase_table(run, palette, no_color, [], *v),
+                _bytes_table(run, palette, no_color, counts, v[1]),
+            ]
+            for v in variants
+        ]
     if width is None:
-        return table
+        return layouts[0]
     wide = Console(width=10_000)
-    for with_min, gap in ((True, 1), (False, 1)):
-        if wide.measure(table).maximum <= width:
-            break
-        table = _phase_table(run, palette, with_min, gap, no_color)
-    return table
+    for tables in layouts:
+        if all(wide.measure(t).maximum <= width for t in tables):
+            return tables
+    return layouts[-1]
+
+
+def _phase_cell(p: str, palette: dict[str, Swatch], no_color: bool) -> RenderableType:
+    from rich.text import Text
+
+    char, style = swatch_mark(palette.get(p), no_color)
+    return Text.assemble((char, style), " ", p)
 
 
 def _phase_table(
-    run: RunReport, palette: dict[str, Swatch], with_min: bool, gap: int, no_color: bool
+    run: RunReport,
+    palette: dict[str, Swatch],
+    no_color: bool,
+    counts: list[tuple[str, str]],
+    with_min: bool,
+    gap: int,
+    with_nodes: bool,
 ) -> RenderableType:
     from rich.table import Table
-    from rich.text import Text
 
     table = Table(
-        title="Phases across nodes",
+        title="Phases across nodes"
+        + ("" if with_nodes else f" (each on all {len(run.nodes)})")
+        + (" (bytes: summed over the nodes)" if counts else ""),
         title_justify="left",
         box=None,
         pad_edge=False,
         padding=(0, gap, 0, 0),
     )
-    columns = [("phase", "left"), ("nodes", "right")]
+    columns = [("phase", "left")] + ([("nodes", "right")] if with_nodes else [])
     columns += [("min", "right")] if with_min else []
     columns += [("median", "right"), ("max", "right"), ("slowest", "left"), ("outcomes", "left")]
-    counts = [
-        (name, attr)
-        for name, attr in (("bytes", "bytes"), ("store", "store_bytes"), ("peers", "peer_bytes"))
-        if any(getattr(p, attr) for p in run.phases)
-    ]
     columns += [(name, "right") for name, _ in counts]
-    if counts:
-        table.title = "Phases across nodes (bytes: summed over nodes)"
     for col, just in columns:
         table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     for p in run.phases:
@@ -192,17 +204,45 @@ def _phase_table(
         )
         bad = any(k in ("failed", "timed_out") for k in p.outcomes)
         times = [secs(p.min)] if with_min else []
-        char, style = swatch_mark(palette.get(p.phase), no_color)
         table.add_row(
-            Text.assemble((char, style), " ", p.phase),
-            str(p.nodes),
+            _phase_cell(p.phase, palette, no_color),
+            *([str(p.nodes)] if with_nodes else []),
             *times,
             secs(p.median),
             secs(p.max),
             esc(p.slowest),
             f"[red]{outcomes}[/]" if bad else outcomes,
-            *(short_bytes(getattr(p, attr)) for _, attr in counts),
+            *(nbytes(getattr(p, attr)) for _, attr in counts),
         )
+    return table
+
+
+def _bytes_table(
+    run: RunReport,
+    palette: dict[str, Swatch],
+    no_color: bool,
+    counts: list[tuple[str, str]],
+    gap: int,
+) -> RenderableType:
+    from rich.table import Table
+
+    table = Table(
+        title="Bytes per phase, summed over the nodes",
+        title_justify="left",
+        box=None,
+        pad_edge=False,
+        padding=(0, gap, 0, 0),
+    )
+    table.add_column("phase", no_wrap=True)
+    names = {"bytes": "moved", "store": "from the store", "peers": "from peers"}
+    for name, _ in counts:
+        table.add_column(names[name], justify="right", no_wrap=True)
+    for p in run.phases:
+        if any(getattr(p, attr) for _, attr in counts):
+            table.add_row(
+                _phase_cell(p.phase, palette, no_color),
+                *(nbytes(getattr(p, attr)) for _, attr in counts),
+            )
     return table
 
 
@@ -338,17 +378,18 @@ def job_parts(
     gpus = f" x {first.gpus_per_node} GPUs" if first.gpus_per_node else ""
     task = f" (array task {first.array_task})" if first.array_task else ""
     parts: list[RenderableType] = [
-        Rule(
-            Text(
-                f"Job {report.job_id}{task} {first.job_name!r}  user {first.user}"
-                + (f"  account {first.account}" if first.account else "")
-                + f"  {first.node_count} nodes{gpus}"
-            )
-        )
+        Rule(Text(f"Job {report.job_id}{task}")),
+        Text(
+            f"{first.job_name!r}  user {first.user}"
+            + (f"  account {first.account}" if first.account else "")
+            + f"  {first.node_count} nodes{gpus}"
+        ),
     ]
-    if first.script:
+    if first.script.startswith("sha256:"):
+        parts.append(Text(f"Script from standard input, {first.script}"))
+    elif first.script:
         parts.append(Text(f"Script {first.script}"))
-    palette = colors([*report.earlier, *report.runs])
+    palette = colors(report.runs)  # the job's own phases, as --plot colours them
     shown = (
         report.runs
         if run_index is None
@@ -356,7 +397,7 @@ def job_parts(
     )
     for run in shown:
         parts.append(run_header(run))
-        parts.append(phase_table(run, palette, width, no_color))
+        parts += phase_table(run, palette, width, no_color)
         why = failures(run)
         if why is not None:
             parts.append(why)
