@@ -122,6 +122,10 @@ class CkptSection:
     mount_timeout: float = 20.0  # seconds the prolog waits for a mount to come up
     # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
     kernel_read_ahead_kb: int = 4096
+    # Node-local space for the parts of a file written out of order (a gap, a rewrite
+    # behind the stream), per mount: root's, mode 0700; unset: <paths.cache_dir>/ckpt-stage.
+    stage_dir: Path | None = None
+    stage_bytes: int = 4 << 30  # bound per job and node; past it a write fails with ENOSPC
 
 
 @dataclass(frozen=True)

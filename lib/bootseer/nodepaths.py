@@ -15,6 +15,7 @@ here unless the config sets it (``[image]``'s, ``[ckpt] mount_root``)::
     <cache_dir>/image/                    verified blocks          ([image] cache_dir)
     <cache_dir>/image/jobs/<job_id>.json  the agent's restart state
     <cache_dir>/deps/{locks,stamps}/      one restore per prefix per node
+    <cache_dir>/ckpt-stage/               ckpt writes out of order   ([ckpt] stage_dir)
     <log_dir>/<node>.log                  the hooks' log
     <log_dir>/<node>-agent.log            the agent's log
     <log_dir>/ckpt/<job_id>.log           a checkpoint mount daemon's log
@@ -120,6 +121,7 @@ class NodePaths:
         self.image_cache = image.cache_dir or p.cache_dir / "image"
         self.agent_state = self.image_cache / JOBS
         self.ckpt_mounts = cfg.ckpt.mount_root or p.run_dir / "ckpt"
+        self.ckpt_stage = cfg.ckpt.stage_dir or p.cache_dir / "ckpt-stage"
         self.deps_cache = deps_cache(p.cache_dir)
 
     def job_dir(self, job_id: int) -> Path:

@@ -17,6 +17,7 @@ from bootseer.store import open_store
 from tests.sitekeys import KEYS, key_file
 
 UNIT = 4096
+STAGE_BYTES = 64 * UNIT  # node-local staging for writes out of order, per mount
 JOB_UID = 65534  # nobody: the job's user in mount tests
 OTHER_UID = 1  # daemon: another user who must not get in
 
@@ -39,7 +40,9 @@ def site_config(tmp_path: Path, targets: list[str], monkeypatch: pytest.MonkeyPa
     quoted = ", ".join(f'"{t}"' for t in targets)
     path.write_text(
         f'[site]\nkey_file = "{key_file(tmp_path)}"\n'
+        f'[paths]\ncache_dir = "{tmp_path}/cache"\n'
         f"[ckpt]\ntargets = [{quoted}]\nunit_size = {UNIT}\nread_ahead = 4\n"
+        f"stage_bytes = {STAGE_BYTES}\n"
     )
     monkeypatch.setenv("BOOTSEER_CONFIG", str(path))
     return path

@@ -233,7 +233,7 @@ def _call(tmp_path: Path, mount_root: Path, site_config: Path, ckpt: str) -> Ste
 
     doc = tomllib.loads(site_config.read_text())
     doc["ckpt"]["mount_root"] = str(mount_root)
-    doc["paths"] = {"run_dir": str(tmp_path / "run"), "log_dir": str(tmp_path / "log")}
+    doc["paths"].update(run_dir=str(tmp_path / "run"), log_dir=str(tmp_path / "log"))
     job = job_context(Options(mode="on", ckpt=ckpt), job_id=77, user="nobody", uid=JOB_UID)
     return step_call(SiteConfig.from_mapping(doc), job)
 

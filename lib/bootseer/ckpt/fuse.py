@@ -8,15 +8,20 @@ nobody else (root aside). :mod:`bootseer.ckpt.mount` starts it as a daemon::
     python -m bootseer.ckpt.fuse --namespace ada/llama --uid 1000 --gid 1000 /run/.../ckpt/42
 
 Reads go through a :class:`StripedReader` per open file (read-ahead over all targets).
-Writes stream into a :class:`StripedWriter`: a file is written front to back after
-``open(O_CREAT|O_TRUNC)`` (what checkpoint savers do) and becomes the new version when
-it is closed or fsync'ed; the manifest goes last. When the writing process dies of a
-signal (a killed job), its half-written file is dropped and the previous version stays.
+Writes stream into a :class:`StripedWriter`: bytes written front to back go straight to
+the targets; what savers write out of order (``ftruncate`` then writes, a gap, a header
+patched after its data) waits in node-local staging (:mod:`bootseer.ckpt.stage`, bounded
+by ``[ckpt] stage_bytes``). A file becomes the new version when it is closed or
+fsync'ed; the manifest goes last. When the writing process dies of a signal (a killed
+job), its half-written file is dropped and the previous version stays. The daemon's
+recent log lines are the read-only file ``.bootseer.log`` at the mount's root, for the
+job's user (the log file itself is root's).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import errno
 import itertools
@@ -36,9 +41,10 @@ import trio
 from bootseer.ckpt.layout import CkptError, CkptIOError, CkptPathError, Namespace, check_path
 from bootseer.ckpt.manifest import Manifest
 from bootseer.ckpt.reader import StripedReader
+from bootseer.ckpt.stage import Stage, StageFullError
 from bootseer.ckpt.writer import StripedWriter
 from bootseer.errors import BootseerError, StoreError
-from bootseer.linelog import LineLog
+from bootseer.linelog import LineLog, stamp
 
 # How long a rename, unlink or new write waits for the previous writer's release.
 RELEASE_WAIT = 2.0
@@ -48,8 +54,28 @@ TIMEOUT = 1.0  # seconds the kernel may cache names and attributes
 PF_EXITING = 0x4  # include/linux/sched.h
 
 
-# The daemon's stderr is its log file (bootseer.ckpt.mount opens it).
-log = LineLog(None, f"ckpt-fuse[{os.getpid()}]")
+# The job's view of the daemon's log: a read-only file at the mount's root.
+LOG_NAME = ".bootseer.log"
+
+
+class DaemonLog:
+    """The daemon's stderr is its log file (bootseer.ckpt.mount opens it, root's); the
+    last lines are also kept for :data:`LOG_NAME`, so the job's user can read why a call
+    failed."""
+
+    def __init__(self, keep: int = 1000) -> None:
+        self.line = LineLog(None, f"ckpt-fuse[{os.getpid()}]")
+        self.recent: collections.deque[str] = collections.deque(maxlen=keep)
+
+    def __call__(self, message: str) -> None:
+        self.line(message)
+        self.recent.append(f"{stamp()} {message}\n")
+
+    def text(self) -> bytes:
+        return "".join(self.recent).encode(errors="replace")
+
+
+log = DaemonLog()
 
 
 def died_of_signal(pid: int) -> bool:
@@ -90,15 +116,18 @@ class _Handle:
     writer: StripedWriter | None = None
     opener: int = 0  # thread group of the process that opened it for writing
     failed: str = ""  # a write failed: the close reports it and commits nothing
+    errno: int = errno.EIO  # ... with this errno
+    log: bool = False  # the daemon's log file (LOG_NAME)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class CkptFS(pyfuse3.Operations):
-    def __init__(self, ns: Namespace, uid: int, gid: int) -> None:
+    def __init__(self, ns: Namespace, uid: int, gid: int, stage: Stage | None = None) -> None:
         super().__init__()
         self.ns = ns
         self.uid = uid
         self.gid = gid
+        self.stage = stage
         self._paths: dict[int, str] = {pyfuse3.ROOT_INODE: ""}
         self._inodes: dict[str, int] = {"": pyfuse3.ROOT_INODE}
         self._next_ino = itertools.count(pyfuse3.ROOT_INODE + 1)
@@ -106,6 +135,7 @@ class CkptFS(pyfuse3.Operations):
         self._handles: dict[int, _Handle] = {}
         self._dirs: dict[int, list[tuple[str, str, Manifest | StripedWriter | bool]]] = {}
         self._writing: dict[str, StripedWriter] = {}
+        self._owner: dict[StripedWriter, _Handle] = {}  # until its release is done
         self._versions: dict[int, str] = {}  # inode -> version last opened, for keep_cache
         self._lock = threading.Lock()
         self.bytes_read = 0  # served to the job, for the epilog's phase record
@@ -148,6 +178,9 @@ class CkptFS(pyfuse3.Operations):
             return await trio.to_thread.run_sync(fn, *args)
         except pyfuse3.FUSEError:
             raise
+        except StageFullError as exc:
+            log(str(exc))
+            raise pyfuse3.FUSEError(errno.ENOSPC) from None
         except CkptIOError as exc:
             log(str(exc))
             raise pyfuse3.FUSEError(errno.EIO) from None
@@ -159,6 +192,10 @@ class CkptFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
         except (BootseerError, StoreError) as exc:
             log(f"error: {exc}")
+            raise pyfuse3.FUSEError(errno.EIO) from None
+        except Exception as exc:
+            # Escaping into pyfuse3 would end the daemon (the job's mount with it).
+            log(f"internal error: {exc!r}")
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     def _kind(self, path: str) -> Manifest | StripedWriter | bool | None:
@@ -197,7 +234,18 @@ class CkptFS(pyfuse3.Operations):
         a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = int(mtime * 1e9)
         return a
 
+    def _log_attrs(self) -> pyfuse3.EntryAttributes:
+        a = self._attrs(self._ino(LOG_NAME), True, timeout=0)
+        a.st_mode = stat.S_IFREG | 0o400
+        a.st_nlink = 1
+        a.st_size = len(log.text())
+        a.st_blocks = -(-a.st_size // 512)
+        a.st_mtime_ns = a.st_ctime_ns = a.st_atime_ns = time.time_ns()
+        return a
+
     async def _stat(self, path: str) -> pyfuse3.EntryAttributes:
+        if path == LOG_NAME:
+            return self._log_attrs()
         kind = await self._run(self._kind, path)
         if kind is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
@@ -223,21 +271,24 @@ class CkptFS(pyfuse3.Operations):
         ctx: pyfuse3.RequestContext,
     ) -> pyfuse3.EntryAttributes:
         path = self._path(inode)
+        if path == LOG_NAME:
+            raise pyfuse3.FUSEError(errno.EPERM)
         if fields.update_size:
             handle = self._handles.get(fh) if fh is not None else None
+            if handle is not None and handle.writer is None:
+                raise pyfuse3.FUSEError(errno.EBADF)
             writer = handle.writer if handle else self._writing.get(path)
             if writer is not None:
-                if attr.st_size != writer.size:
-                    await self._run(writer.pwrite, attr.st_size, b"")
-                    if attr.st_size != writer.size:
-                        raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+                # ftruncate: to the final size before writing (safetensors, fio), or
+                # back to 0 to write again.
+                handle = handle or self._owner.get(writer)
+                if handle is None:
+                    raise pyfuse3.FUSEError(errno.EBUSY)
+                await self._run(self._locked, handle, writer.truncate, attr.st_size)
             elif attr.st_size == 0:
                 await self._run(self._truncate, path)
             else:
-                kind = await self._run(self._kind, path)
-                if not isinstance(kind, Manifest) or kind.size != attr.st_size:
-                    log(f"{path}: truncate to {attr.st_size} bytes is not supported")
-                    raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+                await self._run(self._resize, path, attr.st_size)
         # Owner and mode are the job user's by construction; chmod/utime are accepted
         # and have no effect, as on many network filesystems.
         return await self._stat(path)
@@ -246,6 +297,36 @@ class CkptFS(pyfuse3.Operations):
         if self.ns.manifest(path) is None:
             raise FileNotFoundError(errno.ENOENT, path)
         self.ns.open(path, "wb").close()
+
+    def _resize(self, path: str, size: int) -> None:
+        """``truncate -s SIZE`` of a file nobody writes: a new version of that size (the
+        bytes kept are copied into it)."""
+        m = self.ns.manifest(path)
+        if m is None:
+            raise FileNotFoundError(errno.ENOENT, path)
+        if m.size == size:
+            return
+        w = StripedWriter(self.ns, path, base=m, stage=self.stage)
+        try:
+            w.truncate(size)
+        except BaseException:
+            w.abort()
+            raise
+        w.close()
+        log(f"{path}: truncated to {size} bytes: committed version {w.version}")
+
+    @staticmethod
+    def _locked(h: _Handle, fn: Callable[..., T], *args: Any) -> T:
+        """``fn`` under the handle's lock, and a failure poisons the handle's new version."""
+        with h.lock:
+            if h.failed:
+                raise OSError(h.errno, h.failed)
+            try:
+                return fn(*args)
+            except BaseException as exc:
+                h.failed = str(exc)
+                h.errno = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
+                raise
 
     async def mkdir(
         self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
@@ -267,6 +348,8 @@ class CkptFS(pyfuse3.Operations):
 
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         path = self._child(parent_inode, name, creating=False)
+        if path == LOG_NAME:
+            raise pyfuse3.FUSEError(errno.EPERM)
         if not await self._released(path):
             raise pyfuse3.FUSEError(errno.EBUSY)
         kind = await self._run(self._kind, path)
@@ -296,10 +379,26 @@ class CkptFS(pyfuse3.Operations):
     ) -> None:
         src = self._child(parent_inode_old, name_old, creating=False)
         dst = self._child(parent_inode_new, name_new, creating=True)
+        if LOG_NAME in (src, dst):
+            raise pyfuse3.FUSEError(errno.EPERM)
         if flags & pyfuse3.RENAME_EXCHANGE:
             raise pyfuse3.FUSEError(errno.EINVAL)
-        if not await self._released(src, dst):
+        if src == dst:
+            return
+        if not await self._released(dst):
             raise pyfuse3.FUSEError(errno.EBUSY)
+        writer = self._writing.get(src)
+        if writer is not None:
+            # Renamed while still open (safetensors' temporary file): the writer goes
+            # on under the new name and publishes there when it is closed.
+            dkind = await self._run(self._kind, dst)
+            if dkind is True:
+                raise pyfuse3.FUSEError(errno.EISDIR)
+            if dkind is not None and flags & pyfuse3.RENAME_NOREPLACE:
+                raise pyfuse3.FUSEError(errno.EEXIST)
+            if await self._run(self._move_writer, writer, src, dst):
+                self._renamed(src, dst)
+                return
         kind = await self._run(self._kind, src)
         if kind is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
@@ -313,6 +412,26 @@ class CkptFS(pyfuse3.Operations):
         if dkind is not None and flags & pyfuse3.RENAME_NOREPLACE:
             raise pyfuse3.FUSEError(errno.EEXIST)
         await self._run(self.ns.rename, src, dst)
+        self._renamed(src, dst)
+
+    def _move_writer(self, w: StripedWriter, src: str, dst: str) -> bool:
+        """Point an open writer of ``src`` at ``dst`` (False: it was closed meanwhile,
+        so ``src`` is an ordinary file now)."""
+        h = self._owner.get(w)
+        if h is None:
+            return False
+        with h.lock:  # not while its close commits
+            if w.closed or self._writing.get(src) is not w:
+                return False
+            if w.committed is not None:  # an fsync published it under the old name
+                self.ns.rename(src, dst)
+            w.rename(dst)
+            self._writing[dst] = self._writing.pop(src)
+            h.path = dst
+        log(f"{src}: renamed to {dst} while open for writing")
+        return True
+
+    def _renamed(self, src: str, dst: str) -> None:
         with self._lock:
             ino = self._inodes.pop(src, None)
             old = self._inodes.pop(dst, None)
@@ -356,6 +475,12 @@ class CkptFS(pyfuse3.Operations):
     # -- files
     async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         path = self._path(inode)
+        if path == LOG_NAME:
+            if flags & os.O_ACCMODE != os.O_RDONLY:
+                raise pyfuse3.FUSEError(errno.EACCES)
+            fh = next(self._next_fh)
+            self._handles[fh] = _Handle(inode, path, log=True)
+            return pyfuse3.FileInfo(fh=fh, direct_io=True)
         if flags & os.O_ACCMODE == os.O_RDONLY:
             reader = await self._run(self._open_read, path)
             fh = next(self._next_fh)
@@ -366,29 +491,27 @@ class CkptFS(pyfuse3.Operations):
         if flags & os.O_APPEND:
             log(f"{path}: open for append refused: striped files are written whole")
             raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
-        if not flags & os.O_TRUNC:
-            kind = await self._run(self._kind, path)
-            if isinstance(kind, Manifest) and kind.size > 0:
-                log(
-                    f"{path}: open for update without O_TRUNC refused: striped files are "
-                    "written whole (open with 'wb')"
-                )
-                raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
-        return await self._open_write(inode, path, ctx)
+        # Without O_TRUNC, opened for update (r+b, fio): bytes not written again come
+        # from the current version, copied into the new one at close.
+        return await self._open_write(inode, path, ctx, update=not flags & os.O_TRUNC)
 
     def _open_read(self, path: str) -> StripedReader:
         return self.ns.open(path, "rb")
 
     async def _open_write(
-        self, ino: int, path: str, ctx: pyfuse3.RequestContext
+        self, ino: int, path: str, ctx: pyfuse3.RequestContext, update: bool
     ) -> pyfuse3.FileInfo:
         if not await self._released(path):
             log(f"{path}: already open for writing on this node")
             raise pyfuse3.FUSEError(errno.ETXTBSY)
-        writer = StripedWriter(self.ns, path)
+        # After the wait: the previous writer's version is the one to update.
+        base = await self._run(self.ns.manifest, path) if update else None
+        writer = StripedWriter(self.ns, path, base=base, stage=self.stage)
         self._writing[path] = writer
         fh = next(self._next_fh)
-        self._handles[fh] = _Handle(ino, path, writer=writer, opener=_tgid(ctx.pid))
+        self._handles[fh] = self._owner[writer] = _Handle(
+            ino, path, writer=writer, opener=_tgid(ctx.pid)
+        )
         self._versions.pop(ino, None)
         return pyfuse3.FileInfo(fh=fh)
 
@@ -396,20 +519,29 @@ class CkptFS(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
     ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
         path = self._child(parent_inode, name, creating=True)
+        if path == LOG_NAME:
+            raise pyfuse3.FUSEError(errno.EEXIST)
         kind = await self._run(self._kind, path)
         if kind is True:
             raise pyfuse3.FUSEError(errno.EISDIR)
         if kind is not None and flags & os.O_EXCL:
             raise pyfuse3.FUSEError(errno.EEXIST)
-        if isinstance(kind, Manifest) and kind.size > 0 and not flags & os.O_TRUNC:
+        if flags & os.O_APPEND and isinstance(kind, Manifest) and kind.size > 0:
             raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
         ino = self._ino(path)
-        info = await self._open_write(ino, path, ctx)
+        info = await self._open_write(ino, path, ctx, update=not flags & os.O_TRUNC)
         # Other nodes see the name from the first commit on; this node sees the writer.
         return info, self._attrs(ino, self._writing[path])
 
     async def read(self, fh: int, off: int, size: int) -> bytes:
         h = self._handles[fh]
+        if h.log:
+            text: bytes = log.text()
+            return text[off : off + size]
+        if h.writer is not None:  # open for reading and writing: what was written so far
+            got: bytes = await self._run(self._locked, h, h.writer.pread, off, size)
+            self.bytes_read += len(got)
+            return got
         if h.reader is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         # Read-ahead keeps most reads in memory: served here, without a thread hop.
@@ -425,18 +557,8 @@ class CkptFS(pyfuse3.Operations):
         if h.writer is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         if h.failed:
-            raise pyfuse3.FUSEError(errno.EIO)
-
-        def work() -> int:
-            assert h.writer is not None
-            with h.lock:
-                try:
-                    return h.writer.pwrite(off, buf)
-                except BaseException as exc:
-                    h.failed = str(exc)
-                    raise
-
-        n = await self._run(work)
+            raise pyfuse3.FUSEError(h.errno)
+        n: int = await self._run(self._locked, h, h.writer.pwrite, off, buf)
         self.bytes_written += n
         return n
 
@@ -472,13 +594,17 @@ class CkptFS(pyfuse3.Operations):
                 log(f"{h.path}: new version dropped ({why}); the previous version stays")
                 w.abort()
                 self._writing.pop(h.path, None)
+                self._owner.pop(w, None)
                 if h.failed:
-                    raise CkptIOError(f"{h.path}: {h.failed}")
+                    raise OSError(h.errno, f"{h.path}: {h.failed}")
                 return
             before = w.committed
             if last:
-                w.close()
-                self._writing.pop(h.path, None)
+                try:
+                    w.close()
+                finally:
+                    self._writing.pop(h.path, None)
+                    self._owner.pop(w, None)
             elif w.size > 0 or before is not None:
                 # A close of one of several descriptors (a shell's dup2) before anything
                 # was written must not replace the previous version with an empty one.
@@ -489,6 +615,25 @@ class CkptFS(pyfuse3.Operations):
                     f"{h.path}: committed version {m.version} ({m.size} bytes, "
                     f"{m.unit_count} units)"
                 )
+
+    async def symlink(
+        self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        # symlink(2) and link(2) name EPERM for "this filesystem has none".
+        log(
+            f"symlink {os.fsdecode(name)!r} refused: a checkpoint mount holds only files and "
+            "directories (copy the file, or rename it)"
+        )
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def link(
+        self, inode: int, new_parent_inode: int, new_name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        log(
+            f"hard link {os.fsdecode(new_name)!r} refused: a checkpoint mount holds only files "
+            "and directories (copy the file, or rename it)"
+        )
+        raise pyfuse3.FUSEError(errno.EPERM)
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         s = pyfuse3.StatvfsData()
@@ -579,7 +724,15 @@ def main(argv: list[str] | None = None) -> int:
     except (BootseerError, CkptError) as exc:
         log(f"cannot serve {args.namespace}: {exc}")
         return 1
-    fs = CkptFS(ns, args.uid, args.gid)
+    from bootseer.nodepaths import NodePaths
+
+    stage: Stage | None = None
+    try:
+        stage = Stage.root_only(NodePaths(cfg).ckpt_stage, cfg.ckpt.stage_bytes)
+    except (OSError, CkptError) as exc:
+        # Streaming writes work without it; writes out of order then fail (EIO).
+        log(f"no staging for writes out of order: {exc}")
+    fs = CkptFS(ns, args.uid, args.gid, stage)
     pyfuse3.init(fs, args.mountpoint, mount_options(ns))
     log(f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {args.uid}")
     try:

@@ -29,10 +29,26 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
     from bootseer.ckpt.layout import Namespace
+    from bootseer.ckpt.reader import StripedReader
+    from bootseer.ckpt.stage import Stage
 
 
 class StripedWriter(io.RawIOBase):
-    def __init__(self, ns: Namespace, path: str) -> None:
+    """A new version of ``path``.
+
+    ``base``: the file's current version, for a writer opened without truncating it
+    (``r+b``, fio): bytes never written come from it. ``stage``: where bytes written out
+    of order wait (the mount daemon's :class:`~bootseer.ckpt.stage.Stage`); without one
+    (the Python API) a write that cannot stream fails with :class:`CkptIOError`.
+    """
+
+    def __init__(
+        self,
+        ns: Namespace,
+        path: str,
+        base: Manifest | None = None,
+        stage: Stage | None = None,
+    ) -> None:
         super().__init__()
         check_path(path)  # before anything is uploaded
         self.ns = ns
@@ -41,16 +57,25 @@ class StripedWriter(io.RawIOBase):
         self.version = new_version()
         self.targets = tuple(s.uri for s in ns.targets)
         self.unit_size = ns.unit_size
-        self.size = 0
+        self.size = base.size if base is not None else 0  # the file's size as the job sees it
         self.committed: Manifest | None = None
-        self._buf = bytearray()
+        self._pos = 0  # where write() goes on
+        self._buf = bytearray()  # the unit being filled: bytes [_frontier - len(_buf), _frontier)
+        self._frontier = 0  # bytes [0, _frontier) are streamed: uploaded units and _buf
         self._units: list[tuple[str, str] | None] = []  # full units, filled in as uploads finish
         self._pending: set[cf.Future[None]] = set()
         self._slots = threading.BoundedSemaphore(ns.max_inflight)
         self._pool = cf.ThreadPoolExecutor(ns.max_inflight, thread_name_prefix="ckpt-write")
-        self._partial: str | None = None  # object name of the last partial unit committed
+        self._uploaded: list[tuple[str, int, str]] = []  # (version, index, name) of every object
         self._generation = 0
-        self._dirty = True  # a file opened for writing and closed at once is an empty version
+        self._base = base
+        self._base_len = self.size  # bytes of base that survive truncation
+        self._base_reader: StripedReader | None = None
+        self._stage = stage.file(self.name) if stage is not None else None
+        self._cached: tuple[int, str, bytes] | None = None  # the last unit read back
+        # A file opened with O_TRUNC and closed at once is an empty version; one opened
+        # for update and closed untouched publishes nothing.
+        self._dirty = base is None
         self._aborted = False
 
     # -- io.RawIOBase
@@ -58,55 +83,123 @@ class StripedWriter(io.RawIOBase):
         return True
 
     def tell(self) -> int:
-        return self.size
+        return self._pos
 
     def write(self, data: ReadableBuffer) -> int:
         if self.closed:
             raise ValueError("I/O operation on closed file")
-        mv = memoryview(data).cast("B")
-        n = len(mv)
-        done = 0
-        while done < n:
-            take = min(self.unit_size - len(self._buf), n - done)
-            self._buf += mv[done : done + take]
-            done += take
-            if len(self._buf) == self.unit_size:
-                self._flush_unit()
-        self.size += n
-        self._dirty = self._dirty or n > 0
+        n = self.pwrite(self._pos, data)
+        self._pos += n
         return n
 
+    @property
+    def staged_bytes(self) -> int:
+        return self._stage.staged if self._stage is not None else 0
+
     def pwrite(self, offset: int, data: ReadableBuffer) -> int:
-        """Write at ``offset``: at the end, past it (zero-filled), or inside the unit not
-        yet uploaded. Anything earlier is refused: units already sent are immutable."""
+        """Write at ``offset``. At the end of the stream the bytes stream to the targets;
+        inside the unit being filled they patch it; elsewhere (ahead of the stream, or
+        in a unit already uploaded) they wait in the stage until the stream reaches them
+        or the commit re-uploads the units they change."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
         mv = memoryview(data).cast("B")
-        if offset > self.size:
-            self.write(bytes(offset - self.size))
-        if offset == self.size:
-            return self.write(mv)
-        start = self.size - len(self._buf)
-        if offset < start:
-            raise CkptIOError(
-                f"{self.name}: write at offset {offset} goes back before byte {start}, which is "
-                "already uploaded: striped files are written front to back"
-            )
-        inside = min(len(mv), self.size - offset)
-        self._buf[offset - start : offset - start + inside] = mv[:inside]
+        n = len(mv)
+        if n == 0:
+            return 0
+        end = offset + n
         self._dirty = True
-        if inside < len(mv):
-            self.write(mv[inside:])
-        return len(mv)
+        pos = offset
+        while pos < end:
+            part = mv[pos - offset :]
+            start = self._frontier - len(self._buf)
+            if pos < start:  # behind the stream: a unit already uploaded
+                take = min(end, start) - pos
+                self._stage_put(pos, part[:take], "goes back before byte " + str(start))
+            elif pos < self._frontier:  # inside the unit being filled
+                take = min(end, self._frontier) - pos
+                self._buf[pos - start : pos - start + take] = part[:take]
+            elif pos == self._frontier:  # the stream goes on
+                take = end - pos
+                if self._stage is not None:
+                    self._stage.drop(pos, end)  # superseded
+                self._append(part)
+                self._drain()
+            elif self._stage is None:  # a gap, without a stage: streamed as zeros
+                self._fill(pos)
+                take = 0
+            else:  # a gap: staged until the stream reaches it
+                take = end - pos
+                self._stage.put(pos, part)
+            pos += take
+        self.size = max(self.size, end)
+        return n
+
+    def truncate(self, size: int | None = None) -> int:
+        """Set the file's size. Growing (or shrinking to a size not yet streamed) only
+        fixes the size: ``ftruncate`` to the final size, then writes front to back, stream
+        as usual. Shrinking into what was streamed starts the stream again over what is
+        kept (read back from the targets when the commit needs it)."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        size = self._pos if size is None else size
+        if size < 0:
+            raise ValueError(f"negative size {size}")
+        start = self._frontier - len(self._buf)
+        if self._stage is not None:
+            self._stage.drop(size, max(size, self.size, self._frontier))
+        if size >= start:
+            if size < self._frontier:
+                del self._buf[size - start :]
+                self._frontier = size
+        else:
+            self._restart(size)
+        self._base_len = min(self._base_len, size)
+        self.size = size
+        self._dirty = True
+        return size
+
+    def pread(self, offset: int, n: int) -> bytes:
+        """The file's bytes as written so far (a file open for reading and writing, fio's
+        verify pass): what the commit would publish now."""
+        end = min(self.size, offset + n)
+        out = bytearray()
+        pos = offset
+        while pos < end:
+            start = self._frontier - len(self._buf)
+            if pos < start:
+                index = pos // self.unit_size
+                take = min(end, (index + 1) * self.unit_size, start) - pos
+                lo = pos - index * self.unit_size
+                chunk = bytearray(self._read_unit(index)[lo : lo + take])
+                if self._stage is not None:  # rewrites not yet applied
+                    for s, e in self._stage.extents.spans(pos, pos + take):
+                        chunk[s - pos : e - pos] = self._stage.get(s, e - s)
+                out += chunk
+            elif pos < self._frontier:
+                take = min(end, self._frontier) - pos
+                out += self._buf[pos - start : pos - start + take]
+            else:  # ahead of the stream: staged, the base's (read ahead by its reader), zeros
+                take = min(end - pos, 16 * self.unit_size)
+                out += self._ahead(pos, take)
+            pos += take
+        return bytes(out)
 
     def flush(self) -> None:
         """Buffered bytes stay buffered until a unit is full: only :meth:`commit` publishes."""
 
     def commit(self) -> Manifest:
-        """Publish what was written so far as the file's current version."""
+        """Publish what was written so far as the file's current version (a file opened
+        for update and not written keeps its version: that one is returned)."""
         if self.closed or self._aborted:
             raise ValueError(f"{self.name}: commit after close or abort")
-        if not self._dirty and self.committed is not None:
-            return self.committed
+        if not self._dirty:
+            current = self.committed or self._base
+            assert current is not None  # only a writer with a base starts clean
+            return current
+        self._fill(self.size)
         self._wait_all()
+        self._apply_rewrites()
         units: list[tuple[str, str]] = [u for u in self._units if u is not None]
         partial = None
         if self._buf:
@@ -132,14 +225,10 @@ class StripedWriter(io.RawIOBase):
             raise CkptIOError(f"{self.name}: cannot write the manifest: {exc}") from None
         if previous is not None and previous.version != self.version:
             self.ns.delete_units(previous)
-        if self._partial is not None and self._partial != partial:
-            index = int(self._partial.split(".")[0])
-            with contextlib.suppress(Exception):
-                self.ns.store_for(self.targets[index % len(self.targets)]).delete(
-                    self.ns.unit_key(self.version, self._partial)
-                )
-        self._partial = partial
         self.committed = m
+        self._base = None  # all of it that counts is in this version now
+        self._close_base()
+        self._delete_unnamed(m)
         self._dirty = False
         return m
 
@@ -154,6 +243,7 @@ class StripedWriter(io.RawIOBase):
             raise
         finally:
             self._pool.shutdown(wait=True)
+            self._release()
             super().close()
 
     def abort(self) -> None:
@@ -161,7 +251,15 @@ class StripedWriter(io.RawIOBase):
         if not self.closed:
             self._abort()
             self._pool.shutdown(wait=True)
+            self._release()
             super().close()
+
+    def rename(self, path: str) -> None:
+        """The file was renamed while open (safetensors renames its temporary file before
+        closing it): the commit goes to ``path``."""
+        check_path(path)
+        self.path = path
+        self.name = f"{self.ns.name}:{path}"
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -170,6 +268,174 @@ class StripedWriter(io.RawIOBase):
             self.abort()
         else:
             self.close()
+
+    # -- the stream
+    def _append(self, data: memoryview | bytes) -> None:
+        mv = memoryview(data).cast("B")
+        done = 0
+        while done < len(mv):
+            take = min(self.unit_size - len(self._buf), len(mv) - done)
+            self._buf += mv[done : done + take]
+            done += take
+            self._frontier += take
+            if len(self._buf) == self.unit_size:
+                self._flush_unit()
+
+    def _drain(self) -> None:
+        """Move staged bytes that the stream has reached into it."""
+        if self._stage is None:
+            return
+        while True:
+            nxt = self._stage.extents.first_at_or_after(self._frontier)
+            if nxt is None or nxt[0] != self._frontier:
+                return
+            s, e = nxt
+            take = min(e - s, self.unit_size)
+            data = self._stage.get(s, take)
+            self._stage.drop(s, s + take)
+            self._append(data)
+
+    def _ahead(self, pos: int, n: int) -> bytes:
+        """Bytes at ``[pos, pos + n)`` ahead of the stream: staged, else the base's, else zeros."""
+        out = bytearray(n)
+        if pos < self._base_len:
+            take = min(n, self._base_len - pos)
+            out[:take] = self._base_bytes(pos, take)
+        if self._stage is not None:
+            for s, e in self._stage.extents.spans(pos, pos + n):
+                out[s - pos : e - pos] = self._stage.get(s, e - s)
+        return bytes(out)
+
+    def _fill(self, size: int) -> None:
+        """Stream up to ``size``: staged bytes, the base's where nothing was written, zeros."""
+        while self._frontier < size:
+            nxt = self._stage.extents.first_at_or_after(self._frontier) if self._stage else None
+            gap_end = min(size, nxt[0]) if nxt is not None else size
+            if gap_end > self._frontier:
+                take = min(gap_end - self._frontier, self.unit_size - len(self._buf))
+                self._append(self._ahead(self._frontier, take))
+            self._drain()
+
+    def _base_bytes(self, pos: int, n: int) -> bytes:
+        if self._base is None:
+            return bytes(n)
+        if self._base_reader is None:
+            from bootseer.ckpt.reader import StripedReader
+
+            self._base_reader = StripedReader(self.ns, self.path, self._base)
+        data = self._base_reader.pread(pos, n)
+        if len(data) != n:
+            raise CkptIOError(f"{self.name}: the previous version ended early at byte {pos}")
+        return data
+
+    def _close_base(self) -> None:
+        if self._base_reader is not None:
+            with contextlib.suppress(Exception):
+                self._base_reader.close()
+            self._base_reader = None
+
+    def _stage_put(self, pos: int, data: memoryview, why: str) -> None:
+        if self._stage is None:
+            raise CkptIOError(
+                f"{self.name}: write at offset {pos} {why}: this writer streams front to back "
+                "(the checkpoint mount stages such writes)"
+            )
+        self._stage.put(pos, data)
+
+    def _restart(self, keep: int) -> None:
+        """Shrink into the streamed part: a new version whose base is the first ``keep``
+        bytes of the stream so far."""
+        old: Manifest | None = None
+        if keep > 0:
+            self._wait_all()
+            self._apply_rewrites()
+            units: list[tuple[str, str]] = [u for u in self._units if u is not None]
+            if self._buf:
+                self._generation += 1
+                name = f"{len(units)}.{self._generation}"
+                self._upload(len(units), name, bytes(self._buf))
+                units.append((name, unit_checksum(self._buf)))
+            old = Manifest(
+                version=self.version,
+                size=self._frontier,
+                unit_size=self.unit_size,
+                targets=self.targets,
+                units=tuple(units),
+            )
+        else:
+            self._wait_all()
+        self._close_base()
+        self._base = old
+        self._base_len = keep
+        self.version = new_version()
+        self._units = []
+        self._buf = bytearray()
+        self._frontier = 0
+        self._cached = None
+
+    def _read_unit(self, index: int) -> bytes:
+        """Unit ``index`` of this version as uploaded (waiting for its upload)."""
+        self._wait_all()
+        entry = self._units[index]
+        assert entry is not None
+        name, digest = entry
+        if self._cached is not None and self._cached[:2] == (index, name):
+            return self._cached[2]
+        uri = self.targets[index % len(self.targets)]
+        try:
+            data = self.ns.store_for(uri).read_bytes(self.ns.unit_key(self.version, name))
+        except (OSError, StoreError) as exc:
+            raise CkptIOError(
+                f"{self.name}: cannot read back unit {index} from {uri}: {exc}"
+            ) from None
+        if unit_checksum(data) != digest:
+            raise CkptIOError(f"{self.name}: unit {index} on {uri} changed after its upload")
+        self._cached = (index, name, data)
+        return data
+
+    def _apply_rewrites(self) -> None:
+        """Re-upload, under new names, the uploaded units that staged bytes rewrite."""
+        if self._stage is None or not self._stage.extents:
+            return
+        start = self._frontier - len(self._buf)
+        touched = sorted(
+            {
+                i
+                for s, e in self._stage.extents.spans(0, start)
+                for i in range(s // self.unit_size, (e - 1) // self.unit_size + 1)
+            }
+        )
+        for index in touched:
+            lo = index * self.unit_size
+            unit = bytearray(self._read_unit(index))
+            for s, e in self._stage.extents.spans(lo, lo + len(unit)):
+                unit[s - lo : e - lo] = self._stage.get(s, e - s)
+            self._generation += 1
+            name = f"{index}.{self._generation}"
+            self._upload(index, name, unit)
+            self._units[index] = (name, unit_checksum(unit))
+            self._stage.drop(lo, lo + len(unit))
+        self._cached = None
+
+    def _delete_unnamed(self, m: Manifest) -> None:
+        """Delete the objects this writer uploaded that ``m`` does not name: earlier
+        partial units, units rewritten since, a version restarted by a truncate."""
+        named = {(m.version, name) for name, _ in m.units}
+        keep = []
+        for version, index, name in self._uploaded:
+            if (version, name) in named:
+                keep.append((version, index, name))
+                continue
+            with contextlib.suppress(Exception):
+                self.ns.store_for(self.targets[index % len(self.targets)]).delete(
+                    self.ns.unit_key(version, name)
+                )
+        self._uploaded = keep
+
+    def _release(self) -> None:
+        self._close_base()
+        if self._stage is not None:
+            self._stage.close()
 
     # -- units
     def _flush_unit(self) -> None:
@@ -196,6 +462,7 @@ class StripedWriter(io.RawIOBase):
 
     def _upload(self, index: int, name: str, data: bytes | bytearray) -> None:
         uri = self.targets[index % len(self.targets)]
+        self._uploaded.append((self.version, index, name))
         try:
             self.ns.store_for(uri).write_bytes(
                 self.ns.unit_key(self.version, name), data, atomic=False
@@ -219,19 +486,18 @@ class StripedWriter(io.RawIOBase):
         with contextlib.suppress(BaseException):
             cf.wait(self._pending)
         self._pending = set()
-        if self.committed is None:  # nothing of this version is named: drop it all at once
-            for store in self.ns.targets:
-                with contextlib.suppress(Exception):
-                    store.delete_prefix(f"{self.ns.name}/units/{self.version}")
-            return
-        # A committed manifest names some units of this version: delete only the others.
-        keep = frozenset(u[0] for u in self.committed.units)
-        names = [(i, str(i)) for i in range(len(self._units))]
-        if self._partial is not None:
-            names.append((int(self._partial.split(".")[0]), self._partial))
-        for index, name in names:
-            if name not in keep:
+        # Delete what no committed manifest names (all of it when nothing was committed).
+        named = set()
+        if self.committed is not None:
+            named = {(self.committed.version, n) for n, _ in self.committed.units}
+        for version in {v for v, _, _ in self._uploaded}:
+            if not any(v == version for v, _ in named):
+                for store in self.ns.targets:
+                    with contextlib.suppress(Exception):
+                        store.delete_prefix(f"{self.ns.name}/units/{version}")
+        for version, index, name in self._uploaded:
+            if (version, name) not in named and any(v == version for v, _ in named):
                 with contextlib.suppress(Exception):
                     self.ns.store_for(self.targets[index % len(self.targets)]).delete(
-                        self.ns.unit_key(self.version, name)
+                        self.ns.unit_key(version, name)
                     )

@@ -73,7 +73,17 @@ def build(build_dir: Path, log: Callable[[str], None] = lambda _: None) -> Bundl
     # SOURCE_DATE_EPOCH: the same checkout gives the same wheel, byte for byte, so a
     # second install finds every node unchanged.
     env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(fresh), str(top)]
+    # From a copy of what the package is made of: setuptools builds in the source tree
+    # and its build/ keeps modules the checkout no longer has, which would reach nodes.
+    src = build_dir / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(top / name, src / name)
+    shutil.copytree(
+        top / "lib", src / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(fresh), str(src)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise BuildError(f"pip wheel failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
