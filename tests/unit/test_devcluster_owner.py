@@ -33,7 +33,7 @@ def test_a_gone_owner_or_this_checkout_is_not_in_the_way(tmp_path: Path) -> None
 
 def test_a_stopped_cluster_is_nobodys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """After this checkout's `down`, another clone may start its cluster on the state dir."""
-    monkeypatch.setattr(devcluster.os, "geteuid", lambda: 0)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
     state = tmp_path / "dev"
     state.mkdir()
     (state / "checkout").write_text(f"{TOP}\n")
