@@ -156,11 +156,13 @@ def main(argv: list[str]) -> int:
         for k, v in cluster.env().items():
             print(f"export {k}={v}")
         return 0
+    refuse_another_checkouts(state)
     if os.geteuid() != 0:
         raise SystemExit("slurm-dev: run as root (it starts slurmd, munged and mounts)")
     if args.action == "down":
         if (state / "cluster.json").exists():
             Cluster.load(state).down()
+        (state / "checkout").unlink(missing_ok=True)  # a stopped cluster is nobody's
         return 0
     if args.nodes < 1 or args.nodes > 64:
         raise SystemExit("slurm-dev: --nodes must be 1..64")
@@ -181,8 +183,27 @@ def main(argv: list[str]) -> int:
             old.down()
         if old.s.s3 != settings.s3:
             (state / "etc" / "bootseer.toml").unlink(missing_ok=True)
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "checkout").write_text(f"{TOP}\n")
     Cluster(settings).up()
     return 0
+
+
+def refuse_another_checkouts(state: Path) -> None:
+    """A cluster belongs to the checkout that started it: its hook wrappers and agents run
+    that checkout's code. Another clone's `up` or `down` on it (both default to the same
+    state dir and ports) would repoint or stop it: refused, with what to do instead."""
+    try:
+        owner = (state / "checkout").read_text().strip()
+    except FileNotFoundError:
+        return
+    if owner and owner != str(TOP) and Path(owner).is_dir():
+        raise SystemExit(
+            f"slurm-dev: {state} is the cluster of another checkout, {owner}; this one is "
+            f"{TOP}. Give this checkout a cluster of its own: BOOTSEER_DEV_STATE=DIR "
+            f"BOOTSEER_DEV_PORT_BASE=PORT (or --state-dir, --port-base), or remove "
+            f"{state / 'checkout'} if {owner} no longer uses it."
+        )
 
 
 if __name__ == "__main__":

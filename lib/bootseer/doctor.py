@@ -438,6 +438,31 @@ def check_store(node: Node) -> Check:
     return ok(name, f"{uri} (mode {mode:04o})")
 
 
+@needs_config("store exposure")
+def check_store_exposure(node: Node) -> Check:
+    """Without credentials, users reach the public phase records and nothing else: no
+    snapshot, image record or block, no listing of them, no write (docs/security.md)."""
+    name = "store exposure"
+    assert node.cfg is not None
+    try:
+        store = node.store
+    except BootseerError:
+        return skip(name, "no store to probe")
+    from bootseer.store.exposure import exposure
+
+    found = exposure(store)
+    if not found:
+        who = "the anonymous identity" if not store.is_local else "other users"
+        return ok(name, f"{who} reach phases/ only")
+    fix = (
+        f"chmod -R go-rwx the private tops of {store.root} (all but phases/)"
+        if store.is_local
+        else "give the anonymous identity read and list on <root>/phases/* only "
+        "(docs/security.md, Who reads the store on S3)"
+    )
+    return problem(name, "; ".join(found), fix)
+
+
 @needs_config("clock")
 def check_clock(node: Node) -> Check:
     """This node's clock against the store's (the time it stamps a new object with)."""
@@ -588,6 +613,7 @@ CHECKS: tuple[CheckFn, ...] = (
     check_agent,
     check_fuse,
     check_store,
+    check_store_exposure,
     check_clock,
     check_site_key,
     check_store_secrets,

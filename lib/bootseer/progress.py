@@ -5,6 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.progress import ProgressColumn
 
 # tick(step): ``step`` more bytes done; tick(0, absolute): ``absolute`` bytes done in all.
 Tick = Callable[..., None]
@@ -16,19 +20,13 @@ def transfer_bar(what: str, total: int | None, quiet: bool = False) -> Iterator[
     if quiet or not sys.stderr.isatty():
         yield lambda *_: None
         return
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
+        DownloadColumn(binary_units=True),  # IEC, as everywhere (bootseer.units)
+        _iec_speed_column(),
         TimeRemainingColumn(),
         transient=True,
     ) as bar:
@@ -41,3 +39,18 @@ def transfer_bar(what: str, total: int | None, quiet: bool = False) -> Iterator[
                 bar.advance(task, step)
 
         yield tick
+
+
+def _iec_speed_column() -> ProgressColumn:
+    """rich's TransferSpeedColumn in IEC units (its own says MB/s)."""
+    from rich.progress import ProgressColumn, Task
+    from rich.text import Text
+
+    from bootseer.units import iec
+
+    class IECSpeed(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("?" if speed is None else f"{iec(speed)}/s", style="progress.data.speed")
+
+    return IECSpeed()

@@ -9,7 +9,6 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -352,4 +351,3 @@ def test_without_an_agent_the_user_is_told_in_one_line(base: Path, door: AgentPr
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "no node agent" in r.stderr and "users hold no store credentials" in r.stderr
-    socket.socket  # noqa: B018 (the module is used by the raw helpers above)

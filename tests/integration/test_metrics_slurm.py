@@ -149,7 +149,8 @@ def test_a_broken_site_config_line_shows_in_the_report_and_the_metrics(
         assert "hooks.prolog_deadline" in rows[hook]["detail"], rows[hook]
     text = cluster.report(str(job))
     assert text.returncode == 0, text.stderr
-    assert "site_config" in text.stdout, text.stdout
+    assert "site_config failed on n4" in text.stdout, text.stdout  # why phases failed
+    assert "hooks.prolog_deadline" in text.stdout, text.stdout
     # The node's log says it too, and the metrics count it.
     assert any(
         "config_error" in ln and "hooks.prolog_deadline" in ln

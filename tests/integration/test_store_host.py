@@ -225,3 +225,43 @@ for url in {urls!r}:
     lines = r.stdout.splitlines()
     assert len(lines) == len(urls) and all(ln.startswith("unreachable ") for ln in lines), r.stdout
     assert store.read_bytes("deps/user/alice/k/manifest.json") == b"alice's secret"  # S3 still
+
+
+def test_doctor_tells_a_store_that_serves_everyone(s3_store: devcluster.Cluster) -> None:
+    """`bootseer doctor`'s store exposure check: ok with slurm-dev's identities; a problem
+    naming each reach when the anonymous identity may read, list and write everything
+    (what slurm-dev's store granted before)."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
+    from bootseer.store.exposure import exposure
+
+    store = s3_store.open_store()
+    store.write_bytes("deps/user/alice/k/manifest.json", b"x")
+    assert exposure(store) == []
+    identities = json.loads(s3_store.s3_identities.read_text())
+    for ident in identities["identities"]:
+        if ident["name"] == "anonymous":
+            ident["actions"] = ["Read", "List", "Write"]
+    try:
+        s3_store.s3_identities.write_text(json.dumps(identities))
+        _restart_weed(s3_store)
+        found = exposure(store)
+        assert any("store root" in f for f in found), found
+        assert any("deps/" in f for f in found) and any("images/" in f for f in found), found
+        assert "an anonymous write was accepted" in found, found
+        assert not [o for o in store.list("") if "doctor" in o.key]  # its probe cleaned up
+    finally:
+        s3_store._write_store_secrets()  # slurm-dev's own identities again
+        _restart_weed(s3_store)
+    assert exposure(store) == []
+
+
+def _restart_weed(cluster: devcluster.Cluster) -> None:
+    from daemons import stop_pid
+
+    pid = cluster.alive("weed")
+    if pid:
+        stop_pid(pid, "weed", grace=3)
+    cluster.start_weed()

@@ -67,3 +67,8 @@ def test_the_summary_folds_nodes_alike() -> None:
         NodeReport("n2", "unchanged"),
     ]
     assert fold(reports) == ["n[1-2]: unchanged", "n3: FAILED: ssh: timed out"]
+
+
+def test_the_packaged_unit_is_the_one_install_writes() -> None:
+    top = Path(__file__).resolve().parents[2]
+    assert (top / "packaging" / "bootseer-agent.service").read_bytes() == agent_unit(LAYOUT)

@@ -116,8 +116,8 @@ def _add(args: argparse.Namespace) -> int:
         )
     tag_image(store, name, manifest, keys=keys)
     print(
-        f"{name}: image {manifest.id} ({manifest.size} bytes, {manifest.nblocks} blocks of "
-        f"{bs >> 10} KiB) in {time.monotonic() - t0:.1f}s"
+        f"{name}: image {manifest.id} ({units.iec(manifest.size)}, {manifest.nblocks} blocks "
+        f"of {units.iec(bs)}) in {time.monotonic() - t0:.1f} s"
     )
     return 0
 
@@ -211,7 +211,7 @@ def _gc(args: argparse.Namespace) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     print(
         f"{verb} {report.manifests} manifests, {report.traces} traces, {report.blocks} "
-        f"blocks ({report.bytes >> 20} MiB); kept {report.kept_blocks} blocks"
+        f"blocks ({units.iec(report.bytes)}); kept {report.kept_blocks} blocks"
     )
     return 0
 

@@ -122,9 +122,9 @@ def run(args: argparse.Namespace) -> int:
     slurm_conf = args.slurm_conf or Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
     try:
         conf = parse_slurm_conf(slurm_conf.read_text(), slurm_conf.parent)
-        source = f"as {slurm_conf} is now"
+        source = f"compared with {slurm_conf}"
     except OSError:
-        conf, source = {}, f"{slurm_conf} not read here"
+        conf, source = {}, f"{slurm_conf} not found here: the lines a slurm.conf needs"
     deadline = max(cfg.hooks.prolog_deadline, cfg.hooks.epilog_deadline)
     print()
     print(slurmconf.render(layout, conf, deadline, cfg.paths.run_dir, source))

@@ -67,19 +67,13 @@ def build(build_dir: Path, log: Callable[[str], None] = lambda _: None) -> Bundl
     """Wheels into ``build_dir/wheels`` (replaced whole), the plugin in the checkout."""
     top = checkout()
     build_dir.mkdir(parents=True, exist_ok=True)
-    fresh = build_dir / "wheels.new"
-    shutil.rmtree(fresh, ignore_errors=True)
-    log(f"building wheels of {top} and its dependencies in {build_dir}")
-    # SOURCE_DATE_EPOCH: the same checkout gives the same wheel, byte for byte, so a
-    # second install finds every node unchanged.
-    env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(fresh), str(top)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if r.returncode != 0:
-        raise BuildError(f"pip wheel failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
     final = build_dir / "wheels"
-    shutil.rmtree(final, ignore_errors=True)
-    os.rename(fresh, final)
+    source = source_digest(top)
+    stamp = final / ".source"
+    if stamp.exists() and stamp.read_text().strip() == source:
+        log(f"the wheels in {final} are this checkout's (source {source[:16]})")
+    else:
+        _build_wheels(top, build_dir, source, log)
     log("building the SPANK plugin (make -C spank bootseer.so)")
     r = subprocess.run(
         ["make", "-s", "-C", str(top / "spank"), "bootseer.so"], capture_output=True, text=True
@@ -97,3 +91,44 @@ def build(build_dir: Path, log: Callable[[str], None] = lambda _: None) -> Bundl
         plugin=top / "spank" / "bootseer.so",
         python=(sys.version_info.major, sys.version_info.minor),
     )
+
+
+def source_digest(top: Path) -> str:
+    """What the wheels are built from: the package's files and this interpreter."""
+    h = hashlib.sha256(sys.version.encode())
+    files = [top / "pyproject.toml", top / "README.md"]
+    files += sorted(
+        p
+        for p in (top / "lib").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and ".egg-info" not in str(p)
+    )
+    for p in files:
+        h.update(f"{p.relative_to(top)}\0{sha256_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def _build_wheels(top: Path, build_dir: Path, source: str, log: Callable[[str], None]) -> None:
+    fresh = build_dir / "wheels.new"
+    shutil.rmtree(fresh, ignore_errors=True)
+    log(f"building wheels of {top} and its dependencies in {build_dir}")
+    # SOURCE_DATE_EPOCH: the same checkout gives the same wheel, byte for byte, so a
+    # second install finds every node unchanged.
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # From a copy of what the package is made of: setuptools builds in the source tree
+    # and its build/ keeps modules the checkout no longer has, which would reach nodes.
+    src = build_dir / "src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(top / name, src / name)
+    shutil.copytree(
+        top / "lib", src / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(fresh), str(src)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise BuildError(f"pip wheel failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    (fresh / ".source").write_text(source + "\n")
+    final = build_dir / "wheels"
+    shutil.rmtree(final, ignore_errors=True)
+    os.rename(fresh, final)

@@ -51,18 +51,14 @@ def plugstack_line(layout: Layout, run_dir: Path) -> str:
 def render(
     layout: Layout, conf: dict[str, str], deadline: float, run_dir: Path, source: str
 ) -> str:
-    """The text ``bootseer install`` prints after its summary."""
+    """The text ``bootseer install`` prints after its summary (80 columns, paths aside)."""
     add = slurm_conf_lines(layout, conf, deadline)
     out = [
-        f"Add to slurm.conf ({source}; keep your other settings), on every node and the controller:"
+        "Add to slurm.conf on the controller and every node, keeping your other settings",
+        f"({source}):",
     ]
-    out += [f"    {x}" for x in add] or ["    (nothing: it already has them)"]
-    out.append(
-        "Add to plugstack.conf (or a file in plugstack.conf.d/), on every node and submit host:"
-    )
+    out += [f"    {x}" for x in add] or ["    (nothing: it has them already)"]
+    out.append("plugstack.conf (or a file in plugstack.conf.d/), every node and submit host:")
     out.append(f"    {plugstack_line(layout, run_dir)}")
-    out.append(
-        "Then restart slurmd (scontrol reconfigure for slurm.conf) and check each node: "
-        "bootseer doctor NODESET"
-    )
+    out.append("Then restart slurmd (or scontrol reconfigure) and run: bootseer doctor NODESET")
     return "\n".join(out)
