@@ -139,7 +139,8 @@ def test_non_root_caller_may_ask_only_about_its_own_jobs(base: Path, image: Path
             "    try:\n"
             "        c.call(op, job_id=job); print(op, job, 'ok')\n"
             "    except Exception as e:\n"
-            "        print(op, job, 'refused', repr(e), file=sys.stderr); print(op, job, 'refused')\n"
+            "        print(op, job, 'refused', repr(e), file=sys.stderr)\n"
+            "        print(op, job, 'refused')\n"
         )
         import sys
 
