@@ -127,6 +127,11 @@ def test_a_user_puts_gets_lists_verifies_and_removes_through_the_agent(
     r = as_user("alice", door, "rm", "proj:step1/model.bin", "proj:step2/model.bin")
     assert r.returncode == 0, r.stderr
     assert namespace(door, "alice/proj").manifest("step1/model.bin") is None
+    # The agent's log says what the door wrote, and for whom.
+    uid = pwd.getpwnam("alice").pw_uid
+    log = door.log_text()
+    assert f"ckpt door: uid {uid} ckpt_put alice/proj: step1/model.bin" in log, log
+    assert f"ckpt door: uid {uid} ckpt_rm alice/proj: step1/model.bin step2/model.bin" in log
 
 
 def test_bob_cannot_reach_alices_namespaces_through_the_door(base: Path, door: AgentProc) -> None:

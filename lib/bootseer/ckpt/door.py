@@ -76,6 +76,7 @@ class Caller:
     uid: int
     fds: list[int] = field(default_factory=list)
     conn: socket.socket | None = None
+    log: Callable[[str], None] | None = None  # the agent's log: what a door wrote, and for whom
 
 
 def current_config(cfg: SiteConfig, node: str) -> SiteConfig:
@@ -97,11 +98,16 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest, caller: Caller) -> 
         user = pwd.getpwuid(caller.uid).pw_name
     except KeyError:
         raise AgentRefused(f"uid {caller.uid} has no user name: no checkpoint namespace") from None
+    name = req.ns
     try:
         name = namespace_name(user, req.ns)
         fd = _descriptor(req, caller)
         ns = Namespace.from_config(cfg, name, keys=keys)
-        return _do(ns, req, fd, caller)
+        reply = _do(ns, req, fd, caller)
+        if caller.log is not None and isinstance(req, CkptPut | CkptRemove):
+            what = req.path if isinstance(req, CkptPut) else " ".join(req.paths)
+            caller.log(f"ckpt door: uid {caller.uid} {req.op} {name}: {what}: {reply}")
+        return reply
     except CkptPathError as exc:
         raise AgentBadRequest(str(exc)) from None
     except FileNotFoundError as exc:
