@@ -162,6 +162,7 @@ def main(argv: list[str]) -> int:
     if args.action == "down":
         if (state / "cluster.json").exists():
             Cluster.load(state).down()
+        (state / "checkout").unlink(missing_ok=True)  # a stopped cluster is nobody's
         return 0
     if args.nodes < 1 or args.nodes > 64:
         raise SystemExit("slurm-dev: --nodes must be 1..64")

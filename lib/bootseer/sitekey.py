@@ -39,6 +39,7 @@ nothing in them that it could not have written itself): :func:`seal_with` and
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import hmac
 import os
@@ -68,6 +69,26 @@ IMAGE_NAME = "image.name"
 IMAGE_PATH = "image.path"
 IMAGE_TRACE = "image.trace"
 CKPT_MANIFEST = "ckpt.manifest"
+PURPOSES = (
+    DEPS_MANIFEST,
+    DEPS_REF,
+    IMAGE_MANIFEST,
+    IMAGE_NAME,
+    IMAGE_PATH,
+    IMAGE_TRACE,
+    CKPT_MANIFEST,
+)
+
+# Records this process refused, by purpose (bootseer.metrics counts them: a node whose
+# key differs from the others', or someone planting records, shows up there).
+refused: collections.Counter[str] = collections.Counter()
+_refused_lock = threading.Lock()
+
+
+def _refuse(purpose: str, message: str) -> SealError:
+    with _refused_lock:
+        refused[purpose] += 1
+    return SealError(message)
 
 
 class SealError(StoreError):
@@ -127,13 +148,16 @@ class SiteKeys:
         subkeys = self.subkeys(purpose)
         body, mac = _split(raw)
         if mac is None:
-            raise SealError(f"{name}: not sealed with the site key (written by someone without it)")
+            raise _refuse(
+                purpose, f"{name}: not sealed with the site key (written by someone without it)"
+            )
         for sub in subkeys:
             if hmac.compare_digest(_mac(sub, name, body), mac):
                 return body
-        raise SealError(
+        raise _refuse(
+            purpose,
             f"{name}: its MAC does not verify under the site key "
-            "(written by someone without it, altered, or moved)"
+            "(written by someone without it, altered, or moved)",
         )
 
 

@@ -57,3 +57,37 @@ def test_an_account_slurm_does_not_check_shares_no_snapshot(cluster: DevSlurm) -
     assert "shared==1" in out, out
     line = _deps_line(cluster, n1, b, "prolog")
     assert "scope=account" in line and "using scope=user" in line, line
+
+
+def test_a_restored_prefix_keeps_its_owners_mode(cluster: DevSlurm) -> None:
+    """alice keeps her installed prefix to herself (mode 0700: its files are 0644, as
+    installers leave them, and the directory keeps them private). Her next job, on
+    another node, gets it restored: bob must not read her token there either. Before,
+    every restored prefix was made 0755."""
+    work = cluster.dir / "deps-private-mode"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    (work / "req.txt").write_text("mode==1\n")
+    work.chmod(0o755)
+    (work / "req.txt").chmod(0o644)
+    prefix = devcluster.NODE_LOCAL / "deps-it-mode"
+    for node in cluster.nodes:
+        shutil.rmtree(cluster.dir / "nodes" / node / "local" / prefix.name, ignore_errors=True)
+    script = (
+        "#!/bin/sh\nset -e\n"
+        f"bootseer deps run -- sh -c 'mkdir -p {prefix}/etc && chmod 700 {prefix} && "
+        f"echo token=alices-secret > {prefix}/etc/app.conf'\n"
+        f"stat -c 'mode=%a' {prefix}\n"
+    )
+    spec = f"--bootseer-deps={prefix},key={work}/req.txt"
+    n0, n1 = cluster.nodes[:2]
+    first = cluster.sbatch("-w", n0, spec, script=script)
+    assert cluster.wait(first) == "COMPLETED", cluster.output(first)
+    assert "mode=700" in cluster.output(first)
+    assert "captured" in _deps_line(cluster, n0, first, "epilog")
+    second = cluster.sbatch("-w", n1, spec, script=script)
+    assert cluster.wait(second) == "COMPLETED", cluster.output(second)
+    assert " restored " in _deps_line(cluster, n1, second, "prolog")
+    assert "mode=700" in cluster.output(second), cluster.output(second)
+    restored = cluster.dir / "nodes" / n1 / "local" / prefix.name
+    assert cluster.readable_by("bob", [restored / "etc" / "app.conf"]) == []

@@ -90,6 +90,22 @@ def test_doctor_is_clean_on_every_installed_node(installed: DevSlurm) -> None:
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == "ok   n[1-4]: every check passed"
+    # Each node's hooks and agent run on the node's own /usr/bin/python3 (Debian's 3.11.2
+    # here: restores use bootseer's copy of tarfile's data filter).
+    debian = subprocess.run(
+        ["/usr/bin/python3", "-c", "import sys; print(sys.version)"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    python = devcluster.INSTALL_PREFIX / "venv" / "bin" / "python3"
+    for node in installed.nodes:
+        on = subprocess.run(
+            ["ssh", "-F", str(ssh.config), node, f"{python} -c 'import sys; print(sys.version)'"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert on.stdout == debian, on.stderr
 
 
 def test_a_users_jobs_use_all_three_techniques(installed: DevSlurm, work: Path) -> None:

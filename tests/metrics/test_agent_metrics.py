@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bootseer.image.manifest import upload_file
+from bootseer.image.protocol import AgentError
+from bootseer.image.registry import tag_image
+from bootseer.store import open_store
 from tests.imagekit import AgentProc, add_image, make_squashfs, site_config
 
 pytestmark = pytest.mark.skipif(
@@ -101,6 +105,15 @@ def test_agent_writes_its_metrics_and_they_move_with_reads(tmp_path: Path) -> No
             == first[s("bootseer_agent_start_time_seconds")]
         )
         agent.release(1)
+
+        # mallory points a name at her own image (unsealed: she has no site key).
+        evil = make_squashfs(tmp_path / "evil.sqsh", {"a": 300_000}, seed=2)
+        store = open_store(f"file://{tmp_path}/store")
+        tag_image(store, "evil:1", upload_file(store, str(evil), 64 << 10, keys=None), keys=None)
+        with pytest.raises(AgentError):
+            agent.prepare(2, "evil:1")
+        refused = s("bootseer_agent_records_refused_total", purpose="image.name")
+        assert wait_for(prom, lambda m: m[refused] >= 1)[refused] == 1
     finally:
         agent.stop()
     doc = (Path(__file__).resolve().parents[2] / "docs" / "admin.md").read_text()

@@ -68,6 +68,8 @@ def test_each_hook_run_is_counted_by_its_outcome(tmp_path: Path) -> None:
     assert value(prom, "bootseer_hook_runs_total", hook="prolog", outcome="ok") == 1
     assert value(prom, "bootseer_hook_runs_total", hook="epilog", outcome="ok") == 1
     assert value(prom, "bootseer_hook_seconds_count", hook="prolog") == 1
+    text = prom.read_text()  # zeros from the first run, so increase() sees the first one
+    assert 'bootseer_hook_records_refused_total{hook="prolog",purpose="deps.ref"} 0.0' in text
 
     # The job's environment is not one the hook can use: a failed run, counted all the same.
     run_hook(tmp_path, "prolog", good, SLURM_JOB_USER="not a user")

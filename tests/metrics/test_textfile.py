@@ -116,6 +116,24 @@ def test_a_lock_held_too_long_gives_the_sample_up_with_a_log_line(tmp_path: Path
         os.close(fd)
 
 
+def test_refused_records_are_counted_by_purpose(tmp_path: Path) -> None:
+    from bootseer import sitekey
+
+    keys, other = sitekey.SiteKeys([b"k" * 32]), sitekey.SiteKeys([b"o" * 32])
+    before = sitekey.refused[sitekey.DEPS_REF]
+    raw = other.seal(sitekey.DEPS_REF, "refs/x.json", b'{"a":1}')
+    for bad in (raw, b'{"a":1}'):  # another key's seal; no seal at all
+        with pytest.raises(sitekey.SealError):
+            keys.open(sitekey.DEPS_REF, "refs/x.json", bad)
+    assert sitekey.refused[sitekey.DEPS_REF] == before + 2
+    refused = tuple((p, sitekey.refused[p]) for p in sitekey.PURPOSES)
+    record(tmp_path, HookSample("prolog", "ok", 0.1, refused=refused), pytest.fail)
+    path = tmp_path / FILE
+    name = "bootseer_hook_records_refused_total"
+    assert value(path, name, hook="prolog", purpose="deps.ref") == before + 2
+    assert value(path, name, hook="prolog", purpose="image.trace") == sitekey.refused["image.trace"]
+
+
 def test_admin_doc_lists_every_hook_series() -> None:
     from bootseer.metrics.hooks import FAMILIES
 

@@ -103,3 +103,33 @@ def test_report_renders_text_json_and_pictures(store: Store, tmp_path: Path) -> 
     assert "share of allocated time" in r.stdout
     r = run_cli("report", "40", "--store", store.uri, "--plot", str(tmp_path / "t.gif"))
     assert r.returncode == 1 and "want a file ending in" in r.stderr
+
+
+def test_files_from_before_the_array_and_script_columns_still_read(
+    store: Store, dataset: PhaseDataset, warnings_seen: list[str]
+) -> None:
+    """Records written before ``array_job_id``, ``array_task_id`` and ``script`` existed
+    read as no array task and no script: reported alone, never beside another job."""
+    from bootseer.phases.schema import to_table
+    from bootseer.phases.writer import parquet_bytes
+
+    old = to_table(node_rows(60, "n1")).drop_columns(["array_job_id", "array_task_id", "script"])
+    store.write_bytes(
+        "phases/day=2026-09-21/job=60/n1-r0-epilog-0123456789ab.parquet", parquet_bytes(old)
+    )
+    write_job(store, 61, t0=T0 + 1000)  # a newer job with a script (another name too)
+    write_rows(  # an array task's records
+        store,
+        [
+            r.__class__(**{**r.to_dict(), "array_job_id": 59, "array_task_id": 2})
+            for r in node_rows(62, "n1", t0=T0 + 2000)
+        ],
+        source="epilog",
+    )
+    (run,) = job_report(dataset, 60).runs
+    assert (run.script, run.array_task) == ("", None)
+    assert job_report(dataset, 60).earlier == []
+    assert [r.job_id for r in job_report(dataset, 61).earlier] == []  # job 60: no script
+    assert dataset.array_task(59, 2) == 62 and dataset.array_task(60, 0) is None
+    assert job_report(dataset, 62).runs[0].array_task == "59_2"
+    assert warnings_seen == []

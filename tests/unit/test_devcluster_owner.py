@@ -29,3 +29,13 @@ def test_a_gone_owner_or_this_checkout_is_not_in_the_way(tmp_path: Path) -> None
     devcluster.refuse_another_checkouts(state)
     (state / "checkout").write_text(f"{TOP}\n")
     devcluster.refuse_another_checkouts(state)
+
+
+def test_a_stopped_cluster_is_nobodys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After this checkout's `down`, another clone may start its cluster on the state dir."""
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    state = tmp_path / "dev"
+    state.mkdir()
+    (state / "checkout").write_text(f"{TOP}\n")
+    assert devcluster.main(["down", "--state-dir", str(state)]) == 0
+    assert not (state / "checkout").exists()

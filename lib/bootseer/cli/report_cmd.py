@@ -66,48 +66,66 @@ def job_label(job: tuple[int, int | None]) -> str:
     return f"{job[0]}" if job[1] is None else f"{job[0]}_{job[1]}"
 
 
-def slurm_knows(job: str, timeout: float = 10) -> str | None:
-    """The job's state if Slurm still knows it (squeue; sacct where there is accounting),
-    else None."""
+def squeue_job(job: str, timeout: float = 10) -> dict[str, Any] | None:
+    """What ``squeue --json`` says of ``job`` (``4242`` or ``4242_3``), if Slurm still
+    knows it."""
     import json
     import subprocess
 
-    for cmd in (
-        ["squeue", "--json", "--states=all", f"--jobs={job}"],
-        ["sacct", "--noheader", "--parsable2", "-X", "--format=State", f"--jobs={job}"],
-    ):
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if r.returncode != 0:
-            continue
-        if cmd[0] == "squeue":
-            try:
-                jobs = json.loads(r.stdout).get("jobs") or []
-            except (ValueError, AttributeError):
-                continue
-            # squeue --json (22.05) lists every job whatever --jobs says: pick ours.
-            for j in jobs:
-                if isinstance(j, dict) and _is(j, job):
-                    state = j.get("job_state", "known")
-                    return str(state[0] if isinstance(state, list) and state else state)
-            continue
-        elif r.stdout.strip():
-            return r.stdout.split()[0]
-    return None
+    try:
+        r = subprocess.run(
+            ["squeue", "--json", "--states=all", f"--jobs={job}"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        jobs = json.loads(r.stdout).get("jobs") or [] if r.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired, ValueError, AttributeError):
+        return None
+    # squeue --json (22.05) lists every job whatever --jobs says: pick ours.
+    return next((j for j in jobs if isinstance(j, dict) and _is(j, job)), None)
+
+
+def slurm_knows(job: str, timeout: float = 10) -> str | None:
+    """The job's state if Slurm still knows it (squeue; sacct where there is accounting),
+    else None."""
+    import subprocess
+
+    j = squeue_job(job, timeout)
+    if j is not None:
+        state = j.get("job_state", "known")
+        return str(state[0] if isinstance(state, list) and state else state)
+    try:
+        r = subprocess.run(
+            ["sacct", "--noheader", "--parsable2", "-X", "--format=State", f"--jobs={job}"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.split()[0] if r.returncode == 0 and r.stdout.strip() else None
+
+
+def array_task_job(ds: Any, array_job: int, task: int) -> int | None:
+    """The job id of array task ``array_job``_``task``: Slurm's answer while it knows the
+    job (cheap), else the records' (a scan of the array columns)."""
+    j = squeue_job(f"{array_job}_{task}")
+    found = None if j is None else _number(j.get("job_id"))
+    return found if isinstance(found, int) else ds.array_task(array_job, task)
+
+
+def _number(v: object) -> object:
+    return v.get("number") if isinstance(v, dict) else v
 
 
 def _is(j: dict[str, Any], job: str) -> bool:
-    def number(v: object) -> object:
-        return v.get("number") if isinstance(v, dict) else v
-
     ident, _, task = job.partition("_")
     if task:
-        return number(j.get("array_job_id")) == int(ident) and number(
+        return _number(j.get("array_job_id")) == int(ident) and _number(
             j.get("array_task_id")
         ) == int(task)
-    return number(j.get("job_id")) == int(ident)
+    return _number(j.get("job_id")) == int(ident)
 
 
 def parse_age(text: str) -> float:
@@ -160,7 +178,7 @@ def _job(ds: Any, job: tuple[int, int | None], args: argparse.Namespace, console
     from bootseer.phases.report import JobReport, job_report
 
     label = job_label(job)
-    job_id = job[0] if job[1] is None else ds.array_task(*job)
+    job_id = job[0] if job[1] is None else array_task_job(ds, job[0], job[1])
     report = JobReport(job[0], []) if job_id is None else job_report(ds, job_id)
     if args.run is not None:
         report.runs = [r for r in report.runs if r.restart_count == args.run]

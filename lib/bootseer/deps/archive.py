@@ -156,13 +156,15 @@ def extract_snapshot(
     max_bytes: int,
     max_files: int,
     replace: bool = False,
+    mode: int = 0o755,
 ) -> dict[str, Any]:
     """Extract the tar stream on ``in_fd`` into ``prefix``, whole or not at all.
 
     The stream goes into a fresh sibling directory, which is renamed onto ``prefix``
     only once every entry checked out; ``prefix`` must not exist or be empty, unless
     ``replace`` (the caller knows it holds an earlier restore): then the old tree is
-    renamed aside, the new one into place, and the old one removed.
+    renamed aside, the new one into place, and the old one removed. ``prefix`` gets
+    ``mode`` (the captured prefix's), never group or other write, always the owner's rwx.
     """
     parent, name = os.path.split(prefix.rstrip("/"))
     os.makedirs(parent, mode=0o755, exist_ok=True)
@@ -190,7 +192,7 @@ def extract_snapshot(
             while chunk := reader.read(1 << 20):
                 if chunk.count(0) != len(chunk):
                     raise SnapshotRejected("data after the end of the archive")
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, prefix_mode(mode))
         try:
             os.rename(tmp, prefix)
         except OSError as exc:
@@ -209,6 +211,16 @@ def extract_snapshot(
     return {"entries": flt.count, "bytes": flt.bytes, "dev": st.st_dev, "ino": st.st_ino}
 
 
+def prefix_mode(captured: int) -> int:
+    """The mode a restored prefix gets from the captured prefix's: its read and search
+    bits for group and others, no write or special bits, rwx for its owner.
+
+    >>> oct(prefix_mode(0o700)), oct(prefix_mode(0o2777)), oct(prefix_mode(0o750))
+    ('0o700', '0o755', '0o750')
+    """
+    return (captured & 0o055) | 0o700
+
+
 def walk_prefix(prefix: str) -> list[str]:
     """Every entry under ``prefix`` (not following links), parents before children."""
     out: list[str] = []
@@ -224,7 +236,8 @@ def walk_prefix(prefix: str) -> list[str]:
 def write_snapshot(out_fd: int, prefix: str, names: Sequence[str] | None) -> dict[str, Any]:
     """Write a tar stream of ``names`` (default: everything) under ``prefix`` to ``out_fd``.
 
-    Returns the entry list and what was left out (sockets, FIFOs, devices).
+    Returns the entry list, what was left out (sockets, FIFOs, devices) and the
+    prefix's own mode (the restore gives it back: a prefix kept 0700 stays private).
     """
     entries: list[list[Any]] = []
     skipped: list[str] = []
@@ -266,4 +279,4 @@ def write_snapshot(out_fd: int, prefix: str, names: Sequence[str] | None) -> dic
             e = entry_of(ti)
             assert e is not None
             entries.append([e.name, e.type, e.size, e.link])
-    return {"entries": entries, "skipped": skipped}
+    return {"entries": entries, "skipped": skipped, "mode": stat.S_IMODE(st.st_mode)}

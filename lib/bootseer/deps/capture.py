@@ -167,6 +167,7 @@ def capture(
         job_id=req.job_id,
         node=req.node,
         skipped=[str(s) for s in answer["skipped"]],
+        mode=int(answer.get("mode", 0o755)),
     )
     try:
         body = sitekey.seal_with(keys, sitekey.DEPS_MANIFEST, paths.manifest, manifest.to_json())

@@ -67,6 +67,9 @@ class Manifest:
     job_id: int = 0
     node: str = ""
     skipped: list[str] = field(default_factory=list)  # sockets etc. left out at capture
+    # The prefix's own mode at capture (a restore gives it back, less any write bits for
+    # others); manifests from before it was recorded restore 0755.
+    mode: int = 0o755
 
     @property
     def raw_bytes(self) -> int:
@@ -117,6 +120,13 @@ def _int(v: Any, what: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ValueError(f"{what} must be a non-negative integer, not {v!r}")
     return v
+
+
+def _mode(v: Any) -> int:
+    mode = _int(v, "mode")
+    if not 0 <= mode <= 0o7777:
+        raise ValueError(f"mode {mode!r} is not a file mode")
+    return mode
 
 
 def check_name(name: str) -> str:
@@ -188,6 +198,7 @@ def _parse(d: Any, *, max_bytes: int, max_files: int, max_frame_bytes: int) -> M
         job_id=int(d.get("job_id") or 0),
         node=str(d.get("node", "")),
         skipped=[str(s) for s in d.get("skipped") or []],
+        mode=_mode(d.get("mode", 0o755)),
     )
     if m.raw_bytes > max_bytes:
         raise ManifestError(

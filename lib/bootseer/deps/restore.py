@@ -205,7 +205,7 @@ def restore(
         return data
 
     entries, prefix, raw_bytes = manifest.entries, req.prefix, manifest.raw_bytes
-    replace = req.replace
+    replace, mode = req.replace, manifest.mode
 
     def work(in_fd: int | None, _out: int | None) -> object:
         assert in_fd is not None
@@ -218,6 +218,7 @@ def restore(
             max_bytes=req.max_bytes,
             max_files=req.max_files,
             replace=replace,
+            mode=mode,
         )
 
     child = UserChild.start(req.uid, req.gid, work, groups=req.groups, feed=True)

@@ -11,6 +11,7 @@ a usage error by whoever runs it by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -110,6 +111,10 @@ def _count(hook: str, cfg: SiteConfig, run: HookRun | None, log: HookLog, until:
         if run is None
         else HookSample.of_run(hook, run, seconds)
     )
+    from bootseer import sitekey  # the records this run refused
+
+    refused = tuple((p, sitekey.refused[p]) for p in sitekey.PURPOSES)
+    sample = dataclasses.replace(sample, refused=refused)
     wait = min(LOCK_WAIT, max(0.0, until - time.monotonic()))
     record(cfg.metrics.textfile_dir, sample, log, wait=wait)
 

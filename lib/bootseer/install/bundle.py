@@ -67,6 +67,47 @@ def build(build_dir: Path, log: Callable[[str], None] = lambda _: None) -> Bundl
     """Wheels into ``build_dir/wheels`` (replaced whole), the plugin in the checkout."""
     top = checkout()
     build_dir.mkdir(parents=True, exist_ok=True)
+    final = build_dir / "wheels"
+    source = source_digest(top)
+    stamp = final / ".source"
+    if stamp.exists() and stamp.read_text().strip() == source:
+        log(f"the wheels in {final} are this checkout's (source {source[:16]})")
+    else:
+        _build_wheels(top, build_dir, source, log)
+    log("building the SPANK plugin (make -C spank bootseer.so)")
+    r = subprocess.run(
+        ["make", "-s", "-C", str(top / "spank"), "bootseer.so"], capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        raise BuildError(
+            f"make -C {top / 'spank'} failed ({r.returncode}; needs libslurm-dev): "
+            f"{r.stderr.strip()[-2000:]}"
+        )
+    wheels = tuple(sorted(final.glob("*.whl")))
+    return Bundle(
+        top=top,
+        wheels=wheels,
+        digests={w.name: sha256_file(w) for w in wheels},
+        plugin=top / "spank" / "bootseer.so",
+        python=(sys.version_info.major, sys.version_info.minor),
+    )
+
+
+def source_digest(top: Path) -> str:
+    """What the wheels are built from: the package's files and this interpreter."""
+    h = hashlib.sha256(sys.version.encode())
+    files = [top / "pyproject.toml", top / "README.md"]
+    files += sorted(
+        p
+        for p in (top / "lib").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and ".egg-info" not in str(p)
+    )
+    for p in files:
+        h.update(f"{p.relative_to(top)}\0{sha256_file(p)}\n".encode())
+    return h.hexdigest()
+
+
+def _build_wheels(top: Path, build_dir: Path, source: str, log: Callable[[str], None]) -> None:
     fresh = build_dir / "wheels.new"
     shutil.rmtree(fresh, ignore_errors=True)
     log(f"building wheels of {top} and its dependencies in {build_dir}")
@@ -87,23 +128,7 @@ def build(build_dir: Path, log: Callable[[str], None] = lambda _: None) -> Bundl
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise BuildError(f"pip wheel failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    (fresh / ".source").write_text(source + "\n")
     final = build_dir / "wheels"
     shutil.rmtree(final, ignore_errors=True)
     os.rename(fresh, final)
-    log("building the SPANK plugin (make -C spank bootseer.so)")
-    r = subprocess.run(
-        ["make", "-s", "-C", str(top / "spank"), "bootseer.so"], capture_output=True, text=True
-    )
-    if r.returncode != 0:
-        raise BuildError(
-            f"make -C {top / 'spank'} failed ({r.returncode}; needs libslurm-dev): "
-            f"{r.stderr.strip()[-2000:]}"
-        )
-    wheels = tuple(sorted(final.glob("*.whl")))
-    return Bundle(
-        top=top,
-        wheels=wheels,
-        digests={w.name: sha256_file(w) for w in wheels},
-        plugin=top / "spank" / "bootseer.so",
-        python=(sys.version_info.major, sys.version_info.minor),
-    )

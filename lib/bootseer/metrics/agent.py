@@ -103,6 +103,11 @@ class AgentCollector:
         bad.add_metric(["peer"], peers.corrupt if peers else 0)
         bad.add_metric(["cache"], a.cache.dropped_bad)
         yield bad
+        yield refused_family(
+            "bootseer_agent_records_refused",
+            "Store records (image names, manifests, path records, traces, ...) the agent "
+            "refused because their MAC does not verify under the site key, by purpose",
+        )
         moved = CounterMetricFamily(
             "bootseer_p2p_bytes",
             "Bytes of multi-node jobs' pieces (image blocks, snapshot frames, checkpoint "
@@ -129,6 +134,19 @@ class AgentCollector:
             "Peer requests refused (bad token or not a node of the job)",
             server.refused if server else 0,
         )
+
+
+def refused_family(name: str, doc: str, **labels: str) -> Metric:
+    """This process' refused sealed records (:data:`bootseer.sitekey.refused`), one
+    sample per purpose, zeros included."""
+    from prometheus_client.core import CounterMetricFamily
+
+    from bootseer import sitekey
+
+    fam = CounterMetricFamily(name, doc, labels=(*labels, "purpose"))
+    for purpose in sitekey.PURPOSES:
+        fam.add_metric([*labels.values(), purpose], sitekey.refused[purpose])
+    return fam
 
 
 class AgentMetrics:

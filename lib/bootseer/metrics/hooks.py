@@ -84,6 +84,13 @@ FAMILIES = (
         ("hook", "step"),
     ),
     Family(
+        "bootseer_hook_records_refused",
+        "counter",
+        "Store records (snapshot refs and manifests, image records, checkpoint manifests) "
+        "the hook refused because their MAC does not verify under the site key, by purpose",
+        ("hook", "purpose"),
+    ),
+    Family(
         "bootseer_phase_bytes",
         "counter",
         "Bytes a hook phase moved (as bootseer report's bytes column)",
@@ -123,6 +130,8 @@ class HookSample:
     seconds: float
     steps: tuple[StepSample, ...] = ()
     moved: tuple[BytesSample, ...] = ()
+    # Sealed records refused by purpose (bootseer.sitekey.refused of the hook's process).
+    refused: tuple[tuple[str, int], ...] = ()
     when: float = field(default_factory=time.time)
 
     @classmethod
@@ -187,6 +196,8 @@ class Tally:
         for st in s.steps:
             self.inc("bootseer_step_outcomes_total", hook=s.hook, step=st.step, outcome=st.outcome)
             self.observe("bootseer_step_seconds", st.seconds, hook=s.hook, step=st.step)
+        for purpose, n in s.refused:
+            self.inc("bootseer_hook_records_refused_total", n, hook=s.hook, purpose=purpose)
         for b in s.moved:
             self.inc("bootseer_phase_bytes_total", b.bytes, phase=b.phase)
             self.inc(

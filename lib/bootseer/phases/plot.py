@@ -105,7 +105,10 @@ def plot_cluster(view: ClusterReport, path: Path) -> None:
     buckets = [b for b in view.buckets if b.startups]
     if buckets:
         ax.boxplot([b.startups for b in buckets], showfliers=False)
-        ax.set_xticks(range(1, len(buckets) + 1), [f"{b.label}\n({b.runs} runs)" for b in buckets])
+        ax.set_xticks(
+            range(1, len(buckets) + 1),
+            [f"{b.label}\n({b.runs} run{'s' if b.runs != 1 else ''})" for b in buckets],
+        )
     ax.set_ylabel("startup seconds (allocation to first step)")
     ax.set_xlabel("job size")
     share = "" if view.share is None else f", {view.share * 100:.2f}% of allocated time"
