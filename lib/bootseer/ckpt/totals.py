@@ -71,9 +71,9 @@ class MountTotals:
         if not isinstance(doc, dict):
             return None
         counts = {}
-        for f in dataclasses.fields(cls):
-            v = doc.get(f.name, 0)
+        for fld in dataclasses.fields(cls):
+            v = doc.get(fld.name, 0)
             if type(v) is not int or v < 0:
                 return None
-            counts[f.name] = v
+            counts[fld.name] = v
         return cls(**counts)
