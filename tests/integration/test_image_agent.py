@@ -32,16 +32,6 @@ FILES = {"bin/tool": 300_000, "lib/big.so": 1_500_000, "share/data": 700_000, "e
 
 
 @pytest.fixture
-def base(tmp_path: Path) -> Path:
-    (tmp_path / "log").mkdir()
-    for d in (tmp_path, *tmp_path.parents):  # other users (job uids) reach the mount
-        if d == Path("/tmp"):
-            break
-        d.chmod(0o755)
-    return tmp_path
-
-
-@pytest.fixture
 def image(base: Path) -> Path:
     return make_squashfs(base / "img.sqsh", FILES)
 
