@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,3 +151,66 @@ def _output(cluster: DevSlurm, job: int) -> str:
         return cluster.output(job)
     except FileNotFoundError:
         return ""
+
+
+SAVE_REAL = """#!/bin/sh
+set -e
+{py} - <<'PY'
+import hashlib, os, numpy as np
+from safetensors.numpy import save_file
+d = os.environ["BOOTSEER_CKPT"] + "/st"
+os.makedirs(d, exist_ok=True)
+rng = np.random.default_rng(5)
+save_file({{"w": rng.random((700, 1000), dtype=np.float32), "b": np.arange(10)}},
+          d + "/model.safetensors")
+np.savez(d + "/opt.npz", m=rng.random(400000), v=np.arange(300000))
+for name in ("model.safetensors", "opt.npz"):
+    print("saved", name, hashlib.sha256(open(f"{{d}}/{{name}}", "rb").read()).hexdigest())
+print("files", sorted(os.listdir(d)))
+log = open(os.environ["BOOTSEER_CKPT"] + "/.bootseer.log").read()
+print("log", "committed version" in log)
+PY
+"""
+
+LOAD_REAL = """#!/bin/sh
+set -e
+{py} - <<'PY'
+import hashlib, os, numpy as np
+from safetensors.numpy import load_file
+d = os.environ["BOOTSEER_CKPT"] + "/st"
+rng = np.random.default_rng(5)
+t = load_file(d + "/model.safetensors")
+assert (t["w"] == rng.random((700, 1000), dtype=np.float32)).all()
+assert (t["b"] == np.arange(10)).all()
+with np.load(d + "/opt.npz") as z:
+    assert (z["m"] == rng.random(400000)).all() and (z["v"] == np.arange(300000)).all()
+for name in ("model.safetensors", "opt.npz"):
+    print("loaded", name, hashlib.sha256(open(f"{{d}}/{{name}}", "rb").read()).hexdigest())
+PY
+"""
+
+
+def test_safetensors_and_numpy_save_in_one_job_and_load_in_the_next(
+    cluster: DevSlurm, targets: list[str]
+) -> None:
+    """Issue 12: safetensors' save_file (ftruncate, write from 0, rename while open) and
+    np.savez (headers patched behind the stream) through a job's mount as alice, the
+    daemon's log readable by her; the next job loads both on another node."""
+    pytest.importorskip("safetensors")
+    n1, n2 = cluster.nodes[0], cluster.nodes[1]
+    py = sys.executable  # the venv's, which every user may run
+    save = cluster.sbatch(
+        "-N1", f"-w{n1}", "--bootseer-ckpt=demo/st", script=SAVE_REAL.format(py=py)
+    )
+    assert cluster.wait(save) == "COMPLETED", cluster.output(save)
+    out = cluster.output(save)
+    assert "files ['model.safetensors', 'opt.npz']" in out and "log True" in out, out
+    load = cluster.sbatch(
+        "-N1", f"-w{n2}", "--bootseer-ckpt=demo/st", script=LOAD_REAL.format(py=py)
+    )
+    assert cluster.wait(load) == "COMPLETED", cluster.output(load)
+    saved = sorted(line.split()[1:] for line in out.splitlines() if line.startswith("saved"))
+    loaded = sorted(
+        line.split()[1:] for line in cluster.output(load).splitlines() if line.startswith("loaded")
+    )
+    assert saved == loaded and len(saved) == 2
