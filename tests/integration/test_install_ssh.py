@@ -152,6 +152,15 @@ def _install_run(site: Site) -> None:
     assert r.returncode == 0, r.stderr
     assert "n[1-2]: unchanged" in r.stdout, r.stdout
 
+    # A venv cut off before it was complete is never used: it is built again.
+    site.on("n2", f"rm {PREFIX}/venv/.complete")
+    r = site.install()
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [x for x in lines if x.startswith("n1: unchanged")], r.stdout
+    assert [x for x in lines if x.startswith("n2: installed: venv ") and "(0 wheels copied)" in x]
+    site.on("n2", f"test -f {PREFIX}/venv/.complete")
+
     # A changed config reaches every node alone: the venv stays.
     with site.config.open("a") as f:
         f.write("\n[hooks]\nprolog_deadline = 100\n")

@@ -45,6 +45,8 @@ def link(p):
         return os.readlink(p)
     except OSError:
         return None
+ready = link(req["venv"]) == req["want_link"] and os.path.exists(
+    os.path.join(req["want"], ".complete"))
 mods = {}
 for m in ("venv", "ensurepip"):
     try:
@@ -56,6 +58,8 @@ print(json.dumps({
     "version": list(sys.version_info[:3]),
     "modules": mods,
     "files": {p: digest(p) for p in req["files"]},
+    # The wheels only matter for a venv still to build.
+    "wheels": {} if ready else {p: digest(p) for p in req["wheels"]},
     "venv_link": link(req["venv"]),
     "venv_complete": os.path.exists(os.path.join(req["want"], ".complete")),
     "bin_link": link(req["bin"]) if req["bin"] else None,
@@ -105,7 +109,9 @@ def install_node(
     want_venv = lay.venvs / bundle.wheels_digest
     wheels = {lay.wheels / w.name: w for w in bundle.wheels}
     request = {
-        "files": [str(f.path) for f in target.files] + [str(p) for p in wheels],
+        "files": [str(f.path) for f in target.files],
+        "wheels": [str(p) for p in wheels],
+        "want_link": str(want_venv.relative_to(lay.prefix)),
         "venv": str(lay.venv),
         "want": str(want_venv),
         "bin": str(lay.bin_dir / "bootseer") if lay.bin_dir else "",
@@ -144,7 +150,7 @@ def install_node(
         else [
             (p, w)
             for p, w in wheels.items()
-            if (have["files"].get(str(p)) or [None])[0] != bundle.digests[w.name]
+            if (have["wheels"].get(str(p)) or [None])[0] != bundle.digests[w.name]
         ]
     )
     bin_link = str(lay.bootseer)
@@ -192,9 +198,14 @@ def install_node(
                 f"{lay.bin_dir}/bootseer",
             ]
         )
-    if lay.unit is not None and have["systemd"] and any(f.path == lay.unit for f in files):
-        node.check(["systemctl", "daemon-reload"])
-        node.check(["systemctl", "enable", "--now", "bootseer-agent.service"])
+    if lay.unit is not None and have["systemd"]:
+        if any(f.path == lay.unit for f in files):
+            node.check(["systemctl", "daemon-reload"])
+            node.check(["systemctl", "enable", "--now", "bootseer-agent.service"])
+        elif not venv_ok:
+            # A running agent keeps the venv it started from (kept for it); restarting
+            # it under jobs would take their images away.
+            report.notes.append("restart bootseer-agent when no job runs")
     _verify(node, lay)
     report.status = "installed"
     return report
