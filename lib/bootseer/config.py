@@ -51,6 +51,10 @@ class StoreSection:
     # S3 credentials live here, root-only (0600), never in this file, which users read
     # (bootseer.credentials). Unset: secrets.toml next to the site config.
     secrets_file: Path = Path("/etc/bootseer/secrets.toml")
+    # Phase records readable by every user (`bootseer report` as anyone: they hold what
+    # squeue shows every user). false on a site with Slurm's PrivateData=jobs: a file://
+    # store writes them root's alone too, S3 gets no anonymous access, report runs as root.
+    public_phases: bool = True
 
     def open(self, create: bool = True) -> Store:
         """The store this section names (pyarrow is imported here, on first use): with the
@@ -61,10 +65,11 @@ class StoreSection:
     def open_uri(self, uri: str, create: bool = True) -> Store:
         """Another store (a checkpoint target) with the same credentials as :meth:`open`."""
         from bootseer.credentials import store_credentials
-        from bootseer.store import open_store
+        from bootseer.store import PUBLIC_TOP, open_store
 
         creds = store_credentials(self.secrets_file)
-        return open_store(uri, creds.access_key, creds.secret_key, create=create)
+        public = PUBLIC_TOP if self.public_phases else frozenset()
+        return open_store(uri, creds.access_key, creds.secret_key, create, public)
 
 
 @dataclass(frozen=True)

@@ -42,3 +42,73 @@ def test_an_old_or_open_directory_is_a_problem(tmp_path: Path, top: str, mode: i
     node = make_node(tmp_path, store={"uri": f"file://{tmp_path}/store"})
     check = doctor.check_store_exposure(node)
     assert check.status == "problem" and "chmod -R go-rwx" in check.fix
+
+
+def test_a_site_may_keep_phase_records_private(base: Path) -> None:
+    """[store] public_phases = false (Slurm's PrivateData=jobs): phase records are root's
+    alone like everything else, and an old public phases/ is what the doctor flags."""
+    import stat
+    import subprocess
+
+    from bootseer.config import SiteConfig
+    from bootseer.phases.schema import JobMeta
+    from bootseer.phases.writer import write_rows
+
+    uri = f"file://{base}/store"
+    cfg = SiteConfig.from_mapping({"store": {"uri": uri, "public_phases": False}})
+    store = cfg.store.open()
+    os.chmod(store.root, 0o755)
+    key = write_rows(store, [JobMeta(job_id=7, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")
+    assert key is not None
+    path = Path(store.root) / key
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((Path(store.root) / "phases").stat().st_mode) == 0o700
+    if os.geteuid() == 0:
+        r = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", str(path)],
+            capture_output=True,
+        )
+        assert r.returncode != 0
+    assert exposure(store) == []
+    os.chmod(Path(store.root) / "phases", 0o755)  # written by a site that had them public
+    assert exposure(store) == [f"{store.root}/phases is open to every user (mode 0755)"]
+    public = SiteConfig.from_mapping({"store": {"uri": uri}}).store.open()
+    assert exposure(public) == []  # public by default
+
+
+def test_a_user_reading_private_phase_records_is_told_why(base: Path) -> None:
+    """`bootseer report`'s read of a private phases/ fails saying the site keeps them
+    private and who may read them."""
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run as another user")
+    from bootseer.config import SiteConfig
+    from bootseer.phases.schema import JobMeta
+    from bootseer.phases.writer import write_rows
+
+    cfg = SiteConfig.from_mapping({"store": {"uri": f"file://{base}/store"}})
+    store = cfg.store.open()
+    os.chmod(store.root, 0o755)
+    write_rows(store, [JobMeta(job_id=7, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")
+    os.chmod(Path(store.root) / "phases", 0o700)
+    lib = Path(__file__).resolve().parents[2] / "lib"
+    code = f"""
+import sys
+sys.path.insert(0, {str(lib)!r})
+from bootseer.config import SiteConfig
+from bootseer.phases.reader import PhaseDataset
+cfg = SiteConfig.from_mapping({{"store": {{"uri": "file://{base}/store",
+                                           "public_phases": False}}}})
+PhaseDataset(cfg.store.open()).job(7)
+"""
+    r = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable],
+        input=code,
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    assert r.returncode != 0
+    assert "keeps phase records private" in r.stderr and "as root" in r.stderr, r.stderr

@@ -50,11 +50,21 @@ class ObjectInfo:
 class Store:
     """One store, rooted at the path part of its URI."""
 
-    def __init__(self, uri: str, fs: pafs.FileSystem, root: str, anonymous: bool = False) -> None:
+    def __init__(
+        self,
+        uri: str,
+        fs: pafs.FileSystem,
+        root: str,
+        anonymous: bool = False,
+        public_tops: frozenset[str] = PUBLIC_TOP,
+    ) -> None:
         self.uri = uri
         self.fs = fs
         self.root = root.rstrip("/")
         self.anonymous = anonymous  # S3 without credentials (a user's process)
+        # Tops written readable by every user on a file:// store: PUBLIC_TOP, or none
+        # where the site keeps phase records private ([store] public_phases = false).
+        self.public_tops = public_tops
 
     def __repr__(self) -> str:
         return f"Store({self.uri!r})"
@@ -80,10 +90,9 @@ class Store:
             return
         self._call(key, self.fs.create_dir, self.path(key), recursive=True)
 
-    @staticmethod
-    def modes(key: str) -> tuple[int, int]:
+    def modes(self, key: str) -> tuple[int, int]:
         """(file mode, directory mode) for ``key`` on a file:// store."""
-        return PUBLIC_MODES if key.split("/", 1)[0] in PUBLIC_TOP else PRIVATE_MODES
+        return PUBLIC_MODES if key.split("/", 1)[0] in self.public_tops else PRIVATE_MODES
 
     def _make_dirs(self, key: str, itself: bool = False) -> str:
         """Create the directories above ``key`` (and ``key`` itself with ``itself``) that
@@ -252,12 +261,19 @@ class Store:
             if "not found" in str(exc).lower() or "NoSuchKey" in str(exc):
                 raise FileNotFoundError(f"{self.uri}: {key}: not found") from None
             if isinstance(exc, PermissionError) or any(d in str(exc).lower() for d in _DENIED):
-                raise StoreError(f"store {self.uri}: {key}: {exc}{self._denied_hint()}") from exc
+                hint = self._denied_hint(key)
+                raise StoreError(f"store {self.uri}: {key}: {exc}{hint}") from exc
             raise StoreError(f"store {self.uri}: {key}: {exc}") from exc
 
-    def _denied_hint(self) -> str:
+    def _denied_hint(self, key: str = "") -> str:
         if os.geteuid() == 0 and not self.anonymous:
             return ""
+        top = key.split("/", 1)[0]
+        if top in PUBLIC_TOP and top not in self.public_tops:
+            return (
+                f" (access denied to uid {os.geteuid()}: this site keeps phase records "
+                "private, [store] public_phases = false: run `bootseer report` as root)"
+            )
         return (
             f" (access denied to uid {os.geteuid()}: users hold no store credentials; only "
             "root-run parts write the store or read users' snapshots and checkpoints, "
@@ -265,7 +281,13 @@ class Store:
         )
 
 
-def open_store(uri: str, access_key: str = "", secret_key: str = "", create: bool = True) -> Store:
+def open_store(
+    uri: str,
+    access_key: str = "",
+    secret_key: str = "",
+    create: bool = True,
+    public_tops: frozenset[str] = PUBLIC_TOP,
+) -> Store:
     """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``.
 
     ``create=False`` only looks: a file store's directory (an unmounted shared
@@ -314,7 +336,8 @@ def open_store(uri: str, access_key: str = "", secret_key: str = "", create: boo
         raise StoreError(f"cannot open store {uri}: {exc}") from exc
     if not root or root == "/":
         raise StoreError(f"store URI {uri} names no directory or bucket")
-    return Store(uri, fs, root, anonymous=parts.scheme == "s3" and not access_key)
+    anonymous = parts.scheme == "s3" and not access_key
+    return Store(uri, fs, root, anonymous=anonymous, public_tops=public_tops)
 
 
 def _must_exist(fs: pafs.FileSystem, path: str, uri: str) -> None:

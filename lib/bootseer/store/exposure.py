@@ -19,7 +19,7 @@ import stat
 import uuid
 
 from bootseer.errors import StoreError
-from bootseer.store._store import TMP_PREFIX, Store, open_store
+from bootseer.store._store import PUBLIC_TOP, TMP_PREFIX, Store, open_store
 
 # Tops a user must not list or read (the public ones, PUBLIC_TOP, aside); "" is the
 # store's root (a file:// store's root stays traversable: ``report`` reads phases/).
@@ -37,10 +37,15 @@ def exposure(store: Store) -> list[str]:
     return _anonymous_s3(store)
 
 
+def _private_tops(store: Store) -> list[str]:
+    """PRIVATE_TOPS, and the public tops the site keeps private ([store] public_phases)."""
+    return [*PRIVATE_TOPS, *sorted(PUBLIC_TOP - store.public_tops)]
+
+
 def _anonymous_s3(admin: Store) -> list[str]:
     anon = open_store(admin.uri)
     found = []
-    for top in PRIVATE_TOPS:
+    for top in _private_tops(admin):
         try:
             anon.list(top)
         except StoreError:
@@ -61,7 +66,7 @@ def _anonymous_s3(admin: Store) -> list[str]:
 
 def _local(store: Store) -> list[str]:
     found = []
-    for top in PRIVATE_TOPS:
+    for top in _private_tops(store):
         path = os.path.join(store.root, top) if top else store.root
         try:
             st = os.stat(path)
