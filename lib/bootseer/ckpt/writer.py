@@ -7,6 +7,11 @@ are pending, so memory stays bounded). :meth:`StripedWriter.commit` (``close``,
 switch to the new version) and then deletes the previous version's units. Leaving
 the ``with`` block by an exception aborts instead: the previous version stays.
 
+Bytes that cannot stream (written ahead of the stream, or into a unit already
+uploaded) wait in a :class:`~bootseer.ckpt.stage.Stage` when the writer has one (the
+mount daemon's); the commit streams them in order and re-uploads, under new names, the
+units they rewrite. ``truncate`` before writing only sets the size.
+
     >>> with ns.open("step100/model.pt", "wb") as f:     # doctest: +SKIP
     ...     torch.save(state, f)
 """

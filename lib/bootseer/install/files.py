@@ -55,10 +55,18 @@ class SiteFiles:
                 f"one (umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > "
                 f"{cfg.site.key_file}) and install again: every node gets the same"
             ) from None
+        except OSError as exc:
+            raise ConfigError(
+                f"site key {cfg.site.key_file}: {exc.strerror} (run as root)"
+            ) from None
         try:
             secrets: bytes | None = cfg.store.secrets_file.read_bytes()
         except FileNotFoundError:
             secrets = None
+        except OSError as exc:
+            raise ConfigError(
+                f"store secrets {cfg.store.secrets_file}: {exc.strerror} (run as root)"
+            ) from None
         return cls(raw, secrets, key)
 
 

@@ -103,6 +103,15 @@ class Node:
         """``path`` becomes ``data`` (bytes, or a local file) with ``mode``, owned by root,
         by a rename: never half written."""
         tmp = f"{path.parent}/.{path.name}.bootseer-install"
+        if not mode & 0o077 and isinstance(data, bytes):
+            # A secret: created 0600 by the shell's umask, never readable by others for a
+            # moment (an SFTP file starts with the server's umask: a reader could open it
+            # then and keep the descriptor).
+            script = (
+                'umask 077 && cat > "$1" && chown 0:0 "$1" && chmod "$2" "$1" && mv -f "$1" "$3"'
+            )
+            self.check(["sh", "-c", script, "-", tmp, f"{mode:o}", str(path)], stdin=data)
+            return
         try:
             if isinstance(data, Path):
                 self.sftp.put(str(data), tmp, confirm=True)
