@@ -271,3 +271,16 @@ def test_the_picture_uses_the_reports_colours_and_only_startup_phases(
         assert palette[phase].color in drawn, phase
     for phase in ("epilog", "deps_capture"):  # the job's end is not its startup
         assert palette[phase].color not in drawn, phase
+
+
+def test_glyphs_wherever_colours_cannot_tell_phases_apart() -> None:
+    """No colour, or 16 colours (prolog and epilog would both be cyan): glyphs; 256
+    colours and more: solid bars in the palette's colours."""
+    from bootseer.phases.render import plain
+
+    def console(**kw: Any) -> Console:
+        return Console(file=io.StringIO(), force_terminal=True, **kw)
+
+    assert plain(console(no_color=True)) and plain(console(color_system="standard"))
+    assert plain(Console(file=io.StringIO()))  # a file
+    assert not plain(console(color_system="256")) and not plain(console(color_system="truecolor"))

@@ -54,16 +54,18 @@ def colors(runs: list[RunReport]) -> dict[str, Swatch]:
 
 
 def plain(console: Console) -> bool:
-    """True where colour does not show (``NO_COLOR``, a file, a dumb terminal): phases
-    are then told apart by glyph."""
-    return console.no_color or console.color_system is None
+    """True where colours cannot tell phases apart: none (``NO_COLOR``, a file, a dumb
+    terminal) or only 16 (two phases would get the same one). Phases are then drawn
+    with their glyphs, still in colour where there is some."""
+    return console.no_color or console.color_system not in ("256", "truecolor")
 
 
-def swatch_mark(sw: Swatch | None, no_color: bool, solid: str = "■") -> tuple[str, str]:
-    """(character, style) that marks a phase."""
+def swatch_mark(sw: Swatch | None, glyphs: bool, solid: str = "■") -> tuple[str, str]:
+    """(character, style) that marks a phase; rich drops the style where there is no
+    colour."""
     if sw is None:
         return "·", "dim"
-    return (sw.glyph, "") if no_color else (solid, sw.color)
+    return (sw.glyph if glyphs else solid), sw.color
 
 
 def run_header(run: RunReport) -> RenderableType:
