@@ -127,6 +127,11 @@ def test_a_user_puts_gets_lists_verifies_and_removes_through_the_agent(
     r = as_user("alice", door, "rm", "proj:step1/model.bin", "proj:step2/model.bin")
     assert r.returncode == 0, r.stderr
     assert namespace(door, "alice/proj").manifest("step1/model.bin") is None
+    # The agent's log says what the door wrote, and for whom.
+    uid = pwd.getpwnam("alice").pw_uid
+    log = door.log_text()
+    assert f"ckpt door: uid {uid} ckpt_put alice/proj: step1/model.bin" in log, log
+    assert f"ckpt door: uid {uid} ckpt_rm alice/proj: step1/model.bin step2/model.bin" in log
 
 
 def test_bob_cannot_reach_alices_namespaces_through_the_door(base: Path, door: AgentProc) -> None:
@@ -309,9 +314,10 @@ sys.stdin.read()
 def test_silent_puts_hold_only_their_users_share_and_end_with_the_caller(
     base: Path, door: AgentProc
 ) -> None:
-    """mallory starts 20 puts from pipes she never writes: 4 (her cap) hold a thread,
-    16 are answered busy; alice still puts; when mallory's process dies, the agent's
-    threads end and no version of hers is committed."""
+    """mallory starts 20 puts from pipes she never writes: 4 connections (her cap) are
+    served, and of those 2 transfers (her share) hold a thread; 18 are answered busy;
+    alice still puts; when mallory's process dies, the agent's threads end and no
+    version of hers is committed."""
     code = HOLD.replace("PATH", repr(str(door.socket))).replace("COUNT", "20")
     mallory = subprocess.Popen(
         [
@@ -329,7 +335,7 @@ def test_silent_puts_hold_only_their_users_share_and_end_with_the_caller(
     )
     try:
         assert mallory.stdout is not None
-        assert int(mallory.stdout.readline()) == 16
+        assert int(mallory.stdout.readline()) == 18
         src, _data = weights(base, "alice")
         r = as_user("alice", door, "put", str(src), "proj:model.bin")
         assert r.returncode == 0, r.stderr

@@ -19,6 +19,7 @@ the request (a ``put`` then keeps the previous version) and frees its thread.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -26,7 +27,9 @@ import pwd
 import select
 import socket
 import stat
-from collections.abc import Callable
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from bootseer.ckpt.layout import (
@@ -37,6 +40,7 @@ from bootseer.ckpt.layout import (
     check_path,
     namespace_name,
 )
+from bootseer.ckpt.reader import StripedReader
 from bootseer.ckpt.wire import (
     MAX_ENTRIES,
     MAX_PROBLEMS,
@@ -64,9 +68,46 @@ from bootseer.image.protocol import (
 )
 from bootseer.sitekey import SiteKeys
 
-CHUNK = 1 << 20
+CHUNK = 8 << 20  # as root's own ckpt CLI copies
 PIPE_CHUNK = 4096  # at most PIPE_BUF after POLLOUT: a write to a pipe never blocks
 IDLE_SECONDS = 300.0
+# A transfer holds about (read_ahead + 2) or (max_inflight + 1) units of memory in the
+# agent: at most this many at once, of one user's and in all, with a short read-ahead.
+MAX_TRANSFERS = 4
+MAX_TRANSFERS_PER_USER = 2
+READ_AHEAD = 4
+
+
+class _Transfers:
+    """Counts the put and get transfers under way, by uid; past a cap, "busy"."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_uid: Counter[int] = Counter()
+
+    @contextlib.contextmanager
+    def slot(self, uid: int) -> Iterator[None]:
+        with self._lock:
+            if self._by_uid[uid] >= MAX_TRANSFERS_PER_USER:
+                raise AgentRefused(
+                    f"busy: uid {uid} has {self._by_uid[uid]} checkpoint transfers under way, "
+                    f"at most {MAX_TRANSFERS_PER_USER}"
+                )
+            if sum(self._by_uid.values()) >= MAX_TRANSFERS:
+                raise AgentRefused(
+                    f"busy: {MAX_TRANSFERS} checkpoint transfers under way on this node; retry"
+                )
+            self._by_uid[uid] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._by_uid[uid] -= 1
+                if self._by_uid[uid] <= 0:
+                    del self._by_uid[uid]
+
+
+TRANSFERS = _Transfers()
 
 
 @dataclass
@@ -76,6 +117,7 @@ class Caller:
     uid: int
     fds: list[int] = field(default_factory=list)
     conn: socket.socket | None = None
+    log: Callable[[str], None] | None = None  # the agent's log: what a door wrote, and for whom
 
 
 def current_config(cfg: SiteConfig, node: str) -> SiteConfig:
@@ -97,11 +139,21 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest, caller: Caller) -> 
         user = pwd.getpwuid(caller.uid).pw_name
     except KeyError:
         raise AgentRefused(f"uid {caller.uid} has no user name: no checkpoint namespace") from None
+    name = req.ns
     try:
         name = namespace_name(user, req.ns)
         fd = _descriptor(req, caller)
         ns = Namespace.from_config(cfg, name, keys=keys)
-        return _do(ns, req, fd, caller)
+        ns.read_ahead = min(ns.read_ahead, READ_AHEAD)
+        if isinstance(req, CkptPut | CkptGet):
+            with TRANSFERS.slot(caller.uid):
+                reply = _do(ns, req, fd, caller)
+        else:
+            reply = _do(ns, req, fd, caller)
+        if caller.log is not None and isinstance(req, CkptPut | CkptRemove):
+            what = req.path if isinstance(req, CkptPut) else " ".join(req.paths)
+            caller.log(f"ckpt door: uid {caller.uid} {req.op} {name}: {what}: {reply}")
+        return reply
     except CkptPathError as exc:
         raise AgentBadRequest(str(exc)) from None
     except FileNotFoundError as exc:
@@ -200,44 +252,45 @@ def _wait(fd: int, event: int, conn: socket.socket | None) -> None:
         raise AgentError("the client went away: request abandoned")
 
 
-def _pump(fd: int, write: Callable[[bytes], object], conn: socket.socket | None) -> int:
+def _pump(fd: int, write: Callable[[memoryview], object], conn: socket.socket | None) -> int:
     """Copy the caller's descriptor to ``write`` until its end; the bytes copied."""
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
     total = 0
     while True:
         _wait(fd, select.POLLIN, conn)
         try:
-            data = os.read(fd, CHUNK)
+            n = os.readv(fd, [buf])
         except BlockingIOError:
             continue
-        if not data:
+        if not n:
             return total
-        write(data)
-        total += len(data)
+        write(view[:n])
+        total += n
 
 
-def _send(reader: object, fd: int, conn: socket.socket | None) -> int:
+def _send(reader: StripedReader, fd: int, conn: socket.socket | None) -> int:
     """Write the reader's bytes into the caller's descriptor; the bytes written."""
-    regular = stat.S_ISREG(os.fstat(fd).st_mode)
-    step = CHUNK if regular else PIPE_CHUNK
+    step = CHUNK if stat.S_ISREG(os.fstat(fd).st_mode) else PIPE_CHUNK
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
     total = 0
     while True:
-        data = reader.read(CHUNK)  # type: ignore[attr-defined]
-        if not data:
+        n = reader.readinto(buf)
+        if not n:
             return total
-        view = memoryview(data)
-        while view:
+        chunk = view[:n]
+        while chunk:
             _wait(fd, select.POLLOUT, conn)
             try:
-                n = os.write(fd, view[:step])
+                w = os.write(fd, chunk[:step])
             except BlockingIOError:
                 continue
             except BrokenPipeError:
                 raise AgentError("the reader of the output went away") from None
             except OSError as exc:
                 if exc.errno in (errno.EBADF, errno.EINVAL):
-                    raise AgentRefused(
-                        f"cannot write the file descriptor: {exc.strerror}"
-                    ) from None
+                    raise AgentRefused(f"cannot write the descriptor: {exc.strerror}") from None
                 raise
-            view = view[n:]
-            total += n
+            chunk = chunk[w:]
+            total += w

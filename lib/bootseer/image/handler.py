@@ -52,7 +52,7 @@ def handle(
         from bootseer.sitekey import site_keys
 
         cfg = current_config(agent.cfg, agent.node)
-        return serve(cfg, site_keys(cfg), req, Caller(peer_uid, list(fds), conn))
+        return serve(cfg, site_keys(cfg), req, Caller(peer_uid, list(fds), conn, agent.log))
     if isinstance(req, Ping):
         return PingReply(agent.node, os.getpid())
     if isinstance(req, Stats):
