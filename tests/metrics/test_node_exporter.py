@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -50,7 +51,10 @@ def test_node_exporter_serves_the_agent_and_hook_files(tmp_path: Path) -> None:
         if d == Path("/tmp"):
             break
         d.chmod(0o755)
-    textfiles = tmp_path / "textfile"
+    # Not under pytest's tmp dir: every root pytest session on the machine shares
+    # /tmp/pytest-of-root and makes it 0700 again when it starts.
+    textfiles = Path(tempfile.mkdtemp(prefix="bootseer-textfile-", dir="/tmp"))
+    textfiles.chmod(0o755)
     config = site_config(tmp_path, "t1")
     config["metrics"] = {"textfile_dir": str(textfiles), "interval": 1}
     config["phases"] = {"background_flush": False, "submit_time": False}
@@ -104,3 +108,4 @@ def test_node_exporter_serves_the_agent_and_hook_files(tmp_path: Path) -> None:
             exporter.terminate()
             exporter.wait(timeout=10)
         agent.stop()
+        shutil.rmtree(textfiles, ignore_errors=True)
