@@ -139,6 +139,7 @@ def test_non_root_caller_may_ask_only_about_its_own_jobs(base: Path, image: Path
             "    try:\n"
             "        c.call(op, job_id=job); print(op, job, 'ok')\n"
             "    except Exception as e:\n"
+            "        print(op, job, 'refused', repr(e), file=sys.stderr)\n"
             "        print(op, job, 'refused')\n"
         )
         import sys
@@ -163,7 +164,7 @@ def test_non_root_caller_may_ask_only_about_its_own_jobs(base: Path, image: Path
             "status 6 refused",
             "release 5 refused",
             "prepare 7 refused",
-        ], r.stderr
+        ], r.stderr  # why each was refused
         agent.release(5)
         agent.release(6)
 
