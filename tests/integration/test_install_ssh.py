@@ -109,9 +109,12 @@ def _install_run(site: Site) -> None:
     for node in NODES:
         assert list(site.ssh.node_root(node).iterdir()) == [], node
 
+    # A directory the site already has keeps its mode (Debian's /usr/local/bin: 2775).
+    site.on("n1", f"mkdir {NODE_ROOT}/bin && chmod 2775 {NODE_ROOT}/bin")
     r = site.install()
     assert r.returncode == 0, r.stderr + r.stdout
     assert "n[1-2]: installed:" in r.stdout, r.stdout
+    assert site.on("n1", f"stat -c %a {NODE_ROOT}/bin").strip() == "2775"
     # The lines to add, as additions: the site's Contain stays.
     assert f"Prolog={PREFIX}/libexec/bootseer-prolog" in r.stdout
     assert f"Epilog={PREFIX}/libexec/bootseer-epilog" in r.stdout

@@ -174,7 +174,10 @@ def install_node(
         report.status = "would change"
         return report
     dirs = sorted({str(f.path.parent) for f in files} | {str(lay.wheels), str(lay.venvs)})
-    node.check(["install", "-d", "-m", "0755", "-o", "root", "-g", "root", *dirs])
+    # Made where missing (0755, root's); a directory already there keeps its mode and owner
+    # (install -d would reset a site's /usr/local/bin, 2775 root:staff on Debian).
+    mkdirs = 'umask 022 && mkdir -p -- "$@"'
+    node.check(["sh", "-c", mkdirs, "-", *dirs])
     for f in files:
         node.put(f.path, f.data, f.mode)
     if not venv_ok:
@@ -185,7 +188,7 @@ def install_node(
         _build_venv(node, target, want_venv)
     if not link_ok:
         assert lay.bin_dir is not None
-        node.check(["install", "-d", "-m", "0755", str(lay.bin_dir)])
+        node.check(["sh", "-c", mkdirs, "-", str(lay.bin_dir)])
         tmp = f"{lay.bin_dir}/.bootseer.bootseer-install"
         node.check(
             [
