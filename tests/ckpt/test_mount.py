@@ -6,6 +6,7 @@ import errno
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -339,3 +340,29 @@ def test_a_file_just_closed_can_be_renamed_or_rewritten_at_once(
     r = as_user(JOB_UID, "sh", "-c", script, check=False)
     assert r.returncode == 0, r.stderr
     assert as_user(JOB_UID, "cat", f"{mp}/again/model.bin").stdout == b"20\n"
+
+
+def test_the_epilog_has_what_the_mount_moved_from_the_daemons_totals(
+    mounted: tuple[Path, ckpt_mount.MountRecord],
+) -> None:
+    mp, rec = mounted
+    code = (
+        "import sys, pathlib\n"
+        "mp = pathlib.Path(sys.argv[1])\n"
+        "(mp / 'a.pt').write_bytes(b'a' * 100)\n"
+        "(mp / 'b.pt').write_bytes(b'b' * 1000)\n"
+        "assert (mp / 'b.pt').read_bytes() == b'b' * 1000\n"
+    )
+    subprocess.run(
+        [
+            *("setpriv", f"--reuid={JOB_UID}", f"--regid={JOB_UID}", "--clear-groups"),
+            *(sys.executable, "-c", code, str(mp)),
+        ],
+        check=True,
+        cwd="/",
+    )
+    res = ckpt_mount.stop(rec)
+    assert not res.died
+    assert res.totals.committed == 2 and res.totals.dropped == 0
+    assert res.totals.written_bytes == 1100 and res.totals.read_bytes == 1000
+    assert res.totals.store_bytes >= 1000 and res.totals.peer_bytes == 0

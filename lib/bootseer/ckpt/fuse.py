@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyfuse3
@@ -42,6 +43,7 @@ from bootseer.ckpt.layout import CkptError, CkptIOError, CkptPathError, Namespac
 from bootseer.ckpt.manifest import Manifest
 from bootseer.ckpt.reader import StripedReader
 from bootseer.ckpt.stage import Stage, StageFullError
+from bootseer.ckpt.totals import MountTotals
 from bootseer.ckpt.writer import StripedWriter
 from bootseer.errors import BootseerError, StoreError
 from bootseer.linelog import LineLog, stamp
@@ -140,6 +142,8 @@ class CkptFS(pyfuse3.Operations):
         self._lock = threading.Lock()
         self.bytes_read = 0  # served to the job, for the epilog's phase record
         self.bytes_written = 0
+        self.committed = 0  # new versions, and new versions dropped
+        self.dropped = 0
         self.reads = 0
 
     # -- helpers
@@ -313,6 +317,7 @@ class CkptFS(pyfuse3.Operations):
             w.abort()
             raise
         w.close()
+        self.committed += 1
         log(f"{path}: truncated to {size} bytes: committed version {w.version}")
 
     @staticmethod
@@ -591,6 +596,7 @@ class CkptFS(pyfuse3.Operations):
                 return
             if h.failed or died_of_signal(h.opener):
                 why = h.failed or f"process {h.opener} was killed while writing"
+                self.dropped += 1
                 log(f"{h.path}: new version dropped ({why}); the previous version stays")
                 w.abort()
                 self._writing.pop(h.path, None)
@@ -611,6 +617,7 @@ class CkptFS(pyfuse3.Operations):
                 w.commit()
             m = w.committed
             if m is not None and m is not before:
+                self.committed += 1
                 log(
                     f"{h.path}: committed version {m.version} ({m.size} bytes, "
                     f"{m.unit_count} units)"
@@ -647,6 +654,7 @@ class CkptFS(pyfuse3.Operations):
         """Drop writes still open at unmount: nobody closed them, so nobody finished them."""
         for h in list(self._handles.values()):
             if h.writer is not None and not h.writer.closed:
+                self.dropped += 1
                 log(f"{h.path}: still open for writing at unmount; new version dropped")
                 h.writer.abort()
             if h.reader is not None:
@@ -700,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--node", default="", help="node name for %%n in the site config")
     p.add_argument("--job-id", type=int, default=0, help="the job, for its peers")
     p.add_argument("--nodes", default="", help="the job's nodes, comma-separated: its peers")
+    p.add_argument("--totals", default="", help="where to leave what the mount moved, at exit")
     p.add_argument("mountpoint")
     args = p.parse_args(argv)
 
@@ -740,10 +749,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         fs.abort_all()
         pyfuse3.close(unmount=True)
-        log(
-            f"unmounted; totals read_bytes={fs.bytes_read} written_bytes={fs.bytes_written} "
-            f"read_requests={fs.reads} store_bytes={ns.store_bytes} peer_bytes={ns.peer_bytes}"
+        totals = MountTotals(
+            fs.bytes_read,
+            fs.bytes_written,
+            fs.committed,
+            fs.dropped,
+            ns.store_bytes,
+            ns.peer_bytes,
         )
+        log(f"unmounted; {totals} in {fs.reads} read requests")
+        if args.totals:
+            totals.write(Path(args.totals))
     return 0
 
 

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bootseer.ckpt.totals import MountTotals, totals_path
 from bootseer.errors import StepError
 from bootseer.mounts import is_mounted, set_read_ahead, umount
 
@@ -61,12 +62,7 @@ class StopResult:
     died: bool  # the daemon was gone before the epilog came
     forced: bool  # it had to be signalled (or the unmount was lazy)
     log_tail: str
-    read_bytes: int = 0  # served through the mount, from the daemon's last log line
-    written_bytes: int = 0
-    committed: int = 0  # versions committed, and writes dropped (killed writers)
-    dropped: int = 0
-    store_bytes: int = 0  # units read from the targets by this node, and from peers
-    peer_bytes: int = 0
+    totals: MountTotals  # what the daemon left at exit (zeros when it died)
 
 
 def daemon_alive(pid: int, mountpoint: str) -> bool:
@@ -145,6 +141,8 @@ def start(
         str(job_id),
         "--nodes",
         ",".join(nodes),
+        "--totals",
+        str(totals_path(log_path)),
         str(mountpoint),
     ]
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -233,24 +231,6 @@ def stop(record: MountRecord, wait: float = 15.0) -> StopResult:
     if not is_mounted(mp):
         with contextlib.suppress(OSError):
             os.rmdir(mp)  # never rmtree: a mount that came back would be emptied
-    return StopResult(died, forced, tail, *_summary(record.log))
-
-
-def _summary(log_path: str) -> tuple[int, int, int, int, int, int]:
-    """(read, written, committed, dropped, store, peer) from the daemon's log."""
-    read = written = committed = dropped = store = peer = 0
-    try:
-        text = Path(log_path).read_text(errors="replace")
-    except OSError:
-        return 0, 0, 0, 0, 0, 0
-    for line in text.splitlines():
-        if ": committed version " in line:
-            committed += 1
-        elif "new version dropped" in line:
-            dropped += 1
-        elif "totals read_bytes=" in line:
-            fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-            with contextlib.suppress(ValueError, KeyError):
-                read, written = int(fields["read_bytes"]), int(fields["written_bytes"])
-                store, peer = int(fields["store_bytes"]), int(fields["peer_bytes"])
-    return read, written, committed, dropped, store, peer
+    return StopResult(
+        died, forced, tail, MountTotals.read(totals_path(record.log)) or MountTotals()
+    )

@@ -65,12 +65,13 @@ def epilog(call: StepCall) -> StepResult:
             f"cleaned up now. Daemon log: {res.log_tail}"
         )
     how = "forced" if res.forced else "clean"
+    t = res.totals
     return StepResult(
-        detail=f"unmounted {rec.mountpoint} ({how}): {res.read_bytes} bytes read, "
-        f"{res.written_bytes} written, {res.committed} versions committed, "
-        f"{res.dropped} writes dropped",
-        bytes=res.read_bytes + res.written_bytes,
+        detail=f"unmounted {rec.mountpoint} ({how}): {t.read_bytes} bytes read, "
+        f"{t.written_bytes} written, {t.committed} versions committed, "
+        f"{t.dropped} writes dropped",
+        bytes=t.read_bytes + t.written_bytes,
         # Units this node read from the checkpoint targets, and from the job's other nodes.
-        store_bytes=res.store_bytes,
-        peer_bytes=res.peer_bytes,
+        store_bytes=t.store_bytes,
+        peer_bytes=t.peer_bytes,
     )
