@@ -31,14 +31,9 @@ pytestmark = pytest.mark.skipif(
 FILES = {"bin/tool": 300_000, "lib/big.so": 1_500_000, "share/data": 700_000, "etc/conf": 5000}
 
 
-@pytest.fixture
-def base(tmp_path: Path) -> Path:
-    (tmp_path / "log").mkdir()
-    for d in (tmp_path, *tmp_path.parents):  # other users (job uids) reach the mount
-        if d == Path("/tmp"):
-            break
-        d.chmod(0o755)
-    return tmp_path
+# ``base`` is conftest's: a directory of its own under /tmp that job users may enter.
+# Under pytest's tmp_path, another root pytest session resets /tmp/pytest-of-root to
+# 0700 at any moment, and a job user's call then met "Permission denied" on the socket.
 
 
 @pytest.fixture
