@@ -153,6 +153,11 @@ class ImageSection:
     trace_window: float = 300.0  # seconds after the prolog that count as startup
     fetch_timeout: float = 30.0  # a read the store cannot serve by then fails with EIO
     register_wait: float = 60.0  # how long a node waits for another to register a path image
+    # The largest path image the agent registers: a larger file is refused by its size,
+    # before a byte of it is hashed (a sparse file of any size costs a user nothing; its
+    # hashing and digests cost the node's CPU and memory). Also capped by the blocks one
+    # manifest may hold (image.manifest.MAX_BLOCKS).
+    max_image_gib: float = 256.0
     # The background fill (the image's cold rest) starts at the job's first step, or this
     # many seconds after the prolog if no first step is marked, and never exceeds
     # fill_mbit (0: no cap) on the node's link, so it never competes with startup.

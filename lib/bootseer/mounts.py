@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 MNT_DETACH = 2
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 
 
 def unescape(field: str) -> str:
@@ -61,6 +62,17 @@ def umount(path: str | Path, lazy: bool = False) -> None:
     if libc.umount2(os.fsencode(str(path)), MNT_DETACH if lazy else 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"umount {path}: {os.strerror(err)}")
+
+
+def mount_tmpfs(path: str | Path, size: int, mode: int = 0o755) -> None:
+    """A tmpfs of ``size`` bytes at ``path`` (``nosuid,nodev,noexec``): whatever a user may
+    write there fills it, not the file system around it. Raises ``OSError`` (root only)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    options = f"size={size},mode={mode:o}".encode()
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    if libc.mount(b"bootseer", os.fsencode(str(path)), b"tmpfs", flags, options) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")
 
 
 def unmount_stale(mountpoint: str | Path) -> None:

@@ -21,6 +21,7 @@ from bootseer.ckpt import Namespace
 from bootseer.config import SiteConfig
 from bootseer.image.protocol import MAX_LINE, encode
 from bootseer.sitekey import site_keys
+from bootseer.units import iec
 from tests.imagekit import AgentProc, site_config
 
 pytestmark = pytest.mark.skipif(
@@ -118,7 +119,7 @@ def test_a_user_puts_gets_lists_verifies_and_removes_through_the_agent(
     raw = as_user("alice", door, "get", "proj:step1/model.bin", "-", text=False)
     assert raw.returncode == 0 and cast(bytes, raw.stdout) == data
     r = as_user("alice", door, "ls", "proj:step1")
-    assert r.returncode == 0 and "model.bin" in r.stdout and str(len(data)) in r.stdout
+    assert r.returncode == 0 and "model.bin" in r.stdout and iec(len(data)) in r.stdout
     r = as_user("alice", door, "verify", "proj")
     assert r.returncode == 0 and "1 files" in r.stdout and "0 problems" in r.stdout, r.stdout
     # stdin through the door, too

@@ -56,7 +56,8 @@ def test_an_account_slurm_does_not_check_shares_no_snapshot(cluster: DevSlurm) -
     assert "pwned" not in out, f"bob's job ran mallory's install: {out}"
     assert "shared==1" in out, out
     line = _deps_line(cluster, n1, b, "prolog")
-    assert "scope=account" in line and "using scope=user" in line, line
+    assert "scope=account refused: Slurm keeps no accounting" in line, line  # it asked Slurm
+    assert "using scope=user" in line, line
 
 
 def test_a_restored_prefix_keeps_its_owners_mode(cluster: DevSlurm) -> None:
@@ -91,3 +92,51 @@ def test_a_restored_prefix_keeps_its_owners_mode(cluster: DevSlurm) -> None:
     assert "mode=700" in cluster.output(second), cluster.output(second)
     restored = cluster.dir / "nodes" / n1 / "local" / prefix.name
     assert cluster.readable_by("bob", [restored / "etc" / "app.conf"]) == []
+
+
+def test_a_file_others_could_change_is_not_captured(cluster: DevSlurm) -> None:
+    """bob's install leaves a file every user may write (0666: a careless umask in one
+    step). While his job runs, mallory, on the same node, writes her code into it; his
+    epilog must not seal that into his snapshot, which his later jobs on every node
+    would restore and run. Before, it did: his next job, elsewhere, ran hers."""
+    work = cluster.dir / "deps-writable"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    work.chmod(0o1777)
+    (work / "req.txt").write_text("writable==1\n")
+    (work / "req.txt").chmod(0o644)
+    prefix = devcluster.NODE_LOCAL / "deps-it-writable"
+    for node in cluster.nodes:
+        shutil.rmtree(cluster.dir / "nodes" / node / "local" / prefix.name, ignore_errors=True)
+    install = (
+        f"bootseer deps run -- sh -c 'mkdir -p {prefix}/bin && "
+        f"(umask 0; echo honest-tool > {prefix}/bin/tool)'"
+    )
+    wait_for = (
+        "i=0; while [ ! -e {marker} ]; do i=$((i+1)); "
+        '[ $i -gt 600 ] && echo "no {marker}" && exit 1; sleep 0.1; done'
+    )
+    bobs = (
+        f"#!/bin/sh\nset -e\n{install}\ntouch {work}/installed\n"
+        + wait_for.format(marker=f"{work}/tampered")
+        + f"\ncat {prefix}/bin/tool\n"
+    )
+    mallorys = (
+        "#!/bin/sh\nset -e\n"
+        + wait_for.format(marker=f"{work}/installed")
+        + f"\necho pwned-by-mallory > {prefix}/bin/tool\ntouch {work}/tampered\n"
+    )
+    spec = f"--bootseer-deps={prefix},key={work}/req.txt"
+    n0, n1 = cluster.nodes[:2]
+    b = cluster.sbatch("-w", n0, spec, script=bobs, user="bob")
+    m = cluster.sbatch("-w", n0, script=mallorys, user="mallory")
+    assert cluster.wait(m) == "COMPLETED", cluster.output(m)
+    assert cluster.wait(b) == "COMPLETED", cluster.output(b)
+    assert "pwned-by-mallory" in cluster.output(b)  # she did change his running install
+    line = _deps_line(cluster, n0, b, "epilog")
+    assert "outcome=ok" not in line and "writable by every user" in line, line
+    honest = f"#!/bin/sh\nset -e\n{install}\ncat {prefix}/bin/tool\n"
+    again = cluster.sbatch("-w", n1, spec, script=honest, user="bob")
+    assert cluster.wait(again) == "COMPLETED", cluster.output(again)
+    out = cluster.output(again)
+    assert "pwned" not in out and "honest-tool" in out, out

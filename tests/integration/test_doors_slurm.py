@@ -148,7 +148,9 @@ def test_outside_a_job_a_user_is_told_where_the_door_is(
         text=True,
         timeout=60,
     )
-    assert r.returncode == 0 and r.stdout == "", (r.stdout, r.stderr)  # his own: empty
+    # His own namespace, reached (not "no node agent"): he stored nothing in it, and
+    # ls of what does not exist is an error, as anywhere (issue 13).
+    assert r.returncode == 1 and "no such checkpoint namespace" in r.stderr, (r.stdout, r.stderr)
 
 
 def ckpt_ls() -> list[str]:
@@ -255,3 +257,43 @@ def _wait_for(cond: object, timeout: float = 90) -> None:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+FILLER = """#!/bin/sh
+bootseer phase start fill
+m=$(echo "$BOOTSEER_PHASE_MARKS" | sed "s/%n/$SLURMD_NODENAME/g")
+if head -c 8388608 /dev/zero >> "$m" 2>/dev/null
+then echo "FILLED all"
+else echo "FILLED refused"
+fi
+echo "SIZE $(stat -c %s "$m")"
+"""
+
+
+def test_a_job_filling_its_marks_file_fills_only_its_own_spool(cluster: DevSlurm) -> None:
+    """The marks file is the job user's to write: appending without end used to fill the
+    node's run_dir (on a real node /run, a tmpfs slurmd, munge and every job share). The
+    spool is now a tmpfs of its own, sized to the marks cap: the write stops there, the
+    job and its epilog end normally, the node stays idle, and the next job marks again."""
+    n1 = cluster.nodes[0]
+    job = cluster.sbatch("-N1", f"-w{n1}", "--bootseer", script=FILLER)
+    assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    out = cluster.output(job)
+    assert "FILLED refused" in out, out
+    size = int(_line(out, "SIZE"))
+    cap = load_config(cluster.site_config).phases.max_marks_bytes
+    assert size <= cap + (1 << 20), out
+    spool = cluster.dir / "nodes" / n1 / "run" / "phases" / str(job)
+    assert not spool.exists()
+    assert str(spool) not in Path("/proc/self/mountinfo").read_text()
+    assert cluster.node_states()[n1].startswith("idle"), cluster.node_states()
+    after = cluster.sbatch("-N1", f"-w{n1}", "--bootseer", script=MARK_ONE)
+    assert cluster.wait(after) == "COMPLETED", cluster.output(after)
+    (run,) = cluster.report_json(after)["runs"]
+    assert any("one" in {p["phase"] for p in n["phases"]} for n in run["nodes"]), run
+
+
+MARK_ONE = """#!/bin/sh
+bootseer phase start one
+bootseer phase end one
+"""

@@ -91,3 +91,37 @@ def _ids(cluster: DevSlurm, user: str) -> tuple[int, int]:
 
     pw = pwd.getpwnam(user)
     return pw.pw_uid, pw.pw_gid
+
+
+def test_a_huge_sparse_image_is_refused_before_a_byte_is_hashed(cluster: DevSlurm) -> None:
+    """mallory names a 4 TiB sparse file that starts with squashfs's magic (instant to
+    make, no disk used). The agent (root, outside her allocation) used to register it:
+    hash every byte of it and hold a digest per block, 16 million of them, until the
+    node's memory ran out, while the prolog gave up and every later prepare of the node
+    waited on it. It must refuse it at once, by its size, and stay responsive."""
+    node = "n3"
+    local = cluster.dir / "nodes" / node / "local"
+    path = local / f"huge-{os.getpid()}.sqsh"
+    with open(path, "wb") as f:
+        f.write(b"hsqs")
+        f.truncate(4 << 40)
+    os.chown(path, *_ids(cluster, "mallory"))
+    try:
+        job = cluster.sbatch(
+            "-N1",
+            "-w",
+            node,
+            f"--bootseer-image={path}",
+            script="#!/bin/sh\ntrue\n",
+            user="mallory",
+        )
+        assert cluster.wait(job, timeout=60) == "COMPLETED", cluster.output(job)
+        lines = [ln for ln in cluster.job_log_lines(node, job) if "prolog step=image" in ln]
+        assert lines and "outcome=failed" in lines[0], lines
+        assert "image.max_image_gib" in lines[0], lines[0]
+        assert "registering" not in cluster.node_log(node)
+        agent_log = (cluster.dir / "nodes" / node / "log" / f"{node}-agent.log").read_text()
+        assert f"registering {path}" not in agent_log, agent_log[-2000:]
+        assert cluster.node_states()[node].startswith("idle")
+    finally:
+        path.unlink(missing_ok=True)

@@ -31,6 +31,11 @@ pytestmark = pytest.mark.skipif(
 FILES = {"bin/tool": 300_000, "lib/big.so": 1_500_000, "share/data": 700_000, "etc/conf": 5000}
 
 
+# ``base`` is conftest's: a directory of its own under /tmp that job users may enter.
+# Under pytest's tmp_path, another root pytest session resets /tmp/pytest-of-root to
+# 0700 at any moment, and a job user's call then met "Permission denied" on the socket.
+
+
 @pytest.fixture
 def image(base: Path) -> Path:
     return make_squashfs(base / "img.sqsh", FILES)

@@ -178,3 +178,11 @@ def _install_run(site: Site) -> None:
     assert r.returncode == 1
     assert "n[1-2]: FAILED: no /nonexistent/python3 there" in r.stdout, r.stdout
     assert site.on("n1", f"ls -l --time-style=+%s.%N {PREFIX}") == before
+
+
+def test_a_command_that_fills_stderr_does_not_stall(site: Site) -> None:
+    from bootseer.install.remote import Node
+
+    with Node("n1", site.ssh.config) as node:
+        r = node.sh("head -c 5000000 /dev/zero >&2; echo done", timeout=30)
+    assert (r.status, r.out, len(r.err)) == (0, "done\n", 5_000_000)

@@ -118,3 +118,17 @@ def test_agent_writes_its_metrics_and_they_move_with_reads(base: Path) -> None:
     final = read_prom(prom)  # written at exit, after the last interval's
     assert final[s("bootseer_agent_up")] == 0
     assert final[s("bootseer_image_block_reads_total", result="hit")] > 0
+
+
+def test_an_unwritable_metrics_dir_costs_a_log_line_not_the_agent(tmp_path: Path) -> None:
+    (tmp_path / "log").mkdir()
+    (tmp_path / "not-a-dir").write_text("")
+    config = site_config(tmp_path, "t1")
+    config["metrics"] = {"textfile_dir": f"{tmp_path}/not-a-dir/metrics", "interval": 1}
+    agent = AgentProc(tmp_path, "t1", config)
+    try:
+        agent.start()  # answers on its socket
+        assert agent.stats()["node"] == "t1"
+        assert "metrics not written" in agent.log_text()
+    finally:
+        agent.stop()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bootseer import mounts
 from bootseer.metrics.hooks import FILE
 from tests.conftest import to_toml
 
@@ -61,6 +62,16 @@ def config(tmp_path: Path) -> dict[str, dict[str, object]]:
 
 
 def test_each_hook_run_is_counted_by_its_outcome(tmp_path: Path) -> None:
+    try:
+        counts(tmp_path)
+    finally:  # a prolog's phase spool is a tmpfs: none may outlive the test
+        for line in Path("/proc/mounts").read_text().splitlines():
+            where = line.split()[1]
+            if where.startswith(f"{tmp_path}/") and mounts.is_mounted(where):
+                mounts.umount(where, lazy=True)
+
+
+def counts(tmp_path: Path) -> None:
     good = to_toml(config(tmp_path))
     prom = tmp_path / "metrics" / FILE
     run_hook(tmp_path, "prolog", good)
@@ -78,11 +89,14 @@ def test_each_hook_run_is_counted_by_its_outcome(tmp_path: Path) -> None:
     # A bad line in the site config: no step runs, and the run counts as config_error.
     bad = good.replace("[metrics]", "[metrics]\ninterval = 0")
     run_hook(tmp_path, "prolog", bad)
-    assert value(prom, "bootseer_hook_runs_total", hook="prolog", outcome="config_error") == 1
-    assert value(prom, "bootseer_hook_config_error", hook="prolog") == 1
+    run_hook(tmp_path, "epilog", bad)
+    for hook in ("prolog", "epilog"):
+        assert value(prom, "bootseer_hook_runs_total", hook=hook, outcome="config_error") == 1
+        assert value(prom, "bootseer_hook_config_error", hook=hook) == 1
     log = (tmp_path / "log" / "t1.log").read_text()
     assert "outcome=config_error" in log and "metrics.interval" in log, log
     # Mended: the next run says so.
     run_hook(tmp_path, "prolog", good)
+    run_hook(tmp_path, "epilog", good)
     assert value(prom, "bootseer_hook_config_error", hook="prolog") == 0
     assert value(prom, "bootseer_hook_runs_total", hook="prolog", outcome="ok") == 2

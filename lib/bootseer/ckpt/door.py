@@ -44,7 +44,6 @@ from bootseer.ckpt.reader import StripedReader
 from bootseer.ckpt.wire import (
     MAX_ENTRIES,
     MAX_PROBLEMS,
-    CkptEntry,
     CkptGet,
     CkptGetReply,
     CkptList,
@@ -196,27 +195,12 @@ def _do(ns: Namespace, req: CkptRequest, fd: int, caller: Caller) -> Reply:
             n = _send(f, fd, caller.conn)
             return CkptGetReply(n, f.manifest.version)
     if isinstance(req, CkptList):
+        from bootseer.ckpt.listing import list_path
+
         if req.path:
             check_path(req.path)
-        entries: list[dict[str, object]] = []
-        listing = ns.listdir(req.path)
-        for e in listing[:MAX_ENTRIES]:
-            if e.is_dir:
-                entries.append(asdict(CkptEntry(e.name, True)))
-                continue
-            found = ns.manifest(f"{req.path}/{e.name}" if req.path else e.name)
-            if found is not None:
-                entry = CkptEntry(
-                    e.name,
-                    False,
-                    found.size,
-                    found.mtime,
-                    found.unit_count,
-                    len(found.targets),
-                    found.version,
-                )
-                entries.append(asdict(entry))
-        return CkptListReply(entries, max(0, len(listing) - MAX_ENTRIES))
+        found, more = list_path(ns, req.path, MAX_ENTRIES)  # ENOENT: nothing there
+        return CkptListReply([asdict(e) for e in found], more)
     if isinstance(req, CkptRemove):
         for path in req.paths:
             ns.remove(check_path(path))

@@ -15,7 +15,6 @@ admin's (root only)::
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import pwd
 import sys
@@ -30,6 +29,7 @@ from bootseer.units import argparse_age
 
 if TYPE_CHECKING:
     from bootseer.ckpt import Namespace
+    from bootseer.ckpt.wire import CkptEntry
 
 CHUNK = 8 << 20
 
@@ -173,41 +173,27 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _ls(ns: Namespace, path: str, remote: str) -> int:
-    """A directory's files (or one file): size, age, version, units; ``ls`` of what
-    does not exist is an error (ENOENT), as for any file tool."""
+    from bootseer.ckpt.listing import check_found, list_path
+
+    entries = list_path(ns, path)[0]
+    check_found(remote, path, entries)
+    print_ls(entries)
+    return 0
+
+
+def print_ls(entries: list[CkptEntry]) -> None:
+    """One row per file or directory: size, age, version, units, name (the name last,
+    whole in a file, shortened from the left only on a narrow terminal)."""
     from bootseer.cli.listing import print_table
 
-    if path and not ns.is_dir(path):
-        m = ns.manifest(path)
-        if m is None:
-            raise FileNotFoundError(errno.ENOENT, f"{remote}: no such checkpoint file or directory")
-        entries: list[tuple[str, Any]] = [(path.rsplit("/", 1)[-1], m)]
-    else:
-        listed = ns.listdir(path)
-        if not listed and not path:
-            raise FileNotFoundError(
-                errno.ENOENT, f"{remote}: no such checkpoint namespace (nothing stored in it)"
-            )
-        entries = []
-        for e in listed:
-            sub = f"{path}/{e.name}" if path else e.name
-            entries.append((f"{e.name}/", None) if e.is_dir else (e.name, ns.manifest(sub)))
     now = time.time()
     rows = [
-        ["dir", "", "", "", name]
-        if m is None
-        else [
-            units.iec(m.size),
-            f"{units.age(now - m.mtime)} ago",
-            str(m.version),
-            str(m.unit_count),
-            name,
-        ]
-        for name, m in entries
-        if m is not None or name.endswith("/")
+        ["dir", "", "", "", f"{e.name}/"]
+        if e.is_dir
+        else [units.iec(e.size), f"{units.age(now - e.mtime)} ago", e.version, str(e.units), e.name]
+        for e in entries
     ]
     print_table(["SIZE", "MODIFIED", "VERSION", "UNITS", "NAME"], rows, right={0, 1, 2, 3})
-    return 0
 
 
 def _rate(what: str, n: int, t0: float) -> None:

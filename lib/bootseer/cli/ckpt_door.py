@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bootseer import units
 from bootseer.ckpt.wire import (
     CkptGet,
     CkptGetReply,
@@ -62,16 +63,12 @@ def run(args: argparse.Namespace) -> int:
         if action == "get":
             return _get(args, client, ns, path)
         if action == "ls":
+            from bootseer.ckpt.listing import check_found
+            from bootseer.cli.ckpt_cmd import print_ls
+
             listing = CkptListReply.from_wire(client.send(CkptList(ns, path), None))
-            for e in listing.typed():
-                if e.is_dir:
-                    print(f"{'dir':>14}  {'':19}  {e.name}/")
-                    continue
-                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.mtime))
-                print(
-                    f"{e.size:>14}  {stamp}  {e.name}  ({e.units} units over "
-                    f"{e.targets} targets, version {e.version})"
-                )
+            check_found(args.remote, path, listing.typed())
+            print_ls(listing.typed())
             if listing.left_out:
                 print(f"... and {listing.left_out} more entries", file=sys.stderr)
             return 0
@@ -82,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             if v.more_problems:
                 print(f"... and {v.more_problems} more problems", file=sys.stderr)
             n = len(v.problems) + v.more_problems
-            print(f"{v.files} files, {v.bytes} bytes checked, {n} problems")
+            print(f"{v.files} files, {units.iec(v.bytes)} checked, {n} problems")
             return 1 if n else 0
     except AgentUnavailable as exc:
         raise BootseerError(

@@ -211,6 +211,22 @@ def extract_snapshot(
     return {"entries": flt.count, "bytes": flt.bytes, "dev": st.st_dev, "ino": st.st_ino}
 
 
+def _check_owned(rel: str, ti: tarfile.TarInfo) -> None:
+    """SnapshotRejected unless the entry is this process's user's (the job's, in the
+    capture's child) and not writable by every user (a link's own mode means nothing)."""
+    me = os.getuid()
+    if ti.uid != me:
+        raise SnapshotRejected(
+            f"{rel} belongs to uid {ti.uid}, not to the job's user (uid {me}): another user "
+            "put it there; not captured"
+        )
+    if not ti.issym() and ti.mode & 0o002:
+        raise SnapshotRejected(
+            f"{rel} is writable by every user (mode {ti.mode & 0o7777:04o}): another user "
+            "could have changed it; not captured (chmod o-w, and install again)"
+        )
+
+
 def prefix_mode(captured: int) -> int:
     """The mode a restored prefix gets from the captured prefix's: its read and search
     bits for group and others, no write or special bits, rwx for its owner.
@@ -238,6 +254,10 @@ def write_snapshot(out_fd: int, prefix: str, names: Sequence[str] | None) -> dic
 
     Returns the entry list, what was left out (sockets, FIFOs, devices) and the
     prefix's own mode (the restore gives it back: a prefix kept 0700 stays private).
+
+    Runs as the job's user, and refuses an entry that is not that user's or that every
+    user may write: another user could have changed it (or put it there) before the
+    capture, and the snapshot would carry their bytes into the user's later jobs.
     """
     entries: list[list[Any]] = []
     skipped: list[str] = []
@@ -264,6 +284,7 @@ def write_snapshot(out_fd: int, prefix: str, names: Sequence[str] | None) -> dic
             if ti is None or not (ti.isreg() or ti.isdir() or ti.issym() or ti.islnk()):
                 skipped.append(rel)
                 continue
+            _check_owned(rel, ti)
             ti.uid = ti.gid = 0
             # A float mtime costs every member a pax header, which the restore must parse
             # too; whole seconds are what tar keeps and what .pyc checks compare.

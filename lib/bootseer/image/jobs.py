@@ -26,7 +26,7 @@ from bootseer.context import expand_nodes
 from bootseer.errors import ContextError, StoreError
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
-from bootseer.image.manifest import Manifest, load_manifest
+from bootseer.image.manifest import Manifest, load_manifest, max_path_image_bytes
 from bootseer.image.peers import PeerSource
 from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
 from bootseer.image.protocol import (
@@ -301,6 +301,13 @@ class Jobs:
                 raise AgentRefused(str(exc)) from None
             # The one descriptor the image is read through from now on: never by path again.
             source = FileSource(ref, fd)
+            cap = max_path_image_bytes(self.icfg.max_image_gib, self.block_size)
+            if st.st_size > cap:
+                source.close()
+                raise AgentRefused(
+                    f"image {ref} is {st.st_size} bytes, more than the {cap} a path image "
+                    f"may have (image.max_image_gib = {self.icfg.max_image_gib:g})"
+                )
             wait = max(0.0, min(self.icfg.register_wait, until - time.monotonic() - 1.0))
             try:
                 manifest = register_path(

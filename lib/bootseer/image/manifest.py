@@ -37,6 +37,7 @@ from bootseer.store import Store
 
 FORMAT = "bootseer-image/1"
 # 4 million blocks (256 GB at 64 KiB blocks, 1 TB at 256 KiB): more is refused unread.
+MAX_BLOCKS = 4 << 20
 MAX_MANIFEST_BYTES = 288 << 20
 MAX_RECORD_BYTES = 64 << 10  # a name or path record
 
@@ -101,6 +102,19 @@ class Manifest:
                 f"image manifest {expect_id or doc.get('id')}: id does not match its content"
             )
         return m
+
+
+def max_path_image_bytes(max_image_gib: float, block_size: int) -> int:
+    """The largest path image the agent registers: ``image.max_image_gib``, and no more
+    blocks than a manifest may hold (one it could not read back would be hashed anew by
+    every job).
+
+    >>> max_path_image_bytes(256, 256 << 10) == 256 << 30
+    True
+    >>> max_path_image_bytes(4096, 64 << 10) == MAX_BLOCKS * (64 << 10)
+    True
+    """
+    return min(int(max_image_gib * (1 << 30)), MAX_BLOCKS * block_size)
 
 
 def manifest_key(image_id: str) -> str:

@@ -14,6 +14,7 @@ import io
 import os
 import shlex
 import stat
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,8 +88,14 @@ class Node:
         if stdin:
             chan_in.write(stdin)
         chan_in.channel.shutdown_write()
+        # stderr read beside stdout: a command that fills one while we wait on the other
+        # would stall on the channel's window.
+        errs: list[bytes] = []
+        reader = threading.Thread(target=lambda: errs.append(err.read()), daemon=True)
+        reader.start()
         o = out.read().decode(errors="replace")
-        e = err.read().decode(errors="replace")
+        reader.join()
+        e = b"".join(errs).decode(errors="replace")
         return Result(out.channel.recv_exit_status(), o, e)
 
     def check(self, argv: list[str], stdin: bytes = b"", timeout: float = 600) -> str:

@@ -167,7 +167,6 @@ class AgentMetrics:
         if cfg.metrics.textfile_dir is None:
             return None
         writer = cls(cfg, agent)
-        writer.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         writer.write()
         writer._thread.start()
         agent.log(f"metrics: {writer.path} every {writer.interval:g}s")
@@ -175,6 +174,7 @@ class AgentMetrics:
 
     def write(self) -> None:
         try:
+            self.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             write_textfile(self.path, self.collector)
         except Exception as exc:  # metrics never stop the agent; say so once per outage
             if not self._failing:

@@ -20,6 +20,7 @@ only make a running job visible sooner.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -129,7 +130,9 @@ def with_slurm_info(spool: Spool, meta: JobMeta, cfg: SiteConfig) -> JobMeta:
     meta = JobMeta.from_dict(
         {**meta.to_dict(), **info, **known, "submit_time": info.get("submit_time")}
     )
-    spool.write_meta(meta)
+    # A spool the job filled to its cap (its marks) refuses the cached copy: keep the rows.
+    with contextlib.suppress(OSError):
+        spool.write_meta(meta)
     return meta
 
 

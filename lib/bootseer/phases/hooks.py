@@ -87,7 +87,7 @@ def record_hook_run(
 def _prolog(ctx: JobContext, cfg: SiteConfig, rows: Sequence[StepRow], spool: Spool) -> None:
     meta = meta_for(ctx)
     remove_stale(cfg.paths.run_dir, keep=ctx.job_id)
-    spool.create(meta, ctx.uid, ctx.gid)
+    spool.create(meta, ctx.uid, ctx.gid, cap=cfg.phases.max_marks_bytes)
     spool.append_rows(rows_for(meta, rows))
     if cfg.phases.background_flush:
         from bootseer.phases.spawn import spawn_flush

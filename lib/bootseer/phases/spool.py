@@ -8,6 +8,10 @@ store as one Parquet file (:mod:`bootseer.phases.flush`):
 - ``marks.jsonl`` (the job user's, mode 0600, in a directory only root may change):
   the job's own ``start``/``end`` marks, appended by :mod:`bootseer.phases.marks`.
 
+The prolog makes the spool a tmpfs of its own, sized to the marks cap
+(:meth:`Spool.create` with ``cap``): the user's marks file can fill that, never the
+node's run_dir (``/run``, where slurmd, munge and every other job's files live).
+
 The spool lives beside the job directory, not in it, so the epilog can still read it
 after the hook runner has removed the job directory. Marks come from the user and are
 untrusted: they are read without following links, up to a size cap, line by line,
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bootseer import jsonlimits, nodepaths
+from bootseer import jsonlimits, mounts, nodepaths
 from bootseer.phases.schema import (
     DETAIL_MAX,
     OUTCOMES,
@@ -40,6 +44,7 @@ from bootseer.phases.schema import (
 MARKS_FILE = "marks.jsonl"
 ROWS_FILE = "rows.jsonl"
 META_FILE = "job.json"
+ROOM = 1 << 20  # the spool's tmpfs holds job.json and rows.jsonl (root's) besides the marks
 STALE_SECONDS = 14 * 24 * 3600  # a spool whose epilog never ran (node crash) goes after this
 
 
@@ -73,10 +78,16 @@ class Spool:
     def exists(self) -> bool:
         return (self.path / META_FILE).exists()
 
-    def create(self, meta: JobMeta, uid: int, gid: int) -> None:
-        """A fresh spool for one run: an earlier run's leftovers go first."""
+    def create(self, meta: JobMeta, uid: int, gid: int, cap: int | None = None) -> None:
+        """A fresh spool for one run: an earlier run's leftovers go first. With ``cap``
+        (the marks cap, in bytes), the spool is a tmpfs of ``cap`` plus room for root's
+        files, so a job that writes its marks file without end fills only that."""
         self.remove()
         self.path.mkdir(parents=True, mode=0o755)
+        if cap is not None and os.geteuid() == 0:
+            # Not mounted (no tmpfs in a container without CAP_SYS_ADMIN): a plain directory.
+            with contextlib.suppress(OSError):
+                mounts.mount_tmpfs(self.path, cap + ROOM)
         os.chmod(self.path, 0o755)  # whatever the umask: the job's user reads job.json
         self.write_meta(meta)
         fd = os.open(self.marks_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -144,7 +155,7 @@ class Spool:
         return events, problems
 
     def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
+        _remove(self.path)
 
 
 def parse_mark(data: Any) -> MarkEvent:
@@ -257,7 +268,15 @@ def remove_stale(run_dir: Path, keep: int, now: float | None = None) -> None:
                 continue
             with contextlib.suppress(OSError):
                 if now - entry.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    _remove(Path(entry.path))
+
+
+def _remove(path: Path) -> None:
+    """The spool and, first, its tmpfs (lazily: a task may still hold the marks file)."""
+    if mounts.is_mounted(path):
+        with contextlib.suppress(OSError):
+            mounts.umount(path, lazy=True)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _write_atomic(path: Path, text: str) -> None:
