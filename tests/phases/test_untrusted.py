@@ -73,3 +73,48 @@ def test_markup_in_user_strings_is_shown_as_text(
     console = Console(file=out, width=160, color_system=None, highlight=False)
     render_job(job_report(dataset, 50), console)
     assert repr(hostile) in out.getvalue()
+
+
+# What a terminal obeys rather than shows: a clipboard write (OSC 52), a window title,
+# clearing the screen, a C1 CSI, a newline that starts a report line of its own, and a
+# right-to-left override that shows text in another order.
+TERMINAL_CONTROLS = (
+    "\x1b]52;c;cHduZWQ=\x07",
+    "\x1b]0;pwned\x07",
+    "\x1b[2J",
+    "\x9b31m",
+    "\nStartup 0.01 s",
+    "\u202e",
+)
+
+
+def test_terminal_controls_in_user_strings_are_shown_not_obeyed(
+    store: Store, dataset: PhaseDataset
+) -> None:
+    """A mark's detail (``bootseer phase end X --outcome failed --detail ...``) and the
+    script's path are the user's, and the report is read by others (root, an admin, a
+    colleague): rich escapes markup but passes ESC through, so each of these reached the
+    reader's terminal as it was."""
+    from rich.console import Console
+
+    from bootseer.phases.schema import JobMeta
+
+    hostile = "".join(TERMINAL_CONTROLS)
+    for node in ("n1", "n2"):
+        rows = node_rows(51, node, nodes=2, name=hostile, script=f"/home/ada/{hostile}.sh")
+        m = JobMeta(51, 0, hostile, "ada", "ml", node, 2, 8, rows[0].start - 30)
+        rows.append(
+            m.row("ckpt_verify", rows[0].start + 3, rows[0].start + 4, "failed", 0, hostile)
+        )
+        write_rows(store, rows, source="epilog")
+    out = io.StringIO()
+    # A terminal: rich writes its own styles, never the user's controls.
+    console = Console(file=out, width=200, force_terminal=True, color_system="truecolor")
+    render_job(job_report(dataset, 51), console)
+    text = out.getvalue()
+    for control in TERMINAL_CONTROLS:
+        assert control not in text, repr(control)
+    assert "\x9b" not in text and "\u202e" not in text and "\x07" not in text
+    assert "\x1b]" not in text and "\x1b[2J" not in text
+    assert "\\x1b]52;c;cHduZWQ=\\x07" in text  # shown, as Python writes it
+    assert "Why phases failed" in text and "/home/ada/" in text

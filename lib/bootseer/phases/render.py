@@ -3,10 +3,14 @@
 Job names, users, accounts, phase names, outcomes and node names come from the job or
 from rows in the store, so every one of them is escaped (``esc``) or put in a ``Text``
 before rich sees it: a job named ``[/]`` must neither restyle the report nor crash it.
+Neither escapes a terminal's own controls (rich passes ESC through as it is), so what a
+user wrote (a mark's detail, the script's path, a name) also goes through ``visible``: a
+detail holding ``ESC ] 52`` must not write the clipboard of whoever reads the report.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from typing import TYPE_CHECKING
 
@@ -21,11 +25,27 @@ if TYPE_CHECKING:
     from bootseer.phases.cluster import ClusterReport
 
 
+# C0 and C1 controls and DEL (ESC starts a terminal's control sequences; a newline
+# would start a line of the report's own), and the bidirectional overrides and isolates
+# that make a terminal show text in another order than it is ("Trojan Source").
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(value: object) -> str:
+    r"""``value`` with every control character written out as Python writes it in a
+    string (``\x1b``), so a terminal shows it instead of obeying it.
+
+    >>> visible("job\x1b]0;pwned\x07 ok")
+    'job\\x1b]0;pwned\\x07 ok'
+    """
+    return _CONTROLS.sub(lambda m: repr(m.group())[1:-1], str(value))
+
+
 def esc(value: object) -> str:
-    """``value`` as text that rich shows as it is (no markup)."""
+    """``value`` as text that rich shows as it is (no markup, no terminal controls)."""
     from rich.markup import escape
 
-    return escape(str(value))
+    return escape(visible(value))
 
 
 def secs(v: float | None) -> str:
@@ -100,7 +120,7 @@ def run_header(run: RunReport) -> RenderableType:
         t.append("\nNo straggler: the nodes were ready within 10% of each other")
     if s is not None:
         t.append("\nStraggler ")
-        t.append(s.node, style="bold red")
+        t.append(visible(s.node), style="bold red")
         t.append(f": ready {secs(s.behind)} after the median node")
         if s.phase:
             t.append(f"\n  its {s.phase} took {secs(s.phase_seconds)}, ")
@@ -119,9 +139,9 @@ def failures(run: RunReport) -> RenderableType | None:
         return None
     t = Text("Why phases failed", style="bold")
     for phase, outcome, detail, nodes in found:
-        where = str(NodeSet.fromlist(nodes))
-        t.append(f"\n{phase} {outcome.replace('_', ' ')} on {where}: ", style="red")
-        t.append(detail or "(no reason recorded)")
+        where = visible(NodeSet.fromlist(nodes))
+        t.append(f"\n{visible(phase)} {outcome.replace('_', ' ')} on {where}: ", style="red")
+        t.append(visible(detail) if detail else "(no reason recorded)")
     return t
 
 
@@ -283,7 +303,7 @@ def timeline(
         bar = Text()
         for c in cells:
             bar.append(*swatch_mark(palette.get(c) if c else None, no_color, "█"))
-        name = Text(node.node, style="bold red" if node.node == straggler else "")
+        name = Text(visible(node.node), style="bold red" if node.node == straggler else "")
         table.add_row(name, bar, secs(node.ready))
     shown = {r.phase for n in run.nodes for r in n.rows if in_startup(r.phase)}
     legend = Text()
@@ -382,15 +402,15 @@ def job_parts(
     parts: list[RenderableType] = [
         Rule(Text(f"Job {report.job_id}{task}")),
         Text(
-            f"{first.job_name!r}  user {first.user}"
-            + (f"  account {first.account}" if first.account else "")
+            f"{visible(repr(first.job_name))}  user {visible(first.user)}"
+            + (f"  account {visible(first.account)}" if first.account else "")
             + f"  {first.node_count} nodes{gpus}"
         ),
     ]
     if first.script.startswith("sha256:"):
-        parts.append(Text(f"Script from standard input, {first.script}"))
+        parts.append(Text(f"Script from standard input, {visible(first.script)}"))
     elif first.script:
-        parts.append(Text(f"Script {first.script}"))
+        parts.append(Text(f"Script {visible(first.script)}"))
     palette = colors(report.runs)  # the job's own phases, as --plot colours them
     shown = (
         report.runs
