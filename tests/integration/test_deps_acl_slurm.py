@@ -56,7 +56,8 @@ def test_an_account_slurm_does_not_check_shares_no_snapshot(cluster: DevSlurm) -
     assert "pwned" not in out, f"bob's job ran mallory's install: {out}"
     assert "shared==1" in out, out
     line = _deps_line(cluster, n1, b, "prolog")
-    assert "scope=account" in line and "using scope=user" in line, line
+    assert "scope=account refused: Slurm keeps no accounting" in line, line  # it asked Slurm
+    assert "using scope=user" in line, line
 
 
 def test_a_restored_prefix_keeps_its_owners_mode(cluster: DevSlurm) -> None:

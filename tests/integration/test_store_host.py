@@ -265,3 +265,60 @@ def _restart_weed(cluster: devcluster.Cluster) -> None:
     if pid:
         stop_pid(pid, "weed", grace=3)
     cluster.start_weed()
+
+
+def test_the_public_prefix_does_not_lead_out_of_itself(s3_store: devcluster.Cluster) -> None:
+    """The anonymous identity's grant is a pattern over the request's key
+    (`bootseer/store/phases/*`); a key that climbs out of it (`phases/../deps/...`, raw or
+    percent-encoded) must not reach what lies outside, whatever the server makes of it."""
+    import json
+    import pwd
+    import sys
+
+    try:
+        pwd.getpwnam("mallory")
+    except KeyError:
+        pytest.skip("needs slurm-dev's user mallory")
+    store = s3_store.open_store()
+    store.write_bytes("deps/user/alice/k/manifest.json", b"alice's secret")
+    store.write_bytes("phases/probe.txt", b"public")
+    host, port = s3_store.s.store_ips[1], s3_store.s.s3_port
+    secret = "deps/user/alice/k/manifest.json"
+    paths = [
+        "/bootseer/store/phases/probe.txt",  # the control: public
+        f"/bootseer/store/phases/../{secret}",
+        f"/bootseer/store/phases/%2E%2E/{secret}",
+        f"/bootseer/store/phases/%2e%2e%2f{secret.replace('/', '%2f')}",
+        f"/bootseer/store/phases/..%2F{secret}",
+        f"/bootseer/store/phases//../{secret}",
+        f"/bootseer/store/phases/./../{secret}",
+        f"/bootseer/store/phases%2F..%2F{secret}",
+        "/bootseer/store/phases/../?list-type=2&prefix=store/deps/",
+        "/bootseer?list-type=2&prefix=store/phases/../deps/",
+    ]
+    code = f"""
+import http.client, json
+for path in {paths!r}:
+    c = http.client.HTTPConnection({host!r}, {port}, timeout=10)
+    c.putrequest("GET", path, skip_accept_encoding=True)  # the path goes out as written
+    c.endheaders()
+    r = c.getresponse()
+    print(json.dumps([path, r.status, r.read(1 << 16).decode(errors="replace")]))
+    c.close()
+"""
+    r = subprocess.run(
+        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable],
+        input=code,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
+    assert r.returncode == 0, r.stderr
+    answers = [json.loads(ln) for ln in r.stdout.splitlines()]
+    assert len(answers) == len(paths)
+    assert answers[0][1:] == [200, "public"], answers[0]
+    for path, status, body in answers[1:]:
+        assert "alice's secret" not in body, (path, status, body)
+        if status == 200:  # an error echoes the key asked for; a listing must name none
+            assert "<Key>" not in body, (path, status, body)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,8 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
-
     from bootseer.hooks.runner import HookRun
 
 FILE = "bootseer_hooks.prom"
@@ -159,21 +158,32 @@ def _key(name: str, **labels: str) -> Key:
 
 
 class Tally:
-    """The file's samples as numbers, and a :class:`Collector` that writes them back."""
+    """The file's samples as numbers; :meth:`render` writes them back in the text format.
 
-    def __init__(self, families: list[Metric] | None = None) -> None:
+    The hooks read and write their own file without ``prometheus_client``: a hook of a
+    bootseer job is on its start path, and importing that package (its exposition
+    module pulls in ``http.server``, ``ssl``, ``email``) costs tens of milliseconds.
+    The subset written here (``# HELP``, ``# TYPE``, ``name{label="value"} number``) is
+    what its parser and node_exporter read; the tests parse the file with both.
+    """
+
+    def __init__(self, text: str | None = None) -> None:
         self.values: dict[Key, float] = {}
-        ours = {f.name: f for f in FAMILIES}
-        for fam in families or []:
-            spec = ours.get(fam.name)
-            if spec is None:
+        names = {f"{f.name}{suffix}": f for f in FAMILIES for suffix in _SUFFIXES[f.kind]}
+        for n, line in enumerate((text or "").splitlines(), start=1):
+            if not line or line.startswith("#"):
                 continue
-            for s in fam.samples:
-                if s.name.endswith("_created"):
-                    continue
-                want = set(spec.labels) | ({"le"} if s.name.endswith("_bucket") else set())
-                if set(s.labels) == want:
-                    self.values[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+            m = _SAMPLE.fullmatch(line)
+            if m is None:
+                raise ValueError(f"line {n} is not a sample: {line[:80]!r}")
+            name, body, value = m.groups()
+            labels = dict(_LABEL.findall(body or ""))
+            spec = names.get(name)
+            if spec is None:
+                continue  # a series this version no longer writes
+            want = set(spec.labels) | ({"le"} if name.endswith("_bucket") else set())
+            if set(labels) == want:
+                self.values[(name, tuple(sorted(labels.items())))] = float(value)
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         k = _key(name, **labels)
@@ -207,40 +217,56 @@ class Tally:
                 "bootseer_phase_source_bytes_total", b.peer_bytes, phase=b.phase, source="peer"
             )
 
-    def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import (
-            CounterMetricFamily,
-            GaugeMetricFamily,
-            HistogramMetricFamily,
-        )
-
+    def render(self) -> bytes:
+        """The text format: each family's HELP and TYPE, then its samples (a histogram's
+        buckets in ``le`` order, then its count and sum)."""
+        out: list[str] = []
         for spec in FAMILIES:
-            fam: CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily
-            if spec.kind == "histogram":
-                fam = HistogramMetricFamily(spec.name, spec.help, labels=spec.labels)
-                for (name, labels), count in sorted(self.values.items()):
-                    if name != f"{spec.name}_count":
-                        continue
-                    lv = dict(labels)
-                    buckets = [
-                        (le, self.values.get(_key(f"{spec.name}_bucket", le=le, **lv), 0.0))
-                        for _, le in _LE
-                    ]
-                    buckets[-1] = ("+Inf", count)
-                    fam.add_metric(
-                        [lv[n] for n in spec.labels],
-                        buckets,
+            name = f"{spec.name}_total" if spec.kind == "counter" else spec.name
+            out.append(f"# HELP {name} {_escape_help(spec.help)}")
+            out.append(f"# TYPE {name} {spec.kind}")
+            if spec.kind != "histogram":
+                out += [
+                    _line(n, labels, v)
+                    for (n, labels), v in sorted(self.values.items())
+                    if n == name
+                ]
+                continue
+            for (n, labels), count in sorted(self.values.items()):
+                if n != f"{spec.name}_count":
+                    continue
+                lv = dict(labels)
+                for _, le in _LE:
+                    key = _key(f"{spec.name}_bucket", le=le, **lv)
+                    v = count if le == "+Inf" else self.values.get(key, 0.0)
+                    out.append(_line(f"{spec.name}_bucket", key[1], v))
+                out.append(_line(n, labels, count))
+                out.append(
+                    _line(
+                        f"{spec.name}_sum",
+                        labels,
                         self.values.get(_key(f"{spec.name}_sum", **lv), 0.0),
                     )
-            else:
-                sample = f"{spec.name}_total" if spec.kind == "counter" else spec.name
-                cls = CounterMetricFamily if spec.kind == "counter" else GaugeMetricFamily
-                fam = cls(spec.name, spec.help, labels=spec.labels)
-                for (name, labels), value in sorted(self.values.items()):
-                    if name == sample:
-                        lv = dict(labels)
-                        fam.add_metric([lv[n] for n in spec.labels], value)
-            yield fam
+                )
+        return ("\n".join(out) + "\n").encode()
+
+
+_SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _line(name: str, labels: tuple[tuple[str, str], ...], value: float) -> str:
+    # Label values come from fixed sets of plain words; escaped all the same.
+    body = ",".join(
+        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+        for k, v in labels
+    )
+    return f"{name}{{{body}}} {value!r}" if body else f"{name} {value!r}"
 
 
 @contextlib.contextmanager
@@ -271,18 +297,18 @@ def record(
     raises: metrics are worth a log line, never a failed hook."""
     if directory is None:
         return
-    from bootseer.metrics.textfile import read_textfile, write_textfile
+    from bootseer.metrics.textfile import read_bounded, write_atomically
 
     path = directory / FILE
     try:
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         with _locked(directory / LOCK, wait):
             try:
-                tally = Tally(read_textfile(path))
+                tally = Tally(read_bounded(path))
             except ValueError as exc:
                 log(f"metrics: {exc}; counting afresh")
                 tally = Tally()
             tally.add(sample)
-            write_textfile(path, tally)
+            write_atomically(path, tally.render())
     except Exception as exc:
         log(f"metrics not written to {path}: {exc}")

@@ -4,7 +4,8 @@
 temporary file with ``open()``: its mode follows the process' umask (a hook under a
 site's ``umask 077`` would leave a file node_exporter, not root, cannot read), and a
 ``chmod`` after the rename leaves a moment when it cannot. Here the temporary file is
-made 0644 and synced before the rename; the text is ``generate_latest``'s all the same::
+made 0644 and synced before the rename (:func:`write_atomically`); the text is
+``generate_latest``'s all the same::
 
     >>> write_textfile(Path("/var/lib/node_exporter/x.prom"), registry)  # doctest: +SKIP
 """
@@ -17,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import Collector
 
 MAX_BYTES = 1 << 20  # a file of ours is a few KiB; more is not ours to parse
@@ -27,7 +27,11 @@ def write_textfile(path: Path, registry: Collector) -> None:
     """Write ``registry``'s metrics to ``path`` (in a directory root owns), atomically."""
     from prometheus_client import generate_latest
 
-    data = generate_latest(registry)  # type: ignore[arg-type]
+    write_atomically(path, generate_latest(registry))  # type: ignore[arg-type]
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, root's, 0644 whatever the umask, by a rename."""
     # mkstemp: O_EXCL (never through a planted link); a dot name that node_exporter,
     # which reads *.prom only, skips.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -47,20 +51,18 @@ def write_textfile(path: Path, registry: Collector) -> None:
         raise
 
 
-def read_textfile(path: Path) -> list[Metric]:
-    """The metric families in ``path``; [] if there is none. Raises ``ValueError`` on a
-    file that is not the text format (or is larger than :data:`MAX_BYTES`)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+def read_bounded(path: Path) -> str | None:
+    """The text of ``path`` (never through a link); None if there is none. Raises
+    ``ValueError`` past :data:`MAX_BYTES` or on bytes that are not UTF-8."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
-        return []
+        return None
     with os.fdopen(fd, "rb") as f:
         raw = f.read(MAX_BYTES + 1)
     if len(raw) > MAX_BYTES:
         raise ValueError(f"{path}: larger than {MAX_BYTES} bytes")
     try:
-        return list(text_string_to_metric_families(raw.decode()))
-    except (UnicodeDecodeError, ValueError, TypeError, IndexError) as exc:
-        raise ValueError(f"{path}: not the Prometheus text format: {exc}") from None
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not text: {exc}") from None

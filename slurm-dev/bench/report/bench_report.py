@@ -4,8 +4,10 @@
 Generates ROWS phase rows (10 phases per job-node, jobs of 1..256 nodes spread over
 365 days) into a file:// store, laid out as after daily compaction (one file per
 day) plus the last day uncompacted (one small file per node and flush, as the hooks
-leave them), then times the cluster view over the whole year and over 7 days, and
-one job's report. Medians of REPEAT runs, in one process (warm page cache).
+leave them), then times the cluster view over the whole year and over 7 days, one
+job's report (with its earlier jobs of the same script), and finding an array task's
+job id in the records (``report ARRAYID_TASK`` for a job Slurm forgot). Medians of
+REPEAT runs, in one process (warm page cache).
 
     slurm-dev/bench/report/bench_report.py --smoke        # 50k rows, CI
     slurm-dev/bench/report/bench_report.py                # 1M rows
@@ -56,8 +58,24 @@ def job_rows(rng: random.Random, job_id: int, t0: float, nodes: int) -> list[Pha
     submit = t0 - rng.expovariate(1 / 600)
     run_secs = rng.expovariate(1 / 20000) + 600
     straggler = rng.randrange(nodes)
+    # One job in ten is an array task (array 500000 + job_id // 4, task job_id % 4);
+    # every job has its batch script, one per user and name.
+    array = (500_000 + job_id // 4, job_id % 4) if job_id % 10 == 0 else (None, None)
     for n in range(nodes):
-        meta = JobMeta(job_id, 0, name, user, "acct", f"n{n:05d}", nodes, 8, submit)
+        meta = JobMeta(
+            job_id,
+            0,
+            name,
+            user,
+            "acct",
+            f"n{n:05d}",
+            nodes,
+            8,
+            submit,
+            array_job_id=array[0],
+            array_task_id=array[1],
+            script=f"/home/{user}/{name}.sh",
+        )
         t = t0 + rng.random() * 0.5
         slow = 1 + (rng.random() * 3 if n == straggler else rng.random() * 0.3)
         prolog_end = t
@@ -163,6 +181,11 @@ def main() -> int:
             "cluster_7d_cpu_seconds_median",
         )
         one, job = timed(lambda: job_report(ds, sample), args.repeat, "one_job_cpu_seconds_median")
+        # `report ARRAY_TASK` for a task Slurm forgot: a scan of the array columns.
+        task_of = (500_000 + 2000 // 4, 2000 % 4)  # job 2000's (the 1000th job's) task
+        arr, found = timed(
+            lambda: ds.array_task(*task_of), args.repeat, "array_task_cpu_seconds_median"
+        )
         result = {
             "rows": view.rows,  # type: ignore[attr-defined]
             "runs": view.runs,  # type: ignore[attr-defined]
@@ -172,6 +195,9 @@ def main() -> int:
             "cluster_7d_seconds_median": round(week, 3),
             "one_job_seconds_median": round(one, 3),
             "one_job_nodes": len(job.runs[0].nodes) if job.runs else 0,  # type: ignore[attr-defined]
+            "one_job_earlier_jobs": len(job.earlier),  # type: ignore[attr-defined]
+            "array_task_seconds_median": round(arr, 3),
+            "array_task_found": found == 2000,
             **CPU,
             "load_average_1min": round(os.getloadavg()[0], 1),
             "cpus": os.cpu_count(),
