@@ -2,7 +2,7 @@
 
 A hook is a process per job, so its counters live in the file itself: each run takes
 the directory's lock (``.bootseer_hooks.lock``, flock), reads the file, adds its own
-sample and writes the file anew (:func:`~bootseer.metrics.textfile.write_textfile`).
+sample and writes the file anew (:func:`~bootseer.metrics.textfile.write_atomically`).
 Both hooks share one file: a family split over two files needs node_exporter to merge
 them, and one lock held for a few milliseconds per run costs nothing. A file that is
 not ours to parse starts the counts afresh (Prometheus' ``rate()`` takes a reset)::
