@@ -442,9 +442,9 @@ def test_a_verify_holds_one_of_its_users_transfers(base: Path, door: AgentProc) 
     # Two silent puts hold her share; a third answered busy says they do.
     code = HOLD.replace("PATH", repr(str(door.socket))).replace("COUNT", "3")
     code = code.replace("EXPECT", "1")
+    argv = ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups"]
     mallory = subprocess.Popen(
-        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups"]
-        + [sys.executable, "-c", code],
+        [*argv, sys.executable, "-c", code],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
