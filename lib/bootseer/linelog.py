@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-
 # Root's and its group's: the lines name every user's jobs, image paths, checkpoint
 # files and why steps failed, which other users may not see (a job's user reads her
 # own in `bootseer report` and her mount's .bootseer.log).
