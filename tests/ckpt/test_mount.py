@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall, steps_for
 from bootseer.options import Options
 from tests.hookkit import job_context, step_call
+from tests.waiting import wait_until
 
 from .conftest import JOB_UID, OTHER_UID, UNIT, needs_fuse
 
@@ -100,7 +100,8 @@ f.write(b"n" * 5 * {unit})
 print("writing", flush=True)
 while True:
     f.write(b"n" * {unit})
-    time.sleep(0.01)
+    print("wrote", flush=True)
+    time.sleep(0.01)  # a writer still busy when it is killed: the behaviour under test
 """
 
 
@@ -125,15 +126,16 @@ def test_killed_writer_leaves_previous_version(
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
-        time.sleep(0.3)
+        # Killed in the middle of its stream: a few more units written after the first.
+        assert [proc.stdout.readline() for _ in range(3)] == [b"wrote\n"] * 3
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    time.sleep(0.5)  # the kernel's flush and release of the dead writer's file
+    # The kernel flushes and releases the dead writer's file; the daemon then drops it.
+    wait_until(lambda: "new version dropped" in Path(rec.log).read_text(), "the drop")
     with job_ns.open("ckpt.pt") as f:
         assert f.read() == old
     assert as_user(JOB_UID, "cat", f"{mp}/ckpt.pt").stdout == old
-    assert "new version dropped" in Path(rec.log).read_text()
 
 
 FSYNC_WRITER = """
@@ -222,7 +224,7 @@ def test_dead_daemon_is_reported_and_cleaned_up(
 ) -> None:
     mp, rec = mounted
     os.kill(rec.pid, signal.SIGKILL)
-    time.sleep(0.3)
+    wait_until(lambda: not ckpt_mount.daemon_alive(rec.pid, rec.mountpoint), "the kill")
     assert mounts.is_mounted(mp)
     res = ckpt_mount.stop(rec)
     assert res.died
@@ -270,7 +272,7 @@ def test_epilog_fails_the_step_when_the_daemon_died(
     rec = ckpt_mount.MountRecord.load(call.job.path / "ckpt")
     assert rec is not None
     os.kill(rec.pid, signal.SIGKILL)
-    time.sleep(0.3)
+    wait_until(lambda: not ckpt_mount.daemon_alive(rec.pid, rec.mountpoint), "the kill")
     with pytest.raises(StepError, match=r"daemon \(pid \d+\) died during the job"):
         step.epilog(call)
     assert not mounts.is_mounted(rec.mountpoint)

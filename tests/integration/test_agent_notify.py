@@ -23,14 +23,9 @@ def test_notify_reaches_an_abstract_socket() -> None:
         assert s.recv(64) == b"READY=1"
 
 
-def test_the_agent_says_ready_once_its_socket_answers(tmp_path: Path) -> None:
-    (tmp_path / "log").mkdir()
-    for d in (tmp_path, *tmp_path.parents):
-        if d == Path("/tmp"):
-            break
-        d.chmod(0o755)
-    agent = AgentProc(tmp_path, "t1", site_config(tmp_path))
-    path = tmp_path / "notify.sock"
+def test_the_agent_says_ready_once_its_socket_answers(base: Path) -> None:
+    agent = AgentProc(base, "t1", site_config(base))
+    path = base / "notify.sock"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
         s.bind(str(path))
         s.settimeout(30)

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from bootseer.image.protocol import AgentBadRequest, encode, error_for
-from tests.imagekit import add_image, make_squashfs, running_agent
+from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
@@ -90,20 +91,21 @@ def test_stats_shows_a_user_only_their_own_jobs(base: Path) -> None:
 
 
 def hold(path: Path, n: int) -> str:
-    """A program that opens ``n`` connections, says how many were answered busy, and
-    holds them open until its stdin closes."""
+    """A program that opens ``n`` connections, says "connected", and once a line comes on
+    its stdin, how many were answered busy; it holds them open until its stdin closes."""
     return HOLD.replace("PATH", repr(str(path))).replace("COUNT", str(n))
 
 
 HOLD = """
-import socket, sys, time
+import socket, sys
 path, n = PATH, COUNT
 held, refused = [], 0
 for _ in range(n):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(path)
     held.append(s)
-time.sleep(1.0)
+print("connected", flush=True)
+sys.stdin.readline()
 for s in held:
     s.setblocking(False)
     try:
@@ -114,6 +116,19 @@ for s in held:
 print(refused, flush=True)
 sys.stdin.read()
 """
+
+
+def busy_answers(agent: AgentProc, holder: subprocess.Popen[str]) -> int:
+    """How many of the ``hold`` program's connections the agent answered busy. The agent
+    accepts connections in order and answers busy before it accepts the next: once root's
+    ping, connected after all of them, is answered, every one was served or refused."""
+    assert holder.stdout is not None and holder.stdin is not None
+    line = holder.stdout.readline()
+    assert line == "connected\n", line + (holder.stderr.read() if holder.stderr else "")
+    assert agent.client.call("ping", timeout=30)["ok"]
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    return int(holder.stdout.readline())
 
 
 def threads_of(pid: int) -> int:
@@ -133,21 +148,20 @@ def test_connections_are_capped_per_user_and_in_total(base: Path) -> None:
         mallory = as_user(MALLORY, hold(agent.socket, 200))
         bob = None
         try:
-            assert mallory.stdout is not None
-            assert int(mallory.stdout.readline()) == 196
+            assert busy_answers(agent, mallory) == 196
             assert threads_of(agent.proc.pid) - before <= 4
             bob = as_user(BOB, hold(agent.socket, 4))
-            assert bob.stdout is not None and bob.stderr is not None
-            line = bob.stdout.readline()
-            assert line.strip(), bob.stderr.read()
-            assert int(line) == 2
+            assert busy_answers(agent, bob) == 2
             assert agent.client.call("ping", timeout=5)["ok"]  # root: never refused
         finally:
             for p in (mallory, bob):
                 if p is not None:
                     p.kill()
                     p.wait()
-        # Once they are closed, users are served again.
+        # Once they are closed, users are served again (the agent ends their threads
+        # when it sees them closed).
+        pid = agent.proc.pid
+        wait_until(lambda: threads_of(pid) <= before, "the held connections' threads end")
         out, err = as_user(
             BOB,
             "from bootseer.image.client import AgentClient\n"

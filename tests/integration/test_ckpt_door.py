@@ -287,8 +287,11 @@ def test_huge_malformed_and_descriptor_abusing_requests_are_refused(
     assert door.client.call("ping")["ok"]
 
 
+# Opens COUNT puts and says how many were answered busy once EXPECT were (or, at the
+# latest, after a deadline): the agent answers them as it gets to them, those past a
+# user's share of transfers from its handler threads.
 HOLD = """
-import os, socket, sys, time
+import os, select, socket, sys, time
 path, n = PATH, COUNT
 held, pipes, refused = [], [], 0
 for i in range(n):
@@ -299,14 +302,14 @@ for i in range(n):
     os.close(r)
     held.append(s)
     pipes.append(w)
-time.sleep(1.0)
-for s in held:
-    s.setblocking(False)
-    try:
+expect, pending = EXPECT, list(held)
+deadline = time.monotonic() + 30
+while refused < expect and pending and time.monotonic() < deadline:
+    ready, _, _ = select.select(pending, [], [], max(0.0, deadline - time.monotonic()))
+    for s in ready:
+        pending.remove(s)
         if b"busy" in s.recv(4096):
             refused += 1
-    except BlockingIOError:
-        pass
 print(refused, flush=True)
 sys.stdin.read()
 """
@@ -320,6 +323,7 @@ def test_silent_puts_hold_only_their_users_share_and_end_with_the_caller(
     alice still puts; when mallory's process dies, the agent's threads end and no
     version of hers is committed."""
     code = HOLD.replace("PATH", repr(str(door.socket))).replace("COUNT", "20")
+    code = code.replace("EXPECT", "18")
     mallory = subprocess.Popen(
         [
             "setpriv",

@@ -9,6 +9,7 @@ user opened, never from another file that once had the same path, size and mtime
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -125,3 +126,90 @@ def test_a_huge_sparse_image_is_refused_before_a_byte_is_hashed(cluster: DevSlur
         assert cluster.node_states()[node].startswith("idle")
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_a_user_on_a_jobs_node_gets_nothing_from_its_peer_port(cluster: DevSlurm) -> None:
+    """bob's two-node job reads his private image (0600 in his 0700 directory), so n2's
+    agent holds its blocks and serves them to the job's other node over the p2p port.
+    mallory runs a job on n1, one of his job's nodes (the address the port accepts), and
+    asks n2's port for his image's first block, naming his job and the block's digest
+    (as if both leaked): without the job's token, which only root's agents derive from
+    the site key, she is refused and served nothing."""
+    import time
+    import tomllib
+
+    from bootseer.config import SiteConfig
+    from bootseer.image.manifest import load_manifest
+    from bootseer.image.registry import path_key
+    from bootseer.p2p.auth import job_token, load_site_key
+    from bootseer.sitekey import IMAGE_PATH, load_keys
+
+    work = cluster.dir / "p2p-acl"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "bob").mkdir(parents=True)
+    work.chmod(0o1777)
+    image = _squashfs(work / "src", work / "bob" / "img.sqsh", seed=3)
+    for p in (work / "bob", image):
+        os.chown(p, *_ids(cluster, "bob"))
+    (work / "bob").chmod(0o700)
+    image.chmod(0o600)
+    done = work / "done"
+    bobs = (
+        "#!/bin/sh\nset -e\n"
+        "srun -N2 sh -c 'cat \"$BOOTSEER_IMAGE\" > /dev/null && echo read-$(hostname)'\n"
+        f"i=0; while [ ! -e {done} ]; do i=$((i+1)); [ $i -gt 1200 ] && exit 1; "
+        "sleep 0.1; done\n"
+    )
+    b = cluster.sbatch("-N2", "-w", "n1,n2", f"--bootseer-image={image}", script=bobs, user="bob")
+    try:
+        deadline = time.monotonic() + 90
+        while _output_so_far(cluster, b).count("read-") < 2:  # his blocks are on n2 now
+            assert time.monotonic() < deadline, _output_so_far(cluster, b)
+            assert cluster.job_state(b) in ("PENDING", "CONFIGURING", "RUNNING"), _output_so_far(
+                cluster, b
+            )
+            time.sleep(0.2)
+        store = cluster.cluster.open_store()
+        keys = load_keys(cluster.dir / "etc" / "site.key")
+        key = path_key(str(image))
+        record = json.loads(keys.open(IMAGE_PATH, key, store.read_bytes(key)))
+        digest = load_manifest(store, record["image"], keys=keys).blocks[0]
+        cfg = SiteConfig.from_mapping(tomllib.loads(cluster.site_config.read_text()))
+        addr = cluster.cluster.s.network.node_ip("n2")
+        real = job_token(load_site_key(cfg.p2p.key_file), b).hex()
+        probe = f"""#!/bin/sh
+"$(dirname "$(command -v bootseer)")/python3" - <<'PY'
+from bootseer.p2p.auth import job_token
+from bootseer.p2p.client import PeerClient
+from bootseer.p2p.wire import PeerError, PieceRequest
+req = PieceRequest({b}, "", "{digest}", 1)
+tokens = (
+    ("zeros", bytes(32)),
+    ("guessed", job_token(b"mallory's guess", {b})),
+    ("real", bytes.fromhex("{real}")),  # the control: what only root's agents hold
+)
+for name, token in tokens:
+    try:
+        data = PeerClient(timeout=10).fetch(("{addr}", {cfg.p2p.port}), req, token)
+        print(name, "served", len(data))
+    except PeerError as exc:
+        print(name, "refused", exc.kind)
+PY
+"""
+        m = cluster.sbatch("-N1", "-w", "n1", script=probe, user="mallory")
+        assert cluster.wait(m) == "COMPLETED", cluster.output(m)
+        out = cluster.output(m)
+        lines = out.splitlines()
+        assert lines[:2] == ["zeros refused refused", "guessed refused refused"], out
+        assert lines[2].startswith("real served "), out  # the address and piece were right
+    finally:
+        done.touch()
+    assert cluster.wait(b) == "COMPLETED", cluster.output(b)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _output_so_far(cluster: DevSlurm, job: int) -> str:
+    try:
+        return cluster.output(job)
+    except FileNotFoundError:  # the job has not started
+        return ""

@@ -26,16 +26,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def base(tmp_path: Path) -> Path:
-    (tmp_path / "log").mkdir()
-    for d in (tmp_path, *tmp_path.parents):
-        if d == Path("/tmp"):
-            break
-        d.chmod(0o755)
-    return tmp_path
-
-
 def test_image_add_seals_and_the_agent_serves_it(base: Path) -> None:
     image = make_squashfs(base / "img.sqsh", {"a": 300_000})
     image_id = add_image(base, image, "good:1")

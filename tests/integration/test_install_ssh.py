@@ -186,3 +186,59 @@ def test_a_command_that_fills_stderr_does_not_stall(site: Site) -> None:
     with Node("n1", site.ssh.config) as node:
         r = node.sh("head -c 5000000 /dev/zero >&2; echo done", timeout=30)
     assert (r.status, r.out, len(r.err)) == (0, "done\n", 5_000_000)
+
+
+def test_a_path_root_runs_from_that_a_user_can_write_is_refused(site: Site) -> None:
+    """n1's prefix would sit in a directory every user can write (she renames root's
+    install away and puts her own hooks there); on n2, in a sticky one, mallory made the
+    prefix first (``mkdir -p`` kept it: the install went into her directory). Then a
+    ``--python`` reached through a directory of hers. Each node is refused before
+    anything is written; before, each install went ahead."""
+    import pwd
+
+    mallory = pwd.getpwnam("mallory")
+    roots = {node: site.ssh.node_root(node) for node in NODES}
+    prefix = NODE_ROOT / "srv" / "bootseer"
+    ETC.mkdir(parents=True, exist_ok=True)
+    try:
+        for name in ("site.key", "secrets.toml"):
+            shutil.copy2(site.state / "admin" / name, ETC / name)
+        (roots["n1"] / "srv").mkdir()
+        (roots["n1"] / "srv").chmod(0o777)
+        (roots["n2"] / "srv").mkdir()
+        (roots["n2"] / "srv").chmod(0o1777)
+        hers = roots["n2"] / "srv" / "bootseer"
+        hers.mkdir()
+        os.chown(hers, mallory.pw_uid, mallory.pw_gid)
+        r = site.install("--prefix", str(prefix))
+        assert r.returncode == 1, r.stdout
+        lines = r.stdout.splitlines()
+        assert [
+            x
+            for x in lines
+            if x.startswith("n1: FAILED: ")
+            and f"{prefix.parent} is writable by every user (mode 0777)" in x
+        ], r.stdout
+        assert [
+            x
+            for x in lines
+            if x.startswith("n2: FAILED: ") and f"{prefix} is owned by uid {mallory.pw_uid}" in x
+        ], r.stdout
+        assert list((roots["n1"] / "srv").iterdir()) == []
+        assert list(hers.iterdir()) == []
+
+        # The interpreter root's hooks run, through a directory of mallory's.
+        for root in roots.values():
+            py = root / "home" / "mallory-py"
+            py.mkdir(parents=True)
+            (py / "python3").symlink_to("/usr/bin/python3")
+            os.chown(py, mallory.pw_uid, mallory.pw_gid)
+        python = NODE_ROOT / "home" / "mallory-py" / "python3"
+        r = site.install("--python", str(python))
+        assert r.returncode == 1, r.stdout
+        assert f"n[1-2]: FAILED: {python.parent} is owned by uid {mallory.pw_uid}" in r.stdout
+    finally:
+        shutil.rmtree(NODE_ROOT / "etc", ignore_errors=True)
+        for root in roots.values():
+            shutil.rmtree(root / "srv", ignore_errors=True)
+            shutil.rmtree(root / "home", ignore_errors=True)

@@ -53,18 +53,13 @@ def s(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     return name, tuple(sorted(labels.items()))
 
 
-def test_agent_writes_its_metrics_and_they_move_with_reads(tmp_path: Path) -> None:
-    (tmp_path / "log").mkdir()
-    for d in (tmp_path, *tmp_path.parents):
-        if d == Path("/tmp"):
-            break
-        d.chmod(0o755)
-    image = make_squashfs(tmp_path / "img.sqsh", {"a": 900_000, "b": 400_000})
-    add_image(tmp_path, image, "test:1")
-    config = site_config(tmp_path, "t1")
-    config["metrics"] = {"textfile_dir": f"{tmp_path}/metrics/%n", "interval": 1}
-    agent = AgentProc(tmp_path, "t1", config)
-    prom = tmp_path / "metrics" / "t1" / "bootseer_agent.prom"
+def test_agent_writes_its_metrics_and_they_move_with_reads(base: Path) -> None:
+    image = make_squashfs(base / "img.sqsh", {"a": 900_000, "b": 400_000})
+    add_image(base, image, "test:1")
+    config = site_config(base, "t1")
+    config["metrics"] = {"textfile_dir": f"{base}/metrics/%n", "interval": 1}
+    agent = AgentProc(base, "t1", config)
+    prom = base / "metrics" / "t1" / "bootseer_agent.prom"
     try:
         agent.start()
         first = wait_for(prom, lambda m: m.get(s("bootseer_agent_up")) == 1)
@@ -107,8 +102,8 @@ def test_agent_writes_its_metrics_and_they_move_with_reads(tmp_path: Path) -> No
         agent.release(1)
 
         # mallory points a name at her own image (unsealed: she has no site key).
-        evil = make_squashfs(tmp_path / "evil.sqsh", {"a": 300_000}, seed=2)
-        store = open_store(f"file://{tmp_path}/store")
+        evil = make_squashfs(base / "evil.sqsh", {"a": 300_000}, seed=2)
+        store = open_store(f"file://{base}/store")
         tag_image(store, "evil:1", upload_file(store, str(evil), 64 << 10, keys=None), keys=None)
         with pytest.raises(AgentError):
             agent.prepare(2, "evil:1")

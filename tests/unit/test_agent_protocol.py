@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import socketserver
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,16 +118,21 @@ def test_client_side_kinds(tmp_path: Path) -> None:
     with pytest.raises(AgentUnavailable):
         AgentClient(tmp_path / "none.sock").ping()
 
+    answered = threading.Event()
+
     class Silent(socketserver.StreamRequestHandler):
         def handle(self) -> None:
-            time.sleep(0.5)
+            answered.wait(30)  # silent until the client has given up
 
     sock = tmp_path / "slow.sock"
     with socketserver.ThreadingUnixStreamServer(str(sock), Silent) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        with pytest.raises(AgentTimeout, match="no answer to status"):
-            AgentClient(sock).status(1, timeout=0.2)
-        server.shutdown()
+        try:
+            with pytest.raises(AgentTimeout, match="no answer to status"):
+                AgentClient(sock).status(1, timeout=0.2)
+        finally:
+            answered.set()
+            server.shutdown()
 
 
 def test_the_real_server_answers_with_typed_errors(

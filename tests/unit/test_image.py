@@ -29,6 +29,7 @@ from bootseer.image.registry import (
 from bootseer.image.trace import Recorder, Trace, TraceError
 from bootseer.store import open_store
 from tests.sitekeys import KEYS
+from tests.waiting import wait_until
 
 BS = 64 << 10
 
@@ -256,13 +257,12 @@ def test_background_fill_yields_to_demand_reads(tmp_path: Path) -> None:
     try:
         fill = BackgroundFill(m.id)
         fill.start(fetcher, src, m, skip=set())
-        time.sleep(0.12)
-        t0 = time.monotonic()
+        wait_until(lambda: len(src.reads) >= 2, "the fill under way")
         fetcher.get(src, m, 39)  # last in the fill's order; a demand read jumps the queue
-        assert time.monotonic() - t0 < 0.5
         assert src.reads.index(39) < 10
         fill.cancel()
-        time.sleep(0.3)
+        # Every queued fetch of the fill settles (the cancelled ones are dropped unread).
+        wait_until(lambda: fill.ended is not None, "the cancelled fill's end")
         assert fill.state == "cancelled" and len(src.reads) < 40
     finally:
         fetcher.stop()
@@ -290,7 +290,7 @@ def test_prefetch_may_return_once_the_leading_part_is_local(tmp_path: Path) -> N
     try:
         res = prefetch_hot(fetcher, src, m, list(range(8)), time.monotonic() + 5, 0.25)
         assert 2 <= res.fetched_blocks < 8 and not res.complete
-        time.sleep(1.2)
+        wait_until(lambda: len(src.reads) >= 8, "the rest of the trace fetched")
         assert src.reads == list(range(8))  # the rest streamed on, in trace order
     finally:
         fetcher.stop()
@@ -428,7 +428,9 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
         )
         reading_until = time.monotonic() + 1.5
         asked.start()
-        while time.monotonic() < reading_until:  # the owner's own job keeps reading
+        # The owner's own job keeps reading for longer than read_quiet: the behaviour under
+        # test (the peer's fetch must wait all that time), not a synchronisation.
+        while time.monotonic() < reading_until:
             fetcher.last_read = time.monotonic()
             assert src.reads == []
             time.sleep(0.05)

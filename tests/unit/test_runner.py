@@ -35,7 +35,7 @@ def crashing_step(call: StepCall) -> StepResult:
 
 
 def slow_step(call: StepCall) -> StepResult:
-    time.sleep(5)
+    time.sleep(5)  # a step that outlives its deadline: the behaviour under test
     return StepResult()
 
 

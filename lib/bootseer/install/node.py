@@ -23,6 +23,7 @@ from bootseer.install.bundle import Bundle
 from bootseer.install.files import NodeFile
 from bootseer.install.layout import Layout
 from bootseer.install.remote import Node, RemoteError
+from bootseer.install.trust import check_node
 
 PROBE = r"""
 import hashlib, json, os, sys
@@ -138,6 +139,12 @@ def install_node(
             f"its {target.python} has no {' or '.join(missing)}: apt-get install python3-venv"
         )
 
+    # Root runs and reads what is under these: no one else may be able to change them.
+    trusted = sorted(
+        {f.path.parent for f in target.files} | {lay.prefix, lay.etc, lay.wheels, lay.venvs}
+    )
+    check_node(node, target.python, trusted)
+
     def stale(f: NodeFile) -> bool:
         got = have["files"].get(str(f.path))
         return got is None or got[0] != _sha(f.data) or got[1] != f.mode or got[2:] != [0, 0]
@@ -178,6 +185,7 @@ def install_node(
     # (install -d would reset a site's /usr/local/bin, 2775 root:staff on Debian).
     mkdirs = 'umask 022 && mkdir -p -- "$@"'
     node.check(["sh", "-c", mkdirs, "-", *dirs])
+    check_node(node, target.python, trusted)  # a directory a user made first is hers
     for f in files:
         node.put(f.path, f.data, f.mode)
     if not venv_ok:

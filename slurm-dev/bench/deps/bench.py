@@ -147,6 +147,10 @@ class Bench:
         self.nodes = cluster.s.node_names
         self.packages = packages
         self.req = WORK / "req.txt"
+        # The interpreter the jobs build their own environments on (`venv`/`uv venv --python`),
+        # as a site's would be: the bare binary on purpose, so no job env is layered on
+        # bootseer's venv, and its prefix is a deps link root. Nothing of bootseer runs on it
+        # (the bench's own helpers run on sys.executable, the venv's).
         self.py = os.path.realpath(sys.executable)
         self.index_proc: subprocess.Popen[bytes] | None = None
         self.index_url = f"http://{cluster.s.store_ips[1]}:{INDEX_PORT}/simple"

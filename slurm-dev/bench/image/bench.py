@@ -50,7 +50,12 @@ from bootseer.image.trace import trace_key  # noqa: E402
 from bootseer.sitekey import load_keys  # noqa: E402
 from bootseer.store import Store  # noqa: E402
 
-PYTHON = os.path.realpath(sys.executable)  # the interpreter binary; its stdlib is the image's
+# The bare interpreter binary on purpose: the container's Python takes its stdlib (and, in
+# the full image, torch and friends) from the image through PYTHONHOME, and needs nothing of
+# bootseer's venv. The venv's own python would read its pyvenv.cfg and put the venv's
+# site-packages on sys.path even under PYTHONHOME, so the "container" would import from
+# outside its image. Only stdlib and image code runs on it (bench.py itself runs on the venv).
+PYTHON = os.path.realpath(sys.executable)
 PYLIB = Path(sys.base_prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
 WORK = Path(os.environ.get("BOOTSEER_BENCH_DIR", "/var/tmp/bootseer-image-bench"))
 

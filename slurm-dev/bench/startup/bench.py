@@ -304,6 +304,10 @@ class Bench:
         self.user_env = self.env if user == "root" else {**self.env, **devcluster.user_env(user)}
         self.as_user = [] if user == "root" else devcluster.as_user(user)
         self.cpu = CpuGroups(cluster)
+        # The interpreter the jobs build their own environments on (`venv`/`uv venv --python`),
+        # as a site's would be: the bare binary on purpose, so no job env is layered on
+        # bootseer's venv, and its prefix is a deps link root. Nothing of bootseer runs on it
+        # (the bench's own helpers run on sys.executable, the venv's).
         self.py = os.path.realpath(sys.executable)
         self.uv = shutil.which("uv", path=self.env["PATH"]) or "uv"
         store_ip = cluster.s.store_ips[1]
