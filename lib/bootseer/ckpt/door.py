@@ -178,8 +178,16 @@ def _descriptor(req: CkptRequest, caller: Caller) -> int:
     if access not in want or flags & getattr(os, "O_PATH", 0):
         what = "reading" if req.fd_mode == "r" else "writing"
         raise AgentRefused(f"{req.op}: the file descriptor is not open for {what}")
-    if stat.S_ISDIR(os.fstat(fd).st_mode):
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
         raise AgentRefused(f"{req.op}: the file descriptor is a directory")
+    if req.fd_mode == "w" and not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        # Root's writes pass the user's disk quota and take the blocks a filesystem
+        # keeps for root: the caller writes its own files (``bootseer ckpt get`` does).
+        raise AgentRefused(
+            f"{req.op}: the file descriptor must be a pipe or a socket (the agent writes "
+            "no user's file: the caller copies from the pipe, as `bootseer ckpt get` does)"
+        )
     return fd
 
 
