@@ -429,3 +429,37 @@ def test_a_get_takes_no_more_of_a_disk_than_its_user_may(
     r = as_user("mallory", door, "get", "p:big.bin", str(out))
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == data and out.stat().st_uid == pwd.getpwnam("mallory").pw_uid
+
+
+def test_a_verify_holds_one_of_its_users_transfers(base: Path, door: AgentProc) -> None:
+    """A verify reads back every unit of what it checks, as a get does, but held no
+    transfer: with her 2 transfers busy, mallory still had the agent read and hash her
+    whole namespace, as many times at once as her connections allow (8 by default),
+    as root and outside her job's allocation. Now it is busy like a third transfer,
+    and served again once hers end."""
+    src, _data = weights(base, "mallory")
+    assert as_user("mallory", door, "put", str(src), "p:model.bin").returncode == 0
+    # Two silent puts hold her share; a third answered busy says they do.
+    code = HOLD.replace("PATH", repr(str(door.socket))).replace("COUNT", "3")
+    code = code.replace("EXPECT", "1")
+    argv = ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups"]
+    mallory = subprocess.Popen(
+        [*argv, sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert mallory.stdout is not None
+        assert int(mallory.stdout.readline()) == 1
+        r = as_user("mallory", door, "verify", "p")
+        assert r.returncode == 1 and "busy" in r.stderr, (r.returncode, r.stdout, r.stderr)
+    finally:
+        mallory.kill()
+        mallory.wait()
+    answer: dict[str, Any] = {}
+    for _ in range(100):
+        answer = raw_as("mallory", door, {"op": "ckpt_verify", "ns": "p", "path": ""})
+        if answer.get("ok"):
+            break
+    assert answer.get("ok") and answer["files"] == 1, answer

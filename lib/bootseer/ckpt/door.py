@@ -78,7 +78,7 @@ READ_AHEAD = 4
 
 
 class _Transfers:
-    """Counts the put and get transfers under way, by uid; past a cap, "busy"."""
+    """Counts the transfers under way (put, get, verify), by uid; past a cap, "busy"."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -144,7 +144,8 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest, caller: Caller) -> 
         fd = _descriptor(req, caller)
         ns = Namespace.from_config(cfg, name, keys=keys)
         ns.read_ahead = min(ns.read_ahead, READ_AHEAD)
-        if isinstance(req, CkptPut | CkptGet):
+        # A verify reads every unit it checks, as a get does: it holds a transfer too.
+        if isinstance(req, CkptPut | CkptGet | CkptVerify):
             with TRANSFERS.slot(caller.uid):
                 reply = _do(ns, req, fd, caller)
         else:
