@@ -262,6 +262,11 @@ class ClusterConfig:
             f"{action}:{bucket_path}/{top}/*"
             for top in sorted(PUBLIC_TOP)
             for action in ("Read", "List")
+        ] + [
+            # slurm-dev only, never bootseer's: the startup benchmark's baseline jobs pull
+            # plain objects (image, checkpoint) with curl, as users read a site's shared
+            # storage without bootseer (slurm-dev/bench/startup, STORE_PREFIX).
+            f"Read:{bucket_path}/bench/*"
         ]
 
     def _write(self, path: Path, text: str) -> None:

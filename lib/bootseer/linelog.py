@@ -21,6 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+# Root's and its group's: the lines name every user's jobs, image paths, checkpoint
+# files and why steps failed, which other users may not see (a job's user reads her
+# own in `bootseer report` and her mount's .bootseer.log).
+LOG_MODE = 0o640
+
 
 def stamp(now: float | None = None) -> str:
     """Local time to the millisecond, as every bootseer log line starts."""
@@ -43,7 +48,11 @@ class LineLog:
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+            self._fd = os.open(path, flags, LOG_MODE)
+            st = os.fstat(self._fd)
+            if st.st_uid == os.geteuid() and st.st_mode & 0o007:
+                os.fchmod(self._fd, st.st_mode & 0o770)  # a log from before LOG_MODE
         except OSError as exc:
             print(f"bootseer: cannot open {path}: {exc}", file=sys.stderr)
 

@@ -362,3 +362,104 @@ def test_without_an_agent_the_user_is_told_in_one_line(base: Path, door: AgentPr
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "no node agent" in r.stderr and "users hold no store credentials" in r.stderr
+
+
+@pytest.fixture
+def small_disk(base: Path) -> Iterator[Path]:
+    """A 64 MiB ext4 that keeps half its blocks for root (as every ext4 keeps 5%), open
+    to every user like a node's /tmp; unmounted at the end, whatever happened."""
+    if not shutil.which("mkfs.ext4"):
+        pytest.skip("needs e2fsprogs")
+    img, mnt = base / "small.img", base / "small"
+    with img.open("wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "50", str(img)], check=True)
+    mnt.mkdir()
+    subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], check=True)
+    try:
+        mnt.chmod(0o1777)
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+        img.unlink()
+
+
+def test_a_get_takes_no_more_of_a_disk_than_its_user_may(
+    base: Path, door: AgentProc, small_disk: Path
+) -> None:
+    """The agent (root) wrote a get into the user's own file: root's writes pass her
+    quota and take the blocks a filesystem keeps for root. mallory filled a disk to her
+    limit, then got 8 MiB of her checkpoint into it: before, it landed, out of root's
+    reserve (a node's / filled for good). Now the agent writes into a pipe, her process
+    writes the file and meets her limit; a descriptor of a file is refused."""
+    src, data = weights(base, "mallory", size=8 << 20)
+    assert as_user("mallory", door, "put", str(src), "p:big.bin").returncode == 0
+    fill = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=mallory",
+            "--regid=mallory",
+            "--init-groups",
+            "sh",
+            "-c",
+            f"head -c 64M /dev/zero > {small_disk}/fill",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert "No space left on device" in fill.stderr, fill.stderr
+    free = os.statvfs(small_disk).f_bfree
+    out = small_disk / "big.bin"
+    r = as_user("mallory", door, "get", "p:big.bin", str(out))
+    assert r.returncode != 0 and "No space left on device" in r.stderr, (r.returncode, r.stderr)
+    assert sorted(p.name for p in small_disk.iterdir()) == ["fill", "lost+found"]
+    assert os.statvfs(small_disk).f_bfree >= free  # root's reserve untouched
+    # Her own client, passing the file itself: refused, nothing written.
+    target = small_disk / "direct.bin"
+    r = raw_as(
+        "mallory",
+        door,
+        {"op": "ckpt_get", "ns": "p", "path": "big.bin"},
+        fds=f"[os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT, 0o600)]",
+    )
+    assert not r["ok"] and r["kind"] == "refused" and "pipe" in r["error"], r
+    assert target.stat().st_size == 0
+    # Where there is room, a get still lands whole, as hers.
+    (small_disk / "fill").unlink()
+    r = as_user("mallory", door, "get", "p:big.bin", str(out))
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == data and out.stat().st_uid == pwd.getpwnam("mallory").pw_uid
+
+
+def test_a_verify_holds_one_of_its_users_transfers(base: Path, door: AgentProc) -> None:
+    """A verify reads back every unit of what it checks, as a get does, but held no
+    transfer: with her 2 transfers busy, mallory still had the agent read and hash her
+    whole namespace, as many times at once as her connections allow (8 by default),
+    as root and outside her job's allocation. Now it is busy like a third transfer,
+    and served again once hers end."""
+    src, _data = weights(base, "mallory")
+    assert as_user("mallory", door, "put", str(src), "p:model.bin").returncode == 0
+    # Two silent puts hold her share; a third answered busy says they do.
+    code = HOLD.replace("PATH", repr(str(door.socket))).replace("COUNT", "3")
+    code = code.replace("EXPECT", "1")
+    argv = ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups"]
+    mallory = subprocess.Popen(
+        [*argv, sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert mallory.stdout is not None
+        assert int(mallory.stdout.readline()) == 1
+        r = as_user("mallory", door, "verify", "p")
+        assert r.returncode == 1 and "busy" in r.stderr, (r.returncode, r.stdout, r.stderr)
+    finally:
+        mallory.kill()
+        mallory.wait()
+    answer: dict[str, Any] = {}
+    for _ in range(100):
+        answer = raw_as("mallory", door, {"op": "ckpt_verify", "ns": "p", "path": ""})
+        if answer.get("ok"):
+            break
+    assert answer.get("ok") and answer["files"] == 1, answer

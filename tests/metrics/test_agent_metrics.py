@@ -132,3 +132,29 @@ def test_an_unwritable_metrics_dir_costs_a_log_line_not_the_agent(tmp_path: Path
         assert "metrics not written" in agent.log_text()
     finally:
         agent.stop()
+
+
+def test_a_user_over_the_socket_cap_shows_in_the_refused_count(tmp_path: Path) -> None:
+    from tests.integration.test_agent_socket import MALLORY, as_user, busy_answers, hold
+
+    (tmp_path / "log").mkdir()
+    for d in (tmp_path, *tmp_path.parents):  # mallory reaches the socket
+        if d == Path("/tmp"):
+            break
+        d.chmod(0o755)
+    config = site_config(tmp_path, "t1", max_connections=6, max_connections_per_user=4)
+    config["metrics"] = {"textfile_dir": f"{tmp_path}/metrics", "interval": 1}
+    agent = AgentProc(tmp_path, "t1", config)
+    prom = tmp_path / "metrics" / "bootseer_agent.prom"
+    mallory = None
+    try:
+        agent.start()
+        mallory = as_user(MALLORY, hold(agent.socket, 20))
+        assert busy_answers(agent, mallory) == 16
+        got = wait_for(prom, lambda m: m[s("bootseer_agent_socket_refused_total")] == 16)
+        assert got[s("bootseer_agent_socket_connections")] >= 4
+    finally:
+        if mallory is not None:
+            mallory.kill()
+            mallory.wait()
+        agent.stop()

@@ -54,6 +54,11 @@ def test_restarts_and_resubmissions_are_side_by_side(store: Store, dataset: Phas
     assert job_report(dataset, 24).earlier == []  # its own restarts only
     data = report.to_json()
     assert data["found"] and len(data["runs"][1]["nodes"]) == 4
+    r = run_cli("report", "21", "--store", store.uri)
+    assert r.returncode == 0, r.stderr
+    side = r.stdout[r.stdout.index("Runs side by side") :]
+    # Two-line column heads (the run, then whose): once printed as a literal "\n".
+    assert "\\n" not in side and "earlier" in side and "this job" in side
 
 
 def test_cluster_view_sums_startup_and_buckets_by_size(store: Store, dataset: PhaseDataset) -> None:

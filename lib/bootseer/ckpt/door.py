@@ -78,7 +78,7 @@ READ_AHEAD = 4
 
 
 class _Transfers:
-    """Counts the put and get transfers under way, by uid; past a cap, "busy"."""
+    """Counts the transfers under way (put, get, verify), by uid; past a cap, "busy"."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -144,7 +144,8 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest, caller: Caller) -> 
         fd = _descriptor(req, caller)
         ns = Namespace.from_config(cfg, name, keys=keys)
         ns.read_ahead = min(ns.read_ahead, READ_AHEAD)
-        if isinstance(req, CkptPut | CkptGet):
+        # A verify reads every unit it checks, as a get does: it holds a transfer too.
+        if isinstance(req, CkptPut | CkptGet | CkptVerify):
             with TRANSFERS.slot(caller.uid):
                 reply = _do(ns, req, fd, caller)
         else:
@@ -178,8 +179,16 @@ def _descriptor(req: CkptRequest, caller: Caller) -> int:
     if access not in want or flags & getattr(os, "O_PATH", 0):
         what = "reading" if req.fd_mode == "r" else "writing"
         raise AgentRefused(f"{req.op}: the file descriptor is not open for {what}")
-    if stat.S_ISDIR(os.fstat(fd).st_mode):
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISDIR(mode):
         raise AgentRefused(f"{req.op}: the file descriptor is a directory")
+    if req.fd_mode == "w" and not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        # Root's writes pass the user's disk quota and take the blocks a filesystem
+        # keeps for root: the caller writes its own files (``bootseer ckpt get`` does).
+        raise AgentRefused(
+            f"{req.op}: the file descriptor must be a pipe or a socket (the agent writes "
+            "no user's file: the caller copies from the pipe, as `bootseer ckpt get` does)"
+        )
     return fd
 
 

@@ -60,18 +60,45 @@ PF_EXITING = 0x4  # include/linux/sched.h
 LOG_NAME = ".bootseer.log"
 
 
+# What one mount's log file (``[paths] log_dir``/ckpt/<job>.log) may hold. Many of its
+# lines answer a call of the job's user (a refused name, a second writer, an append):
+# without a cap, a loop of such calls filled the node's log disk.
+LOG_FILE_BYTES = 4 << 20
+
+
 class DaemonLog:
     """The daemon's stderr is its log file (bootseer.ckpt.mount opens it, root's); the
     last lines are also kept for :data:`LOG_NAME`, so the job's user can read why a call
-    failed."""
+    failed. The file takes at most ``max_bytes`` of lines (then a note, and at exit how
+    many were left out, with the daemon's last lines: ``last=True``)."""
 
-    def __init__(self, keep: int = 1000) -> None:
+    def __init__(self, keep: int = 1000, max_bytes: int = LOG_FILE_BYTES) -> None:
         self.line = LineLog(None, f"ckpt-fuse[{os.getpid()}]")
         self.recent: collections.deque[str] = collections.deque(maxlen=keep)
+        self.max_bytes = max_bytes
+        self.written = 0
+        self.dropped = 0
+        self._lock = threading.Lock()
 
-    def __call__(self, message: str) -> None:
-        self.line(message)
-        self.recent.append(f"{stamp()} {message}\n")
+    def __call__(self, message: str, last: bool = False) -> None:
+        text = f"{stamp()} {message}\n"
+        self.recent.append(text)
+        size = len(text) + len(self.line.prefix) + 1
+        with self._lock:
+            if last and self.dropped:
+                self.line(f"{self.dropped} lines left out of this file past its cap")
+                self.dropped = 0
+            elif not last and self.written + size > self.max_bytes:
+                if not self.dropped:
+                    self.line(
+                        f"this log file is at its cap of {self.max_bytes} bytes: further "
+                        f"lines go only to the mount's {LOG_NAME} (its last "
+                        f"{self.recent.maxlen}) until the daemon's last lines"
+                    )
+                self.dropped += 1
+                return
+            self.written += size
+            self.line(message)
 
     def text(self) -> bytes:
         return "".join(self.recent).encode(errors="replace")
@@ -677,7 +704,7 @@ async def serve(fs: CkptFS) -> None:
         async def on_signal() -> None:
             with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for signum in signals:
-                    log(f"signal {signum}: unmounting")
+                    log(f"signal {signum}: unmounting", last=True)
                     nursery.cancel_scope.cancel()
                     return
 
@@ -757,7 +784,7 @@ def main(argv: list[str] | None = None) -> int:
             ns.store_bytes,
             ns.peer_bytes,
         )
-        log(f"unmounted; {totals} in {fs.reads} read requests")
+        log(f"unmounted; {totals} in {fs.reads} read requests", last=True)
         if args.totals:
             totals.write(Path(args.totals))
     return 0

@@ -1,15 +1,17 @@
 """``bootseer ckpt`` as a user: each action through the node agent's checkpoint door.
 
 A user holds no store credentials (docs/security.md, "The checkpoint door"): the agent
-(root) does the work in the caller's own namespaces. A ``put`` or ``get`` passes the
-local file's descriptor, opened here with the user's own rights; the agent reads or
-writes it, and the progress bar follows the descriptor's offset, which the two share.
+(root) does the work in the caller's own namespaces. A ``put`` passes the local
+file's descriptor, opened here with the user's own rights, and the agent reads it; a
+``get`` passes a pipe the agent writes into, and this process writes the file (root's
+writes would pass the user's quota). The progress bar follows the file's offset.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import sys
 import threading
@@ -114,22 +116,55 @@ def _get(args: argparse.Namespace, client: AgentClient, ns: str, path: str) -> i
     t0 = time.monotonic()
     if args.local == "-":
         sys.stdout.flush()
-        reply = CkptGetReply.from_wire(
-            client.send(CkptGet(ns, path), None, fds=[sys.stdout.buffer.fileno()])
-        )
+        reply = _get_into(client, CkptGet(ns, path), sys.stdout.buffer.fileno(), "stdout")
     else:
         tmp = Path(f"{args.local}.part")
         try:
             with open(tmp, "wb") as out, _following(args, f"get {path}", None, out.fileno()):
-                reply = CkptGetReply.from_wire(
-                    client.send(CkptGet(ns, path), None, fds=[out.fileno()])
-                )
+                reply = _get_into(client, CkptGet(ns, path), out.fileno(), str(tmp))
             os.replace(tmp, args.local)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
     _rate("get", reply.bytes, t0)
     return 0
+
+
+def _get_into(client: AgentClient, req: CkptGet, out: int, name: str) -> CkptGetReply:
+    """The agent (root) writes the checkpoint into a pipe; this process, the user's,
+    copies it into ``out``: the user's disk quota holds, and so does the reserve a
+    filesystem keeps for root (the agent refuses to write a user's file itself)."""
+    r, w = os.pipe()
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)
+    failed: list[OSError] = []
+
+    def copy() -> None:
+        try:
+            while chunk := os.read(r, 1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(out, view) :]
+        except OSError as exc:
+            failed.append(exc)
+        finally:
+            os.close(r)  # the agent's next write then fails (EPIPE) and it gives up
+
+    t = threading.Thread(target=copy, daemon=True)
+    t.start()
+    try:
+        try:
+            doc = client.send(req, None, fds=[w])
+        finally:
+            os.close(w)
+            t.join()
+    except BootseerError:
+        if not failed:
+            raise
+        doc = {}
+    if failed:
+        raise BootseerError(f"writing {name}: {failed[0].strerror or failed[0]}")
+    return CkptGetReply.from_wire(doc)
 
 
 @contextlib.contextmanager

@@ -213,13 +213,20 @@ def extract_snapshot(
 
 def _check_owned(rel: str, ti: tarfile.TarInfo) -> None:
     """SnapshotRejected unless the entry is this process's user's (the job's, in the
-    capture's child) and not writable by every user (a link's own mode means nothing)."""
+    capture's child) and not writable by every user (a link's own mode means nothing;
+    an empty file is taken empty, without its write bits for others)."""
     me = os.getuid()
     if ti.uid != me:
         raise SnapshotRejected(
             f"{rel} belongs to uid {ti.uid}, not to the job's user (uid {me}): another user "
             "put it there; not captured"
         )
+    if ti.isreg() and ti.size == 0 and ti.mode & 0o002:
+        # An empty lock file (uv makes every venv's `.lock` 0666): its bytes are none,
+        # whatever another user writes after this look (the archive takes ti.size of
+        # them), and it is kept without others' write, as a restore gives it back anyway.
+        ti.mode &= ~0o022
+        return
     if not ti.issym() and ti.mode & 0o002:
         raise SnapshotRejected(
             f"{rel} is writable by every user (mode {ti.mode & 0o7777:04o}): another user "

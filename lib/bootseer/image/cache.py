@@ -54,6 +54,7 @@ class BlockCache:
         self.bytes = 0
         self.evicted = 0
         self.dropped_bad = 0
+        self.unwritten = 0  # verified blocks the disk would not take (served all the same)
         (root / "blocks").mkdir(parents=True, exist_ok=True, mode=0o700)
         self._scan()
 
@@ -133,16 +134,29 @@ class BlockCache:
         self._drop(block_digest)
 
     def put(self, block_digest: str, data: bytes) -> None:
-        """Add a block whose digest the caller has checked."""
+        """Add a block whose digest the caller has checked (nothing, with a log line,
+        where the disk will not take it)."""
         final = self.path(block_digest)
         with self._lock:
             if block_digest in self._lru:
                 return
-        final.parent.mkdir(exist_ok=True, mode=0o700)
         tmp = final.parent / f".tmp-{uuid.uuid4().hex[:8]}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, final)
+        try:
+            final.parent.mkdir(exist_ok=True, mode=0o700)
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, final)
+        except OSError as exc:
+            # A full disk (a user's staged checkpoint bytes share it by default) costs
+            # the cache, never the read: the caller serves the verified block uncached.
+            tmp.unlink(missing_ok=True)
+            self.unwritten += 1
+            if self.unwritten == 1 or self.unwritten % 10_000 == 0:
+                self.log(
+                    f"cache: cannot write a block ({exc.strerror or exc}); "
+                    f"{self.unwritten} served uncached so far"
+                )
+            return
         with self._lock:
             if block_digest not in self._lru:
                 self._lru[block_digest] = _Entry(len(data), crc=zlib.crc32(data))

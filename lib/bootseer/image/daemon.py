@@ -61,7 +61,7 @@ def serve(
             f"cache={paths.image_cache} ({agent.cache.bytes} bytes cached) "
             f"store={agent.store.uri}"
         )
-        metrics = AgentMetrics.start(cfg, agent)
+        metrics = AgentMetrics.start(cfg, agent, server)
         if ready:
             ready()
         trio.run(_main, cfg.image.prefetch_parallel)

@@ -119,6 +119,7 @@ class AgentServer(socketserver.ThreadingUnixStreamServer):
         self.max_connections = max_connections
         self.max_per_user = max_per_user
         self._open: Counter[int] = Counter()  # uid -> connections being served
+        self.refused = 0  # users' connections answered busy (metrics)
         self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         with contextlib.suppress(AgentUnavailable):
@@ -167,6 +168,8 @@ class AgentServer(socketserver.ThreadingUnixStreamServer):
                 del self._open[uid]
 
     def _refuse(self, request: socket.socket, why: str) -> None:
+        with self._lock:
+            self.refused += 1
         with contextlib.suppress(OSError):
             request.send(encode(error_reply(AgentRefused(f"busy: {why}"))), socket.MSG_DONTWAIT)
         self.shutdown_request(request)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from bootseer.config import SiteConfig
     from bootseer.image.agent import Agent
+    from bootseer.image.server import AgentServer
 
 FILE = "bootseer_agent.prom"
 PRIORITIES = {DEMAND: "demand", PREFETCH: "prefetch", BACKGROUND: "background"}
@@ -32,9 +33,10 @@ PRIORITIES = {DEMAND: "demand", PREFETCH: "prefetch", BACKGROUND: "background"}
 class AgentCollector:
     """The agent's counters as Prometheus families, read when the file is written."""
 
-    def __init__(self, agent: Agent, started: float) -> None:
+    def __init__(self, agent: Agent, started: float, server: AgentServer | None = None) -> None:
         self.agent = agent
         self.started = started
+        self.server = server
         self.up = True
 
     def collect(self) -> Iterator[Metric]:
@@ -60,6 +62,18 @@ class AgentCollector:
         yield gauge(
             "bootseer_agent_jobs", "Jobs the agent has prepared an image for", len(a.jobs.ids())
         )
+        if self.server is not None:
+            yield gauge(
+                "bootseer_agent_socket_connections",
+                "Connections the agent's socket is serving (hooks, jobs, CLI)",
+                sum(self.server.connections().values()),
+            )
+            yield counter(
+                "bootseer_agent_socket_refused",
+                "Users' connections answered busy: one user held image.max_connections_per_user "
+                "open, or all users image.max_connections",
+                self.server.refused,
+            )
         yield gauge("bootseer_cache_bytes", "Bytes in the node's block cache", a.cache.bytes)
         yield gauge("bootseer_cache_capacity_bytes", "The block cache's size cap", a.cache.cap)
         yield gauge("bootseer_cache_blocks", "Blocks in the node's block cache", len(a.cache))
@@ -152,21 +166,23 @@ def refused_family(name: str, doc: str, **labels: str) -> Metric:
 class AgentMetrics:
     """Writes the agent's file every ``interval`` seconds, in a thread of its own."""
 
-    def __init__(self, cfg: SiteConfig, agent: Agent) -> None:
+    def __init__(self, cfg: SiteConfig, agent: Agent, server: AgentServer | None = None) -> None:
         assert cfg.metrics.textfile_dir is not None
         self.path = cfg.metrics.textfile_dir / FILE
         self.interval = cfg.metrics.interval
         self.log = agent.log
-        self.collector = AgentCollector(agent, time.time())
+        self.collector = AgentCollector(agent, time.time(), server)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="agent-metrics", daemon=True)
         self._failing = False
 
     @classmethod
-    def start(cls, cfg: SiteConfig, agent: Agent) -> AgentMetrics | None:
+    def start(
+        cls, cfg: SiteConfig, agent: Agent, server: AgentServer | None = None
+    ) -> AgentMetrics | None:
         if cfg.metrics.textfile_dir is None:
             return None
-        writer = cls(cfg, agent)
+        writer = cls(cfg, agent, server)
         writer.write()
         writer._thread.start()
         agent.log(f"metrics: {writer.path} every {writer.interval:g}s")

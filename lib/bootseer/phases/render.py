@@ -361,7 +361,7 @@ def _history_table(report: JobReport, runs: list[RunReport]) -> RenderableType:
     table.add_column("phase", no_wrap=True)
     for r in runs:
         mark = "this job" if r.job_id == report.job_id else "earlier"
-        table.add_column(esc(f"{r.label}\n{mark}"), justify="right", no_wrap=True)
+        table.add_column(f"{esc(r.label)}\n{mark}", justify="right", no_wrap=True)
     seen: dict[str, float] = {}
     for r in runs:
         for p in r.phases:

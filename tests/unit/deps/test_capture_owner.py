@@ -62,3 +62,25 @@ def test_links_and_the_users_own_files_are_captured(scratch: Path, store: Store)
         if o.key.endswith("/manifest.json")
     ]
     assert b'"bin/alias","l"' in store.read_bytes(manifest)
+
+
+def test_an_empty_lock_file_every_user_may_write_is_captured_empty(
+    scratch: Path, store: Store
+) -> None:
+    """uv makes every venv's `.lock` 0666: refusing it refused every uv install."""
+    needs_root()
+    call, prefix = _installed(scratch)
+    lock = prefix / ".lock"
+    lock.touch()
+    os.chown(lock, USER_A, USER_A)
+    os.chmod(lock, 0o666)
+    record = call.job.sub("deps") / "job" / "install.json"
+    record.write_text(record.read_text().replace('"bin/tool"', '".lock","bin/tool"'))
+    r = step.epilog(call)
+    assert r.outcome == "ok" and "captured" in r.detail, r.detail
+    (manifest,) = [
+        o.key
+        for o in store.list("deps/user/ada", recursive=True)
+        if o.key.endswith("/manifest.json")
+    ]
+    assert b'".lock"' in store.read_bytes(manifest)
