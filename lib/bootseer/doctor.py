@@ -463,6 +463,30 @@ def check_store_exposure(node: Node) -> Check:
     return problem(name, "; ".join(found), fix)
 
 
+@needs_config("phase records")
+def check_phase_privacy(node: Node) -> Check:
+    """Phase records are public ([store] public_phases) only where Slurm shows every
+    user's jobs to everyone: with ``PrivateData=jobs``, ``bootseer report`` must not show
+    mallory alice's jobs, their failures and script paths (docs/security.md)."""
+    name = "phase records"
+    assert node.cfg is not None
+    private = {p.strip().lower() for p in node.slurm.get("privatedata", "").split(",")}
+    public = node.cfg.store.public_phases
+    if "jobs" in private and public:
+        return problem(
+            name,
+            f"Slurm keeps jobs private ({node.slurm_conf}: PrivateData="
+            f"{node.slurm.get('privatedata')}), but [store] public_phases = true: every user "
+            "reads every job's phase records (user, nodes, times, script path, why steps "
+            "failed) with bootseer report",
+            "set [store] public_phases = false in the site config (users then run "
+            "bootseer report as root; docs/security.md, 'Who reads the store on S3')",
+        )
+    if public:
+        return ok(name, "public: Slurm shows every user's jobs to everyone too")
+    return ok(name, "private to root ([store] public_phases = false)")
+
+
 @needs_config("clock")
 def check_clock(node: Node) -> Check:
     """This node's clock against the store's (the time it stamps a new object with)."""
@@ -614,6 +638,7 @@ CHECKS: tuple[CheckFn, ...] = (
     check_fuse,
     check_store,
     check_store_exposure,
+    check_phase_privacy,
     check_clock,
     check_site_key,
     check_store_secrets,

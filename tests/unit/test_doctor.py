@@ -455,3 +455,19 @@ def test_a_nodeset_cli_exit_status_and_json(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stderr
     doc = json.loads(r.stdout)
     assert doc["ok"] is False and sorted(doc["nodes"]) == ["n1", "n2"]
+
+
+def test_public_phase_records_on_a_slurm_that_hides_jobs_are_reported(tmp_path: Path) -> None:
+    """With Slurm's PrivateData=jobs, mallory cannot see alice's jobs in squeue, but
+    `bootseer report` read her phase records (their failures, script path) while
+    [store] public_phases kept its default: nothing said so."""
+    hidden = make_node(tmp_path, "PrivateData=usage,Jobs\n")
+    c = doctor.check_phase_privacy(hidden)
+    assert c.status == doctor.PROBLEM and "PrivateData=usage,Jobs" in c.detail, c
+    assert "public_phases = false" in c.fix
+    (tmp_path / "private").mkdir()
+    private = make_node(tmp_path / "private", "PrivateData=jobs\n", store={"public_phases": False})
+    assert doctor.check_phase_privacy(private).status == doctor.OK
+    (tmp_path / "open").mkdir()
+    assert doctor.check_phase_privacy(make_node(tmp_path / "open", "")).status == doctor.OK
+    assert doctor.check_phase_privacy in doctor.CHECKS

@@ -66,7 +66,7 @@ def checkout() -> Path:
 def build(build_dir: Path, log: Callable[[str], None] = lambda _: None) -> Bundle:
     """Wheels into ``build_dir/wheels`` (replaced whole), the plugin in the checkout."""
     top = checkout()
-    build_dir.mkdir(parents=True, exist_ok=True)
+    own_build_dir(build_dir)
     final = build_dir / "wheels"
     source = source_digest(top)
     stamp = final / ".source"
@@ -91,6 +91,34 @@ def build(build_dir: Path, log: Callable[[str], None] = lambda _: None) -> Bundl
         plugin=top / "spank" / "bootseer.so",
         python=(sys.version_info.major, sys.version_info.minor),
     )
+
+
+def own_build_dir(build_dir: Path) -> None:
+    """``build_dir``, made 0700 if missing, must be this user's alone, and so must the
+    directories above it (or be sticky, as ``/var/tmp``): whoever can change it chooses
+    the wheels every node's venv is built from, and the hooks run that venv as root.
+    The default, ``/var/tmp/bootseer-install``, is a name any user of the admin machine
+    could take first."""
+    import stat
+
+    build_dir = build_dir.absolute()
+    build_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    me = os.geteuid()
+    for d in (build_dir, *build_dir.parents):
+        st = os.lstat(d)
+        mode = stat.S_IMODE(st.st_mode)
+        writable = mode & 0o002 or (mode & 0o020 and st.st_gid != 0)
+        if d == build_dir:
+            bad = not stat.S_ISDIR(st.st_mode) or st.st_uid != me or mode & 0o022
+        else:
+            bad = st.st_uid not in (0, me) or (writable and not mode & stat.S_ISVTX)
+        if bad:
+            raise BuildError(
+                f"{d} (uid {st.st_uid}, mode {mode:04o}) is not yours alone: another user "
+                "could put the wheels there that every node's venv is built from, and the "
+                f"hooks run it as root. Remove it, or build elsewhere (--build-dir DIR, "
+                "a directory of yours, mode 0700)"
+            )
 
 
 def source_digest(top: Path) -> str:
