@@ -210,7 +210,9 @@ def test_a_two_node_job_moves_the_peer_series_and_they_outlive_the_job(
     )
     size = image.stat().st_size
     assert peer > 0 and store > 0, (peer, store)
-    assert served == peer  # what one node served, the other received
+    # What one node received, the other served (a piece that came too late for a busy
+    # asker was served all the same, then fetched from the store).
+    assert served >= peer
     assert peer + store >= size  # each node had every block, from the store or its peer
     assert total(after, "bootseer_verification_failures_total", source="peer") == total(
         before, "bootseer_verification_failures_total", source="peer"
