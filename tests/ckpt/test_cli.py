@@ -70,3 +70,32 @@ def test_ls_of_what_does_not_exist_is_an_error(
     assert capsys.readouterr().out.splitlines()[-1].split()[-1] == "m"
     assert main(["ckpt", "ls", "run"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].split() == ["dir", "a/"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's ckpt get, and a file of mallory's")
+def test_roots_get_into_a_shared_directory_writes_through_no_planted_link(
+    site_config: Path, tmp_path: Path
+) -> None:
+    """An admin's `bootseer ckpt get ns:path /tmp/model.pt`, as the examples show: root
+    opened /tmp/model.pt.part as it was, and mallory's link there made it write the
+    checkpoint into any file (here one standing for /etc/shadow). Now the partial file
+    is a new one of its own, and the link and its target are left alone."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp, where this machine does not protect links
+    victim = tmp_path / "shadow"
+    victim.write_text("root:secret\n")
+    planted = shared / "model.pt.part"
+    planted.symlink_to(victim)
+    mallory = pwd.getpwnam("mallory") if "mallory" in {p.pw_name for p in pwd.getpwall()} else None
+    if mallory is not None:
+        os.lchown(planted, mallory.pw_uid, mallory.pw_gid)
+    src = tmp_path / "model.pt"
+    src.write_bytes(os.urandom(2 * UNIT + 3))
+    assert main(["ckpt", "put", str(src), "run:model.pt"]) == 0
+    dst = shared / "model.pt"
+    assert main(["ckpt", "get", "run:model.pt", str(dst)]) == 0
+    assert dst.read_bytes() == src.read_bytes() and not dst.is_symlink()
+    assert victim.read_text() == "root:secret\n"
+    assert planted.is_symlink()
+    assert sorted(p.name for p in shared.iterdir()) == ["model.pt", "model.pt.part"]

@@ -15,12 +15,14 @@ admin's (root only)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import pwd
 import sys
+import tempfile
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from bootseer import units
 from bootseer.errors import BootseerError
@@ -90,6 +92,34 @@ def progress(args: argparse.Namespace, what: str, total: int | None) -> Any:
     return transfer_bar(what, total, quiet=args.quiet)
 
 
+@contextlib.contextmanager
+def part_file(local: str) -> Iterator[BinaryIO]:
+    """A new file beside ``local`` that becomes it once whole (a rename), or goes.
+
+    Made by ``mkstemp`` (``O_EXCL``, a random name), never through a link: the fixed
+    name ``local + ".part"`` was opened as it was, so in a directory others can write
+    (``/tmp/model.pt``, as the examples say) a link planted there made root's ``ckpt
+    get`` write the checkpoint into any file it pointed to. The mode is the usual one
+    (0666 less the umask).
+    """
+    d, base = os.path.split(os.path.abspath(local))
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".part", dir=d)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as out:
+            fd = -1
+            yield out
+        os.replace(tmp, local)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 def _copy(src: Any, dst: Any, tick: Callable[[int], None]) -> int:
     buf = bytearray(CHUNK)
     view = memoryview(buf)
@@ -145,10 +175,8 @@ def _run(args: argparse.Namespace) -> int:
             if args.local == "-":
                 n = _copy(f, sys.stdout.buffer, tick)
             else:
-                tmp = f"{args.local}.part"
-                with open(tmp, "wb") as out:
+                with part_file(args.local) as out:
                     n = _copy(f, out, tick)
-                os.replace(tmp, args.local)
         _rate("get", n, t0)
         return 0
     if action == "ls":

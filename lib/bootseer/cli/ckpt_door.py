@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 from bootseer import units
 from bootseer.ckpt.wire import (
@@ -118,14 +117,10 @@ def _get(args: argparse.Namespace, client: AgentClient, ns: str, path: str) -> i
         sys.stdout.flush()
         reply = _get_into(client, CkptGet(ns, path), sys.stdout.buffer.fileno(), "stdout")
     else:
-        tmp = Path(f"{args.local}.part")
-        try:
-            with open(tmp, "wb") as out, _following(args, f"get {path}", None, out.fileno()):
-                reply = _get_into(client, CkptGet(ns, path), out.fileno(), str(tmp))
-            os.replace(tmp, args.local)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        from bootseer.cli.ckpt_cmd import part_file
+
+        with part_file(args.local) as out, _following(args, f"get {path}", None, out.fileno()):
+            reply = _get_into(client, CkptGet(ns, path), out.fileno(), args.local)
     _rate("get", reply.bytes, t0)
     return 0
 
