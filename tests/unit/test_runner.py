@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,9 +36,24 @@ def crashing_step(call: StepCall) -> StepResult:
     return missing["missing"]
 
 
+# A step that outlives its deadline: it runs until the test lets it go (``slow``), and
+# says when it ended, so a test sees whether the runner waited for it, with no clock.
+SLOW_RELEASED = threading.Event()
+SLOW_ENDED = threading.Event()
+
+
 def slow_step(call: StepCall) -> StepResult:
-    time.sleep(5)  # a step that outlives its deadline: the behaviour under test
+    SLOW_RELEASED.wait(60)
+    SLOW_ENDED.set()
     return StepResult()
+
+
+@pytest.fixture(autouse=True)
+def slow() -> Iterator[None]:
+    SLOW_RELEASED.clear()
+    SLOW_ENDED.clear()
+    yield
+    SLOW_RELEASED.set()
 
 
 @pytest.fixture
@@ -95,11 +112,10 @@ def test_the_run_s_phase_rows_are_the_hook_s_each_step_s_and_the_steps_own(
 
 
 def test_step_past_deadline_is_abandoned_without_waiting(tmp_path: Path, ctx: JobContext) -> None:
-    t0 = time.monotonic()
     result = run(
         tmp_path, ctx, {"slow": "slow_step", "fast": "ok_step"}, {"step_deadlines": {"slow": 0.3}}
     )
-    assert time.monotonic() - t0 < 2
+    assert not SLOW_ENDED.is_set()  # the runner returned while the step still ran
     assert {o.step: o.outcome for o in result.outcomes} == {"slow": "timed_out", "fast": "ok"}
     assert result.abandoned
 
@@ -124,7 +140,7 @@ def test_steps_end_where_the_hook_keeps_room_for_its_records(
         )
     finally:
         steps.PROLOG_STEPS = saved
-    assert time.monotonic() - t0 < 1.5
+    assert not SLOW_ENDED.is_set()  # the runner returned while the step still ran
     assert [o.outcome for o in result.outcomes] == ["timed_out"]
     assert "deadline=0.3s" in (tmp_path / "n1.log").read_text()
 
