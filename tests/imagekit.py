@@ -6,10 +6,13 @@ Every agent started here is stopped (by its pid) and its mount detached in a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -81,25 +84,43 @@ class AgentProc:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20) -> AgentProc:
+        """Start the agent and return once it says it is ready (``READY=1`` on
+        ``NOTIFY_SOCKET``, as systemd hears it: its socket answers and its threads are
+        up); a test that set its own ``NOTIFY_SOCKET`` hears that itself, and here the
+        agent's socket is polled instead."""
         cmd = [sys.executable, "-c", "import sys; from bootseer.cli import main; sys.exit(main())"]
-        self.proc = subprocess.Popen(
-            [*cmd, "agent", "--node", self.node],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.base / f"{self.node}-agent.err", "ab"),  # noqa: SIM115
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"agent exited: {(self.base / f'{self.node}-agent.err').read_text()}"
-                )
-            try:
-                self.client.call("ping", timeout=1)
-                return self
-            except AgentUnavailable:
-                time.sleep(0.1)
-        raise TimeoutError("agent did not answer")
+        err = self.base / f"{self.node}-agent.err"
+        own_notify = "NOTIFY_SOCKET" not in self.env
+        with contextlib.ExitStack() as stack:
+            env = self.env
+            if own_notify:
+                ready = stack.enter_context(socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+                name = f"bootseer-test-agent-{os.getpid()}-{id(self)}"
+                ready.bind("\0" + name)
+                env = {**self.env, "NOTIFY_SOCKET": "@" + name}
+            self.proc = subprocess.Popen(
+                [*cmd, "agent", "--node", self.node],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=open(err, "ab"),  # noqa: SIM115
+            )
+            if own_notify:
+                exited = os.pidfd_open(self.proc.pid)  # readable once the agent exits
+                stack.callback(os.close, exited)
+                got, _, _ = select.select([ready.fileno(), exited], [], [], timeout)
+                if ready.fileno() in got and ready.recv(64) == b"READY=1":
+                    return self
+            else:
+                deadline = time.monotonic() + timeout
+                while self.proc.poll() is None and time.monotonic() < deadline:
+                    try:
+                        self.client.call("ping", timeout=1)
+                        return self
+                    except AgentUnavailable:
+                        time.sleep(0.1)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"agent exited: {err.read_text()}")
+        raise TimeoutError(f"agent not ready within {timeout:g}s: {err.read_text()[-2000:]}")
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

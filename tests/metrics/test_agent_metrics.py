@@ -134,18 +134,14 @@ def test_an_unwritable_metrics_dir_costs_a_log_line_not_the_agent(tmp_path: Path
         agent.stop()
 
 
-def test_a_user_over_the_socket_cap_shows_in_the_refused_count(tmp_path: Path) -> None:
+def test_a_user_over_the_socket_cap_shows_in_the_refused_count(base: Path) -> None:
     from tests.integration.test_agent_socket import MALLORY, as_user, busy_answers, hold
 
-    (tmp_path / "log").mkdir()
-    for d in (tmp_path, *tmp_path.parents):  # mallory reaches the socket
-        if d == Path("/tmp"):
-            break
-        d.chmod(0o755)
-    config = site_config(tmp_path, "t1", max_connections=6, max_connections_per_user=4)
-    config["metrics"] = {"textfile_dir": f"{tmp_path}/metrics", "interval": 1}
-    agent = AgentProc(tmp_path, "t1", config)
-    prom = tmp_path / "metrics" / "bootseer_agent.prom"
+    # mallory reaches the socket: conftest's base, never under pytest's tmp_path
+    config = site_config(base, "t1", max_connections=6, max_connections_per_user=4)
+    config["metrics"] = {"textfile_dir": f"{base}/metrics", "interval": 1}
+    agent = AgentProc(base, "t1", config)
+    prom = base / "metrics" / "bootseer_agent.prom"
     mallory = None
     try:
         agent.start()

@@ -45,20 +45,15 @@ def scrape(timeout: float = 20) -> dict[tuple[str, tuple[tuple[str, str], ...]],
     }
 
 
-def test_node_exporter_serves_the_agent_and_hook_files(tmp_path: Path) -> None:
-    (tmp_path / "log").mkdir()
-    for d in (tmp_path, *tmp_path.parents):
-        if d == Path("/tmp"):
-            break
-        d.chmod(0o755)
+def test_node_exporter_serves_the_agent_and_hook_files(base: Path) -> None:
     # Not under pytest's tmp dir: every root pytest session on the machine shares
     # /tmp/pytest-of-root and makes it 0700 again when it starts.
     textfiles = Path(tempfile.mkdtemp(prefix="bootseer-textfile-", dir="/tmp"))
     textfiles.chmod(0o755)
-    config = site_config(tmp_path, "t1")
+    config = site_config(base, "t1")
     config["metrics"] = {"textfile_dir": str(textfiles), "interval": 1}
     config["phases"] = {"background_flush": False, "submit_time": False}
-    agent = AgentProc(tmp_path, "t1", config)
+    agent = AgentProc(base, "t1", config)
     exporter = None
     try:
         agent.start()
@@ -91,10 +86,10 @@ def test_node_exporter_serves_the_agent_and_hook_files(tmp_path: Path) -> None:
                 f"--web.listen-address=127.0.0.1:{PORT}",
             ],
             stdout=subprocess.DEVNULL,
-            stderr=open(tmp_path / "exporter.err", "wb"),  # noqa: SIM115
+            stderr=open(base / "exporter.err", "wb"),  # noqa: SIM115
         )
         got = scrape()
-        assert got[("node_textfile_scrape_error", ())] == 0, (tmp_path / "exporter.err").read_text()
+        assert got[("node_textfile_scrape_error", ())] == 0, (base / "exporter.err").read_text()
         assert got[("bootseer_agent_up", ())] == 1
         for hook in ("prolog", "epilog"):
             key = ("bootseer_hook_runs_total", (("hook", hook), ("outcome", "ok")))

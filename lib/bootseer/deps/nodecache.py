@@ -15,16 +15,14 @@ device and inode), so a node restores each snapshot once.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bootseer import jsonlimits
+from bootseer import filelock, jsonlimits
 from bootseer.errors import StepError
 from bootseer.nodepaths import deps_cache
 
@@ -61,23 +59,14 @@ def _dir(cache_dir: Path, sub: str) -> Path:
 def prefix_lock(cache_dir: Path, prefix: str, timeout: float) -> Iterator[None]:
     """Hold the node-wide lock of ``prefix`` (waiting at most ``timeout`` seconds)."""
     path = _dir(cache_dir, "locks") / f"{_name(prefix)}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise StepError(
-                        f"another job on this node held the restore lock of {prefix} "
-                        f"for more than {timeout:.0f}s"
-                    ) from None
-                time.sleep(0.05)
-        yield
-    finally:
-        os.close(fd)
+        with filelock.held(path, timeout, poll=0.05):
+            yield
+    except TimeoutError:
+        raise StepError(
+            f"another job on this node held the restore lock of {prefix} "
+            f"for more than {timeout:.0f}s"
+        ) from None
 
 
 def read_stamp(cache_dir: Path, prefix: str) -> Stamp | None:

@@ -12,15 +12,14 @@ not ours to parse starts the counts afresh (Prometheus' ``rate()`` takes a reset
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from bootseer import filelock
 
 if TYPE_CHECKING:
     from bootseer.hooks.runner import HookRun
@@ -269,24 +268,6 @@ def _line(name: str, labels: tuple[tuple[str, str], ...], value: float) -> str:
     return f"{name}{{{body}}} {value!r}" if body else f"{name} {value!r}"
 
 
-@contextlib.contextmanager
-def _locked(path: Path, wait: float) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"{path} held by another hook for {wait:g}s") from None
-                time.sleep(0.005)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def record(
     directory: Path | None,
     sample: HookSample,
@@ -302,7 +283,7 @@ def record(
     path = directory / FILE
     try:
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-        with _locked(directory / LOCK, wait):
+        with filelock.held(directory / LOCK, wait, poll=0.005):
             try:
                 tally = Tally(read_bounded(path))
             except ValueError as exc:

@@ -42,7 +42,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-TOP = Path(__file__).resolve().parents[3]
+HERE = Path(__file__).resolve().parent
+TOP = HERE.parents[2]
 sys.path.insert(0, str(TOP / "lib"))
 
 from bootseer.ckpt import mount as ckpt_mount  # noqa: E402
@@ -114,13 +115,19 @@ def mounted(state: Path, variant: str, pythonpath: str | None) -> Iterator[tuple
     mp = ckpt_mount.prepare_mountpoint(root, variant, 0, 0)
     env = os.environ.copy()
     old = os.environ.get("PYTHONPATH")
+    daemon = ckpt_mount.DAEMON_MODULE
     if pythonpath:
-        os.environ["PYTHONPATH"] = pythonpath
+        # The older daemon, through a shim that drops the arguments it does not know.
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), pythonpath])
+        ckpt_mount.DAEMON_MODULE = "before_daemon"
     try:
         rec = ckpt_mount.start(
             mp, f"root/bench-{variant}", 0, 0, state, node="", timeout=30,
             log_path=state / f"fuse-{variant}.log",
         )  # fmt: skip
+    except BaseException:
+        ckpt_mount.DAEMON_MODULE = daemon
+        raise
     finally:
         os.environ.clear()
         os.environ.update(env)
@@ -129,7 +136,10 @@ def mounted(state: Path, variant: str, pythonpath: str | None) -> Iterator[tuple
     try:
         yield mp, rec.pid
     finally:
-        ckpt_mount.stop(rec)
+        try:
+            ckpt_mount.stop(rec)  # knows its daemon by the module in its command line
+        finally:
+            ckpt_mount.DAEMON_MODULE = daemon
 
 
 def cpu_seconds(pid: int) -> float:
