@@ -168,6 +168,14 @@ def extract_snapshot(
     """
     parent, name = os.path.split(prefix.rstrip("/"))
     os.makedirs(parent, mode=0o755, exist_ok=True)
+    # Checked again now that every directory above exists: the prolog's check ran before
+    # the frames were fetched, and a directory another user made meanwhile on the way
+    # (makedirs keeps it) would let her swap what is restored here.
+    from bootseer.deps.prefix import unsafe_reason
+
+    unsafe = unsafe_reason(os.path.normpath(prefix), os.geteuid())
+    if unsafe:
+        raise SnapshotRejected(f"not restoring into {prefix}: {unsafe}")
     vfs = os.statvfs(parent)
     if vfs.f_bavail * vfs.f_frsize < raw_bytes:
         raise SnapshotRejected(
