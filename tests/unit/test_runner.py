@@ -36,24 +36,33 @@ def crashing_step(call: StepCall) -> StepResult:
     return missing["missing"]
 
 
-# A step that outlives its deadline: it runs until the test lets it go (``slow``), and
-# says when it ended, so a test sees whether the runner waited for it, with no clock.
-SLOW_RELEASED = threading.Event()
-SLOW_ENDED = threading.Event()
+class Gate:
+    """A slow step's: released by the test's end, ended once the step returned."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        self.ended = threading.Event()
+
+
+# A step that outlives its deadline: it runs until its test lets it go, and says when it
+# ended, so a test sees whether the runner waited for it, with no clock. Each test has
+# its own gate: a step abandoned by one test cannot mark the next one's.
+SLOW = Gate()
 
 
 def slow_step(call: StepCall) -> StepResult:
-    SLOW_RELEASED.wait(60)
-    SLOW_ENDED.set()
+    gate = SLOW
+    gate.released.wait(60)
+    gate.ended.set()
     return StepResult()
 
 
 @pytest.fixture(autouse=True)
 def slow() -> Iterator[None]:
-    SLOW_RELEASED.clear()
-    SLOW_ENDED.clear()
+    global SLOW
+    SLOW = gate = Gate()
     yield
-    SLOW_RELEASED.set()
+    gate.released.set()
 
 
 @pytest.fixture
@@ -115,7 +124,7 @@ def test_step_past_deadline_is_abandoned_without_waiting(tmp_path: Path, ctx: Jo
     result = run(
         tmp_path, ctx, {"slow": "slow_step", "fast": "ok_step"}, {"step_deadlines": {"slow": 0.3}}
     )
-    assert not SLOW_ENDED.is_set()  # the runner returned while the step still ran
+    assert not SLOW.ended.is_set()  # the runner returned while the step still ran
     assert {o.step: o.outcome for o in result.outcomes} == {"slow": "timed_out", "fast": "ok"}
     assert result.abandoned
 
@@ -140,7 +149,7 @@ def test_steps_end_where_the_hook_keeps_room_for_its_records(
         )
     finally:
         steps.PROLOG_STEPS = saved
-    assert not SLOW_ENDED.is_set()  # the runner returned while the step still ran
+    assert not SLOW.ended.is_set()  # the runner returned while the step still ran
     assert [o.outcome for o in result.outcomes] == ["timed_out"]
     assert "deadline=0.3s" in (tmp_path / "n1.log").read_text()
 
