@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,6 +12,20 @@ import devcluster
 import pytest
 
 pytestmark = pytest.mark.s3
+
+
+def python_as_mallory(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``code`` run by the venv's Python as slurm-dev's user mallory; it must exit 0."""
+    r = subprocess.run(
+        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable],
+        input=code,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd="/",
+    )
+    assert r.returncode == 0, r.stderr
+    return r
 
 
 def test_s3_store_round_trip(s3_store: devcluster.Cluster) -> None:
@@ -60,7 +75,6 @@ def test_a_user_reads_the_store_but_cannot_write_it(s3_store: devcluster.Cluster
     deletes nothing, and is told why."""
     import pwd
     import stat
-    import sys
 
     try:
         pwd.getpwnam("mallory")
@@ -90,15 +104,7 @@ for what, act in (
     except StoreError as exc:
         print(what, "refused", exc)
 """
-    r = subprocess.run(
-        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable],
-        input=code,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd="/",
-    )
-    assert r.returncode == 0, r.stderr
+    r = python_as_mallory(code)
     lines = r.stdout.splitlines()
     assert "read rows" in lines, r.stdout
     for what in ("write", "put", "delete"):
@@ -113,7 +119,6 @@ def test_a_user_reads_only_the_phase_records(s3_store: devcluster.Cluster) -> No
     rows (`bootseer report`'s dataset) but no snapshot, image block or record, trace or
     other object of the store, and cannot list their names either; root reads them all."""
     import pwd
-    import sys
 
     try:
         pwd.getpwnam("mallory")
@@ -159,15 +164,7 @@ for prefix in ("", "deps", "deps/user/alice", "images", "images/blocks", "ckpt")
     attempt("list " + prefix, lambda: [o.key for o in store.list(prefix, recursive=True)])
     attempt("dirs " + prefix, lambda: store.list_dirs(prefix))
 """
-    r = subprocess.run(
-        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable],
-        input=code,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd="/",
-    )
-    assert r.returncode == 0, r.stderr
+    r = python_as_mallory(code, timeout=300)
     lines = r.stdout.splitlines()
     assert "report 1" in lines, r.stdout
     attempts = [ln for ln in lines if not ln.startswith("report ")]
@@ -187,7 +184,6 @@ def test_a_user_cannot_go_around_s3_to_the_filer_master_or_volumes(
     reachable from outside the store host: mallory, who may not read alice's snapshot
     through S3, must not read it from the filer, nor write through it or the master."""
     import pwd
-    import sys
 
     try:
         pwd.getpwnam("mallory")
@@ -212,15 +208,7 @@ for url in {urls!r}:
     except OSError as exc:
         print("unreachable", url, exc)
 """
-    r = subprocess.run(
-        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable],
-        input=code,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd="/",
-    )
-    assert r.returncode == 0, r.stderr
+    r = python_as_mallory(code)
     assert "secret" not in r.stdout, r.stdout
     lines = r.stdout.splitlines()
     assert len(lines) == len(urls) and all(ln.startswith("unreachable ") for ln in lines), r.stdout
@@ -232,7 +220,6 @@ def test_doctor_tells_a_store_that_serves_everyone(s3_store: devcluster.Cluster)
     naming each reach when the anonymous identity may read, list and write everything
     (what slurm-dev's store granted before)."""
     import json
-    import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
     from bootseer.store.exposure import exposure
@@ -273,7 +260,6 @@ def test_the_public_prefix_does_not_lead_out_of_itself(s3_store: devcluster.Clus
     percent-encoded) must not reach what lies outside, whatever the server makes of it."""
     import json
     import pwd
-    import sys
 
     try:
         pwd.getpwnam("mallory")
@@ -306,15 +292,7 @@ for path in {paths!r}:
     print(json.dumps([path, r.status, r.read(1 << 16).decode(errors="replace")]))
     c.close()
 """
-    r = subprocess.run(
-        ["setpriv", "--reuid=mallory", "--regid=mallory", "--init-groups", sys.executable],
-        input=code,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd="/",
-    )
-    assert r.returncode == 0, r.stderr
+    r = python_as_mallory(code)
     answers = [json.loads(ln) for ln in r.stdout.splitlines()]
     assert len(answers) == len(paths)
     assert answers[0][1:] == [200, "public"], answers[0]
