@@ -454,6 +454,9 @@ def test_a_verify_holds_one_of_its_users_transfers(base: Path, door: AgentProc) 
         assert int(mallory.stdout.readline()) == 1
         r = as_user("mallory", door, "verify", "p")
         assert r.returncode == 1 and "busy" in r.stderr, (r.returncode, r.stdout, r.stderr)
+        # An ls reads up to 10,000 manifests: the same.
+        r = as_user("mallory", door, "ls", "p")
+        assert r.returncode == 1 and "busy" in r.stderr, (r.returncode, r.stdout, r.stderr)
     finally:
         mallory.kill()
         mallory.wait()

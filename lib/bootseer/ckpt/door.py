@@ -78,7 +78,7 @@ READ_AHEAD = 4
 
 
 class _Transfers:
-    """Counts the transfers under way (put, get, verify), by uid; past a cap, "busy"."""
+    """Counts the requests under way (put, get, verify, ls, rm), by uid; past a cap, "busy"."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -144,11 +144,10 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest, caller: Caller) -> 
         fd = _descriptor(req, caller)
         ns = Namespace.from_config(cfg, name, keys=keys)
         ns.read_ahead = min(ns.read_ahead, READ_AHEAD)
-        # A verify reads every unit it checks, as a get does: it holds a transfer too.
-        if isinstance(req, CkptPut | CkptGet | CkptVerify):
-            with TRANSFERS.slot(caller.uid):
-                reply = _do(ns, req, fd, caller)
-        else:
+        # Every request is store work done as root: a verify reads every unit it checks,
+        # an ls up to MAX_ENTRIES manifests, an rm up to MAX_PATHS removals. Each holds
+        # one of the caller's transfers, so none runs past her share.
+        with TRANSFERS.slot(caller.uid):
             reply = _do(ns, req, fd, caller)
         if caller.log is not None and isinstance(req, CkptPut | CkptRemove):
             what = req.path if isinstance(req, CkptPut) else " ".join(req.paths)
