@@ -582,6 +582,48 @@ def check_store_secrets(node: Node) -> Check:
     return ok(name, f"{path} (0600 root, {'anonymous' if creds.anonymous else 'keys set'})")
 
 
+@needs_config("metrics")
+def check_metrics(node: Node) -> Check:
+    """``[metrics] textfile_dir``: root's, others cannot plant files node_exporter would
+    export, and the agent's file there is fresh (written every ``interval``)."""
+    name = "metrics"
+    assert node.cfg is not None
+    d = node.cfg.metrics.textfile_dir
+    if d is None:
+        return skip(name, "[metrics] textfile_dir unset: no Prometheus textfiles (docs/admin.md)")
+    make = f"mkdir -p {d}; chown root {d}; chmod 0755 {d}"
+    try:
+        st = os.stat(d)
+    except OSError as exc:
+        return problem(name, f"{d}: {exc.strerror}: the agent and hooks write no metrics", make)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != 0 or mode & 0o022:
+        return problem(
+            name,
+            f"{d}: uid {st.st_uid}, mode {mode:04o}: others may plant series node_exporter exports",
+            make,
+        )
+    from bootseer.metrics.agent import FILE
+
+    agent_file = d / FILE
+    try:
+        age = time.time() - os.stat(agent_file).st_mtime
+    except OSError as exc:
+        return problem(
+            name,
+            f"{agent_file}: {exc.strerror}: the agent has written no metrics",
+            "restart bootseer-agent with this config (see the agent check)",
+        )
+    if age > 3 * node.cfg.metrics.interval + 5:
+        return problem(
+            name,
+            f"{agent_file}: written {age:.0f} s ago, every {node.cfg.metrics.interval:g} s "
+            "expected: the agent has stopped writing",
+            "restart bootseer-agent; see its log",
+        )
+    return ok(name, f"{d} (the agent's file {age:.0f} s old)")
+
+
 def check_python(node: Node) -> Check:
     """The interpreter is one bootseer runs on, with an extraction filter for deps restores
     (tarfile's own from 3.11.4, bootseer's copy of its rules before: Debian's 3.11.2)."""
@@ -642,6 +684,7 @@ CHECKS: tuple[CheckFn, ...] = (
     check_clock,
     check_site_key,
     check_store_secrets,
+    check_metrics,
     check_python,
     check_path,
 )

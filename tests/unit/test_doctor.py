@@ -471,3 +471,35 @@ def test_public_phase_records_on_a_slurm_that_hides_jobs_are_reported(tmp_path: 
     (tmp_path / "open").mkdir()
     assert doctor.check_phase_privacy(make_node(tmp_path / "open", "")).status == doctor.OK
     assert doctor.check_phase_privacy in doctor.CHECKS
+
+
+def test_metrics_unset_is_a_skip_and_a_missing_dir_a_problem(tmp_path: Path) -> None:
+    assert doctor.check_metrics(make_node(tmp_path)).status == "skip"
+    d = tmp_path / "metrics"
+    check = doctor.check_metrics(make_node(tmp_path, metrics={"textfile_dir": str(d)}))
+    assert check.status == "problem" and "write no metrics" in check.detail
+    assert f"mkdir -p {d}" in check.fix
+
+
+def test_a_metrics_dir_others_may_write_is_reported(tmp_path: Path) -> None:
+    d = tmp_path / "metrics"
+    d.mkdir()
+    d.chmod(0o777)
+    check = doctor.check_metrics(make_node(tmp_path, metrics={"textfile_dir": str(d)}))
+    assert check.status == "problem" and "mode 0777" in check.detail
+
+
+@pytest.mark.skipif(not ROOT, reason="the directory must be root's")
+def test_a_stale_or_missing_agent_file_is_reported_and_a_fresh_one_is_ok(tmp_path: Path) -> None:
+    d = tmp_path / "metrics"
+    d.mkdir(mode=0o755)
+    node = make_node(tmp_path, metrics={"textfile_dir": str(d), "interval": 10})
+    check = doctor.check_metrics(node)
+    assert check.status == "problem" and "has written no metrics" in check.detail
+    f = d / "bootseer_agent.prom"
+    f.write_text("bootseer_agent_up 1\n")
+    os.utime(f, (0, 1e9))
+    check = doctor.check_metrics(node)
+    assert check.status == "problem" and "stopped writing" in check.detail
+    os.utime(f)
+    assert doctor.check_metrics(node).status == "ok"
