@@ -1,6 +1,6 @@
 """Real savers writing into the real checkpoint mount as the job's user (issue 12):
-safetensors, numpy, fio, and torch.save / torch.distributed.checkpoint by their syscalls
-where torch is absent (CI has none)."""
+safetensors, numpy, fio, torch.save and torch.distributed.checkpoint (each also by its
+syscalls, which hold where torch is absent)."""
 
 from __future__ import annotations
 
@@ -185,6 +185,28 @@ for name, blob in blobs.items():
 def test_torch_distributed_checkpoint_write_pattern(mounted: tuple[Path, object]) -> None:
     mp, _ = mounted
     py(JOB_UID, DCP.format(unit=UNIT), f"{mp}/step100")
+
+
+def test_torch_distributed_checkpoint_itself(mounted: tuple[Path, object]) -> None:
+    """torch.distributed.checkpoint's own save and load (one process, no process group:
+    its FileSystemWriter with a thread per file, its metadata renamed into place)."""
+    pytest.importorskip("torch")
+    mp, _ = mounted
+    py(
+        JOB_UID,
+        """
+        import sys, warnings
+        import torch
+        import torch.distributed.checkpoint as dcp
+        warnings.simplefilter("ignore")
+        sd = {"w": torch.randn(400, 400), "b": torch.arange(1000.0)}
+        dcp.save(sd, checkpoint_id=sys.argv[1])
+        back = {"w": torch.empty(400, 400), "b": torch.empty(1000)}
+        dcp.load(back, checkpoint_id=sys.argv[1])
+        assert torch.equal(back["w"], sd["w"]) and torch.equal(back["b"], sd["b"])
+        """,
+        f"{mp}/step200",
+    )
 
 
 def test_rename_of_an_open_file(mounted: tuple[Path, object], job_ns: Namespace) -> None:
