@@ -366,5 +366,7 @@ def test_the_epilog_has_what_the_mount_moved_from_the_daemons_totals(
     res = ckpt_mount.stop(rec)
     assert not res.died
     assert res.totals.committed == 2 and res.totals.dropped == 0
-    assert res.totals.written_bytes == 1100 and res.totals.read_bytes == 1000
-    assert res.totals.store_bytes >= 1000 and res.totals.peer_bytes == 0
+    assert res.totals.written_bytes == 1100
+    # What the daemon served: the kernel may ask for a range again (its cache dropped).
+    assert res.totals.read_bytes >= 1000 and res.totals.store_bytes >= 1000
+    assert res.totals.peer_bytes == 0
