@@ -263,7 +263,6 @@ def _pump(fd: int, write: Callable[[memoryview], object], conn: socket.socket | 
 
 def _send(reader: StripedReader, fd: int, conn: socket.socket | None) -> int:
     """Write the reader's bytes into the caller's descriptor; the bytes written."""
-    step = CHUNK if stat.S_ISREG(os.fstat(fd).st_mode) else PIPE_CHUNK
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     total = 0
@@ -275,7 +274,7 @@ def _send(reader: StripedReader, fd: int, conn: socket.socket | None) -> int:
         while chunk:
             _wait(fd, select.POLLOUT, conn)
             try:
-                w = os.write(fd, chunk[:step])
+                w = os.write(fd, chunk[:PIPE_CHUNK])  # fd: a pipe or a socket (_descriptor)
             except BlockingIOError:
                 continue
             except BrokenPipeError:
