@@ -23,6 +23,8 @@ from bootseer.image.protocol import (
     AgentUnavailable,
     FetchPiece,
     FirstStep,
+    ImageList,
+    ImageListReply,
     JobReply,
     PieceFile,
     Ping,
@@ -104,6 +106,9 @@ class AgentClient:
 
     def stats(self, timeout: float = 10.0) -> StatsReply:
         return StatsReply.from_wire(self.send(Stats(), timeout))
+
+    def image_names(self, timeout: float = 60.0) -> ImageListReply:
+        return ImageListReply.from_wire(self.send(ImageList(), timeout))
 
     def prepare(self, request: Prepare, timeout: float) -> JobReply:
         return JobReply.from_wire(self.send(request, timeout))
