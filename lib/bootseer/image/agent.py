@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes
@@ -43,6 +44,9 @@ from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.sitekey import site_keys
 from bootseer.store import Store
 
+if TYPE_CHECKING:
+    from bootseer.image.handover import Handover
+
 
 class Agent:
     """One node's block cache, fetcher and prepared jobs."""
@@ -56,6 +60,8 @@ class Agent:
     ) -> None:
         self.cfg = cfg
         self.node = node
+        self.started = time.time()
+        self.handover: Handover | None = None  # set by the daemon: restarts in place
         icfg = cfg.image
         self.paths = NodePaths(cfg)
         self.log = log or LineLog(self.paths.agent_log(node), "agent")
