@@ -195,15 +195,15 @@ class Outcome:
     detail: str = ""
 
     def line(self) -> str:
-        if self.state == "restarted":
-            return f"agent restarted ({self.prefix})"
-        if self.state == "current":
-            return f"agent current ({self.prefix})"
+        if self.state in ("restarted", "current"):
+            return f"agent {self.state}"
         if self.state in ("pending", "busy"):
             why = [f"jobs {', '.join(map(str, self.jobs))}"] if self.jobs else []
             why += [f"{self.connections} requests open"] if self.connections else []
-            when = "restarts once" if self.state == "pending" else "not restarted:"
-            return f"agent {when} {' and '.join(why) or 'its users'} end"
+            users = " and ".join(why) or "its users"
+            if self.state == "pending":
+                return f"agent restarts once {users} end"
+            return f"agent not restarted: {users} use it"
         if self.state == "not_running":
             return "agent not running"
         return f"agent not restarted: {self.detail}"
