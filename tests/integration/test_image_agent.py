@@ -293,10 +293,12 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
             f2.read(10)
         verdict = agent.release(1)["trace"]
         m = load_manifest(store, image_id, keys=KEYS)
-        raw = KEYS.open(IMAGE_TRACE, trace_key(image_id), store.read_bytes(trace_key(image_id)))
+        raw = KEYS.open(
+            IMAGE_TRACE, trace_key(image_id, "root"), store.read_bytes(trace_key(image_id, "root"))
+        )
         t = Trace.from_json(raw, image_id, m.nblocks, m.block_size)
         # First-access order; kernel readahead may add neighbours of what was read.
-        assert verdict == f"saved ({len(t.blocks)} blocks)"
+        assert verdict == f"saved ({len(t.blocks)} blocks) for root"
         assert t.blocks[0] == 3 and 0 in t.blocks and 1_000_000 // 65536 not in t.blocks
     shutil.rmtree(base / "t1" / "cache")  # a fresh node
     with running_agent(base) as agent:
@@ -310,7 +312,9 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
             f.seek(1_000_000)
             assert f.read(10) == original[1_000_000:1_000_010]
         assert agent.release(2)["trace"].startswith("merged (")
-        raw = KEYS.open(IMAGE_TRACE, trace_key(image_id), store.read_bytes(trace_key(image_id)))
+        raw = KEYS.open(
+            IMAGE_TRACE, trace_key(image_id, "root"), store.read_bytes(trace_key(image_id, "root"))
+        )
         merged = Trace.from_json(raw, image_id, m.nblocks, m.block_size)
         assert merged.blocks[: len(t.blocks)] == t.blocks and 1_000_000 // 65536 in merged.blocks
         assert agent.prepare(3, "test:1")["trace_runs"] == 2
@@ -322,7 +326,7 @@ def test_trace_naming_blocks_outside_the_image_is_refused(base: Path, image: Pat
     store = open_store(f"file://{base}/store")
     m = load_manifest(store, image_id, keys=KEYS)
     bad = Trace(image_id, m.nblocks, m.block_size, (0, m.nblocks + 5))  # checksum is valid
-    save_trace(store, bad, keys=KEYS)  # sealed: the agent's own checks must refuse it
+    save_trace(store, bad, keys=KEYS, user="root")  # sealed: the agent's own checks must refuse it
     with running_agent(base) as agent:
         answer = agent.prepare(1, "test:1")
         assert answer["trace_runs"] == 0 and answer["prefetch"]["hot_blocks"] == 0

@@ -3,8 +3,9 @@
 The caller is known by ``SO_PEERCRED`` (:mod:`bootseer.image.server`): root (the
 prolog and epilog) may send every request; any other user may only ask ``status``
 or ``first_step`` about a job of their own, and learns nothing of others' jobs (a
-job of another user is "not found", exactly as a job that is not there); and any
-user may use the checkpoint door (``ckpt_*``) in their own namespaces.
+job of another user is "not found", exactly as a job that is not there); any user
+may use the checkpoint door (``ckpt_*``) in their own namespaces, and list the image
+names (``image_ls``: published to every job user; path images are not listed).
 
     >>> handle(agent, Status(42), peer_uid=1000)  # doctest: +SKIP
     JobReply(job_id=42, path='/run/bootseer/images/42.sqsh', ...)
@@ -28,6 +29,7 @@ from bootseer.image.protocol import (
     AgentRestart,
     FetchPiece,
     FirstStep,
+    ImageList,
     JobRequest,
     Ping,
     PingReply,
@@ -61,6 +63,8 @@ def handle(
     if isinstance(req, Stats):
         # The node's job list is root's; a user sees their own jobs and the totals.
         return agent.stats(None if peer_uid == 0 else peer_uid)
+    if isinstance(req, ImageList):
+        return agent.image_names()
     if req.root_only and peer_uid != 0:
         raise AgentRefused(f"{req.op!r} is for root (the prolog/epilog) only")
     if isinstance(req, Status | FirstStep):

@@ -10,6 +10,7 @@ speak through this module, so the wire format lives in one place::
     {"op": "release", "job_id": 42}
     {"op": "status", "job_id": 42}  /  {"op": "stats"}  /  {"op": "ping"}
     {"op": "restart", "when_idle": true}
+    {"op": "image_ls"}
 
 A reply is ``{"ok": true, ...fields}`` or ``{"ok": false, "error": MESSAGE, "kind": KIND}``;
 each kind is one exception class, so a caller decides by class, never by message text:
@@ -145,6 +146,13 @@ class AgentRestart(Request):
 
 
 @dataclass(frozen=True)
+class ImageList(Request):
+    """The registered image names (any user: a name is published to every job user)."""
+
+    op = "image_ls"
+
+
+@dataclass(frozen=True)
 class JobRequest(Request):
     job_id: int
 
@@ -200,7 +208,17 @@ class FetchPiece(JobRequest):
 
 REQUESTS: dict[str, type[Request]] = {
     cls.op: cls
-    for cls in (Ping, Stats, Status, FirstStep, Release, Prepare, FetchPiece, AgentRestart)
+    for cls in (
+        Ping,
+        Stats,
+        ImageList,
+        Status,
+        FirstStep,
+        Release,
+        Prepare,
+        FetchPiece,
+        AgentRestart,
+    )
 }
 
 
@@ -359,6 +377,15 @@ class ReleaseReply(Reply):
         job = JobReply.from_wire(doc) if released else None
         trace = doc.get("trace")
         return cls(released, trace if isinstance(trace, str) else None, job)
+
+
+@dataclass(frozen=True)
+class ImageListReply(Reply):
+    """The names a job may ask for, each ``{"name", "image", "size", "added"}``; how many
+    more there were than the agent lists (``left_out``)."""
+
+    images: list[dict[str, Any]]
+    left_out: int = 0
 
 
 @dataclass(frozen=True)
