@@ -75,6 +75,17 @@ def register(sub: Any) -> None:
         default=None,
         help="node name for %%n in paths (default $SLURMD_NODENAME or host name)",
     )
+    ag.add_argument(
+        "--restart",
+        action="store_true",
+        help="ask the running agent to restart in place (an upgrade): if it runs another "
+        "install than this bootseer (or with --force), once no job uses it",
+    )
+    ag.add_argument("--force", action="store_true", help="with --restart: even if current")
+    ag.add_argument(
+        "--now", action="store_true", help="with --restart: now or not at all (no waiting)"
+    )
+    ag.add_argument("--json", action="store_true", help="with --restart: the outcome as JSON")
     ag.set_defaults(handler=_agent)
 
 
@@ -293,6 +304,8 @@ def _agent(args: argparse.Namespace) -> int:
 
     node = _node(args.node)
     cfg = load_config().for_node(node)
+    if args.restart:
+        return _restart_agent(args, cfg)
     if os.geteuid() != 0:
         raise BootseerError("the agent runs as root (it mounts FUSE for all users)")
 
@@ -306,7 +319,33 @@ def _agent(args: argparse.Namespace) -> int:
 
     def ready() -> None:
         say(f"bootseer agent ready on {socket}")
-        notify("READY=1")  # Type=notify in the unit bootseer install writes
+        try:
+            notify("READY=1")  # Type=notify in the unit bootseer install writes
+        except OSError as exc:  # whoever listened is gone (after a restart in place)
+            say(f"bootseer agent: READY=1 not sent: {exc}")
 
-    serve(cfg, node, ready=ready)
+    listen = serve(cfg, node, ready=ready)
+    if listen is not None:  # restarting in place: the same pid, the install's venv now
+        from bootseer.image.handover import exec_again
+
+        exec_again(listen)
     return 0
+
+
+def _restart_agent(args: argparse.Namespace, cfg: Any) -> int:
+    from bootseer.cli.caller import require_root
+
+    require_root("agent --restart", "the agent restarts for root only")
+    from dataclasses import asdict
+
+    from bootseer.image.client import AgentClient
+    from bootseer.image.handover import ask_restart
+    from bootseer.nodepaths import NodePaths
+
+    client = AgentClient(NodePaths(cfg).agent_socket)
+    outcome = ask_restart(client, args.force, when_idle=not args.now)
+    if args.json:
+        print(json.dumps(asdict(outcome)))
+    else:
+        print(outcome.line())
+    return 1 if outcome.state in ("failed", "unsupported") else 0

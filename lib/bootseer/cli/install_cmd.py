@@ -68,6 +68,12 @@ def register(sub: Any) -> None:
         "--build-dir", type=Path, default=Path("/var/tmp/bootseer-install"), metavar="DIR"
     )
     p.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+    p.add_argument(
+        "--restart-agents",
+        action="store_true",
+        help="then restart each node's agent in place where it runs an older install or "
+        "config, once no job uses it (the summary says which jobs a node waits for)",
+    )
     p.add_argument("--fanout", type=int, default=16, metavar="N", help="nodes at once (default 16)")
     p.set_defaults(handler=run)
 
@@ -116,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         fanout=args.fanout,
         log=say,
+        restart_agents=args.restart_agents,
     )
     for line in fanout.fold(reports):
         print(line)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes
@@ -53,6 +54,9 @@ from bootseer.store import Store
 # Names an image listing reads and returns at most (each a sealed record read as root).
 MAX_LISTED = 10_000
 
+if TYPE_CHECKING:
+    from bootseer.image.handover import Handover
+
 
 class Agent:
     """One node's block cache, fetcher and prepared jobs."""
@@ -66,6 +70,8 @@ class Agent:
     ) -> None:
         self.cfg = cfg
         self.node = node
+        self.started = time.time()
+        self.handover: Handover | None = None  # set by the daemon: restarts in place
         icfg = cfg.image
         self.paths = NodePaths(cfg)
         self.log = log or LineLog(self.paths.agent_log(node), "agent")

@@ -19,6 +19,7 @@ from typing import Any
 from bootseer import jsonlimits
 from bootseer.image.protocol import (
     AgentError,
+    AgentRestart,
     AgentTimeout,
     AgentUnavailable,
     FetchPiece,
@@ -33,6 +34,7 @@ from bootseer.image.protocol import (
     Release,
     ReleaseReply,
     Request,
+    RestartReply,
     Stats,
     StatsReply,
     Status,
@@ -124,6 +126,9 @@ class AgentClient:
 
     def release(self, job_id: int, timeout: float = 10.0) -> ReleaseReply:
         return ReleaseReply.from_wire(self.send(Release(job_id), timeout))
+
+    def restart(self, when_idle: bool, timeout: float = 60.0) -> RestartReply:
+        return RestartReply.from_wire(self.send(AgentRestart(when_idle), timeout))
 
 
 def _connect(s: socket.socket, path: str, timeout: float | None) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Sequence
 
 from bootseer.ckpt.wire import CkptRequest
@@ -22,8 +23,10 @@ from bootseer.image.agent import Agent
 from bootseer.image.jobs import JobView
 from bootseer.image.protocol import (
     AgentBadRequest,
+    AgentError,
     AgentNotFound,
     AgentRefused,
+    AgentRestart,
     FetchPiece,
     FirstStep,
     ImageList,
@@ -56,7 +59,7 @@ def handle(
         cfg = current_config(agent.cfg, agent.node)
         return serve(cfg, site_keys(cfg), req, Caller(peer_uid, list(fds), conn, agent.log))
     if isinstance(req, Ping):
-        return PingReply(agent.node, os.getpid())
+        return PingReply(agent.node, os.getpid(), agent.started, os.path.realpath(sys.prefix))
     if isinstance(req, Stats):
         # The node's job list is root's; a user sees their own jobs and the totals.
         return agent.stats(None if peer_uid == 0 else peer_uid)
@@ -75,6 +78,10 @@ def handle(
         return agent.jobs.release(req.job_id)
     if isinstance(req, FetchPiece):
         return agent.fetch_piece(req)
+    if isinstance(req, AgentRestart):
+        if agent.handover is None:
+            raise AgentError(f"the agent of {agent.node} cannot restart itself")
+        return agent.handover.request(req.when_idle, own=1)
     raise AgentBadRequest(f"op {req.op!r} has no handler")
 
 

@@ -80,6 +80,9 @@ class NodeReport:
     changes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
+    # What the running agent uses changed: its venv, or a file it reads (the config, the
+    # secrets, the site key): it runs the old until restarted (install.agents).
+    agent_stale: bool = False
 
     def line(self) -> str:
         """The node's summary, without its name (the fanout folds nodes by it)."""
@@ -172,6 +175,10 @@ def install_node(
     if not link_ok:
         changes.append(f"{lay.bin_dir}/bootseer")
     report = NodeReport(node.name, "unchanged")
+    # The agent reads none of the prefix's files but its venv (the hooks, plugin, docs).
+    report.agent_stale = not venv_ok or any(
+        not f.path.is_relative_to(lay.prefix) and f.path != lay.unit for f in files
+    )
     if not have["systemd"] and lay.unit is not None:
         report.notes.append("no systemd here: start the agent yourself")
     if not changes:
@@ -209,14 +216,9 @@ def install_node(
                 f"{lay.bin_dir}/bootseer",
             ]
         )
-    if lay.unit is not None and have["systemd"]:
-        if any(f.path == lay.unit for f in files):
-            node.check(["systemctl", "daemon-reload"])
-            node.check(["systemctl", "enable", "--now", "bootseer-agent.service"])
-        elif not venv_ok:
-            # A running agent keeps the venv it started from (kept for it); restarting
-            # it under jobs would take their images away.
-            report.notes.append("restart bootseer-agent when no job runs")
+    if lay.unit is not None and have["systemd"] and any(f.path == lay.unit for f in files):
+        node.check(["systemctl", "daemon-reload"])
+        node.check(["systemctl", "enable", "--now", "bootseer-agent.service"])
     _verify(node, lay)
     report.status = "installed"
     return report
