@@ -41,6 +41,7 @@ import trio
 
 from bootseer.ckpt.layout import CkptError, CkptIOError, CkptPathError, Namespace, check_path
 from bootseer.ckpt.manifest import Manifest
+from bootseer.ckpt.quota import QuotaExceeded
 from bootseer.ckpt.reader import StripedReader
 from bootseer.ckpt.stage import Stage, StageFullError
 from bootseer.ckpt.totals import MountTotals
@@ -212,6 +213,9 @@ class CkptFS(pyfuse3.Operations):
         except StageFullError as exc:
             log(str(exc))
             raise pyfuse3.FUSEError(errno.ENOSPC) from None
+        except QuotaExceeded as exc:
+            log(str(exc))
+            raise pyfuse3.FUSEError(errno.EDQUOT) from None
         except CkptIOError as exc:
             log(str(exc))
             raise pyfuse3.FUSEError(errno.EIO) from None
@@ -244,6 +248,11 @@ class CkptFS(pyfuse3.Operations):
     def _attrs(
         self, ino: int, kind: Manifest | StripedWriter | bool, timeout: float = TIMEOUT
     ) -> pyfuse3.EntryAttributes:
+        if isinstance(kind, StripedWriter) and kind.committed is None:
+            # Not cached: a new version may still be dropped (EDQUOT, a killed writer),
+            # and the kernel would then keep a file that is not there (ENOENT for the
+            # next open of that name, even with O_CREAT).
+            timeout = 0
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
         a.entry_timeout = timeout
@@ -623,6 +632,8 @@ class CkptFS(pyfuse3.Operations):
                 return
             if h.failed or died_of_signal(h.opener):
                 why = h.failed or f"process {h.opener} was killed while writing"
+                if h.errno == errno.EDQUOT:  # the line above says whose quota, and why
+                    why = "a write would pass the quota: EDQUOT"
                 self.dropped += 1
                 log(f"{h.path}: new version dropped ({why}); the previous version stays")
                 w.abort()
@@ -635,6 +646,11 @@ class CkptFS(pyfuse3.Operations):
             if last:
                 try:
                     w.close()
+                except BaseException as exc:
+                    self.dropped += 1
+                    why = "EDQUOT" if isinstance(exc, QuotaExceeded) else str(exc)
+                    log(f"{h.path}: new version dropped at close ({why}); the previous stays")
+                    raise
                 finally:
                     self._writing.pop(h.path, None)
                     self._owner.pop(w, None)
@@ -673,6 +689,10 @@ class CkptFS(pyfuse3.Operations):
         s = pyfuse3.StatvfsData()
         s.f_bsize = s.f_frsize = 1 << 20
         s.f_blocks = s.f_bfree = s.f_bavail = 1 << 30
+        tightest = self.ns.quota.tightest() if self.ns.quota is not None else None
+        if tightest is not None:  # df shows the quota as of the last count
+            s.f_blocks = tightest.limit >> 20
+            s.f_bfree = s.f_bavail = max(0, tightest.limit - tightest.used) >> 20
         s.f_files = s.f_ffree = s.f_favail = 1 << 30
         s.f_namemax = 255
         return s
@@ -753,6 +773,9 @@ def main(argv: list[str] | None = None) -> int:
         keys = site_keys(cfg)
         keys.require()
         ns = Namespace.from_config(cfg, namespace_name(user, name), keys=keys)
+        from bootseer.ckpt.quota import guard_for
+
+        ns.quota = guard_for(cfg, ns.targets, user, log)
         if args.job_id and args.nodes:
             from bootseer.p2p.via import agent_via
 
