@@ -22,6 +22,11 @@ from bootseer.sitekey import IMAGE_TRACE
 from bootseer.store import open_store
 from tests.imagekit import add_image, make_squashfs, running_agent
 from tests.sitekeys import KEYS
+from tests.waiting import wait_until
+
+# A read with a 3 s fetch timeout ends well within this: a bound on a hang (and under the
+# 30 s default, so a timeout not taken from the config fails), not a speed claim.
+HANG = 20.0
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
@@ -241,7 +246,7 @@ def test_store_down_gives_eio_after_a_bounded_wait(base: Path, image: Path) -> N
             waited = time.monotonic() - t0
             os.close(fd)
             assert exc.value.errno == errno.EIO
-            assert waited < 3.0 + 3.0, waited
+            assert waited < HANG, waited
         finally:
             (base / "store.away").rename(base / "store")
         assert lazy.read_bytes() == image.read_bytes()  # back once the store is
@@ -264,12 +269,9 @@ def test_corrupt_block_is_refused_and_fetched_again(base: Path, image: Path) -> 
             target=lambda: got.append(os.pread(os.open(lazy, os.O_RDONLY), 100, 3 * 65536 + 10))
         )
         reader.start()
-        deadline = time.monotonic() + 10
-        while agent.stats()["corrupt_refused"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert agent.stats()["corrupt_refused"] >= 1
+        wait_until(lambda: agent.stats()["corrupt_refused"] >= 1, "the corrupt block refused")
         store_file.write_bytes(good)  # the store heals; the retry gets the right bytes
-        reader.join(20)
+        reader.join(60)
         assert got == [original[3 * 65536 + 10 : 3 * 65536 + 110]]
         assert "digest mismatch" in agent.log_text()
         assert lazy.read_bytes() == original
