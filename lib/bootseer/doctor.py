@@ -369,7 +369,8 @@ def check_timeout(node: Node) -> Check:
 
 @needs_config("agent")
 def check_agent(node: Node) -> Check:
-    """The node agent answers ``ping`` on its socket, which users may reach."""
+    """The node agent answers ``ping`` on its socket, which users may reach, and runs
+    the install this bootseer is (not the venv of before an upgrade)."""
     name = "agent"
     assert node.cfg is not None
     from bootseer.image.client import AgentClient
@@ -386,6 +387,15 @@ def check_agent(node: Node) -> Check:
     if mode & 0o006 != 0o006:
         return problem(
             name, f"{sock}: mode {mode:04o}: jobs cannot ask it", "restart bootseer-agent"
+        )
+    here = os.path.realpath(sys.prefix)
+    if reply.prefix and reply.prefix != here:
+        # After an upgrade: the agent keeps the venv it started from until it restarts.
+        return problem(
+            name,
+            f"{sock}: the agent runs {reply.prefix}, this bootseer {here}: an older install",
+            "bootseer agent --restart (on the node: once no job uses it), or "
+            "bootseer install NODESET --restart-agents",
         )
     return ok(name, f"{sock}: node {reply.node}, pid {reply.pid}")
 

@@ -149,6 +149,7 @@ class Namespace:
         self.quota: QuotaGuard | None = None
         self.store_bytes = 0
         self.peer_bytes = 0
+        self.corrupt_units = 0  # units refused: their checksum is not the manifest's
 
     @classmethod
     def from_config(
