@@ -166,3 +166,12 @@ def test_scopes_for_a_user_in_no_account() -> None:
         Scope("user", "ada", 5, ("ada",))
     ]
     assert ckpt_quota.parse_associations("a|\na|x\nb|y\n\nbad\n") == {"a": {"x"}, "b": {"y"}}
+
+
+def test_the_doors_usage_request_names_no_namespace() -> None:
+    from bootseer.ckpt.wire import CkptUsage, CkptUsageReply, parse_ckpt_request
+
+    assert parse_ckpt_request({"op": "ckpt_usage"}) == CkptUsage()
+    assert parse_ckpt_request({"op": "ckpt_usage", "ns": "ignored"}) == CkptUsage()
+    reply = CkptUsageReply([{"kind": "user", "name": "ada", "limit": 5, "used": 3}])
+    assert CkptUsageReply.from_wire(reply.to_wire()) == reply

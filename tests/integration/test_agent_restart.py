@@ -127,3 +127,30 @@ def test_doctor_names_an_agent_that_runs_an_older_install(
         assert check.status == "problem", check
         assert f"the agent runs {agent.client.ping().prefix}" in check.detail
         assert "an older install" in check.detail and "--restart" in check.fix
+
+
+def test_a_new_script_that_cannot_run_gives_the_same_program_again(tmp_path: Path) -> None:
+    """The install's script names an interpreter that is gone: the agent runs again
+    from its own venv (the install keeps it), with its listening socket, rather than not at all."""
+    broken = tmp_path / "bootseer"
+    broken.write_text("#!/nonexistent/python3\n")
+    broken.chmod(0o755)
+    sock_path = tmp_path / "agent.sock"
+    code = (
+        "import os, socket, sys\n"
+        "from pathlib import Path\n"
+        "from bootseer.image import handover\n"
+        f"path = Path({str(sock_path)!r})\n"
+        "again = handover.inherited(path)\n"
+        "if again is not None:\n"
+        "    print('again', again.getsockname())\n"
+        "    sys.exit(0)\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "s.bind(str(path)); s.listen()\n"
+        f"sys.argv[0] = {str(broken)!r}\n"
+        "handover.exec_again(s)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"again {sock_path}\n"
+    assert f"cannot run {broken} again" in r.stderr

@@ -166,7 +166,8 @@ def exec_again(listen: socket.socket) -> None:
 
     Started as a script (the install's ``<prefix>/venv/bin/bootseer``), the script is
     run again by its path, so the ``venv`` link and the script's own interpreter line
-    choose the new venv; started as ``python -c``/``-m`` (tests), the same command line."""
+    choose the new venv; started as ``python -c``/``-m`` (tests), or when the script
+    cannot be run, the same command line with this interpreter."""
     fd = listen.fileno()
     os.set_inheritable(fd, True)
     env = {**os.environ, LISTEN_FD: str(fd), LISTEN_PID: str(os.getpid())}
@@ -175,7 +176,16 @@ def exec_again(listen: socket.socket) -> None:
             stream.flush()
     script = sys.argv[0]
     if os.path.isfile(script) and os.access(script, os.X_OK) and not script.endswith(".py"):
-        os.execve(script, sys.argv, env)
+        try:
+            os.execve(script, sys.argv, env)
+        except OSError as exc:
+            # The new install's script cannot run (its interpreter is gone): this
+            # program's own interpreter and venv, which the install keeps, run again.
+            print(
+                f"bootseer agent: cannot run {script} again ({exc}); the same venv instead",
+                file=sys.stderr,
+                flush=True,
+            )
     os.execve(sys.executable, sys.orig_argv, env)
 
 
