@@ -24,7 +24,7 @@ def _stores(targets: list[str]) -> list[Store]:
     return [open_store(u) for u in targets]
 
 
-def _ns(targets: list[str], name: str, limit: int, rescan: float = 10.0) -> Namespace:
+def _ns(targets: list[str], name: str, limit: int, rescan: float = 3600.0) -> Namespace:
     ns = Namespace(_stores(targets), name, unit_size=UNIT, max_inflight=2)
     user = name.split("/", 1)[0]
     ns.quota = QuotaGuard(ns.targets, [Scope("user", user, limit, (user,))], rescan)

@@ -89,6 +89,8 @@ def serve(
                 paths.agent_socket.unlink()
         pyfuse3.close(unmount=True)
         agent.close()
+        if again and handover is not None:
+            handover.replied()
         agent.log("agent stopped: restarting in place" if again else "agent stopped")
     return server.socket if again and server is not None else None
 

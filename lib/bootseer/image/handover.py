@@ -110,6 +110,13 @@ class Handover:
     def close(self) -> None:
         self._closed.set()
 
+    def replied(self, timeout: float = 10.0) -> None:
+        """Wait for root's requests still being answered (the restart request's own
+        reply) before the program is replaced: ``exec`` would end their threads."""
+        deadline = time.monotonic() + timeout
+        while self.server.connections().get(0, 0) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def _wait_idle(self) -> None:
         while self.pending and not self._closed.wait(PENDING_POLL):
             if not self._try(0):
