@@ -24,7 +24,7 @@ def _stores(targets: list[str]) -> list[Store]:
     return [open_store(u) for u in targets]
 
 
-def _ns(targets: list[str], name: str, limit: int, rescan: float = 10.0) -> Namespace:
+def _ns(targets: list[str], name: str, limit: int, rescan: float = 3600.0) -> Namespace:
     ns = Namespace(_stores(targets), name, unit_size=UNIT, max_inflight=2)
     user = name.split("/", 1)[0]
     ns.quota = QuotaGuard(ns.targets, [Scope("user", user, limit, (user,))], rescan)
@@ -166,3 +166,12 @@ def test_scopes_for_a_user_in_no_account() -> None:
         Scope("user", "ada", 5, ("ada",))
     ]
     assert ckpt_quota.parse_associations("a|\na|x\nb|y\n\nbad\n") == {"a": {"x"}, "b": {"y"}}
+
+
+def test_the_doors_usage_request_names_no_namespace() -> None:
+    from bootseer.ckpt.wire import CkptUsage, CkptUsageReply, parse_ckpt_request
+
+    assert parse_ckpt_request({"op": "ckpt_usage"}) == CkptUsage()
+    assert parse_ckpt_request({"op": "ckpt_usage", "ns": "ignored"}) == CkptUsage()
+    reply = CkptUsageReply([{"kind": "user", "name": "ada", "limit": 5, "used": 3}])
+    assert CkptUsageReply.from_wire(reply.to_wire()) == reply

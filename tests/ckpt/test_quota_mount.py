@@ -50,8 +50,10 @@ def _user(name: str) -> pwd.struct_passwd:
 
 @pytest.fixture
 def quota_config(site_config: Path) -> Path:
-    with site_config.open("a") as f:
-        f.write(f"[ckpt.quota]\nuser = {QUOTA}\n")
+    # Counts only at a mount's first write and before refusing: a count due mid-save (a
+    # loaded machine) may count an upload twice and refuse early (docs/ckpt.md).
+    text = site_config.read_text().replace("[ckpt]\n", "[ckpt]\nquota_rescan = 3600\n")
+    site_config.write_text(text + f"[ckpt.quota]\nuser = {QUOTA}\n")
     return site_config
 
 

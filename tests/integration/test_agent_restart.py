@@ -154,3 +154,38 @@ def test_a_new_script_that_cannot_run_gives_the_same_program_again(tmp_path: Pat
     assert r.returncode == 0, r.stderr
     assert r.stdout == f"again {sock_path}\n"
     assert f"cannot run {broken} again" in r.stderr
+
+
+def test_a_users_request_that_never_ends_does_not_hold_the_restart_back(base: Path) -> None:
+    """mallory trickles a request in, a byte a second, never a whole line: the agent's
+    handler waits on it (each byte within its 10 s timeout). The restart gives it
+    handover.DRAIN seconds, then cuts it off (before: 'busy', for as long as she liked)."""
+    trickle = (
+        "import socket, sys, time\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "s.connect(sys.argv[1])\n"
+        "print('connected', flush=True)\n"
+        "for _ in range(120):\n"
+        "    s.send(b' ')\n"
+        "    time.sleep(1)\n"
+    )
+    with running_agent(base) as agent:
+        before = agent.client.ping()
+        as_mallory = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        user = subprocess.Popen(
+            [*as_mallory, "/usr/bin/python3", "-c", trickle, str(agent.socket)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert user.stdout is not None and user.stdout.readline() == "connected\n"
+            # Hers and this stats request: the agent reads her request.
+            wait_until(lambda: agent.stats()["connections"] >= 2, "her connection served")
+            reply = agent.client.restart(when_idle=False, timeout=60)
+            assert reply.state == "restarting", reply
+            after = wait_until(lambda: restarted(agent, before), "the agent restarted", 60)
+            assert after is not None and after.pid == before.pid
+            assert "1 users' requests cut off" in agent.log_text()
+        finally:
+            user.kill()
+            user.wait()

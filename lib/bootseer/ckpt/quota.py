@@ -229,7 +229,7 @@ _members: tuple[float, str, dict[str, set[str]]] | None = None
 _members_lock = threading.Lock()
 
 
-def associations(sacctmgr: str, timeout: float = 10.0) -> dict[str, set[str]]:
+def associations(sacctmgr: str, timeout: float = 5.0) -> dict[str, set[str]]:
     """Slurm's accounts and their users, asked at most once a minute per process; a
     Slurm that does not answer raises :class:`CkptError` (a write is then refused: the
     account's quota cannot be checked)."""

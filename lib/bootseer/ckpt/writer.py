@@ -224,7 +224,8 @@ class StripedWriter(io.RawIOBase):
             previous = self.ns.manifest(self.path)
         except CkptIOError:
             previous = None  # damaged or not sealed: replaced, its units left to gc
-        size = len(m.to_json())  # the manifest's bytes (its seal aside)
+        # The manifest's bytes (its seal aside): serialised once more only under a quota.
+        size = len(m.to_json()) if self.ns.quota is not None else 0
         self._charge(size)
         try:
             self.ns.commit(self.path, m)

@@ -324,7 +324,7 @@ class RestartReply(Reply):
 
     state: str
     jobs: list[int]
-    connections: int  # other requests being served (a user's checkpoint transfer)
+    connections: int  # other requests of root's being served (a hook's)
 
 
 @dataclass(frozen=True)
@@ -403,3 +403,4 @@ class StatsReply(Reply):
     background_bytes: int
     corrupt_refused: int
     fetch_errors: int
+    connections: int = 0  # requests the socket is serving (a user: her own), this one too
