@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.deps import archive
+from bootseer.deps import archive, asuser
 from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.capture import CaptureRequest, capture
 from bootseer.deps.restore import RestoreRequest, restore
@@ -126,7 +126,7 @@ def test_a_child_unwinding_on_its_own_is_not_stopped_at_the_deadline(
         keys=KEYS,
     )
     m.prefix = str(scratch / "env")
-    real = archive.stop_held
+    real = asuser.stop_held
 
     @contextlib.contextmanager
     def slow_cleanup() -> Iterator[None]:
