@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_a_users_views_in_her_job_show_hers_only(cluster: DevSlurm, base: Path) 
         timeout=120,
     )
 
-    def views(who: str) -> tuple[list[dict[str, object]], dict[str, object]]:
+    def views(who: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         script = (
             "#!/bin/sh\nset -e\n"
             "srun bootseer deps ls --json\necho ===\n"
