@@ -340,9 +340,9 @@ def check_plugin(node: Node) -> Check:
     if contract is None:
         return problem(
             name,
-            f"{plugin} ({where}) predates the env file contract; this bootseer's hooks "
-            f"write contract {ENV_CONTRACT}, which it cannot read: jobs get no BOOTSEER_* "
-            "variables",
+            f"{plugin} ({where}) predates the env file contract this bootseer's hooks "
+            f"write ({ENV_CONTRACT}); one that reads the file as the job's user cannot: "
+            "jobs get no BOOTSEER_* variables, and nothing says why",
             reinstall,
         )
     if contract != ENV_CONTRACT:
