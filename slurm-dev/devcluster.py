@@ -94,17 +94,20 @@ class Cluster(StoreHost):
         env = {"SLURM_CONF": str(self.conf), "BOOTSEER_CONFIG": str(INSTALL_ETC / "config.toml")}
         return ClusterSsh(self.dir, self.s.network, env)
 
-    def install_over_ssh(self) -> None:
-        """`bootseer install` onto every node, as an admin installs a cluster's."""
+    def install_over_ssh(self, config: Path | None = None) -> str:
+        """`bootseer install` onto every node, as an admin installs a cluster's; agents
+        already running restart in place where they run an older install (once idle).
+        Returns what it printed."""
         cmd = [str(VENV / "bin" / "bootseer"), "install", ",".join(self.s.node_names)]
-        cmd += ["--config", str(self.site_config), "--ssh-config", str(self.ssh.config)]
+        cmd += ["--config", str(config or self.site_config), "--ssh-config", str(self.ssh.config)]
         cmd += ["--prefix", str(INSTALL_PREFIX), "--etc", str(INSTALL_ETC), "--unit-dir", "none"]
         cmd += ["--bin-dir", str(NODE_ROOT / "bin"), "--slurm-conf", str(self.conf)]
-        cmd += ["--build-dir", str(self.dir / "build")]
+        cmd += ["--build-dir", str(self.dir / "build"), "--restart-agents"]
         r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **self.env()})
         print(r.stdout, end="")
         if r.returncode != 0:
             raise SystemExit(f"slurm-dev: bootseer install failed:\n{r.stderr}{r.stdout}")
+        return r.stdout
 
     def down(self) -> None:
         if self.s.ssh_install:

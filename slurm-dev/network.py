@@ -21,6 +21,7 @@ filesystems (a unix socket or a FUSE mount under the state dir works from every 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -137,6 +138,13 @@ class Network:
         """Bytes the store has sent on its link since the link was made."""
         return link_counter(self.store_link, "rx_bytes")
 
+    def node_caps(self, node: str) -> tuple[float | None, float | None]:
+        """The caps (Mbit/s) the kernel holds for ``node``'s link: towards it, from it."""
+        return cap_mbit(self.node_link(node)), cap_mbit("eth0", self.enter(node))
+
+    def store_caps(self) -> tuple[float | None, float | None]:
+        return cap_mbit(self.store_link), cap_mbit("eth0", self.enter_store())
+
     def node_rx_bytes(self, node: str) -> int:
         """Bytes ``node`` has received on its link (from the store and from peers)."""
         return link_counter(self.node_link(node), "tx_bytes")
@@ -159,6 +167,24 @@ def cap_device(dev: str, prefix: list[str], mbit: int, delay_ms: int = 0) -> Non
     burst = max(mbit * 1_000_000 // 8 // 250, 16_000)
     tbf = ["tbf", "rate", rate, "burst", str(burst), "latency", "100ms"]
     sh(*prefix, "tc", "qdisc", "replace", "dev", dev, "root", *tbf)
+
+
+def cap_mbit(dev: str, prefix: list[str] | None = None) -> float | None:
+    """The rate (Mbit/s) of ``dev``'s root qdisc (tbf, or netem's rate), or None."""
+    r = subprocess.run(
+        [*(prefix or []), "tc", "-j", "qdisc", "show", "dev", dev],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode != 0:
+        return None
+    for qdisc in json.loads(r.stdout or "[]"):
+        if qdisc.get("root"):
+            rate = qdisc.get("options", {}).get("rate")
+            if isinstance(rate, dict):  # netem: {"rate": bytes per second, ...}
+                rate = rate.get("rate")
+            return rate * 8 / 1e6 if isinstance(rate, int | float) else None
+    return None
 
 
 def link_exists(dev: str) -> bool:

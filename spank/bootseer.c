@@ -7,8 +7,8 @@
  * the option), and copies the checked values into the job control environment, which
  * Slurm hands to the Prolog/Epilog as SPANK_BOOTSEER_*.
  *
- * Node side (slurmstepd): reads <rundir>/jobs/<jobid>/env, written by the prolog, and
- * sets its BOOTSEER_* variables in the tasks' environment. lib/bootseer/nodepaths.py
+ * Node side (slurmstepd): reads <rundir>/jobs/<jobid>/env, written by the prolog (root's,
+ * 0600), while still root, and sets its BOOTSEER_* variables in the tasks' environment. lib/bootseer/nodepaths.py
  * names that path for Python; tests/unit/test_nodepaths.py builds expand_node() and
  * job_env_path() below and holds them to its answers.
  *
@@ -327,14 +327,26 @@ static int host_name(char *out, size_t size)
 	return 0;
 }
 
-/* Node side: put what the prolog prepared into the tasks' environment. */
-static int import_from_prolog(spank_t sp)
+/*
+ * Node side, in two callbacks. The env file is root's alone (0600): it names the job's
+ * image, checkpoint namespace and deps prefix, which other users of the node must not
+ * read. slurmstepd calls init_post_opt as root and user_init after it has dropped to the
+ * job's user (spank.h), so the file is read into job_env in the first and its variables
+ * set in the second.
+ */
+static char job_env[65536];
+static size_t job_env_len;
+
+/* As root: read the job's env file (if the prolog wrote one) into job_env. */
+static int read_from_prolog(spank_t sp)
 {
 	uint32_t job_id;
-	char host[256], path[PATH_MAX + 64], line[4096];
+	char host[256], path[PATH_MAX + 64];
 	struct stat st;
+	size_t n;
 	FILE *f;
 
+	job_env_len = 0;
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
 	    host_name(host, sizeof(host)) < 0 ||
 	    job_env_path(path, sizeof(path), run_dir, host, job_id) < 0)
@@ -342,21 +354,42 @@ static int import_from_prolog(spank_t sp)
 	f = fopen(path, "re");
 	if (f == NULL)
 		return 0; /* bootseer not asked for, or the prolog prepared nothing */
-	if (fstat(fileno(f), &st) < 0 || st.st_uid != 0 || (st.st_mode & 022)) {
+	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
+	    (st.st_mode & 022)) {
 		slurm_error("bootseer: ignoring %s: not root's, or writable by others", path);
 		fclose(f);
 		return 0;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char *eq = strchr(line, '=');
-		line[strcspn(line, "\n")] = '\0';
+	n = fread(job_env, 1, sizeof(job_env) - 1, f);
+	if (!feof(f)) {
+		slurm_error("bootseer: ignoring %s: larger than %zu bytes", path,
+			    sizeof(job_env) - 1);
+		n = 0;
+	}
+	fclose(f);
+	job_env[n] = '\0';
+	job_env_len = n;
+	return 0;
+}
+
+/* As the job's user: put what the prolog prepared into the tasks' environment. */
+static int import_from_prolog(spank_t sp)
+{
+	char *line = job_env, *next;
+
+	for (; job_env_len && line < job_env + job_env_len; line = next) {
+		char *eq;
+		next = line + strcspn(line, "\n");
+		if (*next)
+			*next++ = '\0';
+		eq = strchr(line, '=');
 		if (eq == NULL || strncmp(line, "BOOTSEER_", 9))
 			continue;
 		*eq = '\0';
 		if (spank_setenv(sp, line, eq + 1, 1) != ESPANK_SUCCESS)
-			slurm_error("bootseer: cannot set %s for job %u", line, job_id);
+			slurm_error("bootseer: cannot set %s", line);
 	}
-	fclose(f);
+	job_env_len = 0;
 	return 0;
 }
 
@@ -366,10 +399,12 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	(void)av;
 	if (spank_context() == S_CTX_LOCAL || spank_context() == S_CTX_ALLOCATOR)
 		return export_to_hooks(sp);
+	if (spank_context() == S_CTX_REMOTE)
+		return read_from_prolog(sp); /* slurmstepd, still root */
 	return 0;
 }
 
-/* Every step, the batch script's included, once its environment is set up. */
+/* Every step, the batch script's included, once its environment is set up (as the user). */
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
 	(void)ac;

@@ -171,8 +171,9 @@ def running_agent(base: Path, node: str = "t1", **image: Any) -> Iterator[AgentP
         agent.stop()
 
 
-def add_image(base: Path, path: Path, name: str, block_size_kib: int = 64) -> str:
-    """``bootseer image add`` into the test store; returns the image id."""
+def add_image(base: Path, path: Path, name: str, block_size_kib: int = 64, *more: str) -> str:
+    """``bootseer image add`` (with ``more`` arguments) into the test store; returns the
+    image id."""
     cfg = base / "add.toml"
     cfg.write_text(to_toml(site_config(base)))
     r = subprocess.run(
@@ -187,6 +188,7 @@ def add_image(base: Path, path: Path, name: str, block_size_kib: int = 64) -> st
             name,
             "--block-size-kib",
             str(block_size_kib),
+            *more,
         ],
         env={**os.environ, "BOOTSEER_CONFIG": str(cfg)},
         capture_output=True,

@@ -111,6 +111,9 @@ class PhasesSection:
     max_marks_bytes: int = 1 << 20  # per job and node; marks beyond are dropped with a note
 
 
+DEFAULT_CKPT_QUOTA = {"user": 16 << 40, "account": 0}
+
+
 @dataclass(frozen=True)
 class CkptSection:
     """Striped checkpoint storage (``bootseer.ckpt``, ``--bootseer-ckpt``)."""
@@ -131,6 +134,23 @@ class CkptSection:
     # behind the stream), per mount: root's, mode 0700; unset: <paths.cache_dir>/ckpt-stage.
     stage_dir: Path | None = None
     stage_bytes: int = 4 << 30  # bound per job and node; past it a write fails with ENOSPC
+    # Stored bytes on the targets that one user's checkpoints may hold ("user"), and all
+    # the users of one Slurm account together ("account", only where Slurm checks a
+    # job's account against its user); 0: no quota. A write through the mount or the
+    # door that would pass it fails with EDQUOT (bootseer.ckpt.quota, docs/ckpt.md).
+    # A kind the site's table leaves out keeps its default.
+    quota: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_CKPT_QUOTA))
+    # Seconds a writer trusts its last count of the store (other nodes' writes show up
+    # at the next count; a write that would pass the quota always counts again).
+    quota_rescan: float = 10.0
+    # Lists the users of each account (for the "account" quota).
+    sacctmgr: Path = Path("/usr/bin/sacctmgr")
+
+    def __post_init__(self) -> None:
+        for kind in self.quota:
+            if kind not in DEFAULT_CKPT_QUOTA:
+                raise ConfigError(f"ckpt.quota.{kind}: not one of user, account")
+        object.__setattr__(self, "quota", {**DEFAULT_CKPT_QUOTA, **self.quota})
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,12 @@
 The site config names three roots (``[paths]``); everything else derives from them
 here unless the config sets it (``[image]``'s, ``[ckpt] mount_root``)::
 
-    <run_dir>/jobs/<job_id>/              the job dir (hooks.jobdir), removed by the epilog
-    <run_dir>/jobs/<job_id>/env           what the SPANK plugin puts into the tasks
-    <run_dir>/jobs/<job_id>/<step>/       what a step keeps from prolog to epilog
-    <run_dir>/jobs/<job_id>/deps/prolog.json   the deps prolog's state, for deps run and epilog
-    <run_dir>/jobs/<job_id>/deps/job/     the job user's: install.json from `bootseer deps run`
+    <run_dir>/jobs/<job_id>/              the job dir (hooks.jobdir), removed by the epilog; 0711
+    <run_dir>/jobs/<job_id>/env           what the SPANK plugin puts into the tasks; 0600
+    <run_dir>/jobs/<job_id>/<step>/       what a step keeps from prolog to epilog; 0700
+    <run_dir>/jobs/<job_id>/deps/prolog.json   the deps prolog's state, for the epilog; 0600
+    <run_dir>/jobs/<job_id>/deps/job/     the job user's (0700): install.json from
+                                          `bootseer deps run`, and prolog.json, its copy
     <run_dir>/phases/<job_id>/            the phase spool (outlives the job dir)
     <run_dir>/ckpt/<job_id>               checkpoint mounts        ([ckpt] mount_root)
     <run_dir>/agent.sock                  the node agent's socket  ([image] socket)
@@ -86,6 +87,11 @@ def deps_state(run_dir: Path, job_id: int) -> Path:
 
 def install_record(run_dir: Path, job_id: int) -> Path:
     return step_dir(run_dir, job_id, "deps") / "job" / "install.json"
+
+
+def deps_job_state(run_dir: Path, job_id: int) -> Path:
+    """The job user's copy of the deps prolog's state (``bootseer deps run`` reads it)."""
+    return install_record(run_dir, job_id).with_name(DEPS_STATE)
 
 
 def spools(run_dir: Path) -> Path:

@@ -22,6 +22,11 @@ from bootseer.sitekey import IMAGE_TRACE
 from bootseer.store import open_store
 from tests.imagekit import add_image, make_squashfs, running_agent
 from tests.sitekeys import KEYS
+from tests.waiting import wait_until
+
+# A read with a 3 s fetch timeout ends well within this: a bound on a hang (and under the
+# 30 s default, so a timeout not taken from the config fails), not a speed claim.
+HANG = 20.0
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
@@ -241,7 +246,7 @@ def test_store_down_gives_eio_after_a_bounded_wait(base: Path, image: Path) -> N
             waited = time.monotonic() - t0
             os.close(fd)
             assert exc.value.errno == errno.EIO
-            assert waited < 3.0 + 3.0, waited
+            assert waited < HANG, waited
         finally:
             (base / "store.away").rename(base / "store")
         assert lazy.read_bytes() == image.read_bytes()  # back once the store is
@@ -264,12 +269,9 @@ def test_corrupt_block_is_refused_and_fetched_again(base: Path, image: Path) -> 
             target=lambda: got.append(os.pread(os.open(lazy, os.O_RDONLY), 100, 3 * 65536 + 10))
         )
         reader.start()
-        deadline = time.monotonic() + 10
-        while agent.stats()["corrupt_refused"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert agent.stats()["corrupt_refused"] >= 1
+        wait_until(lambda: agent.stats()["corrupt_refused"] >= 1, "the corrupt block refused")
         store_file.write_bytes(good)  # the store heals; the retry gets the right bytes
-        reader.join(20)
+        reader.join(60)
         assert got == [original[3 * 65536 + 10 : 3 * 65536 + 110]]
         assert "digest mismatch" in agent.log_text()
         assert lazy.read_bytes() == original
@@ -293,10 +295,12 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
             f2.read(10)
         verdict = agent.release(1)["trace"]
         m = load_manifest(store, image_id, keys=KEYS)
-        raw = KEYS.open(IMAGE_TRACE, trace_key(image_id), store.read_bytes(trace_key(image_id)))
+        raw = KEYS.open(
+            IMAGE_TRACE, trace_key(image_id, "root"), store.read_bytes(trace_key(image_id, "root"))
+        )
         t = Trace.from_json(raw, image_id, m.nblocks, m.block_size)
         # First-access order; kernel readahead may add neighbours of what was read.
-        assert verdict == f"saved ({len(t.blocks)} blocks)"
+        assert verdict == f"saved ({len(t.blocks)} blocks) for root"
         assert t.blocks[0] == 3 and 0 in t.blocks and 1_000_000 // 65536 not in t.blocks
     shutil.rmtree(base / "t1" / "cache")  # a fresh node
     with running_agent(base) as agent:
@@ -310,7 +314,9 @@ def test_trace_is_saved_then_prefetched_then_merged(base: Path, image: Path) -> 
             f.seek(1_000_000)
             assert f.read(10) == original[1_000_000:1_000_010]
         assert agent.release(2)["trace"].startswith("merged (")
-        raw = KEYS.open(IMAGE_TRACE, trace_key(image_id), store.read_bytes(trace_key(image_id)))
+        raw = KEYS.open(
+            IMAGE_TRACE, trace_key(image_id, "root"), store.read_bytes(trace_key(image_id, "root"))
+        )
         merged = Trace.from_json(raw, image_id, m.nblocks, m.block_size)
         assert merged.blocks[: len(t.blocks)] == t.blocks and 1_000_000 // 65536 in merged.blocks
         assert agent.prepare(3, "test:1")["trace_runs"] == 2
@@ -322,7 +328,7 @@ def test_trace_naming_blocks_outside_the_image_is_refused(base: Path, image: Pat
     store = open_store(f"file://{base}/store")
     m = load_manifest(store, image_id, keys=KEYS)
     bad = Trace(image_id, m.nblocks, m.block_size, (0, m.nblocks + 5))  # checksum is valid
-    save_trace(store, bad, keys=KEYS)  # sealed: the agent's own checks must refuse it
+    save_trace(store, bad, keys=KEYS, user="root")  # sealed: the agent's own checks must refuse it
     with running_agent(base) as agent:
         answer = agent.prepare(1, "test:1")
         assert answer["trace_runs"] == 0 and answer["prefetch"]["hot_blocks"] == 0

@@ -50,7 +50,9 @@ def test_hung_store_gives_eio_after_a_bounded_wait(
         finally:
             os.close(fd)
         assert exc.value.errno == errno.EIO
-        assert waited < 3.0 + 3.0, waited
+        # The 3 s fetch timeout ends the wait; 20 s (under the 30 s default) bounds a
+        # hang, not a speed.
+        assert waited < 20.0, waited
         os.kill(weed, signal.SIGCONT)
         stopped = False
         deadline = time.monotonic() + 60

@@ -89,7 +89,7 @@ def test_a_planted_trace_is_ignored_and_replaced_by_a_sealed_one(base: Path) -> 
     store = open_store(f"file://{base}/store")
     m = load_manifest(store, image_id, keys=KEYS)
     planted = Trace(image_id, m.nblocks, m.block_size, tuple(range(m.nblocks)))  # all hot
-    store.write_bytes(trace_key(image_id), planted.to_json())
+    store.write_bytes(trace_key(image_id, "root"), planted.to_json())
     with running_agent(base) as agent:
         got = agent.prepare(1, "t:1")
         assert got["trace_runs"] == 0 and got["prefetch"]["hot_blocks"] == 0
@@ -98,6 +98,12 @@ def test_a_planted_trace_is_ignored_and_replaced_by_a_sealed_one(base: Path) -> 
             f.read(10)
         assert agent.release(1)["trace"].startswith("saved")
     with pytest.raises(SealError):
-        KEYS.open("image.manifest", trace_key(image_id), store.read_bytes(trace_key(image_id)))
-    raw = KEYS.open("image.trace", trace_key(image_id), store.read_bytes(trace_key(image_id)))
+        KEYS.open(
+            "image.manifest",
+            trace_key(image_id, "root"),
+            store.read_bytes(trace_key(image_id, "root")),
+        )
+    raw = KEYS.open(
+        "image.trace", trace_key(image_id, "root"), store.read_bytes(trace_key(image_id, "root"))
+    )
     assert len(Trace.from_json(raw, image_id, m.nblocks, m.block_size).blocks) < m.nblocks

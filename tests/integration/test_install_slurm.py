@@ -5,6 +5,7 @@ the nodes' own install (venvs on the nodes' /usr/bin/python3)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from bootseer.image.client import AgentClient
+from bootseer.image.protocol import AgentError, PingReply
 from tests.conftest import TEST_PORT_BASE, TEST_STATE, DevSlurm, devcluster, own_cluster, squash
+from tests.waiting import wait_until
 
 pytestmark = [
     pytest.mark.slurm,
@@ -129,3 +133,64 @@ def test_a_users_jobs_use_all_three_techniques(installed: DevSlurm, work: Path) 
     for step in ("image", "deps", "ckpt"):
         assert f"prolog step={step} outcome=ok" in text, text
     assert "restored" in text  # the first run's snapshot, on another node
+
+
+def agent(cluster: devcluster.Cluster, node: str) -> AgentClient:
+    return AgentClient(cluster.dir / "nodes" / node / "run" / "agent.sock")
+
+
+def mounts_at(path: Path) -> int:
+    with open("/proc/self/mountinfo") as f:
+        return sum(1 for line in f if line.split()[4] == str(path))
+
+
+def restarted(cluster: devcluster.Cluster, node: str, before: PingReply) -> bool:
+    try:
+        return agent(cluster, node).ping(timeout=5).started != before.started
+    except AgentError:
+        return False
+
+
+def test_restart_agents_restarts_idle_agents_and_waits_for_running_jobs(
+    installed: DevSlurm, work: Path
+) -> None:
+    """An upgrade (here: a new config) with a job running on n1: n2-n4's agents run the
+    new install at once, n1's once the job ended; none leaves a mount behind."""
+    cluster = installed.cluster
+    before = {n: agent(cluster, n).ping() for n in installed.nodes}
+    go = work / "go"
+    script = (
+        "#!/bin/sh\n"
+        'head -c 4 "$BOOTSEER_IMAGE"; echo\n'
+        f"while [ ! -e {go} ]; do sleep 0.2; done\n"  # the job runs until the test says
+        'head -c 4 "$BOOTSEER_IMAGE"; echo\n'
+    )
+    job = installed.sbatch("-w", "n1", f"--bootseer-image={work}/hello.sqsh", script=script)
+    wait_until(lambda: job in agent(cluster, "n1").stats().jobs, "n1's agent serves the job", 120)
+
+    upgraded = work / "config.toml"
+    upgraded.write_text(cluster.site_config.read_text() + "# upgraded\n")
+    lines = cluster.install_over_ssh(upgraded).splitlines()
+    assert any(
+        re.fullmatch(rf"n1: installed: .*\(agent restarts once jobs {job} end\)", x) for x in lines
+    ), lines
+    assert any(re.fullmatch(r"n\[2-4\]: installed: .*\(agent restarted\)", x) for x in lines)
+    for node in ("n2", "n3", "n4"):
+        now = agent(cluster, node).ping()
+        assert now.started != before[node].started and now.pid == before[node].pid
+        assert mounts_at(cluster.dir / "nodes" / node / "images") == 1
+    assert agent(cluster, "n1").ping().started == before["n1"].started  # the job's agent
+
+    go.touch()
+    assert installed.wait(job) == "COMPLETED", installed.output(job)
+    assert installed.output(job).split() == ["hsqs", "hsqs"]  # its image, read to the end
+    wait_until(lambda: restarted(cluster, "n1", before["n1"]), "n1's agent restarted", 120)
+    assert mounts_at(cluster.dir / "nodes" / "n1" / "images") == 1
+
+    # Back to the site's config; no job runs: every agent restarts at once.
+    lines = cluster.install_over_ssh().splitlines()
+    assert any(re.fullmatch(r"n\[1-4\]: installed: .*\(agent restarted\)", x) for x in lines)
+    read = '#!/bin/sh\nhead -c 4 "$BOOTSEER_IMAGE"\n'
+    again = installed.sbatch("-w", "n1", f"--bootseer-image={work}/hello.sqsh", script=read)
+    assert installed.wait(again) == "COMPLETED", installed.output(again)
+    assert installed.output(again) == "hsqs"

@@ -42,7 +42,9 @@ class Site:
         cmd += ["--prefix", str(PREFIX), "--etc", str(ETC)]
         cmd += ["--unit-dir", str(NODE_ROOT / "systemd"), "--bin-dir", str(NODE_ROOT / "bin")]
         cmd += ["--ssh-config", str(self.ssh.config), "--slurm-conf", str(self.slurm_conf)]
-        cmd += ["--build-dir", str(self.state / "build"), *extra]
+        cmd += ["--build-dir", str(self.state / "build")]
+        # node_exporter's directory (the default, Debian's, lies outside the nodes' own root)
+        cmd += ["--metrics-dir", str(NODE_ROOT / "metrics"), *extra]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
     def on(self, node: str, command: str) -> str:
@@ -121,6 +123,7 @@ def _install_run(site: Site) -> None:
     assert "PrologFlags=Contain,Alloc" in r.stdout
     assert "PrologEpilogTimeout=110" in r.stdout  # the default 90 s deadline and room
     assert f"required {PREFIX}/lib/slurm/bootseer.so rundir={NODE_ROOT}/run" in r.stdout
+    assert f"--collector.textfile.directory={NODE_ROOT}/metrics" in r.stdout
 
     # Each node's venv runs on the node's own /usr/bin/python3 (Debian's 3.11.2 here),
     # for an ordinary user, from the node's own root.
@@ -145,6 +148,11 @@ def _install_run(site: Site) -> None:
         assert f"ExecStart={PREFIX}/venv/bin/bootseer agent" in unit
         for doc in unit.split("Documentation=")[1].split("\n")[0].split():
             site.on(node, f"test -f {doc.removeprefix('file://')}")
+        # The config leaves [metrics] textfile_dir unset: the nodes' copy names
+        # --metrics-dir, made root's for node_exporter to read.
+        config = site.on(node, f"cat {ETC}/config.toml")
+        assert f'textfile_dir = "{NODE_ROOT}/metrics"' in config
+        assert site.on(node, f"stat -c '%a %U' {NODE_ROOT}/metrics") == "755 root\n"
         wrapper = site.on(node, f"cat {PREFIX}/libexec/bootseer-prolog")
         assert f"export BOOTSEER_CONFIG={ETC}/config.toml" in wrapper
     # What lies behind each node's root is its own: n1's is not n2's.

@@ -217,3 +217,47 @@ def test_a_two_node_job_moves_the_peer_series_and_they_outlive_the_job(
     assert total(after, "bootseer_verification_failures_total", source="peer") == total(
         before, "bootseer_verification_failures_total", source="peer"
     )
+
+
+SAVE_CKPT = (
+    "#!/bin/sh\nset -e\n"
+    'head -c 300000 /dev/zero > "$BOOTSEER_CKPT/model.pt"\n'
+    'cmp "$BOOTSEER_CKPT/model.pt" /dev/zero 2>&1 | grep -q EOF && echo saved\n'
+    'ln -s model.pt "$BOOTSEER_CKPT/latest" 2>/dev/null || echo link-refused\n'
+)
+
+
+def test_a_checkpoint_mount_daemon_adds_what_it_moved(cluster: DevSlurm) -> None:
+    """The job's mount daemon adds to the node's bootseer_ckpt.prom while it serves and
+    at unmount; the counts outlive it."""
+    node = "n2"
+    ckpt = metrics_dir(cluster, node) / "bootseer_ckpt.prom"
+    before = read_prom(ckpt)
+
+    def count(m: Samples, name: str, **labels: str) -> float:
+        return m.get(s(name, **labels), 0.0)
+
+    job = cluster.sbatch("-N1", "-w", node, "--bootseer-ckpt=metrics/run", script=SAVE_CKPT)
+    assert cluster.wait(job, timeout=120) == "COMPLETED", cluster.output(job)
+    assert cluster.output(job).split() == ["saved", "link-refused"], cluster.output(job)
+    after = read_prom(ckpt)  # the epilog unmounted: the daemon's last write is in
+    grew = {
+        name: count(after, name, **labels) - count(before, name, **labels)
+        for name, labels in (
+            ("bootseer_ckpt_mounts_total", {}),
+            ("bootseer_ckpt_written_bytes_total", {}),
+            ("bootseer_ckpt_read_bytes_total", {}),
+            ("bootseer_ckpt_versions_total", {"result": "committed"}),
+            ("bootseer_ckpt_refused_calls_total", {"reason": "not_permitted"}),
+        )
+    }
+    assert grew == {
+        "bootseer_ckpt_mounts_total": 1,
+        "bootseer_ckpt_written_bytes_total": 300000,
+        "bootseer_ckpt_read_bytes_total": grew["bootseer_ckpt_read_bytes_total"],
+        "bootseer_ckpt_versions_total": 1,
+        "bootseer_ckpt_refused_calls_total": 1,
+    }, grew
+    assert grew["bootseer_ckpt_read_bytes_total"] >= 300000
+    st = ckpt.stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o644)

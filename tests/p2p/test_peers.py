@@ -25,10 +25,12 @@ from bootseer.p2p.wire import (
     PieceRequest,
     read_message,
 )
+from tests.waiting import wait_until
 
 KEY = b"site-key-" + b"x" * 32
 JOB = 42
 LOOPBACK = frozenset({"127.0.0.1"})
+TIMEOUT = 60.0  # a piece's timeout far beyond any wait a test expects, loaded or not
 
 
 def piece_owned_by(node: str, nodes: tuple[str, ...]) -> tuple[str, bytes]:
@@ -125,14 +127,16 @@ def test_bad_bytes_are_refused_and_the_peer_dropped(serve: Callable[..., PeerSer
 
 
 def test_a_dead_peer_costs_no_wait(serve: Callable[..., PeerServer]) -> None:
+    """A refused connection drops the peer at once: not silence waited out (the reason
+    says which), and nowhere near the piece's timeout (a bound no loaded machine nears)."""
     d, _ = piece_owned_by("n1", ("n1", "n2"))
     server = serve({})
     port = server.port
     server.close()
     t0 = time.monotonic()
-    swarm = swarm_to(port)
+    swarm = swarm_to(port, timeout=TIMEOUT)
     assert swarm.fetch(d, 1) is None
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < TIMEOUT / 2
     assert "unreachable" in swarm.stats.dropped["n1"]
 
 
@@ -142,10 +146,11 @@ def test_a_hung_peer_is_dropped_once_it_is_silent_for_the_liveness_window() -> N
     d, _ = piece_owned_by("n1", ("n1", "n2"))
     hung = socket.create_server(("127.0.0.1", 0))
     try:
-        swarm = swarm_to(hung.getsockname()[1], timeout=30.0)
+        swarm = swarm_to(hung.getsockname()[1], timeout=TIMEOUT)
         t0 = time.monotonic()
         assert swarm.fetch(d, 1) is None
-        assert LIVENESS - 0.1 < time.monotonic() - t0 < LIVENESS + 2.0
+        # Silence for the liveness window, not the piece's whole timeout.
+        assert LIVENESS - 0.1 < time.monotonic() - t0 < TIMEOUT / 2
         assert "timeout" in swarm.stats.dropped["n1"]
     finally:
         hung.close()
@@ -229,11 +234,11 @@ def test_a_peer_killed_mid_transfer_is_dropped_at_once() -> None:
     t = threading.Thread(target=serve_half, daemon=True)
     t.start()
     try:
-        swarm = swarm_to(half_dead.getsockname()[1], timeout=5.0)
+        swarm = swarm_to(half_dead.getsockname()[1], timeout=TIMEOUT)
         t0 = time.monotonic()
         assert swarm.fetch(d, 1) is None
-        assert time.monotonic() - t0 < 1.0
-        assert "closed after" in swarm.stats.dropped["n1"]
+        assert time.monotonic() - t0 < TIMEOUT / 2  # not the timeout waited out
+        assert "closed after" in swarm.stats.dropped["n1"]  # nor the liveness window
         assert swarm.stats.peer_bytes == 0
     finally:
         half_dead.close()
@@ -309,10 +314,7 @@ def test_a_kept_connection_the_server_closed_is_replaced_not_blamed(
     server = serve({JOB: ServedJob(LOOPBACK, provider({d: data}))}, idle_timeout=0.2)
     swarm = swarm_to(server.port)
     assert swarm.fetch(d, 1) == data
-    deadline = time.monotonic() + 5
-    while server._active and time.monotonic() < deadline:  # the server closes it
-        time.sleep(0.05)
-    assert not server._active
+    wait_until(lambda: not server._active, "the server closing the idle connection")
     assert swarm.fetch(d, 1) == data
     assert not swarm.stats.dropped and server.served_pieces == 2
 

@@ -7,6 +7,7 @@ mean "the agent cannot serve this in time".
 
 from __future__ import annotations
 
+import socket
 import socketserver
 import threading
 from collections.abc import Iterator
@@ -206,3 +207,71 @@ def test_image_step_falls_back_by_exception_class(
     else:
         with pytest.raises(StepError, match="a message that names no kind"):
             step.prolog(call)
+
+
+def full_backlog(path: Path) -> tuple[socket.socket, list[socket.socket]]:
+    """A listening socket that accepts nothing yet, and the connections that fill its backlog."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    pending: list[socket.socket] = []
+    while len(pending) < 1000:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(str(path))
+        except BlockingIOError:
+            s.close()
+            return listener, pending
+        pending.append(s)
+    raise AssertionError("the backlog never filled")
+
+
+def test_a_full_backlog_is_waited_on_not_unavailable(tmp_path: Path) -> None:
+    """Mallory's idle connections filled the agent's listen backlog and root's ping failed at
+    once with EAGAIN ("unavailable": the prolog gave up on the agent). The client waits for
+    room up to its timeout: a backlog that stays full is a timeout..."""
+    sock = tmp_path / "full.sock"
+    listener, pending = full_backlog(sock)
+    try:
+        with pytest.raises(AgentTimeout, match="no answer to ping"):
+            AgentClient(sock).ping(timeout=0.3)
+    finally:
+        for s in pending:
+            s.close()
+        listener.close()
+
+
+def test_a_full_backlog_is_served_once_the_agent_accepts(tmp_path: Path) -> None:
+    """...and a backlog that drains lets the waiting call through."""
+    sock = tmp_path / "full.sock"
+    listener, pending = full_backlog(sock)
+    calling = threading.Event()
+
+    def serve() -> None:
+        calling.wait(30)
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.setblocking(True)
+                conn.settimeout(0.2)
+                try:
+                    if conn.recv(4096):  # the filler sockets send nothing
+                        conn.sendall(encode({"ok": True, "node": "n1", "pid": 1}))
+                        return
+                except TimeoutError:
+                    pass
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        calling.set()
+        assert AgentClient(sock).ping(timeout=30).node == "n1"
+    finally:
+        for s in pending:
+            s.close()
+        server.join(30)
+        listener.close()

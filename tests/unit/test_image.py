@@ -206,17 +206,26 @@ def test_cache_lru_prefers_unpinned_and_survives_restart(tmp_path: Path) -> None
 
 
 class CountingSource(FileSource):
-    def __init__(self, path: str, delay: float = 0.0) -> None:
+    """A file source that records the blocks it is asked for, in order; a slow disk
+    (``delay``), or one whose background reads wait until the test lets them go
+    (``hold_background``, released by ``go``)."""
+
+    def __init__(self, path: str, delay: float = 0.0, hold_background: bool = False) -> None:
         super().__init__(path)
         self.reads: list[int] = []
         self.delay = delay
         self.lock = threading.Lock()
+        self.go = threading.Event()
+        if not hold_background:
+            self.go.set()
 
     def read_block(
         self, index: int, block_digest: str, offset: int, length: int, priority: int
     ) -> bytes:
         with self.lock:
             self.reads.append(index)
+        if priority == BACKGROUND:
+            assert self.go.wait(60), "the test never released the background reads"
         time.sleep(self.delay)  # a slow disk: allowed in a unit test
         return super().read_block(index, block_digest, offset, length, priority)
 
@@ -252,19 +261,21 @@ def test_fetcher_refuses_a_block_that_does_not_match(tmp_path: Path) -> None:
 def test_background_fill_yields_to_demand_reads(tmp_path: Path) -> None:
     f = sqsh_file(tmp_path / "f.sqsh", 40 * BS)
     m = hash_file(str(f), BS)
-    src = CountingSource(str(f), delay=0.05)
+    src = CountingSource(str(f), hold_background=True)  # the fill's read stays under way
     fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=4, background_workers=1)
     try:
         fill = BackgroundFill(m.id)
         fill.start(fetcher, src, m, skip=set())
-        wait_until(lambda: len(src.reads) >= 2, "the fill under way")
+        wait_until(lambda: src.reads == [0], "the fill's first read under way")
         fetcher.get(src, m, 39)  # last in the fill's order; a demand read jumps the queue
-        assert src.reads.index(39) < 10
+        assert src.reads == [0, 39]
         fill.cancel()
+        src.go.set()
         # Every queued fetch of the fill settles (the cancelled ones are dropped unread).
         wait_until(lambda: fill.ended is not None, "the cancelled fill's end")
-        assert fill.state == "cancelled" and len(src.reads) < 40
+        assert fill.state == "cancelled" and src.reads == [0, 39]
     finally:
+        src.go.set()
         fetcher.stop()
 
 
@@ -385,11 +396,34 @@ def test_the_background_fill_is_paced_to_its_rate(tmp_path: Path) -> None:
             fut.result(timeout=10)
         # 9 blocks at 4 a second: the pacer lets the first go at once, the ninth at 2 s.
         assert time.monotonic() - t0 >= 1.9
-        demand = time.monotonic()
-        fetcher.get(src, m, 0)  # cached now; a demand read is never paced
-        assert time.monotonic() - demand < 0.5
     finally:
         fetcher.stop()
+
+
+def test_a_demand_read_is_served_while_the_pacer_holds_the_fill(tmp_path: Path) -> None:
+    """The pacer holds background fetches only: with the fill's next block an hour away,
+    a demand read of a block nobody fetched yet is served (and stop() ends the wait)."""
+    f = sqsh_file(tmp_path / "f.sqsh", 9 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f))
+    fetcher = Fetcher(
+        BlockCache(tmp_path / "c", 1 << 30),
+        workers=4,
+        background_workers=1,
+        timeout=10,
+        quiet=0.0,
+        read_quiet=0.0,
+        background_bps=BS / 3600,
+    )
+    try:
+        fill = [fetcher.request(src, m, i, BACKGROUND) for i in range(2)]
+        fill[0].result(timeout=30)  # the first goes at once; the second waits its hour
+        assert fetcher.get(src, m, 8) == f.read_bytes()[8 * BS : 9 * BS]
+        assert src.reads == [0, 8] and not fill[1].done()
+    finally:
+        fetcher.stop()
+    with pytest.raises(FetchError, match="stopped"):
+        fill[1].result(timeout=30)
 
 
 def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> None:
@@ -403,8 +437,10 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
     m = hash_file(str(f), BS)
     src = CountingSource(str(f))
     cache = BlockCache(tmp_path / "c", 1 << 30)
-    fetcher = Fetcher(cache, workers=4, timeout=10, quiet=0.05, read_quiet=1.0)
-    fetcher.last_read = time.monotonic()  # the owner's own job is reading
+    # The owner's own job is reading: its last read is within read_quiet (an hour here,
+    # so a test thread the machine leaves waiting cannot end the reading by accident).
+    fetcher = Fetcher(cache, workers=4, timeout=60, quiet=0.05, read_quiet=3600.0)
+    fetcher.last_read = time.monotonic()
     cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
     jobs = Jobs(
         cfg.image,
@@ -422,19 +458,17 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
         asked = threading.Thread(
             target=lambda: got.append(
                 jobs.provide_block(
-                    PieceRequest(7, "", m.blocks[2], BACKGROUND), time.monotonic() + 10
+                    PieceRequest(7, "", m.blocks[2], BACKGROUND), time.monotonic() + 60
                 )
             )
         )
-        reading_until = time.monotonic() + 1.5
         asked.start()
-        # The owner's own job keeps reading for longer than read_quiet: the behaviour under
-        # test (the peer's fetch must wait all that time), not a synchronisation.
-        while time.monotonic() < reading_until:
-            fetcher.last_read = time.monotonic()
-            assert src.reads == []
-            time.sleep(0.05)
-        asked.join(timeout=10)
+        # The owner's job reads for 1.5 s: the behaviour under test (the peer's fetch
+        # waits all that time), not a synchronisation.
+        time.sleep(1.5)
+        assert src.reads == [] and asked.is_alive()
+        fetcher.last_read = 0.0  # the job's reads end: the peer's block is fetched
+        asked.join(timeout=60)
         assert got and digest(got[0]) == m.blocks[2] and src.reads == [2]
     finally:
         fetcher.stop()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bootseer.install.fanout import fold
 from bootseer.install.files import agent_unit, hook_wrapper
 from bootseer.install.layout import Layout
@@ -72,3 +74,54 @@ def test_the_summary_folds_nodes_alike() -> None:
 def test_the_packaged_unit_is_the_one_install_writes() -> None:
     top = Path(__file__).resolve().parents[2]
     assert (top / "packaging" / "bootseer-agent.service").read_bytes() == agent_unit(LAYOUT)
+
+
+def test_the_metrics_dir_is_set_where_the_config_leaves_it_unset() -> None:
+    from bootseer.install.files import parse, with_textfile_dir
+
+    where, d = Path("site.toml"), Path("/var/lib/prometheus/node-exporter")
+    bare = b'[paths]\nrun_dir = "/run/bootseer"'  # no newline at the end
+    out = with_textfile_dir(bare, where, d)
+    cfg = parse(out, where)
+    assert cfg.metrics.textfile_dir == d and cfg.paths.run_dir == Path("/run/bootseer")
+    assert out.startswith(bare)  # the site's lines stay as they are
+
+    # A [metrics] table of its own gets the key, and keeps its other settings.
+    table = b"[metrics]  # for node_exporter\ninterval = 5\n\n[hooks]\nstrict = false\n"
+    cfg = parse(with_textfile_dir(table, where, d), where)
+    assert (cfg.metrics.textfile_dir, cfg.metrics.interval, cfg.hooks.strict) == (d, 5, False)
+
+    # The config's own choice, or none asked for: the config unchanged.
+    own = b'[metrics]\ntextfile_dir = "/srv/textfile"\n'
+    assert with_textfile_dir(own, where, d) == own
+    assert with_textfile_dir(bare, where, None) == bare
+
+
+def test_a_metrics_table_that_cannot_take_the_key_is_refused() -> None:
+    from bootseer.errors import ConfigError
+    from bootseer.install.files import with_textfile_dir
+
+    inline = b"metrics = { interval = 5 }\n"
+    with pytest.raises(ConfigError, match="set it there, or --metrics-dir none"):
+        with_textfile_dir(inline, Path("site.toml"), Path("/m"))
+
+
+def test_a_metrics_dir_that_contradicts_the_config_stops_the_install(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    key = tmp_path / "site.key"
+    key.write_text("00" * 32)
+    key.chmod(0o600)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[site]\nkey_file = "{key}"\n\n[metrics]\ntextfile_dir = "/srv/textfile"\n')
+    cmd = [sys.executable, "-m", "bootseer.cli", "install", "n1", "--config", str(config)]
+    cmd += ["--metrics-dir", "/var/lib/other", "--build-dir", str(tmp_path / "build")]
+    r = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode != 0
+    assert "sets [metrics] textfile_dir = /srv/textfile, --metrics-dir says" in r.stderr
+    assert not (tmp_path / "build").exists()  # before anything was built

@@ -53,6 +53,8 @@ from bootseer.ckpt.wire import (
     CkptRemove,
     CkptRemoveReply,
     CkptRequest,
+    CkptUsage,
+    CkptUsageReply,
     CkptVerify,
     CkptVerifyReply,
 )
@@ -140,10 +142,18 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest, caller: Caller) -> 
         raise AgentRefused(f"uid {caller.uid} has no user name: no checkpoint namespace") from None
     name = req.ns
     try:
+        if isinstance(req, CkptUsage):
+            _descriptor(req, caller)
+            with TRANSFERS.slot(caller.uid):
+                return _usage(cfg, user)
         name = namespace_name(user, req.ns)
         fd = _descriptor(req, caller)
         ns = Namespace.from_config(cfg, name, keys=keys)
         ns.read_ahead = min(ns.read_ahead, READ_AHEAD)
+        if isinstance(req, CkptPut):
+            from bootseer.ckpt.quota import guard_for
+
+            ns.quota = guard_for(cfg, ns.targets, user, caller.log)
         # Every request is store work done as root: a verify reads every unit it checks,
         # an ls up to MAX_ENTRIES manifests, an rm up to MAX_PATHS removals. Each holds
         # one of the caller's transfers, so none runs past her share.
@@ -158,9 +168,25 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest, caller: Caller) -> 
     except FileNotFoundError as exc:
         raise AgentNotFound(exc.strerror or str(exc)) from None
     except (CkptError, StoreError) as exc:
+        from bootseer.ckpt.quota import QuotaExceeded
+
+        if isinstance(exc, QuotaExceeded) and caller.log is not None:
+            caller.log(f"ckpt door: uid {caller.uid} {req.op} {name} refused: {exc}")
         raise AgentError(str(exc)) from None
     except OSError as exc:
         raise AgentError(f"{name}: {exc.strerror or exc}") from None
+
+
+def _usage(cfg: SiteConfig, user: str) -> CkptUsageReply:
+    from bootseer.ckpt.quota import usage
+
+    stores = []
+    for uri in cfg.ckpt.targets:
+        try:
+            stores.append(cfg.store.open_uri(uri))
+        except StoreError as exc:
+            raise CkptError(f"checkpoint target {uri} is not reachable: {exc}") from None
+    return CkptUsageReply([asdict(u) for u in usage(cfg, stores, user)])
 
 
 def _descriptor(req: CkptRequest, caller: Caller) -> int:

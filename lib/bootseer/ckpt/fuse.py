@@ -41,6 +41,7 @@ import trio
 
 from bootseer.ckpt.layout import CkptError, CkptIOError, CkptPathError, Namespace, check_path
 from bootseer.ckpt.manifest import Manifest
+from bootseer.ckpt.quota import QuotaExceeded
 from bootseer.ckpt.reader import StripedReader
 from bootseer.ckpt.stage import Stage, StageFullError
 from bootseer.ckpt.totals import MountTotals
@@ -172,6 +173,14 @@ class CkptFS(pyfuse3.Operations):
         self.committed = 0  # new versions, and new versions dropped
         self.dropped = 0
         self.reads = 0
+        # Calls refused by reason (REFUSALS), and calls answered EIO: for the metrics.
+        self.refused: collections.Counter[str] = collections.Counter()
+        self.io_errors = 0
+
+    def _refuse(self, reason: str, err: int) -> pyfuse3.FUSEError:
+        """The error for a call the mount refuses (``reason``: one of REFUSALS), counted."""
+        self.refused[reason] += 1
+        return pyfuse3.FUSEError(err)
 
     # -- helpers
     def _ino(self, path: str) -> int:
@@ -200,7 +209,7 @@ class CkptFS(pyfuse3.Operations):
         except CkptPathError as exc:
             if creating:
                 log(f"refused name {path!r}: {exc}")
-                raise pyfuse3.FUSEError(errno.EINVAL) from None
+                raise self._refuse("name", errno.EINVAL) from None
             raise pyfuse3.FUSEError(errno.ENOENT) from None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -211,22 +220,29 @@ class CkptFS(pyfuse3.Operations):
             raise
         except StageFullError as exc:
             log(str(exc))
-            raise pyfuse3.FUSEError(errno.ENOSPC) from None
+            raise self._refuse("stage_full", errno.ENOSPC) from None
+        except QuotaExceeded as exc:
+            log(str(exc))
+            raise self._refuse("quota", errno.EDQUOT) from None
         except CkptIOError as exc:
             log(str(exc))
+            self.io_errors += 1
             raise pyfuse3.FUSEError(errno.EIO) from None
         except CkptPathError:
             raise pyfuse3.FUSEError(errno.EINVAL) from None
         except OSError as exc:
             if exc.errno is None or exc.errno == errno.EIO:
                 log(f"I/O error: {exc}")
+                self.io_errors += 1
             raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
         except (BootseerError, StoreError) as exc:
             log(f"error: {exc}")
+            self.io_errors += 1
             raise pyfuse3.FUSEError(errno.EIO) from None
         except Exception as exc:
             # Escaping into pyfuse3 would end the daemon (the job's mount with it).
             log(f"internal error: {exc!r}")
+            self.io_errors += 1
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     def _kind(self, path: str) -> Manifest | StripedWriter | bool | None:
@@ -244,6 +260,11 @@ class CkptFS(pyfuse3.Operations):
     def _attrs(
         self, ino: int, kind: Manifest | StripedWriter | bool, timeout: float = TIMEOUT
     ) -> pyfuse3.EntryAttributes:
+        if isinstance(kind, StripedWriter) and kind.committed is None:
+            # Not cached: a new version may still be dropped (EDQUOT, a killed writer),
+            # and the kernel would then keep a file that is not there (ENOENT for the
+            # next open of that name, even with O_CREAT).
+            timeout = 0
         a = pyfuse3.EntryAttributes()
         a.st_ino = ino
         a.entry_timeout = timeout
@@ -303,7 +324,7 @@ class CkptFS(pyfuse3.Operations):
     ) -> pyfuse3.EntryAttributes:
         path = self._path(inode)
         if path == LOG_NAME:
-            raise pyfuse3.FUSEError(errno.EPERM)
+            raise self._refuse("not_permitted", errno.EPERM)
         if fields.update_size:
             handle = self._handles.get(fh) if fh is not None else None
             if handle is not None and handle.writer is None:
@@ -381,7 +402,7 @@ class CkptFS(pyfuse3.Operations):
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         path = self._child(parent_inode, name, creating=False)
         if path == LOG_NAME:
-            raise pyfuse3.FUSEError(errno.EPERM)
+            raise self._refuse("not_permitted", errno.EPERM)
         if not await self._released(path):
             raise pyfuse3.FUSEError(errno.EBUSY)
         kind = await self._run(self._kind, path)
@@ -412,7 +433,7 @@ class CkptFS(pyfuse3.Operations):
         src = self._child(parent_inode_old, name_old, creating=False)
         dst = self._child(parent_inode_new, name_new, creating=True)
         if LOG_NAME in (src, dst):
-            raise pyfuse3.FUSEError(errno.EPERM)
+            raise self._refuse("not_permitted", errno.EPERM)
         if flags & pyfuse3.RENAME_EXCHANGE:
             raise pyfuse3.FUSEError(errno.EINVAL)
         if src == dst:
@@ -509,7 +530,7 @@ class CkptFS(pyfuse3.Operations):
         path = self._path(inode)
         if path == LOG_NAME:
             if flags & os.O_ACCMODE != os.O_RDONLY:
-                raise pyfuse3.FUSEError(errno.EACCES)
+                raise self._refuse("not_permitted", errno.EACCES)
             fh = next(self._next_fh)
             self._handles[fh] = _Handle(inode, path, log=True)
             return pyfuse3.FileInfo(fh=fh, direct_io=True)
@@ -522,7 +543,7 @@ class CkptFS(pyfuse3.Operations):
             return pyfuse3.FileInfo(fh=fh, keep_cache=keep)
         if flags & os.O_APPEND:
             log(f"{path}: open for append refused: striped files are written whole")
-            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+            raise self._refuse("append", errno.EOPNOTSUPP)
         # Without O_TRUNC, opened for update (r+b, fio): bytes not written again come
         # from the current version, copied into the new one at close.
         return await self._open_write(inode, path, ctx, update=not flags & os.O_TRUNC)
@@ -559,7 +580,7 @@ class CkptFS(pyfuse3.Operations):
         if kind is not None and flags & os.O_EXCL:
             raise pyfuse3.FUSEError(errno.EEXIST)
         if flags & os.O_APPEND and isinstance(kind, Manifest) and kind.size > 0:
-            raise pyfuse3.FUSEError(errno.EOPNOTSUPP)
+            raise self._refuse("append", errno.EOPNOTSUPP)
         ino = self._ino(path)
         info = await self._open_write(ino, path, ctx, update=not flags & os.O_TRUNC)
         # Other nodes see the name from the first commit on; this node sees the writer.
@@ -623,6 +644,8 @@ class CkptFS(pyfuse3.Operations):
                 return
             if h.failed or died_of_signal(h.opener):
                 why = h.failed or f"process {h.opener} was killed while writing"
+                if h.errno == errno.EDQUOT:  # the line above says whose quota, and why
+                    why = "a write would pass the quota: EDQUOT"
                 self.dropped += 1
                 log(f"{h.path}: new version dropped ({why}); the previous version stays")
                 w.abort()
@@ -635,6 +658,11 @@ class CkptFS(pyfuse3.Operations):
             if last:
                 try:
                     w.close()
+                except BaseException as exc:
+                    self.dropped += 1
+                    why = "EDQUOT" if isinstance(exc, QuotaExceeded) else str(exc)
+                    log(f"{h.path}: new version dropped at close ({why}); the previous stays")
+                    raise
                 finally:
                     self._writing.pop(h.path, None)
                     self._owner.pop(w, None)
@@ -658,7 +686,7 @@ class CkptFS(pyfuse3.Operations):
             f"symlink {os.fsdecode(name)!r} refused: a checkpoint mount holds only files and "
             "directories (copy the file, or rename it)"
         )
-        raise pyfuse3.FUSEError(errno.EPERM)
+        raise self._refuse("not_permitted", errno.EPERM)
 
     async def link(
         self, inode: int, new_parent_inode: int, new_name: bytes, ctx: pyfuse3.RequestContext
@@ -667,12 +695,16 @@ class CkptFS(pyfuse3.Operations):
             f"hard link {os.fsdecode(new_name)!r} refused: a checkpoint mount holds only files "
             "and directories (copy the file, or rename it)"
         )
-        raise pyfuse3.FUSEError(errno.EPERM)
+        raise self._refuse("not_permitted", errno.EPERM)
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         s = pyfuse3.StatvfsData()
         s.f_bsize = s.f_frsize = 1 << 20
         s.f_blocks = s.f_bfree = s.f_bavail = 1 << 30
+        tightest = self.ns.quota.tightest() if self.ns.quota is not None else None
+        if tightest is not None:  # df shows the quota as of the last count
+            s.f_blocks = tightest.limit >> 20
+            s.f_bfree = s.f_bavail = max(0, tightest.limit - tightest.used) >> 20
         s.f_files = s.f_ffree = s.f_favail = 1 << 30
         s.f_namemax = 255
         return s
@@ -753,6 +785,9 @@ def main(argv: list[str] | None = None) -> int:
         keys = site_keys(cfg)
         keys.require()
         ns = Namespace.from_config(cfg, namespace_name(user, name), keys=keys)
+        from bootseer.ckpt.quota import guard_for
+
+        ns.quota = guard_for(cfg, ns.targets, user, log)
         if args.job_id and args.nodes:
             from bootseer.p2p.via import agent_via
 
@@ -771,11 +806,16 @@ def main(argv: list[str] | None = None) -> int:
     fs = CkptFS(ns, args.uid, args.gid, stage)
     pyfuse3.init(fs, args.mountpoint, mount_options(ns))
     log(f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {args.uid}")
+    from bootseer.metrics.ckpt import CkptMetrics
+
+    metrics = CkptMetrics.start(cfg, fs, log)
     try:
         trio.run(serve, fs)
     finally:
         fs.abort_all()
         pyfuse3.close(unmount=True)
+        if metrics is not None:
+            metrics.stop()
         totals = MountTotals(
             fs.bytes_read,
             fs.bytes_written,

@@ -45,6 +45,7 @@ from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import TMP_PREFIX, Store, check_key
 
 if TYPE_CHECKING:
+    from bootseer.ckpt.quota import QuotaGuard
     from bootseer.ckpt.reader import StripedReader
     from bootseer.ckpt.writer import StripedWriter
     from bootseer.config import CkptSection, SiteConfig
@@ -143,8 +144,12 @@ class Namespace:
         # Units through the job's peers (bootseer.p2p.via), set by the mount daemon of a
         # job on several nodes; and where the units it read came from.
         self.via: Via | None = None
+        # The quotas of a root-run writer (bootseer.ckpt.quota): every upload of a new
+        # version is charged to it first; None (the Python API, root's CLI): none.
+        self.quota: QuotaGuard | None = None
         self.store_bytes = 0
         self.peer_bytes = 0
+        self.corrupt_units = 0  # units refused: their checksum is not the manifest's
 
     @classmethod
     def from_config(

@@ -236,6 +236,7 @@ class StripedReader(io.RawIOBase):
                 f"the manifest says {want}"
             )
         if self.ns.verify and unit_checksum(data) != digest:
+            self.ns.corrupt_units += 1
             raise CkptIOError(
                 f"{self.name}: unit {index} on target {uri} is corrupt: its checksum does not "
                 f"match the manifest (version {m.version}); run `bootseer ckpt verify`"

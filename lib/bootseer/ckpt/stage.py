@@ -137,6 +137,7 @@ class Stage:
         self.directory = directory
         self.limit = limit
         self.used = 0
+        self.staged = 0  # bytes put here in all (metrics: bootseer_ckpt_staged_bytes_total)
         self._lock = threading.Lock()
 
     @classmethod
@@ -166,6 +167,7 @@ class Stage:
                     "ask the site for a larger stage_bytes"
                 )
             self.used += n
+            self.staged += n
 
     def _release(self, n: int) -> None:
         with self._lock:

@@ -13,6 +13,7 @@ writes that descriptor, never a path::
     {"op": "ckpt_ls", "ns": "llama-25b", "path": "step100"}
     {"op": "ckpt_rm", "ns": "llama-25b", "paths": ["step100/model.pt"]}
     {"op": "ckpt_verify", "ns": "llama-25b", "path": ""}
+    {"op": "ckpt_usage", "ns": ""}                 the caller's stored bytes and quotas
 
 Names are checked here, on the agent's side, before anything is opened
 (:func:`bootseer.ckpt.namespace_name`, :func:`bootseer.ckpt.check_path`); lists are
@@ -83,8 +84,16 @@ class CkptVerify(CkptRequest):
     path: str = ""
 
 
+@dataclass(frozen=True)
+class CkptUsage(CkptRequest):
+    """The caller's stored bytes on the targets against ``[ckpt] quota`` (no namespace)."""
+
+    op = "ckpt_usage"
+    ns: str = ""
+
+
 CKPT_REQUESTS: dict[str, type[CkptRequest]] = {
-    cls.op: cls for cls in (CkptPut, CkptGet, CkptList, CkptRemove, CkptVerify)
+    cls.op: cls for cls in (CkptPut, CkptGet, CkptList, CkptRemove, CkptVerify, CkptUsage)
 }
 
 
@@ -102,7 +111,9 @@ def parse_ckpt_request(doc: dict[str, Any]) -> CkptRequest:
     cls = CKPT_REQUESTS.get(doc.get("op", ""))
     if cls is None:
         raise AgentBadRequest(f"unknown op {doc.get('op')!r} (ops: {', '.join(CKPT_REQUESTS)})")
-    ns = _name(doc, "ns", required=True)
+    ns = _name(doc, "ns", required=cls is not CkptUsage)
+    if cls is CkptUsage:
+        return CkptUsage()
     if cls is CkptRemove:
         paths = doc.get("paths")
         if not isinstance(paths, list) or not paths or len(paths) > MAX_PATHS:
@@ -159,3 +170,10 @@ class CkptVerifyReply(Reply):
     bytes: int
     problems: list[str] = field(default_factory=list)
     more_problems: int = 0  # problems past MAX_PROBLEMS
+
+
+@dataclass(frozen=True)
+class CkptUsageReply(Reply):
+    """One row per quota scope (``kind``, ``name``, ``used``, ``limit``; 0: no quota)."""
+
+    scopes: list[dict[str, Any]] = field(default_factory=list)

@@ -224,10 +224,17 @@ class StripedWriter(io.RawIOBase):
             previous = self.ns.manifest(self.path)
         except CkptIOError:
             previous = None  # damaged or not sealed: replaced, its units left to gc
+        size = len(m.to_json())  # the manifest's bytes (its seal aside)
+        self._charge(size)
         try:
             self.ns.commit(self.path, m)
         except (OSError, StoreError) as exc:
+            self._landed(size, False)
             raise CkptIOError(f"{self.name}: cannot write the manifest: {exc}") from None
+        except BaseException:
+            self._landed(size, False)
+            raise
+        self._landed(size, True)
         if previous is not None and previous.version != self.version:
             self.ns.delete_units(previous)
         self.committed = m
@@ -443,7 +450,18 @@ class StripedWriter(io.RawIOBase):
             self._stage.close()
 
     # -- units
+    def _charge(self, n: int) -> None:
+        """Room for ``n`` more stored bytes in the quota, before they are uploaded
+        (:class:`~bootseer.ckpt.quota.QuotaExceeded` leaves this writer as it was)."""
+        if self.ns.quota is not None:
+            self.ns.quota.charge(n, self.name)
+
+    def _landed(self, n: int, stored: bool) -> None:
+        if self.ns.quota is not None:
+            self.ns.quota.landed(n, stored)
+
     def _flush_unit(self) -> None:
+        self._charge(len(self._buf))
         index = len(self._units)
         data, self._buf = self._buf, bytearray()
         self._units.append(None)
@@ -452,6 +470,7 @@ class StripedWriter(io.RawIOBase):
             fut = self._pool.submit(self._upload_full, index, data)
         except BaseException:
             self._slots.release()
+            self._landed(len(data), False)
             raise
         self._pending.add(fut)
         fut.add_done_callback(lambda _f: self._slots.release())
@@ -462,20 +481,28 @@ class StripedWriter(io.RawIOBase):
 
     def _upload_full(self, index: int, data: bytearray) -> None:
         digest = unit_checksum(data)
-        self._upload(index, str(index), data)
+        self._upload(index, str(index), data, charged=True)
         self._units[index] = (str(index), digest)
 
-    def _upload(self, index: int, name: str, data: bytes | bytearray) -> None:
+    def _upload(
+        self, index: int, name: str, data: bytes | bytearray, charged: bool = False
+    ) -> None:
+        if not charged:
+            self._charge(len(data))
         uri = self.targets[index % len(self.targets)]
         self._uploaded.append((self.version, index, name))
+        stored = False
         try:
             self.ns.store_for(uri).write_bytes(
                 self.ns.unit_key(self.version, name), data, atomic=False
             )
+            stored = True
         except (OSError, StoreError, CkptError) as exc:
             raise CkptIOError(
                 f"{self.name}: cannot upload unit {index} to target {uri}: {exc}"
             ) from None
+        finally:
+            self._landed(len(data), stored)
 
     def _wait_all(self) -> None:
         pending, self._pending = self._pending, set()

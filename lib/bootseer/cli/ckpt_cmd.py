@@ -1,4 +1,4 @@
-"""``bootseer ckpt put|get|ls|rm|verify|gc``: striped checkpoint files by hand.
+"""``bootseer ckpt put|get|ls|rm|verify|usage|gc``: striped checkpoint files by hand.
 
 Files are named ``NAMESPACE:PATH`` in the caller's own namespaces (root may pass
 ``--user``). Root reads and writes the targets itself; a user holds no store
@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from bootseer import units
@@ -37,7 +38,9 @@ CHUNK = 8 << 20
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("ckpt", help="striped checkpoint storage: put, get, ls, rm, verify, gc")
+    p = sub.add_parser(
+        "ckpt", help="striped checkpoint storage: put, get, ls, rm, verify, usage, gc"
+    )
     p.add_argument("--user", help="act on this user's namespaces (root only)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     cmds = p.add_subparsers(dest="ckpt_command", required=True, metavar="ACTION")
@@ -53,6 +56,7 @@ def register(sub: Any) -> None:
     c.add_argument("remote", metavar="NAMESPACE:PATH", nargs="+")
     c = cmds.add_parser("verify", help="read every unit and check its checksum")
     c.add_argument("remote", metavar="NAMESPACE[:PATH]")
+    cmds.add_parser("usage", help="your stored bytes on the targets and your quota")
     c = cmds.add_parser("gc", help="delete units no manifest names (left by crashed writers)")
     c.add_argument("namespace")
     c.add_argument(
@@ -153,6 +157,8 @@ def _run(args: argparse.Namespace) -> int:
         from bootseer.cli import ckpt_door
 
         return ckpt_door.run(args)
+    if action == "usage":
+        return _usage(args)
     if action == "gc":
         ns = open_namespace(args, args.namespace)
         print(f"{ns.gc(args.min_age)} orphaned versions removed")
@@ -207,6 +213,35 @@ def _ls(ns: Namespace, path: str, remote: str) -> int:
     check_found(remote, path, entries)
     print_ls(entries)
     return 0
+
+
+def _usage(args: argparse.Namespace) -> int:
+    from bootseer.ckpt.quota import usage
+    from bootseer.config import load_config
+
+    cfg = load_config()
+    user = args.user or pwd.getpwuid(os.getuid()).pw_name
+    rows = usage(cfg, [cfg.store.open_uri(u) for u in cfg.ckpt.targets], user)
+    print_usage([asdict(r) for r in rows])
+    return 0
+
+
+def print_usage(scopes: list[dict[str, Any]]) -> None:
+    """One row per quota scope: who, stored bytes, the quota, the room left."""
+    from bootseer.cli.listing import print_table
+
+    rows = []
+    for s in scopes:
+        used, limit = int(s["used"]), int(s["limit"])
+        rows.append(
+            [
+                f"{s['kind']} {s['name']}",
+                units.iec(used),
+                units.iec(limit) if limit else "none",
+                units.iec(max(0, limit - used)) if limit else "-",
+            ]
+        )
+    print_table(["WHO", "STORED", "QUOTA", "FREE"], rows, right={1, 2, 3})
 
 
 def print_ls(entries: list[CkptEntry]) -> None:

@@ -28,6 +28,8 @@ from bootseer.ckpt.wire import (
     CkptPutReply,
     CkptRemove,
     CkptRemoveReply,
+    CkptUsage,
+    CkptUsageReply,
     CkptVerify,
     CkptVerifyReply,
 )
@@ -57,6 +59,11 @@ def run(args: argparse.Namespace) -> int:
                 by_ns.setdefault(ns, []).append(path)
             for ns, paths in by_ns.items():
                 CkptRemoveReply.from_wire(client.send(CkptRemove(ns, tuple(paths)), None))
+            return 0
+        if action == "usage":
+            from bootseer.cli.ckpt_cmd import print_usage
+
+            print_usage(CkptUsageReply.from_wire(client.send(CkptUsage(), None)).scopes)
             return 0
         ns, path = split_remote(args.remote, need_path=action in ("put", "get"))
         if action == "put":

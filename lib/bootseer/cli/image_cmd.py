@@ -29,6 +29,12 @@ def register(sub: Any) -> None:
     a.add_argument("--name", help="NAME[:TAG] to register it under (default: the file's stem)")
     a.add_argument("--block-size-kib", type=int, help="block size (default: site config)")
     a.add_argument("--parallel", type=int, default=8, help="parallel uploads (default 8)")
+    a.add_argument(
+        "--trace-owner",
+        metavar="USER",
+        help="the user whose jobs' block trace every job of this name prefetches first "
+        "(default: none; each user's jobs then prefetch their own user's trace only)",
+    )
     a.set_defaults(handler=_add)
 
     ls = isub.add_parser("ls", help="list registered images")
@@ -69,6 +75,17 @@ def register(sub: Any) -> None:
         default=None,
         help="node name for %%n in paths (default $SLURMD_NODENAME or host name)",
     )
+    ag.add_argument(
+        "--restart",
+        action="store_true",
+        help="ask the running agent to restart in place (an upgrade): if it runs another "
+        "install than this bootseer (or with --force), once no job uses it",
+    )
+    ag.add_argument("--force", action="store_true", help="with --restart: even if current")
+    ag.add_argument(
+        "--now", action="store_true", help="with --restart: now or not at all (no waiting)"
+    )
+    ag.add_argument("--json", action="store_true", help="with --restart: the outcome as JSON")
     ag.set_defaults(handler=_agent)
 
 
@@ -106,15 +123,21 @@ def _add(args: argparse.Namespace) -> int:
             print(f"note: {path} has no squashfs magic; storing it anyway", file=sys.stderr)
     name = args.name or os.path.basename(path).rsplit(".", 1)[0].lower()
     from bootseer.image.registry import name_key
+    from bootseer.image.trace import check_user
 
-    name_key(name)  # check the name before the long part
+    name_key(name)  # check the name and the owner before the long part
+    if args.trace_owner is not None:
+        try:
+            check_user(args.trace_owner)
+        except ValueError as exc:
+            raise BootseerError(f"--trace-owner: {exc}") from None
     bs = (args.block_size_kib or cfg.image.block_size_kib) << 10
     t0 = time.monotonic()
     with transfer_bar("adding", os.path.getsize(path)) as tick:
         manifest = upload_file(
             store, path, bs, args.parallel, lambda done, _t, _u: tick(0, done), keys=keys
         )
-    tag_image(store, name, manifest, keys=keys)
+    tag_image(store, name, manifest, keys=keys, trace_owner=args.trace_owner)
     print(
         f"{name}: image {manifest.id} ({units.iec(manifest.size)}, {manifest.nblocks} blocks "
         f"of {units.iec(bs)}) in {time.monotonic() - t0:.1f} s"
@@ -125,6 +148,8 @@ def _add(args: argparse.Namespace) -> int:
 def _ls(args: argparse.Namespace) -> int:
     from bootseer.image.registry import list_names, list_paths
 
+    if os.geteuid() != 0:
+        return _ls_through_agent(args)
     _, store = _store()
     names = list_names(store)
     paths = list_paths(store)
@@ -148,12 +173,44 @@ def _ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ls_through_agent(args: argparse.Namespace) -> int:
+    """A user's listing: she holds no store credentials and may not read ``images/``; the
+    node agent (root) lists the names whose sealed records verify. Path images are
+    other users' files, registered on first use: root's ``image ls`` shows them."""
+    from bootseer.cli.ckpt_door import door
+    from bootseer.image.protocol import AgentUnavailable
+
+    try:
+        reply = door().image_names()
+    except AgentUnavailable as exc:
+        raise BootseerError(
+            f"{exc}; as a user, `bootseer image ls` asks the node agent (users cannot read "
+            "the store's image records): run it on a node where the agent runs (srun "
+            "bootseer image ls), or as root"
+        ) from None
+    if args.json:
+        names = {i["name"]: {k: v for k, v in i.items() if k != "name"} for i in reply.images}
+        print(json.dumps({"names": names, "left_out": reply.left_out}, indent=1))
+        return 0
+    from bootseer.cli.listing import print_table
+
+    if not reply.images:
+        print("no images")
+        return 0
+    rows = [[units.iec(i["size"]), str(i["image"])[:12], "name", i["name"]] for i in reply.images]
+    print_table(["SIZE", "IMAGE", "KIND", "NAME"], rows, right={0})
+    if reply.left_out:
+        print(f"... and {reply.left_out} more names", file=sys.stderr)
+    return 0
+
+
 def _show(args: argparse.Namespace) -> int:
     from bootseer.image.manifest import load_manifest
-    from bootseer.image.registry import list_paths, lookup_name
-    from bootseer.image.trace import load_trace
+    from bootseer.image.registry import list_paths, lookup_name_record
+    from bootseer.image.trace import load_trace, traces_dir
 
     _, store = _store()
+    owner = None
     if len(args.ref) == 64 and all(c in "0123456789abcdef" for c in args.ref):
         m = load_manifest(store, args.ref, keys=None)  # shown, not trusted
     elif args.ref.startswith("/"):
@@ -162,29 +219,30 @@ def _show(args: argparse.Namespace) -> int:
             raise BootseerError(f"{args.ref} is not registered")
         m = load_manifest(store, ids[-1], keys=None)
     else:
-        m = lookup_name(store, args.ref, keys=None)
-    t = load_trace(store, m, lambda msg: print(msg, file=sys.stderr), keys=None)
-    hot = sum(m.block_length(i) for i in t.blocks) if t else 0
-    print(
-        json.dumps(
-            {
-                "image": m.id,
-                "size": m.size,
-                "block_size": m.block_size,
-                "blocks": m.nblocks,
-                "distinct_blocks": len(set(m.blocks)),
-                "trace": None
-                if t is None
-                else {
-                    "blocks": len(t.blocks),
-                    "runs": t.runs,
-                    "hot_bytes": hot,
-                    "hot_fraction": round(hot / m.size, 4),
-                },
-            },
-            indent=1,
-        )
-    )
+        m, owner = lookup_name_record(store, args.ref, keys=None)
+    traces = {}
+    for obj in store.list(traces_dir(m.id)):  # one per user whose jobs kept one
+        user = obj.key.rsplit("/", 1)[1].removesuffix(".json")
+        t = load_trace(store, m, lambda msg: print(msg, file=sys.stderr), keys=None, user=user)
+        if t is not None:
+            hot = sum(m.block_length(i) for i in t.blocks)
+            traces[user] = {
+                "blocks": len(t.blocks),
+                "runs": t.runs,
+                "hot_bytes": hot,
+                "hot_fraction": round(hot / m.size, 4),
+            }
+    doc = {
+        "image": m.id,
+        "size": m.size,
+        "block_size": m.block_size,
+        "blocks": m.nblocks,
+        "distinct_blocks": len(set(m.blocks)),
+        "traces": traces,
+    }
+    if owner is not None:
+        doc["trace_owner"] = owner
+    print(json.dumps(doc, indent=1))
     return 0
 
 
@@ -246,6 +304,8 @@ def _agent(args: argparse.Namespace) -> int:
 
     node = _node(args.node)
     cfg = load_config().for_node(node)
+    if args.restart:
+        return _restart_agent(args, cfg)
     if os.geteuid() != 0:
         raise BootseerError("the agent runs as root (it mounts FUSE for all users)")
 
@@ -259,7 +319,33 @@ def _agent(args: argparse.Namespace) -> int:
 
     def ready() -> None:
         say(f"bootseer agent ready on {socket}")
-        notify("READY=1")  # Type=notify in the unit bootseer install writes
+        try:
+            notify("READY=1")  # Type=notify in the unit bootseer install writes
+        except OSError as exc:  # whoever listened is gone (after a restart in place)
+            say(f"bootseer agent: READY=1 not sent: {exc}")
 
-    serve(cfg, node, ready=ready)
+    listen = serve(cfg, node, ready=ready)
+    if listen is not None:  # restarting in place: the same pid, the install's venv now
+        from bootseer.image.handover import exec_again
+
+        exec_again(listen)
     return 0
+
+
+def _restart_agent(args: argparse.Namespace, cfg: Any) -> int:
+    from bootseer.cli.caller import require_root
+
+    require_root("agent --restart", "the agent restarts for root only")
+    from dataclasses import asdict
+
+    from bootseer.image.client import AgentClient
+    from bootseer.image.handover import ask_restart
+    from bootseer.nodepaths import NodePaths
+
+    client = AgentClient(NodePaths(cfg).agent_socket)
+    outcome = ask_restart(client, args.force, when_idle=not args.now)
+    if args.json:
+        print(json.dumps(asdict(outcome)))
+    else:
+        print(outcome.line())
+    return 1 if outcome.state in ("failed", "unsupported") else 0

@@ -10,6 +10,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+_UNSET: Any = object()  # --metrics-dir not given
+
+
 def _path_or_none(value: str) -> Any:
     from pathlib import Path
 
@@ -57,6 +60,15 @@ def register(sub: Any) -> None:
         metavar="PATH",
         help="the nodes' Python the venv is built on (default /usr/bin/python3)",
     )
+    p.add_argument(
+        "--metrics-dir",
+        type=_path_or_none,
+        default=_UNSET,
+        metavar="DIR",
+        help="node_exporter's textfile collector directory, for [metrics] textfile_dir where "
+        "the config leaves it unset (default /var/lib/prometheus/node-exporter, Debian's; "
+        "'none': no metrics); made on the nodes if missing",
+    )
     p.add_argument("--ssh-config", type=Path, metavar="FILE", help="default ~/.ssh/config")
     p.add_argument(
         "--slurm-conf",
@@ -68,11 +80,18 @@ def register(sub: Any) -> None:
         "--build-dir", type=Path, default=Path("/var/tmp/bootseer-install"), metavar="DIR"
     )
     p.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+    p.add_argument(
+        "--restart-agents",
+        action="store_true",
+        help="then restart each node's agent in place where it runs an older install or "
+        "config, once no job uses it (the summary says which jobs a node waits for)",
+    )
     p.add_argument("--fanout", type=int, default=16, metavar="N", help="nodes at once (default 16)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import os
     import sys
     from pathlib import Path
@@ -83,7 +102,13 @@ def run(args: argparse.Namespace) -> int:
     from bootseer.doctor import parse_slurm_conf
     from bootseer.errors import BootseerError
     from bootseer.install import bundle, fanout, slurmconf
-    from bootseer.install.files import SiteFiles, node_files, parse
+    from bootseer.install.files import (
+        DEFAULT_TEXTFILE_DIR,
+        SiteFiles,
+        node_files,
+        parse,
+        with_textfile_dir,
+    )
     from bootseer.install.layout import Layout
     from bootseer.install.node import Target
     from bootseer.install.remote import Node
@@ -97,6 +122,15 @@ def run(args: argparse.Namespace) -> int:
         raise BootseerError(f"bad NODESET {args.nodeset!r}: {exc}") from None
     config = args.config or config_path()
     site = SiteFiles.read(config)
+    own = parse(site.config, config).metrics.textfile_dir
+    given = args.metrics_dir is not _UNSET
+    if given and args.metrics_dir is not None and own is not None and own != args.metrics_dir:
+        raise BootseerError(
+            f"{config} sets [metrics] textfile_dir = {own}, --metrics-dir says "
+            f"{args.metrics_dir}: change one"
+        )
+    metrics_dir = args.metrics_dir if given else DEFAULT_TEXTFILE_DIR
+    site = dataclasses.replace(site, config=with_textfile_dir(site.config, config, metrics_dir))
     cfg = parse(site.config, config)
     layout = Layout(args.prefix, args.etc, args.unit_dir, args.bin_dir)
     built = bundle.build(args.build_dir, say)
@@ -107,7 +141,9 @@ def run(args: argparse.Namespace) -> int:
 
     def target_for(node: str) -> Target:
         lay = layout.for_node(node)
-        return Target(lay, node_files(lay, built, site), built, args.python)
+        textfile_dir = cfg.for_node(node).metrics.textfile_dir
+        dirs = (textfile_dir,) if textfile_dir is not None else ()
+        return Target(lay, node_files(lay, built, site), built, args.python, dirs)
 
     reports = fanout.install_all(
         nodes,
@@ -116,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         fanout=args.fanout,
         log=say,
+        restart_agents=args.restart_agents,
     )
     for line in fanout.fold(reports):
         print(line)
@@ -127,5 +164,6 @@ def run(args: argparse.Namespace) -> int:
         conf, source = {}, f"{slurm_conf} not found here: the lines a slurm.conf needs"
     deadline = max(cfg.hooks.prolog_deadline, cfg.hooks.epilog_deadline)
     print()
-    print(slurmconf.render(layout, conf, deadline, cfg.paths.run_dir, source))
+    text = slurmconf.render(layout, conf, deadline, cfg.paths.run_dir, source)
+    print(slurmconf.with_node_exporter(text, cfg.metrics.textfile_dir))
     return 0 if all(r.status != "failed" for r in reports) else 1

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bootseer.deps import datafilter
+from bootseer.deps.asuser import stop_held
 from bootseer.deps.manifest import Entry, check_name
 from bootseer.errors import BootseerError
 
@@ -213,7 +214,8 @@ def extract_snapshot(
             os.rename(tmp, prefix)
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with stop_held():
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
     st = os.lstat(prefix)
     return {"entries": flt.count, "bytes": flt.bytes, "dev": st.st_dev, "ino": st.st_ino}

@@ -28,7 +28,7 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from bootseer import jsonlimits
@@ -164,6 +164,18 @@ class UserChild:
 
 def _stop(signum: int, frame: object) -> None:  # pragma: no cover - in the child
     raise SystemExit(f"stopped by signal {signum} (past its deadline)")
+
+
+@contextlib.contextmanager
+def stop_held() -> Iterator[None]:
+    """Hold :meth:`UserChild.terminate`'s SIGTERM while the work cleans up: a stop that
+    arrives then (the deadline's, just after the stream ended) would otherwise cut the
+    cleanup short and leave its temporary files. It is delivered, and unwinds, after."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _child(

@@ -22,6 +22,7 @@ import concurrent.futures as cf
 import hashlib
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
@@ -142,11 +143,14 @@ def decode_frames(
     threads: int,
     progress: Callable[[int], None] | None = None,
     max_raw: int | None = None,
+    deadline: float | None = None,
 ) -> Iterator[bytes]:
     """Fetch, verify and decode frames with ``threads`` workers; yield them in order.
 
     ``fetch(offset, length)`` reads from the archive object; it is called from
     several threads at once. ``progress(fetched_bytes)`` is called per frame.
+    A frame not there by ``deadline`` (``time.monotonic()``) is a :class:`TimeoutError`;
+    a fetch that hangs is left behind, never waited for.
     """
 
     def one(i: int, f: Frame) -> bytes:
@@ -155,23 +159,31 @@ def decode_frames(
         return decode_frame(fetch(f.offset, f.length), f, i, max_raw)
 
     pool = cf.ThreadPoolExecutor(threads, thread_name_prefix="deps-decode")
-    window: deque[tuple[Frame, cf.Future[bytes]]] = deque()
+    window: deque[tuple[int, Frame, cf.Future[bytes]]] = deque()
     pending = iter(enumerate(frames))
     try:
         for i, f in pending:
-            window.append((f, pool.submit(one, i, f)))
+            window.append((i, f, pool.submit(one, i, f)))
             if len(window) >= 2 * threads:
                 break
         while window:
-            f, fut = window.popleft()
+            i, f, fut = window.popleft()
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not cf.wait([fut], timeout=left).done:
+                raise TimeoutError(
+                    f"frame {i} (offset {f.offset}) not fetched by the deadline: "
+                    "the store or the peers do not answer"
+                )
             data = fut.result()
             if progress:
                 progress(f.length)
             nxt = next(pending, None)
             if nxt is not None:
-                window.append((nxt[1], pool.submit(one, *nxt)))
+                window.append((nxt[0], nxt[1], pool.submit(one, *nxt)))
             yield data
     finally:
-        for _, fut in window:
+        for _, _, fut in window:
             fut.cancel()
-        pool.shutdown(wait=True, cancel_futures=True)
+        # Not waiting: a fetch that hangs (a store that accepts and never answers) would
+        # hold the caller past its deadline; what a running fetch returns is dropped.
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -2,9 +2,12 @@
 
 In the per-node job directory (``<run_dir>/jobs/<id>/deps/``):
 
-- ``prolog.json`` (root's, readable by all): the base key, scope, prefix and the
-  snapshot key the prolog restored, if any. Written before the restore starts, so
-  the epilog knows the base even when the restore failed.
+- ``prolog.json`` (root's, 0600): the base key, scope, prefix and the snapshot key the
+  prolog restored, if any. Written before the restore starts, so the epilog knows the
+  base even when the restore failed. The epilog trusts only this copy.
+- ``job/prolog.json``: the same, for the job's ``bootseer deps run`` (in its user's
+  directory, so no other user reads her prefix and scope; she may change her copy, which
+  misleads only her own ``deps run``).
 - ``job/`` (the job user's, 0700): ``bootseer deps run`` writes ``install.json`` there
   after an install (the command and the names it added or changed) for the epilog's
   capture. Root never opens anything in it: the capture child reads it with the
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,11 +55,20 @@ class PrologState:
         except (OSError, ValueError, TypeError):
             return None
 
-    def write(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(asdict(self)))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+    def write(self, path: Path, mode: int = 0o600) -> None:
+        """Whole or not at all, root's. A new file by ``mkstemp`` and a rename: ``path``
+        may lie in the job user's directory, where a name she planted (a link) is replaced,
+        never written through."""
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(asdict(self)))
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 def read_install_record(path: str) -> dict[str, Any] | None:

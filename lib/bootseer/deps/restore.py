@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,9 @@ from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
 MAX_REF = 64 << 10
+# After the deadline, the time the extracting child (terminated then, killed 5 s later)
+# has to remove its temporary directory before restore returns.
+UNWIND_SECONDS = 10.0
 
 
 class RestoreError(StepError):
@@ -173,7 +177,9 @@ def restore(
     via: FrameVia | None = None,
 ) -> Restored:
     """Fetch, verify, decode and extract ``manifest``'s snapshot into ``req.prefix``;
-    with ``via``, frames come through the job's peers where they can."""
+    with ``via``, frames come through the job's peers where they can. Ends by
+    ``req.timeout`` (and the child's unwinding): a fetch that hangs is left behind."""
+    deadline = time.monotonic() + req.timeout
     if manifest.prefix != req.prefix.rstrip("/"):
         raise RestoreError(
             f"snapshot {manifest.key} was captured from {manifest.prefix}, not {req.prefix}"
@@ -225,7 +231,7 @@ def restore(
     assert child.stdin is not None
     _widen_pipe(child.stdin)
     # terminate, not kill: the child removes its temporary directory as it unwinds
-    watchdog = threading.Timer(req.timeout, child.terminate)
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), child.terminate)
     watchdog.daemon = True
     watchdog.start()
     failure: BaseException | None = None
@@ -236,6 +242,7 @@ def restore(
             threads=default_threads(req.threads),
             progress=progress,
             max_raw=req.max_frame_bytes,
+            deadline=deadline,
         ):
             if not _write_all(child.stdin, chunk):
                 break  # the child gave up; its answer says why
@@ -245,7 +252,8 @@ def restore(
         # Closing the stream (rather than killing the child) lets it clean up its temp dir.
         child.close_stdin()
         try:
-            answer = child.result(timeout=req.timeout)
+            left = max(0.0, deadline - time.monotonic())
+            answer = child.result(timeout=left + UNWIND_SECONDS)
         except UserChildError as exc:
             if failure is None:
                 failure = RestoreError(f"extracting into {req.prefix} as uid {req.uid}: {exc}")

@@ -70,7 +70,7 @@ def _job_state(cfg: SiteConfig) -> tuple[Path, jobstate.PrologState] | None:
         return None
     run_dir = cfg.for_node(nodepaths.node_name()).paths.run_dir
     d = jobstate.job_dir(run_dir, int(job_id))
-    state = jobstate.PrologState.read(nodepaths.deps_state(run_dir, int(job_id)))
+    state = jobstate.PrologState.read(nodepaths.deps_job_state(run_dir, int(job_id)))
     return (d, state) if state is not None else None
 
 

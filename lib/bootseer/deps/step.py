@@ -64,7 +64,7 @@ def prolog(call: StepCall) -> StepResult:
     spec = ctx.options.deps
     assert spec is not None
     t0 = time.monotonic()
-    state_dir = call.job.sub("deps")
+    state_dir = call.job.sub("deps", mode=0o711)  # the user passes through to job/
     _user_dir(nodepaths.install_record(cfg.paths.run_dir, ctx.job_id).parent, ctx.uid, ctx.gid)
     scope, note = effective_scope(spec.scope, cfg)
     sdir = scope_dir(scope, ctx.user, ctx.account)
@@ -88,7 +88,11 @@ def prolog(call: StepCall) -> StepResult:
     base = inputs.base()
     state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix)
     state_path = state_dir / nodepaths.DEPS_STATE
-    state.write(state_path)  # first: a failed restore still leaves the job what deps run needs
+    user_copy = nodepaths.deps_job_state(cfg.paths.run_dir, ctx.job_id)
+    # First: a failed restore still leaves the job what deps run needs. Root's copy is for
+    # the epilog (0600); deps run reads the one in the user's own 0700 directory.
+    state.write(state_path)
+    state.write(user_copy, mode=0o644)
     # (`bootseer deps run` checks the prefix again, as the user, and refuses it too.)
     unsafe = unsafe_reason(spec.prefix, ctx.uid)
     if unsafe:
@@ -179,6 +183,7 @@ def prolog(call: StepCall) -> StepResult:
             call.log(f"step=deps could not mark {key} used: {exc!r}")
     state.restored = key
     state.write(state_path)
+    state.write(user_copy, mode=0o644)
     env["BOOTSEER_DEPS_KEY"] = key
     return StepResult(
         detail=f"{detail} in {time.monotonic() - t0:.2f}s",

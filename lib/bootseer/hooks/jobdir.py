@@ -1,11 +1,16 @@
 """A job's state on one node: ``<run_dir>/jobs/<job_id>/`` (:mod:`bootseer.nodepaths`).
 
 - ``env``: ``NAME=VALUE`` lines the SPANK plugin puts into the job's tasks
-  (``BOOTSEER_IMAGE``, ``BOOTSEER_CKPT``, ...). Written whole by the prolog or not at all.
-- whatever a step keeps between prolog and epilog, in a sub-directory named for it.
+  (``BOOTSEER_IMAGE``, ``BOOTSEER_CKPT``, ...). Written whole by the prolog or not at all,
+  root's alone (0600): it names the job's image, checkpoint and prefix, which are no other
+  user's business; the plugin reads it in slurmstepd before it drops to the job's user.
+- whatever a step keeps between prolog and epilog, in a sub-directory named for it
+  (root's alone, 0700, unless the step lets its job's user through to a directory of
+  hers: the deps step's ``job/``).
 
-The directory belongs to root; the SPANK plugin refuses an ``env`` file that is not
-root's or that others may write.
+The directory belongs to root, mode 0711: users may pass through it (to their own
+``deps/job/``) but not list it, and nothing in it is readable by other users. The SPANK
+plugin refuses an ``env`` file that is not root's or that others may write.
 """
 
 from __future__ import annotations
@@ -26,12 +31,19 @@ class JobDir:
         self.path = nodepaths.job_dir(run_dir, job_id)
 
     def create(self) -> JobDir:
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o755)
+        self.path.mkdir(parents=True, exist_ok=True, mode=0o711)
+        self.path.chmod(0o711)  # whatever the umask, or an earlier version, made it
         return self
 
-    def sub(self, name: str) -> Path:
+    def sub(self, name: str, mode: int = 0o700) -> Path:
+        """The step's directory: root's alone (0700), or ``mode`` (0711 to let the job's
+        user through to a directory of hers inside)."""
         p = self.path / name
-        p.mkdir(parents=True, exist_ok=True, mode=0o755)
+        try:
+            p.mkdir(mode=mode)
+        except FileExistsError:
+            return p  # the step's own, made earlier in this job
+        p.chmod(mode)  # whatever the umask
         return p
 
     def write_env(self, env: dict[str, str]) -> None:
@@ -40,7 +52,7 @@ class JobDir:
             if not _ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
                 raise ValueError(f"refusing to export {name}={value!r} to the job")
             lines.append(f"{name}={value}\n")
-        self._write_atomic(nodepaths.JOB_ENV, "".join(lines))
+        self._write_atomic(nodepaths.JOB_ENV, "".join(lines), mode=0o600)
 
     def read_env(self) -> dict[str, str]:
         try:
@@ -52,12 +64,12 @@ class JobDir:
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def _write_atomic(self, name: str, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{name}.")
+    def _write_atomic(self, name: str, text: str, mode: int) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{name}.")  # 0600 from the start
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(text)
-            os.chmod(tmp, 0o644)
+            os.chmod(tmp, mode)
             os.replace(tmp, self.path / name)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

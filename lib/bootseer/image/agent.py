@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes
@@ -33,7 +34,14 @@ from bootseer.image.blocks import check_block_size
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import Fetcher
 from bootseer.image.jobs import Jobs
-from bootseer.image.protocol import AgentBadRequest, AgentError, FetchPiece, PieceFile, StatsReply
+from bootseer.image.protocol import (
+    AgentBadRequest,
+    AgentError,
+    FetchPiece,
+    ImageListReply,
+    PieceFile,
+    StatsReply,
+)
 from bootseer.image.reader import ImageReader
 from bootseer.linelog import LineLog
 from bootseer.nodepaths import NodePaths
@@ -42,6 +50,12 @@ from bootseer.p2p.pieces import Located, Pieces
 from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.sitekey import site_keys
 from bootseer.store import Store
+
+# Names an image listing reads and returns at most (each a sealed record read as root).
+MAX_LISTED = 10_000
+
+if TYPE_CHECKING:
+    from bootseer.image.handover import Handover
 
 
 class Agent:
@@ -56,6 +70,8 @@ class Agent:
     ) -> None:
         self.cfg = cfg
         self.node = node
+        self.started = time.time()
+        self.handover: Handover | None = None  # set by the daemon: restarts in place
         icfg = cfg.image
         self.paths = NodePaths(cfg)
         self.log = log or LineLog(self.paths.agent_log(node), "agent")
@@ -136,6 +152,22 @@ class Agent:
         if uri not in self._targets:
             self._targets[uri] = self.cfg.store.open_uri(uri)
         return self._targets[uri]
+
+    def image_names(self) -> ImageListReply:
+        """The image names whose records verify, at most :data:`MAX_LISTED` of them."""
+        from bootseer.image.registry import list_names
+
+        names = list_names(self.store, keys=site_keys(self.cfg), limit=MAX_LISTED + 1)
+        images = [
+            {
+                "name": ref,
+                "image": str(doc.get("image", "")),
+                "size": int(doc.get("size", 0)),
+                "added": float(doc.get("added", 0.0)),
+            }
+            for ref, doc in names[:MAX_LISTED]
+        ]
+        return ImageListReply(images, left_out=max(0, len(names) - MAX_LISTED))
 
     def stats(self, uid: int | None = None) -> StatsReply:
         """The node's counters; its jobs, or with ``uid`` only that user's."""

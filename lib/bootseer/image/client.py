@@ -11,6 +11,7 @@ library and :mod:`bootseer.image.protocol`): a mark from a job script is a proce
 from __future__ import annotations
 
 import socket
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,13 @@ from typing import Any
 from bootseer import jsonlimits
 from bootseer.image.protocol import (
     AgentError,
+    AgentRestart,
     AgentTimeout,
     AgentUnavailable,
     FetchPiece,
     FirstStep,
+    ImageList,
+    ImageListReply,
     JobReply,
     PieceFile,
     Ping,
@@ -30,6 +34,7 @@ from bootseer.image.protocol import (
     Release,
     ReleaseReply,
     Request,
+    RestartReply,
     Stats,
     StatsReply,
     Status,
@@ -61,12 +66,12 @@ class AgentClient:
         self, op: str, doc: dict[str, Any], timeout: float | None, fds: Sequence[int] = ()
     ) -> dict[str, Any]:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(timeout)
         try:
             try:
-                s.connect(str(self.path))
+                _connect(s, str(self.path), timeout)
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 raise AgentUnavailable(f"no node agent on {self.path}: {exc.strerror}") from None
+            s.settimeout(timeout)
             line = encode(doc)
             if fds:
                 line = line[socket.send_fds(s, [line], list(fds)) :]
@@ -78,7 +83,7 @@ class AgentClient:
                 if not chunk:
                     break
                 buf += chunk
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):  # BlockingIOError: the backlog stayed full
             raise AgentTimeout(
                 f"node agent on {self.path}: no answer to {op} within {timeout or 0:g}s"
             ) from None
@@ -104,6 +109,9 @@ class AgentClient:
     def stats(self, timeout: float = 10.0) -> StatsReply:
         return StatsReply.from_wire(self.send(Stats(), timeout))
 
+    def image_names(self, timeout: float = 60.0) -> ImageListReply:
+        return ImageListReply.from_wire(self.send(ImageList(), timeout))
+
     def prepare(self, request: Prepare, timeout: float) -> JobReply:
         return JobReply.from_wire(self.send(request, timeout))
 
@@ -118,3 +126,24 @@ class AgentClient:
 
     def release(self, job_id: int, timeout: float = 10.0) -> ReleaseReply:
         return ReleaseReply.from_wire(self.send(Release(job_id), timeout))
+
+    def restart(self, when_idle: bool, timeout: float = 60.0) -> RestartReply:
+        return RestartReply.from_wire(self.send(AgentRestart(when_idle), timeout))
+
+
+def _connect(s: socket.socket, path: str, timeout: float | None) -> None:
+    """``connect(2)`` that waits for room in the agent's listen backlog, up to ``timeout``.
+
+    A unix socket with a Python timeout is non-blocking underneath, and a non-blocking
+    connect to a full backlog fails at once with EAGAIN: a user holding the backlog full
+    (hundreds of idle connections) made root's prolog give up on the agent. A blocking
+    connect instead sleeps in the kernel until the agent accepts, bounded by SO_SNDTIMEO
+    (then EAGAIN, which :meth:`AgentClient._exchange` reports as a timeout).
+    """
+    s.setblocking(True)
+    if timeout is not None:
+        whole = max(timeout, 0.001)
+        seconds = int(whole)
+        tv = struct.pack("ll", seconds, int((whole - seconds) * 1e6))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+    s.connect(path)

@@ -4,6 +4,8 @@ It brings back the jobs prepared before a restart, mounts the image filesystem
 (:mod:`bootseer.image.fuse`), answers on the socket (:mod:`bootseer.image.server`)
 in a thread of its own, and on SIGTERM/SIGINT unmounts, removes the socket and stops
 the fetcher. A new listener (a peer server for other nodes) starts and stops here.
+Asked to restart in place (:mod:`bootseer.image.handover`), it cleans up the same way
+but keeps its listening socket and returns it, for the program to run again.
 
     >>> serve(load_config().for_node("n1"), "n1")  # doctest: +SKIP
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
 
@@ -22,6 +25,7 @@ import trio
 from bootseer.config import SiteConfig
 from bootseer.image.agent import Agent
 from bootseer.image.fuse import MOUNT_OPTIONS, READ_AHEAD_KIB, ImageFS
+from bootseer.image.handover import Handover, inherited
 from bootseer.image.server import AgentServer
 from bootseer.metrics.agent import AgentMetrics
 from bootseer.mounts import raise_read_ahead_when_ready, unmount_stale
@@ -32,8 +36,9 @@ def serve(
     node: str,
     log: Callable[[str], None] | None = None,
     ready: Callable[[], None] | None = None,
-) -> None:
-    """Run the agent until SIGTERM/SIGINT: the FUSE mount and the socket, then clean up."""
+) -> socket.socket | None:
+    """Run the agent until SIGTERM/SIGINT: the FUSE mount and the socket, then clean up.
+    Returns the listening socket when the agent is to run again in place, else None."""
     agent = Agent(cfg, node, log)
     agent.jobs.restore()
     paths = agent.paths
@@ -45,13 +50,16 @@ def serve(
     pyfuse3.init(ImageFS(agent), mountpoint, set(MOUNT_OPTIONS))
     server: AgentServer | None = None
     metrics: AgentMetrics | None = None
+    handover: Handover | None = None
     try:
         server = AgentServer(
             paths.agent_socket,
             agent,
             cfg.image.max_connections,
             cfg.image.max_connections_per_user,
+            listen=inherited(paths.agent_socket),
         )
+        handover = agent.handover = Handover(agent, server, paths.run_dir / "jobs")
         threading.Thread(target=server.serve_forever, name="agent-socket", daemon=True).start()
         threading.Thread(
             target=raise_read_ahead_when_ready, args=(mountpoint, READ_AHEAD_KIB), daemon=True
@@ -64,22 +72,31 @@ def serve(
         metrics = AgentMetrics.start(cfg, agent, server)
         if ready:
             ready()
-        trio.run(_main, cfg.image.prefetch_parallel)
+        trio.run(_main, cfg.image.prefetch_parallel, handover)
     finally:
+        again = handover is not None and handover.going
+        if handover is not None:
+            handover.close()
         if metrics is not None:
-            metrics.stop()  # first: bootseer_agent_up 0, whatever the rest of this does
-        if server is not None:
+            # First: bootseer_agent_up 0, whatever the rest of this does (not for a
+            # restart in place: the new program writes the file within a second).
+            metrics.stop(last=not again)
+        if server is not None and not again:
             server.shutdown()
             server.server_close()
             with contextlib.suppress(FileNotFoundError):
                 paths.agent_socket.unlink()
         pyfuse3.close(unmount=True)
         agent.close()
-        agent.log("agent stopped")
+        agent.log("agent stopped: restarting in place" if again else "agent stopped")
+    return server.socket if again and server is not None else None
 
 
-async def _main(parallel: int) -> None:
+async def _main(parallel: int, handover: Handover | None = None) -> None:
     async with trio.open_nursery() as nursery:
+        if handover is not None:
+            token, scope = trio.lowlevel.current_trio_token(), nursery.cancel_scope
+            handover.on_stop(lambda: trio.from_thread.run_sync(scope.cancel, trio_token=token))
         nursery.start_soon(pyfuse3.main, 4, max(64, 4 * parallel))
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:

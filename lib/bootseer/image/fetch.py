@@ -194,6 +194,7 @@ class Fetcher:
         self._last_fg = 0.0
         self.last_read = 0.0  # a job's last read through FUSE, hit or miss (set by the agent)
         self._stopped = False
+        self._halt = threading.Event()  # set by stop(): ends the pacer's waits
         self._threads = [
             threading.Thread(target=self._work, name=f"fetch-{i}", daemon=True)
             for i in range(max(1, workers))
@@ -204,6 +205,7 @@ class Fetcher:
     def stop(self) -> None:
         with self._cond:
             self._stopped = True
+            self._halt.set()
             self._cond.notify_all()
 
     def request(
@@ -339,8 +341,8 @@ class Fetcher:
             now = time.monotonic()
             start = max(now, self._bg_next)
             self._bg_next = start + nbytes / self.background_bps
-        if start > now:
-            time.sleep(start - now)
+        if start > now and self._halt.wait(start - now):
+            raise FetchError("the fetcher stopped")
 
     def _fetch(self, job: _Job) -> bytes:
         deadline = job.created + self.timeout
@@ -349,6 +351,10 @@ class Fetcher:
             cached = self.cache.read(job.digest, 0, job.length)
             if cached is not None:
                 return cached
+            if self._halt.is_set():
+                raise FetchError(
+                    f"block {job.index} of image {job.image_id[:12]}: the fetcher stopped"
+                )
             try:
                 if job.priority == BACKGROUND:
                     self._pace(job.length)

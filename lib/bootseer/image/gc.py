@@ -43,9 +43,11 @@ def collect(store: Store, grace: float = 3600.0, dry_run: bool = False) -> GcRep
         report.manifests += 1
         if not dry_run:
             store.delete(obj.key)
-    for obj in store.list("images/traces"):
-        image_id = obj.key.rsplit("/", 1)[1].removesuffix(".json")
-        if image_id not in live and now - obj.mtime >= grace:
+    # images/traces/<id>/<user>.json, and <id>.json from before traces were per user
+    for obj in store.list("images/traces", recursive=True):
+        parts = obj.key.split("/")
+        image_id = parts[2].removesuffix(".json")
+        if len(parts) == 3 or (image_id not in live and now - obj.mtime >= grace):
             report.traces += 1
             if not dry_run:
                 store.delete(obj.key)

@@ -3,8 +3,9 @@
 The caller is known by ``SO_PEERCRED`` (:mod:`bootseer.image.server`): root (the
 prolog and epilog) may send every request; any other user may only ask ``status``
 or ``first_step`` about a job of their own, and learns nothing of others' jobs (a
-job of another user is "not found", exactly as a job that is not there); and any
-user may use the checkpoint door (``ckpt_*``) in their own namespaces.
+job of another user is "not found", exactly as a job that is not there); any user
+may use the checkpoint door (``ckpt_*``) in their own namespaces, and list the image
+names (``image_ls``: published to every job user; path images are not listed).
 
     >>> handle(agent, Status(42), peer_uid=1000)  # doctest: +SKIP
     JobReply(job_id=42, path='/run/bootseer/images/42.sqsh', ...)
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Sequence
 
 from bootseer.ckpt.wire import CkptRequest
@@ -21,10 +23,13 @@ from bootseer.image.agent import Agent
 from bootseer.image.jobs import JobView
 from bootseer.image.protocol import (
     AgentBadRequest,
+    AgentError,
     AgentNotFound,
     AgentRefused,
+    AgentRestart,
     FetchPiece,
     FirstStep,
+    ImageList,
     JobRequest,
     Ping,
     PingReply,
@@ -54,10 +59,12 @@ def handle(
         cfg = current_config(agent.cfg, agent.node)
         return serve(cfg, site_keys(cfg), req, Caller(peer_uid, list(fds), conn, agent.log))
     if isinstance(req, Ping):
-        return PingReply(agent.node, os.getpid())
+        return PingReply(agent.node, os.getpid(), agent.started, os.path.realpath(sys.prefix))
     if isinstance(req, Stats):
         # The node's job list is root's; a user sees their own jobs and the totals.
         return agent.stats(None if peer_uid == 0 else peer_uid)
+    if isinstance(req, ImageList):
+        return agent.image_names()
     if req.root_only and peer_uid != 0:
         raise AgentRefused(f"{req.op!r} is for root (the prolog/epilog) only")
     if isinstance(req, Status | FirstStep):
@@ -71,6 +78,10 @@ def handle(
         return agent.jobs.release(req.job_id)
     if isinstance(req, FetchPiece):
         return agent.fetch_piece(req)
+    if isinstance(req, AgentRestart):
+        if agent.handover is None:
+            raise AgentError(f"the agent of {agent.node} cannot restart itself")
+        return agent.handover.request(req.when_idle, own=1)
     raise AgentBadRequest(f"op {req.op!r} has no handler")
 
 

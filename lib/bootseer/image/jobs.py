@@ -43,12 +43,12 @@ from bootseer.image.protocol import (
 from bootseer.image.registry import (
     RegistrationPending,
     UnknownImage,
-    lookup_name,
+    lookup_name_record,
     open_image_file,
     register_path,
 )
 from bootseer.image.restart import RestartState, SavedJob
-from bootseer.image.trace import Recorder, Trace, load_trace, save_trace
+from bootseer.image.trace import Recorder, Trace, hot_order, load_trace, save_trace, trace_user
 from bootseer.nodepaths import NodePaths
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.swarm import Swarm
@@ -112,6 +112,11 @@ class JobView:
     peers_at_prepare: dict[str, int] | None = None
     peers_at_fill: dict[str, int] | None = None  # when this job's fill started
     fill_timer: threading.Timer | None = None
+    # Whose trace of the image the job prefetches first (the name record's trace_owner,
+    # the path image's file owner; None: nobody's), and under whose name its own is kept
+    # (its user's; None: a uid without a name, whose jobs keep none).
+    trace_owner: str | None = None
+    trace_user: str | None = None
 
     @property
     def inode(self) -> int:
@@ -240,7 +245,7 @@ class Jobs:
             return view  # a retried prolog: the same answer
         swarm = self._swarm(req)
         with self._single_flight(ref):
-            manifest, source = self._resolve(ref, req.uid, req.gid, until)
+            manifest, source, owner = self._resolve(ref, req.uid, req.gid, until)
             if time.monotonic() >= until:
                 raise AgentTimeout(f"image {ref} took longer than the prolog waits to prepare")
             if swarm is not None:
@@ -255,6 +260,8 @@ class Jobs:
             refresh=req.mode == "refresh",
             fetched_at_prepare=self.fetcher.stats.by_image[manifest.id],
             swarm=swarm,
+            trace_owner=owner,
+            trace_user=trace_user(req.uid),
         )
         self._add(view)
         self.restart.save(
@@ -269,11 +276,10 @@ class Jobs:
                 image.origin.identity if isinstance(image.origin, FileSource) else None,
             )
         )
-        trace = (
-            None if view.refresh else load_trace(self.store, manifest, self.log, keys=self.keys())
-        )
+        owners, own = self._traces(view)
+        trace = own or owners
         view.trace_runs = trace.runs if trace else 0
-        hot = trace.blocks if trace else ()
+        hot = hot_order(owners, own)
         hot_until = min(time.monotonic() + self.icfg.hot_deadline, until - 0.5)
         view.prefetch = prefetch_hot(
             self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
@@ -287,13 +293,31 @@ class Jobs:
         p = view.prefetch
         self.log(
             f"job={req.job_id} prepared {ref} ({manifest.id[:12]}, {manifest.size} bytes): "
-            f"trace={'none' if trace is None else f'{len(hot)} blocks'} "
+            f"trace={_trace_note(view, owners, own)} "
             f"local_before={p.local_before} fetched={p.fetched_blocks} "
             f"failed={p.failed} complete={p.complete} secs={time.monotonic() - t0:.3f}"
         )
         return view
 
-    def _resolve(self, ref: str, uid: int, gid: int, until: float) -> tuple[Manifest, BlockSource]:
+    def _traces(self, view: JobView) -> tuple[Trace | None, Trace | None]:
+        """The image owner's trace and the job user's own (None each: none, or refresh)."""
+        if view.refresh:
+            return None, None
+        m = view.image.manifest
+
+        def load(user: str | None) -> Trace | None:
+            if user is None:
+                return None
+            return load_trace(self.store, m, self.log, keys=self.keys(), user=user)
+
+        own = load(view.trace_user)
+        owners = own if view.trace_owner == view.trace_user else load(view.trace_owner)
+        return owners, own
+
+    def _resolve(
+        self, ref: str, uid: int, gid: int, until: float
+    ) -> tuple[Manifest, BlockSource, str | None]:
+        """The image's manifest, where its blocks come from, and its trace owner."""
         if ref.startswith("/"):
             try:
                 fd, st = open_image_file(ref, uid, gid)
@@ -326,9 +350,11 @@ class Jobs:
             except BaseException:
                 source.close()
                 raise
-            return manifest, source
+            # The file's owner can change its bytes: trusting her trace adds nothing.
+            return manifest, source, trace_user(st.st_uid)
         try:
-            return lookup_name(self.store, ref, keys=self.keys()), StoreSource(self.store)
+            manifest, owner = lookup_name_record(self.store, ref, keys=self.keys())
+            return manifest, StoreSource(self.store), owner
         except UnknownImage as exc:
             raise AgentNotFound(str(exc)) from None
         except StoreError as exc:
@@ -406,11 +432,19 @@ class Jobs:
         return ReleaseReply(released=True, trace=trace, job=job)
 
     def _keep_trace(self, view: JobView) -> str:
+        """The job's trace, merged into its own user's (never another user's)."""
         order = view.recorder.order
         if not order:
             return "none recorded"
+        user = view.trace_user
+        if user is None:
+            return f"not kept: uid {view.uid} has no user name here"
         m = view.image.manifest
-        stored = None if view.refresh else load_trace(self.store, m, self.log, keys=self.keys())
+        stored = (
+            None
+            if view.refresh
+            else load_trace(self.store, m, self.log, keys=self.keys(), user=user)
+        )
         if stored is None:
             new: Trace | None = Trace(m.id, m.nblocks, m.block_size, tuple(order))
             verdict = f"saved ({len(order)} blocks)"
@@ -422,8 +456,8 @@ class Jobs:
                 else f"merged ({len(new.blocks) - len(stored.blocks)} new blocks)"
             )
         if new is not None:
-            save_trace(self.store, new, keys=self.keys())
-        return verdict
+            save_trace(self.store, new, keys=self.keys(), user=user)
+        return f"{verdict} for {user}"
 
     def describe(self, view: JobView) -> JobReply:
         fill = view.image.fill
@@ -504,6 +538,16 @@ class Jobs:
         for image in self.images():
             if image.fill is not None:
                 image.fill.cancel()
+
+
+def _trace_note(view: JobView, owners: Trace | None, own: Trace | None) -> str:
+    """What the prefetch followed, for the log: ``none``, or each trace and its blocks."""
+    parts = []
+    if owners is not None and owners is not own:
+        parts.append(f"{view.trace_owner}'s {len(owners.blocks)} blocks")
+    if own is not None:
+        parts.append(f"own {len(own.blocks)} blocks")
+    return " + ".join(parts) or "none"
 
 
 def _counts(view: JobView) -> dict[str, int] | None:

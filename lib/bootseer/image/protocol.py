@@ -9,6 +9,8 @@ speak through this module, so the wire format lives in one place::
     {"op": "first_step", "job_id": 42}
     {"op": "release", "job_id": 42}
     {"op": "status", "job_id": 42}  /  {"op": "stats"}  /  {"op": "ping"}
+    {"op": "restart", "when_idle": true}
+    {"op": "image_ls"}
 
 A reply is ``{"ok": true, ...fields}`` or ``{"ok": false, "error": MESSAGE, "kind": KIND}``;
 each kind is one exception class, so a caller decides by class, never by message text:
@@ -133,6 +135,24 @@ class Stats(Request):
 
 
 @dataclass(frozen=True)
+class AgentRestart(Request):
+    """Restart in place (an upgrade, a new config): the agent runs its program again,
+    from the install's ``venv`` link, once no job uses it (:mod:`bootseer.image.handover`).
+    ``when_idle``: while jobs use it, restart as soon as they are gone; else only now."""
+
+    op = "restart"
+    root_only = True
+    when_idle: bool = True
+
+
+@dataclass(frozen=True)
+class ImageList(Request):
+    """The registered image names (any user: a name is published to every job user)."""
+
+    op = "image_ls"
+
+
+@dataclass(frozen=True)
 class JobRequest(Request):
     job_id: int
 
@@ -187,7 +207,18 @@ class FetchPiece(JobRequest):
 
 
 REQUESTS: dict[str, type[Request]] = {
-    cls.op: cls for cls in (Ping, Stats, Status, FirstStep, Release, Prepare, FetchPiece)
+    cls.op: cls
+    for cls in (
+        Ping,
+        Stats,
+        ImageList,
+        Status,
+        FirstStep,
+        Release,
+        Prepare,
+        FetchPiece,
+        AgentRestart,
+    )
 }
 
 
@@ -204,6 +235,11 @@ def parse_request(doc: object) -> Request:
     cls = REQUESTS.get(op) if isinstance(op, str) else None
     if cls is None:
         raise AgentBadRequest(f"unknown op {op!r} (ops: {', '.join(REQUESTS)})")
+    if cls is AgentRestart:
+        when_idle = doc.get("when_idle", True)
+        if not isinstance(when_idle, bool):
+            raise AgentBadRequest("when_idle must be true or false")
+        return AgentRestart(when_idle)
     if not issubclass(cls, JobRequest):
         return cls()
     job_id = doc.get("job_id")
@@ -273,6 +309,22 @@ class Reply:
 class PingReply(Reply):
     node: str
     pid: int
+    # When this agent's program started (a restart in place keeps the pid), and the
+    # Python prefix it runs from (the install's venv it was started from, resolved):
+    # an older agent leaves them out.
+    started: float = 0.0
+    prefix: str = ""
+
+
+@dataclass(frozen=True)
+class RestartReply(Reply):
+    """``state``: ``restarting`` (the agent serves no job: it runs its program again, and
+    requests wait for the new one), ``pending`` (it will once ``jobs`` are gone and no
+    other request is open) or ``busy`` (``when_idle`` was false: nothing changes)."""
+
+    state: str
+    jobs: list[int]
+    connections: int  # other requests being served (a user's checkpoint transfer)
 
 
 @dataclass(frozen=True)
@@ -325,6 +377,15 @@ class ReleaseReply(Reply):
         job = JobReply.from_wire(doc) if released else None
         trace = doc.get("trace")
         return cls(released, trace if isinstance(trace, str) else None, job)
+
+
+@dataclass(frozen=True)
+class ImageListReply(Reply):
+    """The names a job may ask for, each ``{"name", "image", "size", "added"}``; how many
+    more there were than the agent lists (``left_out``)."""
+
+    images: list[dict[str, Any]]
+    left_out: int = 0
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from bootseer.image.manifest import (
     load_manifest,
     save_manifest,
 )
+from bootseer.image.trace import check_user
 from bootseer.options import parse_image
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store
@@ -70,13 +71,24 @@ def path_key(path: str) -> str:
     return f"images/paths/{hashlib.sha256(path.encode()).hexdigest()}.json"
 
 
-def tag_image(store: Store, ref: str, manifest: Manifest, *, keys: SiteKeys | None) -> None:
-    doc = {
+def tag_image(
+    store: Store,
+    ref: str,
+    manifest: Manifest,
+    *,
+    keys: SiteKeys | None,
+    trace_owner: str | None = None,
+) -> None:
+    """Seal the name record. ``trace_owner``: the user whose jobs' trace of the image
+    every job of the name prefetches first (others' jobs keep traces of their own)."""
+    doc: dict[str, Any] = {
         "image": manifest.id,
         "size": manifest.size,
         "block_size": manifest.block_size,
         "added": time.time(),
     }
+    if trace_owner is not None:
+        doc["trace_owner"] = check_user(trace_owner)
     key = name_key(ref)
     body = json.dumps(doc, separators=(",", ":")).encode()
     store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_NAME, key, body))
@@ -85,28 +97,44 @@ def tag_image(store: Store, ref: str, manifest: Manifest, *, keys: SiteKeys | No
 def lookup_name(store: Store, ref: str, *, keys: SiteKeys | None) -> Manifest:
     """The manifest a name's record points at; with ``keys`` (a root-run reader) the
     record and the manifest must both verify (:class:`~bootseer.sitekey.SealError`)."""
+    return lookup_name_record(store, ref, keys=keys)[0]
+
+
+def lookup_name_record(
+    store: Store, ref: str, *, keys: SiteKeys | None
+) -> tuple[Manifest, str | None]:
+    """:func:`lookup_name`, and the record's ``trace_owner`` (None: none set)."""
     key = name_key(ref)
     try:
         doc: Any = _record(store, key, sitekey.IMAGE_NAME, keys)
         image_id = doc["image"]
+        owner = doc.get("trace_owner")
+        owner = None if owner is None else check_user(owner)
     except FileNotFoundError:
         raise UnknownImage(
             f"no image named {ref!r} in {store.uri} (see `bootseer image ls`)"
         ) from None
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise ManifestError(f"image name record {ref!r} is damaged") from None
-    return load_manifest(store, str(image_id), keys=keys)
+    return load_manifest(store, str(image_id), keys=keys), owner
 
 
-def list_names(store: Store) -> list[tuple[str, dict[str, Any]]]:
-    out = []
+def list_names(
+    store: Store, *, keys: SiteKeys | None = None, limit: int | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """Every name's ``NAME:TAG`` and record: shown, not trusted, without ``keys``; with
+    them, only the records that verify (those a job of the name would be served). At
+    most ``limit`` names read (None: all)."""
+    out: list[tuple[str, dict[str, Any]]] = []
     for obj in store.list("images/names", recursive=True):
         parts = obj.key.split("/")
         if len(parts) != 4 or not parts[3].endswith(".json"):
             continue
+        if limit is not None and len(out) >= limit:
+            break
         try:
-            doc = _record(store, obj.key, sitekey.IMAGE_NAME, None)  # shown, not trusted
-        except (ValueError, FileNotFoundError):
+            doc = _record(store, obj.key, sitekey.IMAGE_NAME, keys)
+        except (ValueError, FileNotFoundError, SealError):
             continue
         out.append((f"{parts[2]}:{parts[3].removesuffix('.json')}", doc))
     return out

@@ -113,14 +113,26 @@ class AgentServer(socketserver.ThreadingUnixStreamServer):
     request_queue_size = 128
 
     def __init__(
-        self, path: Path, agent: Agent, max_connections: int = 64, max_per_user: int = 8
+        self,
+        path: Path,
+        agent: Agent,
+        max_connections: int = 64,
+        max_per_user: int = 8,
+        listen: socket.socket | None = None,
     ) -> None:
+        """``listen``: the socket an agent restarting in place handed on (already bound
+        at ``path``, its backlog holding whoever connected meanwhile)."""
         self.agent = agent
         self.max_connections = max_connections
         self.max_per_user = max_per_user
         self._open: Counter[int] = Counter()  # uid -> connections being served
         self.refused = 0  # users' connections answered busy (metrics)
         self._lock = threading.Lock()
+        if listen is not None:
+            super().__init__(str(path), _Handler, bind_and_activate=False)
+            self.socket.close()
+            self.socket = listen
+            return
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         with contextlib.suppress(AgentUnavailable):
             AgentClient(path).ping(timeout=2)

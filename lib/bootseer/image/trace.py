@@ -6,10 +6,17 @@ epilog stores the trace for the image after the first run, and merges when a lat
 run read blocks the stored trace lacked (the stored order first, then the new
 blocks in the order that run read them).
 
-A stored trace (``images/traces/<image id>.json``) is checked when loaded: format,
-image id, block count and size, every index inside the image, no repeats, and a
-checksum over all of it. A bad one is ignored with a log line: prefetch is an
-optimisation, never a reason to fail a job.
+Traces are kept per image and user (``images/traces/<image id>/<user>.json``): the
+agent writes a job's trace only under its own user's name, so no user's jobs change
+what another user's jobs prefetch. A job prefetches its image's *owner*'s trace first
+(a named image's ``trace_owner``, set by the admin's ``bootseer image add
+--trace-owner``; a path image's: the file's owner, who can change its bytes anyway),
+then the blocks of its own user's trace that the owner's lacks (:func:`hot_order`).
+
+A stored trace is checked when loaded: its seal, format, image id, block count and
+size, every index inside the image, no repeats, and a checksum over all of it. A bad
+one is ignored with a log line: prefetch is an optimisation, never a reason to fail a
+job.
 
     >>> t = Trace(image="ab" * 32, nblocks=10, block_size=65536, blocks=(3, 0, 7))
     >>> Trace.from_json(t.to_json(), t.image, 10, 65536).blocks
@@ -20,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pwd
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -114,8 +123,48 @@ def _checksum(body: dict[str, Any]) -> str:
     ).hexdigest()
 
 
-def trace_key(image_id: str) -> str:
-    return manifest_key(image_id).replace("images/manifests/", "images/traces/")
+# A user name as it may stand in a store key (POSIX's portable names, and no leading dot).
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
+
+
+def check_user(name: str) -> str:
+    """``name`` if it may name a trace's user, else ValueError."""
+    if not _USER.fullmatch(name):
+        raise ValueError(f"{name!r} is not a user name a trace can be kept under")
+    return name
+
+
+def trace_user(uid: int) -> str | None:
+    """The name traces of ``uid``'s jobs are kept under; None without one (nothing kept)."""
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+    return name if _USER.fullmatch(name) else None
+
+
+def traces_dir(image_id: str) -> str:
+    return (
+        manifest_key(image_id).replace("images/manifests/", "images/traces/").removesuffix(".json")
+    )
+
+
+def trace_key(image_id: str, user: str) -> str:
+    """Where ``user``'s jobs keep their trace of the image: written by the agent for
+    those jobs only, and sealed at this very key."""
+    return f"{traces_dir(image_id)}/{check_user(user)}.json"
+
+
+def hot_order(owner: Trace | None, own: Trace | None) -> tuple[int, ...]:
+    """The blocks to prefetch: the image owner's trace, then the job user's own blocks
+    that it lacks, each in its recorded order.
+
+    >>> hot_order(Trace("a", 9, 1, (3, 1)), Trace("a", 9, 1, (1, 5, 3, 0)))
+    (3, 1, 5, 0)
+    """
+    first = owner.blocks if owner else ()
+    seen = set(first)
+    return (*first, *(b for b in (own.blocks if own else ()) if b not in seen))
 
 
 def load_trace(
@@ -124,10 +173,11 @@ def load_trace(
     log: Callable[[str], None] = lambda _: None,
     *,
     keys: SiteKeys | None,
+    user: str,
 ) -> Trace | None:
-    """The stored trace for this image, or None if there is none or it is bad (logged);
-    with ``keys`` (a root-run reader), one that does not verify is bad."""
-    key = trace_key(manifest.id)
+    """``user``'s stored trace for this image, or None if there is none or it is bad
+    (logged); with ``keys`` (a root-run reader), one that does not verify is bad."""
+    key = trace_key(manifest.id, user)
     try:
         raw = store.read_bytes(key, limit=MAX_TRACE_BYTES + sitekey.SEAL_BYTES + 1)
     except FileNotFoundError:
@@ -143,8 +193,8 @@ def load_trace(
         return None
 
 
-def save_trace(store: Store, trace: Trace, *, keys: SiteKeys | None) -> None:
-    key = trace_key(trace.image)
+def save_trace(store: Store, trace: Trace, *, keys: SiteKeys | None, user: str) -> None:
+    key = trace_key(trace.image, user)
     store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_TRACE, key, trace.to_json()))
 
 

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ClusterShell.NodeSet import NodeSet
 
 from bootseer.errors import BootseerError
+from bootseer.install.agents import restart_agent
 from bootseer.install.node import NodeReport, Target, install_node
 from bootseer.install.remote import Node
 
@@ -27,11 +28,30 @@ def install_all(
     dry_run: bool = False,
     fanout: int = 16,
     log: Callable[[str], None] = lambda _: None,
+    restart_agents: bool = False,
 ) -> list[NodeReport]:
+    """``restart_agents``: then ask each node's agent to restart in place (install.agents)."""
+
     def one(name: str) -> NodeReport:
         try:
             with connect(name) as node:
-                return install_node(node, target_for(name), dry_run=dry_run, log=log)
+                target = target_for(name)
+                report = install_node(node, target, dry_run=dry_run, log=log)
+                if dry_run:
+                    return report
+                if not restart_agents:
+                    if report.agent_stale:
+                        # A running agent keeps the venv it started from (kept for it);
+                        # restarting it under jobs would take their images away.
+                        report.notes.append("a running agent keeps the old until --restart-agents")
+                    return report
+                outcome = restart_agent(node, target.layout, force=report.agent_stale)
+                if outcome.state == "failed":
+                    report.status = "failed"
+                    report.error = f"installed, but {outcome.line()}"
+                elif outcome.state != "current" or report.status != "unchanged":
+                    report.notes.append(outcome.line())
+                return report
         except BootseerError as exc:
             return NodeReport(name, "failed", error=str(exc))
         except Exception as exc:  # one node's surprise must not hide the others' results

@@ -79,6 +79,53 @@ def parse(raw: bytes, where: Path) -> SiteConfig:
         raise ConfigError(f"{where}: {exc}") from None
 
 
+# node_exporter's textfile collector directory in Debian's prometheus-node-exporter
+# (its /etc/default/prometheus-node-exporter): where an install points [metrics].
+DEFAULT_TEXTFILE_DIR = Path("/var/lib/prometheus/node-exporter")
+
+
+def with_textfile_dir(raw: bytes, where: Path, textfile_dir: Path | None) -> bytes:
+    """The site config as the nodes get it: ``[metrics] textfile_dir`` set to
+    ``textfile_dir`` where the config leaves it unset (a line after its ``[metrics]``
+    header, or a ``[metrics]`` table at the end); a config that sets it keeps its own.
+    ``textfile_dir`` None: the config as it is.
+
+    >>> raw = with_textfile_dir(b"[hooks]\\nstrict = false\\n", Path("c.toml"), Path("/m"))
+    >>> parse(raw, Path("c.toml")).metrics.textfile_dir
+    PosixPath('/m')
+    """
+    import re
+
+    cfg = parse(raw, where)
+    if textfile_dir is None or cfg.metrics.textfile_dir is not None:
+        return raw
+    line = f"textfile_dir = {_toml_string(str(textfile_dir))}  # bootseer install --metrics-dir\n"
+    text = raw.decode()
+    header = re.search(r"^[ \t]*\[[ \t]*metrics[ \t]*\][ \t]*(#.*)?(\n|$)", text, re.M)
+    if header is not None:
+        cut = header.end()
+        new = text[:cut] + ("" if text[:cut].endswith("\n") else "\n") + line + text[cut:]
+    else:
+        new = text + ("" if text.endswith("\n") or not text else "\n") + "\n[metrics]\n" + line
+    out = new.encode()
+    try:
+        done = parse(out, where).metrics.textfile_dir
+    except ConfigError:
+        done = None
+    if done != textfile_dir:
+        raise ConfigError(
+            f'{where}: cannot add [metrics] textfile_dir = "{textfile_dir}" to it (its '
+            "[metrics] is not a table of its own): set it there, or --metrics-dir none"
+        )
+    return out
+
+
+def _toml_string(text: str) -> str:
+    import json
+
+    return json.dumps(text)  # a TOML basic string is JSON's, for a path
+
+
 def hook_wrapper(layout: Layout, hook: str) -> bytes:
     return (
         "#!/bin/sh\n"

@@ -65,6 +65,7 @@ print(json.dumps({
     "venv_complete": os.path.exists(os.path.join(req["want"], ".complete")),
     "bin_link": link(req["bin"]) if req["bin"] else None,
     "systemd": os.path.isdir("/run/systemd/system"),
+    "dirs": {p: os.path.isdir(p) for p in req["dirs"]},
 }))
 """
 
@@ -80,6 +81,9 @@ class NodeReport:
     changes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
+    # What the running agent uses changed: its venv, or a file it reads (the config, the
+    # secrets, the site key): it runs the old until restarted (install.agents).
+    agent_stale: bool = False
 
     def line(self) -> str:
         """The node's summary, without its name (the fanout folds nodes by it)."""
@@ -101,6 +105,9 @@ class Target:
     files: list[NodeFile]
     bundle: Bundle
     python: str = "/usr/bin/python3"
+    # Directories made if missing (root's, 0755), and left as they are: [metrics]
+    # textfile_dir, which node_exporter reads.
+    dirs: tuple[Path, ...] = ()
 
 
 def install_node(
@@ -116,6 +123,7 @@ def install_node(
         "venv": str(lay.venv),
         "want": str(want_venv),
         "bin": str(lay.bin_dir / "bootseer") if lay.bin_dir else "",
+        "dirs": [str(d) for d in target.dirs],
     }
     r = node.run([target.python, "-c", PROBE], json.dumps(request).encode(), timeout=120)
     if r.status == 127 or (r.status != 0 and "No such file" in r.err):
@@ -171,7 +179,13 @@ def install_node(
         changes.append(f"venv {bundle.wheels_digest} ({len(send)} wheels copied)")
     if not link_ok:
         changes.append(f"{lay.bin_dir}/bootseer")
+    missing = [d for d in target.dirs if not have["dirs"].get(str(d))]
+    changes += [f"{d}/" for d in missing]
     report = NodeReport(node.name, "unchanged")
+    # The agent reads none of the prefix's files but its venv (the hooks, plugin, docs).
+    report.agent_stale = not venv_ok or any(
+        not f.path.is_relative_to(lay.prefix) and f.path != lay.unit for f in files
+    )
     if not have["systemd"] and lay.unit is not None:
         report.notes.append("no systemd here: start the agent yourself")
     if not changes:
@@ -180,7 +194,11 @@ def install_node(
     if dry_run:
         report.status = "would change"
         return report
-    dirs = sorted({str(f.path.parent) for f in files} | {str(lay.wheels), str(lay.venvs)})
+    dirs = sorted(
+        {str(f.path.parent) for f in files}
+        | {str(lay.wheels), str(lay.venvs)}
+        | {str(d) for d in missing}
+    )
     # Made where missing (0755, root's); a directory already there keeps its mode and owner
     # (install -d would reset a site's /usr/local/bin, 2775 root:staff on Debian).
     mkdirs = 'umask 022 && mkdir -p -- "$@"'
@@ -209,14 +227,9 @@ def install_node(
                 f"{lay.bin_dir}/bootseer",
             ]
         )
-    if lay.unit is not None and have["systemd"]:
-        if any(f.path == lay.unit for f in files):
-            node.check(["systemctl", "daemon-reload"])
-            node.check(["systemctl", "enable", "--now", "bootseer-agent.service"])
-        elif not venv_ok:
-            # A running agent keeps the venv it started from (kept for it); restarting
-            # it under jobs would take their images away.
-            report.notes.append("restart bootseer-agent when no job runs")
+    if lay.unit is not None and have["systemd"] and any(f.path == lay.unit for f in files):
+        node.check(["systemctl", "daemon-reload"])
+        node.check(["systemctl", "enable", "--now", "bootseer-agent.service"])
     _verify(node, lay)
     report.status = "installed"
     return report

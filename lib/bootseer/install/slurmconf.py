@@ -62,3 +62,15 @@ def render(
     out.append(f"    {plugstack_line(layout, run_dir)}")
     out.append("Then restart slurmd (or scontrol reconfigure) and run: bootseer doctor NODESET")
     return "\n".join(out)
+
+
+def with_node_exporter(text: str, textfile_dir: Path | None) -> str:
+    """``text`` (:func:`render`'s) with node_exporter's flag before its last line, where
+    the nodes' config has ``[metrics] textfile_dir``."""
+    if textfile_dir is None:
+        return text
+    *head, last = text.split("\n")
+    flag = f"    --collector.textfile.directory={textfile_dir}"
+    return "\n".join(
+        [*head, "node_exporter on every node (docs/admin.md lists the series):", flag, last]
+    )

@@ -203,9 +203,11 @@ class AgentMetrics:
         while not self._stop.wait(self.interval):
             self.write()
 
-    def stop(self) -> None:
-        """Stop the thread; write the file a last time, saying the agent is down."""
+    def stop(self, last: bool = True) -> None:
+        """Stop the thread; with ``last``, write the file a last time, saying the agent
+        is down."""
         self._stop.set()
         self._thread.join(timeout=5)
-        self.collector.up = False
-        self.write()
+        if last:
+            self.collector.up = False
+            self.write()

@@ -166,9 +166,12 @@ class Tally:
     what its parser and node_exporter read; the tests parse the file with both.
     """
 
-    def __init__(self, text: str | None = None) -> None:
+    def __init__(self, text: str | None = None, families: tuple[Family, ...] = FAMILIES) -> None:
+        """``families``: the file's (the hooks' by default; the checkpoint daemons' file
+        is kept the same way, :mod:`bootseer.metrics.ckpt`)."""
         self.values: dict[Key, float] = {}
-        names = {f"{f.name}{suffix}": f for f in FAMILIES for suffix in _SUFFIXES[f.kind]}
+        self.families = families
+        names = {f"{f.name}{suffix}": f for f in families for suffix in _SUFFIXES[f.kind]}
         for n, line in enumerate((text or "").splitlines(), start=1):
             if not line or line.startswith("#"):
                 continue
@@ -220,7 +223,7 @@ class Tally:
         """The text format: each family's HELP and TYPE, then its samples (a histogram's
         buckets in ``le`` order, then its count and sum)."""
         out: list[str] = []
-        for spec in FAMILIES:
+        for spec in self.families:
             name = f"{spec.name}_total" if spec.kind == "counter" else spec.name
             out.append(f"# HELP {name} {_escape_help(spec.help)}")
             out.append(f"# TYPE {name} {spec.kind}")

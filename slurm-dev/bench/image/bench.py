@@ -484,7 +484,7 @@ def main(argv: list[str]) -> int:
             rows["prefetch_stream"] = []
         try:
             for r in range(rounds):
-                store.delete(trace_key(manifest.id))
+                store.delete(trace_key(manifest.id, "root"))  # the jobs run as uid 0
                 rows["lazy"].append(run_lazy(agent, 10 + r * 4, program, "refresh"))
                 log(f"round {r + 1} lazy: {rows['lazy'][-1]}")
                 rows["prefetch"].append(run_lazy(agent, 11 + r * 4, program, "on"))

@@ -1,0 +1,168 @@
+"""Checkpoint quotas (``[ckpt] quota``, :mod:`bootseer.ckpt.quota`): the writer is refused
+with EDQUOT before an upload would take the user (or her Slurm account) past the quota,
+keeps the previous version and leaves nothing behind; usage is what the store holds."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from bootseer.ckpt import Namespace
+from bootseer.ckpt import quota as ckpt_quota
+from bootseer.ckpt.quota import QuotaExceeded, QuotaGuard, Scope, scopes_for, user_bytes
+from bootseer.config import SiteConfig
+from bootseer.errors import ConfigError
+from bootseer.store import Store, open_store
+
+from .conftest import UNIT
+
+
+def _stores(targets: list[str]) -> list[Store]:
+    return [open_store(u) for u in targets]
+
+
+def _ns(targets: list[str], name: str, limit: int, rescan: float = 10.0) -> Namespace:
+    ns = Namespace(_stores(targets), name, unit_size=UNIT, max_inflight=2)
+    user = name.split("/", 1)[0]
+    ns.quota = QuotaGuard(ns.targets, [Scope("user", user, limit, (user,))], rescan)
+    return ns
+
+
+def _objects(targets: list[str]) -> set[str]:
+    return {o.key for t in _stores(targets) for o in t.list("", recursive=True)}
+
+
+def test_quota_is_a_site_setting_per_kind(tmp_path: Path) -> None:
+    cfg = SiteConfig.from_mapping({})
+    assert cfg.ckpt.quota == {"user": 16 << 40, "account": 0}
+    cfg = SiteConfig.from_mapping({"ckpt": {"quota": {"user": 5}}})
+    assert cfg.ckpt.quota == {"user": 5, "account": 0}
+    cfg = SiteConfig.from_mapping({"ckpt": {"quota": {"user": 0, "account": 7}}})
+    assert cfg.ckpt.quota == {"user": 0, "account": 7}  # user 0: none
+    with pytest.raises(ConfigError, match=r"ckpt\.quota\.group"):
+        SiteConfig.from_mapping({"ckpt": {"quota": {"group": 5}}})
+    with pytest.raises(ConfigError, match="must not be negative"):
+        SiteConfig.from_mapping({"ckpt": {"quota": {"user": -1}}})
+
+
+def test_a_write_past_the_quota_fails_with_edquot_and_keeps_the_previous_version(
+    targets: list[str],
+) -> None:
+    ns = _ns(targets, "ada/run", limit=10 * UNIT)
+    old = os.urandom(4 * UNIT)
+    with ns.open("model.pt", "wb") as f:
+        f.write(old)
+    before = _objects(targets)
+    used = user_bytes(ns.targets, "ada")
+    assert 4 * UNIT < used < 5 * UNIT  # the units and the manifest
+    with pytest.raises(QuotaExceeded) as info, ns.open("model.pt", "wb") as f:
+        for _ in range(8):
+            f.write(os.urandom(UNIT))
+    assert info.value.errno == errno.EDQUOT
+    assert "would pass the ckpt.quota of user ada, user=40.0 KiB" in str(info.value)
+    assert "bootseer ckpt rm" in str(info.value)
+    assert _objects(targets) == before  # no unit of the dropped version is left
+    with ns.open("model.pt") as r:
+        assert r.read() == old
+    # A smaller new version fits beside the old one, and replaces it.
+    with ns.open("model.pt", "wb") as f:
+        f.write(old[: 3 * UNIT])
+    assert user_bytes(ns.targets, "ada") < used
+
+
+def test_removing_frees_room_at_once_and_other_users_are_not_charged(
+    targets: list[str],
+) -> None:
+    ns = _ns(targets, "ada/run", limit=6 * UNIT)
+    with ns.open("a.pt", "wb") as f:
+        f.write(os.urandom(5 * UNIT))
+    with pytest.raises(QuotaExceeded), ns.open("b.pt", "wb") as f:
+        f.write(os.urandom(2 * UNIT))
+    bea = _ns(targets, "bea/run", limit=6 * UNIT)
+    with bea.open("b.pt", "wb") as f:
+        f.write(os.urandom(5 * UNIT))  # ada's full quota is not bea's
+    ns.remove("a.pt")
+    # The guard's count still holds a.pt; the refusal counts again and finds room.
+    with ns.open("b.pt", "wb") as f:
+        f.write(os.urandom(2 * UNIT))
+
+
+def test_another_nodes_uploads_count_at_the_next_count(targets: list[str]) -> None:
+    """Two guards of one user (two nodes): each learns of the other's uploads when it
+    counts again, which it does when its count is older than quota_rescan."""
+    now = [0.0]
+    scope = [Scope("user", "ada", 8 * UNIT, ("ada",))]
+    n1 = Namespace(_stores(targets), "ada/a", unit_size=UNIT)
+    n2 = Namespace(_stores(targets), "ada/b", unit_size=UNIT)
+    n1.quota = QuotaGuard(n1.targets, scope, rescan=10.0, clock=lambda: now[0])
+    n2.quota = QuotaGuard(n2.targets, scope, rescan=10.0, clock=lambda: now[0])
+    n1.quota.charge(0, "count now")
+    n2.quota.charge(0, "count now")
+    with n1.open("x", "wb") as f:
+        f.write(os.urandom(4 * UNIT))
+    # n2's count is fresh: it does not see n1's four units yet (the bounded race).
+    assert n2.quota.usage()[0].used == 0
+    now[0] = 11.0
+    assert n2.quota.usage()[0].used > 4 * UNIT
+    with pytest.raises(QuotaExceeded), n2.open("y", "wb") as f:
+        f.write(os.urandom(5 * UNIT))
+    assert n2.quota.scans >= 2
+
+
+def test_no_quota_counts_nothing(targets: list[str]) -> None:
+    ns = _ns(targets, "ada/run", limit=0)
+    with ns.open("a.pt", "wb") as f:
+        f.write(os.urandom(3 * UNIT))
+    assert ns.quota is not None and ns.quota.scans == 0
+
+
+def test_an_account_quota_counts_all_its_users(
+    targets: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where Slurm checks accounts, ``account`` bounds the stored bytes of all of an
+    account's users together: ada's write fails when bea has filled their account."""
+    sacctmgr = tmp_path / "sacctmgr"
+    sacctmgr.write_text("#!/bin/sh\nprintf 'physics|\\nphysics|ada\\nphysics|bea\\nbio|cyd\\n'\n")
+    sacctmgr.chmod(0o755)
+    cfg = SiteConfig.from_mapping(
+        {"ckpt": {"quota": {"user": 100 * UNIT, "account": 6 * UNIT}, "sacctmgr": str(sacctmgr)}}
+    )
+    monkeypatch.setattr(ckpt_quota, "_members", None)
+    monkeypatch.setattr("bootseer.slurmconf.account_check", lambda *_: "")
+    stores = _stores(targets)
+    guard = ckpt_quota.guard_for(cfg, stores, "ada")
+    assert [(s.kind, s.name, s.users) for s in guard.scopes] == [
+        ("user", "ada", ("ada",)),
+        ("account", "physics", ("ada", "bea")),
+    ]
+    bea = Namespace(stores, "bea/run", unit_size=UNIT)
+    with bea.open("big", "wb") as f:
+        f.write(os.urandom(5 * UNIT))
+    ada = Namespace(stores, "ada/run", unit_size=UNIT)
+    ada.quota = guard
+    with (
+        pytest.raises(QuotaExceeded, match=r"ckpt\.quota of account physics"),
+        ada.open("x", "wb") as f,
+    ):
+        f.write(os.urandom(2 * UNIT))
+    cyd = Namespace(stores, "cyd/run", unit_size=UNIT)
+    cyd.quota = ckpt_quota.guard_for(cfg, stores, "cyd")
+    with cyd.open("x", "wb") as f:  # another account
+        f.write(os.urandom(5 * UNIT))
+    rows = ckpt_quota.usage(cfg, stores, "ada")
+    assert [(u.kind, u.name) for u in rows] == [("user", "ada"), ("account", "physics")]
+    assert rows[1].used > 5 * UNIT and rows[0].used < UNIT
+    # A Slurm that does not check accounts: a user is in whatever account she names,
+    # so only her own quota holds.
+    monkeypatch.setattr("bootseer.slurmconf.account_check", lambda *_: "no accounting")
+    assert [s.kind for s in ckpt_quota.guard_for(cfg, stores, "ada").scopes] == ["user"]
+
+
+def test_scopes_for_a_user_in_no_account() -> None:
+    assert scopes_for("ada", {"user": 5, "account": 9}, {"bio": {"cyd"}}) == [
+        Scope("user", "ada", 5, ("ada",))
+    ]
+    assert ckpt_quota.parse_associations("a|\na|x\nb|y\n\nbad\n") == {"a": {"x"}, "b": {"y"}}

@@ -1,0 +1,112 @@
+"""The agent restarts in place (an upgrade) only when no job uses it, and leaves no stale
+mount: real FUSE, real squashfs images, the agent as a process (no Slurm needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootseer.image.protocol import AgentError, AgentRefused, AgentRestart, PingReply
+from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
+    reason="needs root, /dev/fuse and squashfs-tools",
+)
+
+
+@pytest.fixture
+def image(base: Path) -> Path:
+    return make_squashfs(base / "img.sqsh", {"bin/tool": 300_000, "lib/x.so": 700_000})
+
+
+def mounts_at(path: Path) -> int:
+    with open("/proc/self/mountinfo") as f:
+        return sum(1 for line in f if line.split()[4] == str(path))
+
+
+def restarted(agent: AgentProc, before: PingReply) -> PingReply | None:
+    try:
+        now = agent.client.ping(timeout=5)
+    except AgentError:
+        return None
+    return now if now.started != before.started else None
+
+
+def test_a_restart_waits_for_the_jobs_then_runs_again_in_place(base: Path, image: Path) -> None:
+    add_image(base, image, "test:1")
+    original = image.read_bytes()
+    with running_agent(base) as agent:
+        assert agent.proc is not None
+        pid = agent.proc.pid
+        lazy = Path(agent.prepare(1, "test:1")["path"])
+        assert lazy.read_bytes() == original
+        before = agent.client.ping()
+        assert before.pid == pid and before.prefix == os.path.realpath(sys.prefix)
+
+        now = agent.client.restart(when_idle=False)
+        assert (now.state, now.jobs) == ("busy", [1])
+        # A bootseer job between its prolog and epilog (its job dir) holds it too.
+        (base / "t1" / "run" / "jobs" / "7").mkdir(parents=True)
+        pending = agent.client.restart(when_idle=True)
+        assert (pending.state, pending.jobs) == ("pending", [1, 7])
+        assert lazy.read_bytes() == original  # the job's image is still served
+        agent.release(1)
+        assert agent.client.ping().started == before.started  # job 7 still runs
+        (base / "t1" / "run" / "jobs" / "7").rmdir()
+
+        after = wait_until(lambda: restarted(agent, before), "the agent restarted", 60)
+        assert after is not None and after.pid == pid  # the same process
+        assert agent.proc.poll() is None
+        assert mounts_at(agent.mount) == 1  # its new mount, none stale beneath
+        again = Path(agent.prepare(2, "test:1")["path"])
+        assert again.read_bytes() == original
+        agent.release(2)
+        assert "restarting: no job uses the agent" in agent.log_text()
+
+
+def test_requests_sent_during_the_restart_wait_for_the_new_agent(base: Path) -> None:
+    with running_agent(base) as agent:
+        before = agent.client.ping()
+        sock = os.stat(agent.socket).st_ino
+        assert agent.client.restart(when_idle=False).state == "restarting"
+        # The old agent accepts nothing more; its listening socket passes to the new
+        # program, so this ping waits in the backlog instead of finding no agent.
+        now = agent.client.ping(timeout=60)
+        assert now.started != before.started and now.pid == before.pid
+        assert os.stat(agent.socket).st_ino == sock  # the very socket, never re-bound
+        assert mounts_at(agent.mount) == 1
+
+
+def test_bootseer_agent_restart_restarts_only_an_agent_of_another_install(base: Path) -> None:
+    with running_agent(base) as agent:
+        cmd = [sys.executable, "-m", "bootseer.cli", "agent", "--restart", "--node", "t1"]
+
+        def run(*extra: str) -> dict[str, object]:
+            r = subprocess.run(
+                [*cmd, *extra, "--json"], env=agent.env, capture_output=True, text=True, timeout=180
+            )
+            assert r.returncode == 0, r.stderr
+            doc: dict[str, object] = json.loads(r.stdout)
+            return doc
+
+        before = agent.client.ping()
+        assert run()["state"] == "current"  # it runs this very venv: nothing to do
+        assert agent.client.ping().started == before.started
+        done = run("--force")  # a new config: restart all the same
+        assert done["state"] == "restarted" and done["prefix"] == os.path.realpath(sys.prefix)
+        assert agent.client.ping().started != before.started
+
+
+def test_only_root_may_restart_the_agent(base: Path) -> None:
+    from bootseer.image.handler import handle
+
+    with pytest.raises(AgentRefused):
+        handle(None, AgentRestart(), peer_uid=1000)  # type: ignore[arg-type]
