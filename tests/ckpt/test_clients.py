@@ -346,6 +346,10 @@ def test_shared_mmap_for_writing_is_refused_with_enodev(
         """,
         str(mp),
     )
-    assert r.stdout.split("\n")[:3] == ["w+ ENODEV", "r+ ENODEV", "read-only and copy-on-write map"], r.stdout
+    assert r.stdout.split("\n")[:3] == [
+        "w+ ENODEV",
+        "r+ ENODEV",
+        "read-only and copy-on-write map",
+    ], r.stdout
     with job_ns.open("kept.bin") as f:
         assert f.read() == bytes(range(256)) * (3 * UNIT // 256)  # r+: untouched
