@@ -10,7 +10,10 @@
  * Node side (slurmstepd): reads <rundir>/jobs/<jobid>/env, written by the prolog (root's,
  * 0600), while still root, and sets its BOOTSEER_* variables in the tasks' environment. lib/bootseer/nodepaths.py
  * names that path for Python; tests/unit/test_nodepaths.py builds expand_node() and
- * job_env_path() below and holds them to its answers.
+ * job_env_path() below and holds them to its answers. The file's first line names the
+ * contract the hooks wrote it under (ENV_CONTRACT); a file this plugin cannot use (another
+ * contract, not root's, unreadable) is said so in the slurmd log and on the stderr of each
+ * step's first task on the node, never passed over in silence.
  *
  * plugstack.conf arguments: rundir=PATH (default /run/bootseer, as the site config's
  * paths.run_dir; "%n" stands for the short host name, which is the node name).
@@ -33,6 +36,19 @@ SPANK_PLUGIN(bootseer, 1);
 #define MAX_NAMESPACE_LEN 256
 /* The job's env file under run_dir: nodepaths.job_env (JOBS, JOB_ENV). */
 #define JOB_ENV_FORMAT "%s/jobs/%u/env"
+
+/*
+ * What the plugin and the hooks agree on (nodepaths.ENV_CONTRACT): where the env file is,
+ * who may read it, its format. Raised whenever the two must change together; the env
+ * file's first line is ENV_HEADER and the contract the hooks wrote it under, and `bootseer
+ * doctor` finds PLUGIN_CONTRACT in the installed plugin file (doctor.plugin_contract).
+ */
+#define ENV_CONTRACT 2
+#define ENV_HEADER "#bootseer-env "
+#define STR_(x) #x
+#define STR(x) STR_(x)
+__attribute__((used)) static const char plugin_contract[] =
+	"bootseer-spank-contract=" STR(ENV_CONTRACT) ";";
 
 static char *opt_mode;
 static char *opt_image;
@@ -328,46 +344,97 @@ static int host_name(char *out, size_t size)
 }
 
 /*
- * Node side, in two callbacks. The env file is root's alone (0600): it names the job's
+ * Node side, in three callbacks. The env file is root's alone (0600): it names the job's
  * image, checkpoint namespace and deps prefix, which other users of the node must not
  * read. slurmstepd calls init_post_opt as root and user_init after it has dropped to the
  * job's user (spank.h), so the file is read into job_env in the first and its variables
- * set in the second.
+ * set in the second. What kept the file from the tasks is in env_problem, for task_init
+ * to write on the first task's stderr (the job's output) just before it runs.
  */
 static char job_env[65536];
 static size_t job_env_len;
+static char env_problem[PATH_MAX + 64 + 512 + 64];
+
+/* A file the plugin cannot use: into the slurmd log now, the job's stderr later. */
+static void env_unusable(const char *path, const char *why)
+{
+	snprintf(env_problem, sizeof(env_problem),
+		 "bootseer: BOOTSEER_* variables not set: %s: %s", path, why);
+	slurm_error("%s", env_problem);
+}
+
+/* The contract in the file's first line (job_env), or -1 without one; the body after it. */
+static long env_contract(char **body)
+{
+	char *end;
+	long contract;
+
+	*body = job_env;
+	if (strncmp(job_env, ENV_HEADER, strlen(ENV_HEADER)))
+		return -1;
+	contract = strtol(job_env + strlen(ENV_HEADER), &end, 10);
+	if (*end != '\n' || contract < 0)
+		return -1;
+	*body = end + 1;
+	return contract;
+}
 
 /* As root: read the job's env file (if the prolog wrote one) into job_env. */
 static int read_from_prolog(spank_t sp)
 {
 	uint32_t job_id;
-	char host[256], path[PATH_MAX + 64];
+	char host[256], path[PATH_MAX + 64], why[512];
 	struct stat st;
 	size_t n;
+	long contract;
+	char *body;
 	FILE *f;
 
 	job_env_len = 0;
+	env_problem[0] = '\0';
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
 	    host_name(host, sizeof(host)) < 0 ||
 	    job_env_path(path, sizeof(path), run_dir, host, job_id) < 0)
 		return 0;
 	f = fopen(path, "re");
-	if (f == NULL)
-		return 0; /* bootseer not asked for, or the prolog prepared nothing */
+	if (f == NULL) {
+		if (errno != ENOENT) /* ENOENT: bootseer not asked for, or the prolog failed */
+			env_unusable(path, strerror(errno));
+		return 0;
+	}
 	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
 	    (st.st_mode & 022)) {
-		slurm_error("bootseer: ignoring %s: not root's, or writable by others", path);
+		env_unusable(path, "not root's, or writable by others: ignored");
 		fclose(f);
 		return 0;
 	}
 	n = fread(job_env, 1, sizeof(job_env) - 1, f);
-	if (!feof(f)) {
-		slurm_error("bootseer: ignoring %s: larger than %zu bytes", path,
-			    sizeof(job_env) - 1);
-		n = 0;
+	if (ferror(f) || !feof(f)) {
+		snprintf(why, sizeof(why), "%s than %zu bytes", ferror(f) ? "read error, or larger" : "larger",
+			 sizeof(job_env) - 1);
+		env_unusable(path, why);
+		fclose(f);
+		return 0;
 	}
 	fclose(f);
 	job_env[n] = '\0';
+	contract = env_contract(&body);
+	if (contract != ENV_CONTRACT) {
+		if (contract < 0)
+			snprintf(why, sizeof(why),
+				 "written by bootseer hooks older than this plugin (no contract line); "
+				 "this plugin reads contract %d: install bootseer and its plugin together "
+				 "(bootseer install), then bootseer doctor", ENV_CONTRACT);
+		else
+			snprintf(why, sizeof(why),
+				 "written under contract %ld, this plugin reads contract %d: install "
+				 "bootseer and its plugin together (bootseer install), then bootseer doctor",
+				 contract, ENV_CONTRACT);
+		env_unusable(path, why);
+		return 0;
+	}
+	n -= (size_t)(body - job_env);
+	memmove(job_env, body, n + 1);
 	job_env_len = n;
 	return 0;
 }
@@ -410,6 +477,21 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 	(void)ac;
 	(void)av;
 	return import_from_prolog(sp);
+}
+
+/*
+ * In each task, as the job's user, just before it runs: the first task of the step on
+ * this node says on its stderr (the job's output) why the step has no BOOTSEER_* variables.
+ */
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	uint32_t task_id;
+	(void)ac;
+	(void)av;
+	if (env_problem[0] && spank_get_item(sp, S_TASK_ID, &task_id) == ESPANK_SUCCESS &&
+	    task_id == 0)
+		dprintf(STDERR_FILENO, "%s\n", env_problem);
+	return 0;
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)

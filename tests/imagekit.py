@@ -83,7 +83,7 @@ class AgentProc:
         self.client = AgentClient(self.socket)
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 20) -> AgentProc:
+    def start(self, timeout: float = 60) -> AgentProc:
         """Start the agent and return once it says it is ready (``READY=1`` on
         ``NOTIFY_SOCKET``, as systemd hears it: its socket answers and its threads are
         up); a test that set its own ``NOTIFY_SOCKET`` hears that itself, and here the
@@ -113,8 +113,8 @@ class AgentProc:
             else:
                 deadline = time.monotonic() + timeout
                 while self.proc.poll() is None and time.monotonic() < deadline:
-                    try:
-                        self.client.call("ping", timeout=1)
+                    try:  # an agent still starting on a busy machine may answer late
+                        self.client.call("ping", timeout=max(1.0, deadline - time.monotonic()))
                         return self
                     except AgentUnavailable:
                         time.sleep(0.1)

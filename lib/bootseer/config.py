@@ -188,8 +188,19 @@ class ImageSection:
     # Root's (the prolog, the epilog) are never refused.
     max_connections: int = 64
     max_connections_per_user: int = 8
+    # A path image's trace owner is its file's owner, and root runs no jobs: a root-owned
+    # image's jobs each start from their own user's trace. This user's trace (a team's
+    # warm-up account) leads instead, for root-owned path images only ("": nobody's).
+    root_path_trace_owner: str = ""
 
     def __post_init__(self) -> None:
+        if self.root_path_trace_owner:
+            from bootseer.image.trace import check_user
+
+            try:
+                check_user(self.root_path_trace_owner)
+            except ValueError as exc:
+                raise ConfigError(f"image.root_path_trace_owner: {exc}") from None
         if not 1 <= self.max_connections_per_user <= self.max_connections:
             raise ConfigError(
                 "image.max_connections_per_user must be at least 1 and at most "

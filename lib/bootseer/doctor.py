@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
 import shutil
 import stat
 import sys
@@ -291,6 +292,70 @@ def check_plugstack(node: Node) -> Check:
     return ok(name, f"{where}: {e.kind} {Path(e.plugin).name} rundir={e.rundir}")
 
 
+CONTRACT_MARK = re.compile(rb"bootseer-spank-contract=(\d+);")  # spank/bootseer.c
+
+
+def plugin_contract(path: Path) -> int | None:
+    """The env file contract the plugin file at ``path`` was built for (its
+    ``plugin_contract`` string), or None for a plugin built before there was one."""
+    with open(path, "rb") as f:
+        found = CONTRACT_MARK.search(f.read(64 << 20))
+    return int(found[1]) if found else None
+
+
+def _plugin_file(node: Node) -> tuple[str, Path | None]:
+    """Where plugstack.conf's last ``bootseer.so`` line is, and the file it loads (a
+    relative name is looked for in slurm.conf's ``PluginDir``); None when not found."""
+    entries = parse_plugstack(plugstack_path(node.slurm, node.slurm_conf))
+    entries = [e for e in entries if Path(e.plugin).name == PLUGIN]
+    if not entries:
+        return "", None
+    e = entries[-1]
+    where = f"{e.source}:{e.lineno}"
+    if e.plugin.startswith("/"):
+        return where, Path(e.plugin) if os.path.isfile(e.plugin) else None
+    for d in node.slurm.get("plugindir", "").split(":"):
+        if d and os.path.isfile(os.path.join(d, e.plugin)):
+            return where, Path(d, e.plugin)
+    return where, None
+
+
+def check_plugin(node: Node) -> Check:
+    """The installed SPANK plugin speaks this bootseer's env file contract: an older
+    plugin (or newer hooks) gives jobs no ``BOOTSEER_*`` variables."""
+    from bootseer.nodepaths import ENV_CONTRACT
+
+    name = "plugin"
+    try:
+        where, plugin = _plugin_file(node)
+    except DoctorError as exc:
+        return skip(name, f"{exc} (see plugstack)")
+    if plugin is None:
+        return skip(name, "no installed bootseer.so to look at (see plugstack)")
+    contract = plugin_contract(plugin)
+    reinstall = (
+        "install bootseer and its plugin together: bootseer install NODESET "
+        "(or make -C spank install), then restart slurmd"
+    )
+    if contract is None:
+        return problem(
+            name,
+            f"{plugin} ({where}) predates the env file contract this bootseer's hooks "
+            f"write ({ENV_CONTRACT}); one that reads the file as the job's user cannot: "
+            "jobs get no BOOTSEER_* variables, and nothing says why",
+            reinstall,
+        )
+    if contract != ENV_CONTRACT:
+        return problem(
+            name,
+            f"{plugin} reads env file contract {contract}, this bootseer's hooks write "
+            f"{ENV_CONTRACT}: jobs get no BOOTSEER_* variables (the plugin says so in "
+            "their stderr)",
+            reinstall,
+        )
+    return ok(name, f"{plugin}: env file contract {contract}, as this bootseer's hooks")
+
+
 def check_hooks(node: Node) -> Check:
     """slurm.conf runs bootseer's Prolog and Epilog, the Prolog at allocation."""
     name = "prolog"
@@ -369,7 +434,8 @@ def check_timeout(node: Node) -> Check:
 
 @needs_config("agent")
 def check_agent(node: Node) -> Check:
-    """The node agent answers ``ping`` on its socket, which users may reach."""
+    """The node agent answers ``ping`` on its socket, which users may reach, and runs
+    the install this bootseer is (not the venv of before an upgrade)."""
     name = "agent"
     assert node.cfg is not None
     from bootseer.image.client import AgentClient
@@ -386,6 +452,15 @@ def check_agent(node: Node) -> Check:
     if mode & 0o006 != 0o006:
         return problem(
             name, f"{sock}: mode {mode:04o}: jobs cannot ask it", "restart bootseer-agent"
+        )
+    here = os.path.realpath(sys.prefix)
+    if reply.prefix and reply.prefix != here:
+        # After an upgrade: the agent keeps the venv it started from until it restarts.
+        return problem(
+            name,
+            f"{sock}: the agent runs {reply.prefix}, this bootseer {here}: an older install",
+            "bootseer agent --restart (on the node: once no job uses it), or "
+            "bootseer install NODESET --restart-agents",
         )
     return ok(name, f"{sock}: node {reply.node}, pid {reply.pid}")
 
@@ -674,6 +749,7 @@ def others_cannot_run(path: Path) -> Path | None:
 CHECKS: tuple[CheckFn, ...] = (
     check_config,
     check_plugstack,
+    check_plugin,
     check_hooks,
     check_timeout,
     check_agent,

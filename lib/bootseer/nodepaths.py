@@ -4,7 +4,8 @@ The site config names three roots (``[paths]``); everything else derives from th
 here unless the config sets it (``[image]``'s, ``[ckpt] mount_root``)::
 
     <run_dir>/jobs/<job_id>/              the job dir (hooks.jobdir), removed by the epilog; 0711
-    <run_dir>/jobs/<job_id>/env           what the SPANK plugin puts into the tasks; 0600
+    <run_dir>/jobs/<job_id>/env           what the SPANK plugin puts into the tasks; 0600,
+                                          first line "#bootseer-env <ENV_CONTRACT>"
     <run_dir>/jobs/<job_id>/<step>/       what a step keeps from prolog to epilog; 0700
     <run_dir>/jobs/<job_id>/deps/prolog.json   the deps prolog's state, for the epilog; 0600
     <run_dir>/jobs/<job_id>/deps/job/     the job user's (0700): install.json from
@@ -47,6 +48,13 @@ if TYPE_CHECKING:
 NODE = "%n"
 JOBS = "jobs"
 JOB_ENV = "env"  # spank/bootseer.c: JOB_ENV_FORMAT
+# What the SPANK plugin and the hooks agree on about the env file (where, whose, what
+# format): its first line is ENV_HEADER and this number, and the plugin uses a file of its
+# own contract only, saying why otherwise (spank/bootseer.c: ENV_CONTRACT, ENV_HEADER;
+# bootseer doctor's "plugin" check reads the installed plugin's). Raise it whenever the
+# two must change together. 1: the file 0644, read as the job's user (no header line).
+ENV_CONTRACT = 2
+ENV_HEADER = "#bootseer-env"
 SPOOLS = "phases"
 DEPS_STATE = "prolog.json"
 

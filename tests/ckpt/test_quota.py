@@ -24,7 +24,7 @@ def _stores(targets: list[str]) -> list[Store]:
     return [open_store(u) for u in targets]
 
 
-def _ns(targets: list[str], name: str, limit: int, rescan: float = 10.0) -> Namespace:
+def _ns(targets: list[str], name: str, limit: int, rescan: float = 3600.0) -> Namespace:
     ns = Namespace(_stores(targets), name, unit_size=UNIT, max_inflight=2)
     user = name.split("/", 1)[0]
     ns.quota = QuotaGuard(ns.targets, [Scope("user", user, limit, (user,))], rescan)
@@ -58,8 +58,9 @@ def test_a_write_past_the_quota_fails_with_edquot_and_keeps_the_previous_version
     before = _objects(targets)
     used = user_bytes(ns.targets, "ada")
     assert 4 * UNIT < used < 5 * UNIT  # the units and the manifest
+    # Eleven units: past the quota even with the room of the four it replaces.
     with pytest.raises(QuotaExceeded) as info, ns.open("model.pt", "wb") as f:
-        for _ in range(8):
+        for _ in range(11):
             f.write(os.urandom(UNIT))
     assert info.value.errno == errno.EDQUOT
     assert "would pass the ckpt.quota of user ada, user=40.0 KiB" in str(info.value)
@@ -71,6 +72,44 @@ def test_a_write_past_the_quota_fails_with_edquot_and_keeps_the_previous_version
     with ns.open("model.pt", "wb") as f:
         f.write(old[: 3 * UNIT])
     assert user_bytes(ns.targets, "ada") < used
+
+
+def test_a_file_written_anew_may_use_the_room_of_the_version_it_replaces(
+    targets: list[str],
+) -> None:
+    """``latest.pt`` saved again and again: the commit deletes the previous version, so
+    the new one may use its room meanwhile (at most the quota plus that file)."""
+    ns = _ns(targets, "ada/run", limit=10 * UNIT)
+    with ns.open("latest.pt", "wb") as f:
+        f.write(os.urandom(6 * UNIT))
+    for size in (7, 8):
+        with ns.open("latest.pt", "wb") as f:
+            f.write(os.urandom(size * UNIT))
+        assert size * UNIT < user_bytes(ns.targets, "ada") < (size + 1) * UNIT
+    # Beyond the quota even with the room of the version it replaces: refused.
+    replaced = r"less the 32\.9 KiB of the version it replaces"
+    with pytest.raises(QuotaExceeded, match=replaced), ns.open("latest.pt", "wb") as f:
+        f.write(os.urandom(11 * UNIT))
+    m = ns.manifest("latest.pt")
+    assert m is not None and m.size == 8 * UNIT
+    # Another file gets no such room.
+    with pytest.raises(QuotaExceeded), ns.open("other.pt", "wb") as f:
+        f.write(os.urandom(3 * UNIT))
+
+
+def test_after_a_commit_mid_write_the_replaced_room_is_not_borrowed_again(
+    targets: list[str],
+) -> None:
+    """An fsync publishes the new version and deletes the old one: what the writer may
+    borrow ends there."""
+    ns = _ns(targets, "ada/run", limit=10 * UNIT)
+    with ns.open("latest.pt", "wb") as f:
+        f.write(os.urandom(6 * UNIT))
+    with pytest.raises(QuotaExceeded), ns.open("latest.pt", "wb") as f:
+        f.write(os.urandom(7 * UNIT))  # borrows the 6 units of the old version
+        f.commit()  # which is deleted now
+        f.write(os.urandom(6 * UNIT))  # 13 units: past the quota, no room to borrow
+    assert user_bytes(ns.targets, "ada") < 10 * UNIT
 
 
 def test_removing_frees_room_at_once_and_other_users_are_not_charged(
@@ -166,3 +205,12 @@ def test_scopes_for_a_user_in_no_account() -> None:
         Scope("user", "ada", 5, ("ada",))
     ]
     assert ckpt_quota.parse_associations("a|\na|x\nb|y\n\nbad\n") == {"a": {"x"}, "b": {"y"}}
+
+
+def test_the_doors_usage_request_names_no_namespace() -> None:
+    from bootseer.ckpt.wire import CkptUsage, CkptUsageReply, parse_ckpt_request
+
+    assert parse_ckpt_request({"op": "ckpt_usage"}) == CkptUsage()
+    assert parse_ckpt_request({"op": "ckpt_usage", "ns": "ignored"}) == CkptUsage()
+    reply = CkptUsageReply([{"kind": "user", "name": "ada", "limit": 5, "used": 3}])
+    assert CkptUsageReply.from_wire(reply.to_wire()) == reply

@@ -110,3 +110,82 @@ def test_only_root_may_restart_the_agent(base: Path) -> None:
 
     with pytest.raises(AgentRefused):
         handle(None, AgentRestart(), peer_uid=1000)  # type: ignore[arg-type]
+
+
+def test_doctor_names_an_agent_that_runs_an_older_install(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bootseer import doctor
+
+    with running_agent(base) as agent:
+        monkeypatch.setenv("BOOTSEER_CONFIG", str(agent.config_path))
+        node = doctor.Node.here("t1")
+        assert doctor.check_agent(node).status == "ok"
+        # This bootseer is a newer install than the agent's (the venv link switched).
+        monkeypatch.setattr(sys, "prefix", str(base / "venvs" / "new"))
+        check = doctor.check_agent(node)
+        assert check.status == "problem", check
+        assert f"the agent runs {agent.client.ping().prefix}" in check.detail
+        assert "an older install" in check.detail and "--restart" in check.fix
+
+
+def test_a_new_script_that_cannot_run_gives_the_same_program_again(tmp_path: Path) -> None:
+    """The install's script names an interpreter that is gone: the agent runs again
+    from its own venv (the install keeps it), with its listening socket, rather than not at all."""
+    broken = tmp_path / "bootseer"
+    broken.write_text("#!/nonexistent/python3\n")
+    broken.chmod(0o755)
+    sock_path = tmp_path / "agent.sock"
+    code = (
+        "import os, socket, sys\n"
+        "from pathlib import Path\n"
+        "from bootseer.image import handover\n"
+        f"path = Path({str(sock_path)!r})\n"
+        "again = handover.inherited(path)\n"
+        "if again is not None:\n"
+        "    print('again', again.getsockname())\n"
+        "    sys.exit(0)\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "s.bind(str(path)); s.listen()\n"
+        f"sys.argv[0] = {str(broken)!r}\n"
+        "handover.exec_again(s)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"again {sock_path}\n"
+    assert f"cannot run {broken} again" in r.stderr
+
+
+def test_a_users_request_that_never_ends_does_not_hold_the_restart_back(base: Path) -> None:
+    """mallory trickles a request in, a byte a second, never a whole line: the agent's
+    handler waits on it (each byte within its 10 s timeout). The restart gives it
+    handover.DRAIN seconds, then cuts it off (before: 'busy', for as long as she liked)."""
+    trickle = (
+        "import socket, sys, time\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "s.connect(sys.argv[1])\n"
+        "print('connected', flush=True)\n"
+        "for _ in range(120):\n"
+        "    s.send(b' ')\n"
+        "    time.sleep(1)\n"
+    )
+    with running_agent(base) as agent:
+        before = agent.client.ping()
+        as_mallory = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        user = subprocess.Popen(
+            [*as_mallory, "/usr/bin/python3", "-c", trickle, str(agent.socket)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert user.stdout is not None and user.stdout.readline() == "connected\n"
+            # Hers and this stats request: the agent reads her request.
+            wait_until(lambda: agent.stats()["connections"] >= 2, "her connection served")
+            reply = agent.client.restart(when_idle=False, timeout=60)
+            assert reply.state == "restarting", reply
+            after = wait_until(lambda: restarted(agent, before), "the agent restarted", 60)
+            assert after is not None and after.pid == before.pid
+            assert "1 users' requests cut off" in agent.log_text()
+        finally:
+            user.kill()
+            user.wait()

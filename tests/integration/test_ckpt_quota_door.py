@@ -31,6 +31,7 @@ def door(base: Path) -> Iterator[AgentProc]:
         "targets": [f"file://{base}/t1", f"file://{base}/t2"],
         "unit_size": UNIT,
         "quota": {"user": QUOTA},
+        "quota_rescan": 3600.0,  # a count per put, and before refusing (docs/ckpt.md)
     }
     agent = AgentProc(base, "t1", config)
     try:

@@ -55,7 +55,11 @@ def targets(cluster: DevSlurm) -> Iterator[list[str]]:
     for r in roots:
         shutil.rmtree(r, ignore_errors=True)
     uris = [f"file://{r}" for r in roots]
-    cluster.configure("ckpt", targets=uris, unit_size=UNIT, quota={"user": QUOTA})
+    # quota_rescan: counts at a mount's first write and before refusing only; a count
+    # due mid-save may count an upload twice and refuse early (docs/ckpt.md).
+    cluster.configure(
+        "ckpt", targets=uris, unit_size=UNIT, quota={"user": QUOTA}, quota_rescan=3600.0
+    )
     yield uris
     for r in roots:
         shutil.rmtree(r, ignore_errors=True)

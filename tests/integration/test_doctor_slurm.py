@@ -32,11 +32,12 @@ def test_doctor_is_clean_on_a_slurm_dev_node(cluster: DevSlurm) -> None:
     r = doctor(cluster)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == 15
+    assert len(lines) == 16
     assert all(ln.startswith(("ok ", "skip ")) and len(ln) <= 80 for ln in lines), r.stdout
     by_name = checks(cluster)
     for name in (
         "plugstack",
+        "plugin",
         "prolog",
         "timeout",
         "agent",

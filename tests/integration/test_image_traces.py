@@ -96,3 +96,24 @@ def test_a_path_images_trace_owner_is_the_files_owner(base: Path) -> None:
         alices = job(agent, 4, str(image), "alice")
         assert 0 < alices < 10
         assert job(agent, 5, str(image), "bob") == alices  # the file owner's
+
+
+def test_a_root_owned_path_images_trace_owner_is_the_sites_choice(base: Path) -> None:
+    """root runs no jobs, so a root-owned path image's trace owner (root) has no trace:
+    each user's jobs start from their own. ``[image] root_path_trace_owner`` names
+    whose trace leads instead (root-owned files only)."""
+    image = make_squashfs(base / "img.sqsh", {"a": 1_000_000}, seed=14)  # root's, 0644
+    with running_agent(base) as agent:
+        job(agent, 1, str(image), "alice")
+        alices = job(agent, 2, str(image), "alice")
+        assert 0 < alices < 10
+        assert job(agent, 3, str(image), "mallory") == 0  # root's trace: none
+    with running_agent(base, root_path_trace_owner="alice") as agent:
+        assert job(agent, 4, str(image), "bob") == alices  # alice's leads (bob has none)
+        job(agent, 5, str(image), "mallory", whole=True)
+        assert job(agent, 6, str(image), "bob") == alices  # mallory's reaches him not
+        # A file of another user keeps its owner's trace, whatever the setting.
+        theirs = make_squashfs(base / "bobs.sqsh", {"a": 1_000_000}, seed=15)
+        os.chown(theirs, uid("bob"), uid("bob"))
+        job(agent, 7, str(theirs), "alice")
+        assert job(agent, 8, str(theirs), "mallory") == 0  # bob has no trace of it

@@ -36,6 +36,10 @@ class Site:
         self.ssh = ssh
         self.config = state / "admin" / "config.toml"
         self.slurm_conf = state / "admin" / "slurm.conf"
+        # The admin machine's own view of NODE_ROOT: there the config names the key and
+        # secrets (ETC), as on the nodes. Bound over NODE_ROOT in a mount namespace of the
+        # install's own, so that no other checkout's run on this machine shares it.
+        self.admin_root = state / "admin-root"
 
     def install(self, *extra: str) -> subprocess.CompletedProcess[str]:
         cmd = [*BOOTSEER, "install", "n[1-2]", "--config", str(self.config)]
@@ -45,6 +49,9 @@ class Site:
         cmd += ["--build-dir", str(self.state / "build")]
         # node_exporter's directory (the default, Debian's, lies outside the nodes' own root)
         cmd += ["--metrics-dir", str(NODE_ROOT / "metrics"), *extra]
+        bind = 'mount --bind "$0" "$1" && shift && exec "$@"'
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind,
+               str(self.admin_root), str(NODE_ROOT), *cmd]  # fmt: skip
         return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
     def on(self, node: str, command: str) -> str:
@@ -66,11 +73,13 @@ def site() -> Iterator[Site]:
     ssh = ClusterSsh(state, net)
     admin = state / "admin"
     admin.mkdir(parents=True)
-    key = admin / "site.key"
+    etc = state / "admin-root" / ETC.relative_to(NODE_ROOT)
+    etc.mkdir(parents=True)
+    key = etc / "site.key"
     fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, os.urandom(32).hex().encode())
     os.close(fd)
-    fd = os.open(admin / "secrets.toml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(etc / "secrets.toml", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, b'[store]\naccess_key = "admin"\nsecret_key = "not-for-users"\n')
     os.close(fd)
     (admin / "config.toml").write_text(
@@ -91,19 +100,6 @@ def site() -> Iterator[Site]:
 
 
 def test_install_then_again_then_a_changed_config(site: Site) -> None:
-    # The admin machine holds the key and secrets where the config names them (ETC is
-    # NODE_ROOT's on the nodes; on this machine NODE_ROOT is an empty mount point, so
-    # the admin's copies go to a directory of the same name outside it).
-    ETC.mkdir(parents=True, exist_ok=True)
-    try:
-        for name in ("site.key", "secrets.toml"):
-            shutil.copy2(site.state / "admin" / name, ETC / name)
-        _install_run(site)
-    finally:
-        shutil.rmtree(NODE_ROOT / "etc", ignore_errors=True)
-
-
-def _install_run(site: Site) -> None:
     # --dry-run: what would change, and nothing written.
     r = site.install("--dry-run")
     assert r.returncode == 0, r.stderr
@@ -207,10 +203,7 @@ def test_a_path_root_runs_from_that_a_user_can_write_is_refused(site: Site) -> N
     mallory = pwd.getpwnam("mallory")
     roots = {node: site.ssh.node_root(node) for node in NODES}
     prefix = NODE_ROOT / "srv" / "bootseer"
-    ETC.mkdir(parents=True, exist_ok=True)
     try:
-        for name in ("site.key", "secrets.toml"):
-            shutil.copy2(site.state / "admin" / name, ETC / name)
         (roots["n1"] / "srv").mkdir()
         (roots["n1"] / "srv").chmod(0o777)
         (roots["n2"] / "srv").mkdir()
@@ -246,7 +239,6 @@ def test_a_path_root_runs_from_that_a_user_can_write_is_refused(site: Site) -> N
         assert r.returncode == 1, r.stdout
         assert f"n[1-2]: FAILED: {python.parent} is owned by uid {mallory.pw_uid}" in r.stdout
     finally:
-        shutil.rmtree(NODE_ROOT / "etc", ignore_errors=True)
         for root in roots.values():
             shutil.rmtree(root / "srv", ignore_errors=True)
             shutil.rmtree(root / "home", ignore_errors=True)

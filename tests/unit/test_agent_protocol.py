@@ -7,6 +7,7 @@ mean "the agent cannot serve this in time".
 
 from __future__ import annotations
 
+import json
 import socket
 import socketserver
 import threading
@@ -23,6 +24,7 @@ from bootseer.image.client import AgentClient
 from bootseer.image.handler import handle
 from bootseer.image.protocol import (
     ERRORS,
+    MAX_VIEW_SCOPES,
     AgentBadRequest,
     AgentError,
     AgentNotFound,
@@ -30,7 +32,10 @@ from bootseer.image.protocol import (
     AgentRefused,
     AgentTimeout,
     AgentUnavailable,
+    DepsList,
+    DepsShow,
     FirstStep,
+    ImageShow,
     Prepare,
     Release,
     Status,
@@ -79,6 +84,43 @@ def test_requests_round_trip_and_bad_ones_are_refused_as_bad_requests() -> None:
     for ref in ("/a/../etc/shadow", "Upper:1", "rel/path.sqsh"):
         with pytest.raises(AgentBadRequest, match="--bootseer-image"):
             parse_request({**p.to_wire(), "image": ref})
+
+
+def test_a_users_views_round_trip_and_bad_ones_are_refused() -> None:
+    for req in (
+        ImageShow("pytorch:24.05"),
+        DepsList(("user/alice", "cluster")),
+        DepsList(),
+        DepsShow("", "a" * 32),
+    ):
+        assert parse_request(json.loads(encode(req.to_wire()))) == req
+    bad: object
+    for bad in (
+        {"op": "image_show"},
+        {"op": "image_show", "ref": 7},
+        {"op": "image_show", "ref": "x" * 2000},
+        {"op": "deps_ls", "scopes": "user/alice"},
+        {"op": "deps_ls", "scopes": ["user/a"] * (MAX_VIEW_SCOPES + 1)},
+        {"op": "deps_show", "scope": "", "key": None},
+        {"op": "deps_show", "scope": "user/a\0", "key": "k"},
+    ):
+        with pytest.raises(AgentBadRequest):
+            parse_request(bad)
+
+
+def test_a_user_sees_the_scopes_her_jobs_restore_from() -> None:
+    from bootseer.config import SiteConfig
+    from bootseer.deps.views import check_scopes, scopes_of
+
+    assert scopes_of(SiteConfig(), "alice") == ["user/alice"]
+    wide = SiteConfig.from_mapping(
+        {"deps": {"scopes": ["user", "account", "cluster"], "scontrol": "/nonexistent/scontrol"}}
+    )
+    # Slurm that cannot say whether it checks accounts: no account scope for anyone.
+    assert scopes_of(wide, "alice", lambda: {"acme": {"alice"}}) == ["user/alice", "cluster"]
+    assert check_scopes([], ["user/alice"], "alice") == ["user/alice"]
+    with pytest.raises(AgentRefused, match="yours: user/mallory"):
+        check_scopes(["user/alice"], ["user/mallory"], "mallory")
 
 
 @pytest.mark.parametrize("cls", list(ERRORS.values()), ids=list(ERRORS))

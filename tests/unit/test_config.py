@@ -52,6 +52,7 @@ def test_missing_file_named_by_env_is_an_error(
         ("hooks = 3\n", r"\[hooks\] must be a table"),
         ("[hooks]\nfailpoints = 'image:raise'\n", "hooks.failpoints must be a list"),
         ("[hooks\n", "not valid TOML"),
+        ("[image]\nroot_path_trace_owner = 'a b'\n", "image.root_path_trace_owner: 'a b'"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bootseer import doctor
+from bootseer import doctor, nodepaths
 from bootseer.config import SiteConfig
 from bootseer.doctor import Check, Node, parse_plugstack, parse_slurm_conf
 
@@ -127,6 +127,46 @@ def test_plugstack_naming_a_missing_plugin_is_reported(tmp_path: Path) -> None:
     check = doctor.check_plugstack(make_node(tmp_path, plugstack=line))
     assert check.status == "problem"
     assert "does not exist" in check.detail
+
+
+SPANK = Path(__file__).resolve().parents[2] / "spank"
+
+
+def test_a_plugin_of_this_bootseers_contract_is_ok(tmp_path: Path) -> None:
+    so = SPANK / "bootseer.so"  # scripts/bootstrap builds it
+    if not so.exists():
+        pytest.skip("needs the built plugin (make -C spank)")
+    check = doctor.check_plugin(make_node(tmp_path, plugstack=f"required {so}\n"))
+    assert check.status == "ok", check
+    assert f"contract {nodepaths.ENV_CONTRACT}" in check.detail
+
+
+@pytest.mark.parametrize(
+    ("contents", "said"),
+    [
+        (b"\x7fELF...plugin_name\0bootseer\0", "predates the env file contract"),
+        (b"\x7fELF...bootseer-spank-contract=1;\0", "reads env file contract 1"),
+        (b"\x7fELF...bootseer-spank-contract=3;\0", "reads env file contract 3"),
+    ],
+)
+def test_a_plugin_of_another_contract_is_reported(
+    tmp_path: Path, contents: bytes, said: str
+) -> None:
+    # A relative name in plugstack.conf is looked for in slurm.conf's PluginDir.
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "bootseer.so").write_bytes(contents)
+    node = make_node(
+        tmp_path, slurm=f"PluginDir=/nowhere:{tmp_path}/lib\n", plugstack="required bootseer.so\n"
+    )
+    check = doctor.check_plugin(node)
+    assert check.status == "problem", check
+    assert said in check.detail and "no BOOTSEER_* variables" in check.detail
+    assert "bootseer install" in check.fix
+
+
+def test_no_plugin_file_is_left_to_the_plugstack_check(tmp_path: Path) -> None:
+    check = doctor.check_plugin(make_node(tmp_path, plugstack="required /x/pyxis.so\n"))
+    assert check.status == "skip"
 
 
 def test_hooks_in_slurm_conf_are_ok(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -207,25 +208,29 @@ def test_cache_lru_prefers_unpinned_and_survives_restart(tmp_path: Path) -> None
 
 class CountingSource(FileSource):
     """A file source that records the blocks it is asked for, in order; a slow disk
-    (``delay``), or one whose background reads wait until the test lets them go
-    (``hold_background``, released by ``go``)."""
+    (``delay``), or one whose reads ``held(index, priority)`` names wait until the test
+    lets them go (``go``)."""
 
-    def __init__(self, path: str, delay: float = 0.0, hold_background: bool = False) -> None:
+    def __init__(
+        self,
+        path: str,
+        delay: float = 0.0,
+        held: Callable[[int, int], bool] = lambda index, priority: False,
+    ) -> None:
         super().__init__(path)
         self.reads: list[int] = []
         self.delay = delay
+        self.held = held
         self.lock = threading.Lock()
         self.go = threading.Event()
-        if not hold_background:
-            self.go.set()
 
     def read_block(
         self, index: int, block_digest: str, offset: int, length: int, priority: int
     ) -> bytes:
         with self.lock:
             self.reads.append(index)
-        if priority == BACKGROUND:
-            assert self.go.wait(60), "the test never released the background reads"
+        if self.held(index, priority):
+            assert self.go.wait(60), "the test never released the held reads"
         time.sleep(self.delay)  # a slow disk: allowed in a unit test
         return super().read_block(index, block_digest, offset, length, priority)
 
@@ -234,7 +239,7 @@ def test_fetcher_fetches_a_block_once_however_many_wait(tmp_path: Path) -> None:
     f = sqsh_file(tmp_path / "f.sqsh", 4 * BS)
     m = hash_file(str(f), BS)
     src = CountingSource(str(f), delay=0.2)
-    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=8, timeout=5)
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=8, timeout=60)
     try:
         with cf.ThreadPoolExecutor(16) as pool:
             out = list(pool.map(lambda _: fetcher.get(src, m, 2), range(16)))
@@ -261,7 +266,8 @@ def test_fetcher_refuses_a_block_that_does_not_match(tmp_path: Path) -> None:
 def test_background_fill_yields_to_demand_reads(tmp_path: Path) -> None:
     f = sqsh_file(tmp_path / "f.sqsh", 40 * BS)
     m = hash_file(str(f), BS)
-    src = CountingSource(str(f), hold_background=True)  # the fill's read stays under way
+    # The fill's read stays under way until the test lets it go.
+    src = CountingSource(str(f), held=lambda index, priority: priority == BACKGROUND)
     fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=4, background_workers=1)
     try:
         fill = BackgroundFill(m.id)
@@ -285,9 +291,9 @@ def test_prefetch_hot_follows_trace_order(tmp_path: Path) -> None:
     src = CountingSource(str(f))
     fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=1)
     try:
-        res = prefetch_hot(fetcher, src, m, [7, 2, 5], time.monotonic() + 5)
+        res = prefetch_hot(fetcher, src, m, [7, 2, 5], time.monotonic() + 60)
         assert src.reads == [7, 2, 5] and res.complete and res.fetched_blocks == 3
-        res = prefetch_hot(fetcher, src, m, [7, 2, 5, 1], time.monotonic() + 5)
+        res = prefetch_hot(fetcher, src, m, [7, 2, 5, 1], time.monotonic() + 60)
         assert res.local_before == 3 and res.hit_ratio == 0.75
     finally:
         fetcher.stop()
@@ -296,14 +302,16 @@ def test_prefetch_hot_follows_trace_order(tmp_path: Path) -> None:
 def test_prefetch_may_return_once_the_leading_part_is_local(tmp_path: Path) -> None:
     f = sqsh_file(tmp_path / "f.sqsh", 8 * BS)
     m = hash_file(str(f), BS)
-    src = CountingSource(str(f), delay=0.1)
+    src = CountingSource(str(f), held=lambda index, priority: index >= 2)  # all but the lead
     fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=1)
     try:
-        res = prefetch_hot(fetcher, src, m, list(range(8)), time.monotonic() + 5, 0.25)
-        assert 2 <= res.fetched_blocks < 8 and not res.complete
+        res = prefetch_hot(fetcher, src, m, list(range(8)), time.monotonic() + 60, 0.25)
+        assert res.fetched_blocks == 2 and not res.complete
+        src.go.set()
         wait_until(lambda: len(src.reads) >= 8, "the rest of the trace fetched")
         assert src.reads == list(range(8))  # the rest streamed on, in trace order
     finally:
+        src.go.set()
         fetcher.stop()
 
 

@@ -125,3 +125,19 @@ def test_a_metrics_dir_that_contradicts_the_config_stops_the_install(tmp_path: P
     assert r.returncode != 0
     assert "sets [metrics] textfile_dir = /srv/textfile, --metrics-dir says" in r.stderr
     assert not (tmp_path / "build").exists()  # before anything was built
+
+
+def test_what_became_of_each_agent_reads_in_the_summary() -> None:
+    from bootseer.image.handover import Outcome
+
+    assert Outcome("restarted", prefix="/opt/bootseer/venvs/ab").line() == "agent restarted"
+    assert Outcome("current").line() == "agent current"
+    assert Outcome("pending", (12, 13)).line() == "agent restarts once jobs 12, 13 end"
+    assert (
+        Outcome("busy", (7,), 2).line() == "agent not restarted: jobs 7 and 2 requests open use it"
+    )
+    assert Outcome("not_running").line() == "agent not running"
+    why = "this agent is from before restarts in place"
+    assert Outcome("unsupported", detail=why).line() == f"agent not restarted: {why}"
+    report = NodeReport("n1", "installed", ["1 files (config.toml)"], ["agent restarted"])
+    assert fold([report]) == ["n1: installed: 1 files (config.toml) (agent restarted)"]

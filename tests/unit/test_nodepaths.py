@@ -20,11 +20,22 @@ SPANK = Path(__file__).resolve().parents[2] / "spank"
 HARNESS = r"""
 #include "bootseer.c"
 
-/* host | env RUN_DIR NODE JOB_ID */
+/* host | env RUN_DIR NODE JOB_ID | contract | parse FILE */
 int main(int argc, char **argv)
 {
     char out[PATH_MAX + 64];
-    if (argc == 2 && !strcmp(argv[1], "host")) {
+    if (argc == 2 && !strcmp(argv[1], "contract")) {
+        printf("%s%d\n%s\n", ENV_HEADER, ENV_CONTRACT, plugin_contract);
+        return 0;
+    } else if (argc == 3 && !strcmp(argv[1], "parse")) {
+        char *body;
+        FILE *f = fopen(argv[2], "r");
+        size_t n = f ? fread(job_env, 1, sizeof(job_env) - 1, f) : 0;
+        job_env[n] = '\0';
+        long contract = env_contract(&body);
+        printf("%ld\n%s", contract, body);
+        return 0;
+    } else if (argc == 2 && !strcmp(argv[1], "host")) {
         if (host_name(out, 256) < 0)
             return 1;
     } else if (argc == 5 && !strcmp(argv[1], "env")) {
@@ -80,6 +91,35 @@ def test_plugin_reads_the_env_file_the_prolog_writes(
     cfg = SiteConfig.from_mapping({"paths": {"run_dir": run_dir}}).for_node(node)
     assert out == str(nodepaths.job_env(cfg.paths.run_dir, job_id))
     assert out == str(JobDir(cfg.paths.run_dir, job_id).path / nodepaths.JOB_ENV)
+
+
+def test_plugin_and_hooks_agree_on_the_env_files_contract(
+    plugin_paths: Path, tmp_path: Path
+) -> None:
+    out = subprocess.run(
+        [str(plugin_paths), "contract"], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert out == [
+        f"{nodepaths.ENV_HEADER} {nodepaths.ENV_CONTRACT}",
+        f"bootseer-spank-contract={nodepaths.ENV_CONTRACT};",  # what doctor looks for
+    ]
+    job = JobDir(tmp_path, 7).create()
+    job.write_env({"BOOTSEER_IMAGE": "/x", "BOOTSEER_CKPT": "/c"})
+    parsed = subprocess.run(
+        [str(plugin_paths), "parse", str(job.path / nodepaths.JOB_ENV)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    assert parsed == [str(nodepaths.ENV_CONTRACT), "BOOTSEER_CKPT=/c", "BOOTSEER_IMAGE=/x"]
+    assert job.read_env() == {"BOOTSEER_IMAGE": "/x", "BOOTSEER_CKPT": "/c"}
+    # A file of the hooks before the contract line: the plugin finds none (and says so).
+    old = tmp_path / "old-env"
+    old.write_text("BOOTSEER_IMAGE=/x\n")
+    parsed = subprocess.run(
+        [str(plugin_paths), "parse", str(old)], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert parsed[0] == "-1"
 
 
 def test_plugin_and_python_name_the_node_alike(plugin_paths: Path) -> None:

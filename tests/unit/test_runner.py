@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -151,7 +152,11 @@ def test_steps_end_where_the_hook_keeps_room_for_its_records(
         steps.PROLOG_STEPS = saved
     assert not SLOW.ended.is_set()  # the runner returned while the step still ran
     assert [o.outcome for o in result.outcomes] == ["timed_out"]
-    assert "deadline=0.3s" in (tmp_path / "n1.log").read_text()
+    # What was left of the 0.3 s when the step started (less, if this thread was kept
+    # waiting before the runner began), never the step's own longer deadline.
+    log = (tmp_path / "n1.log").read_text()
+    allowed = re.search(r"outcome=timed_out deadline=([0-9.]+)s", log)
+    assert allowed is not None and float(allowed.group(1)) <= 0.3
 
 
 def test_a_step_s_promised_env_survives_its_failure(tmp_path: Path, ctx: JobContext) -> None:

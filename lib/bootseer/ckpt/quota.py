@@ -158,9 +158,11 @@ class QuotaGuard:
             known = self._known()
         return min(known, key=lambda u: u.limit - u.used, default=None)
 
-    def charge(self, n: int, what: str) -> None:
+    def charge(self, n: int, what: str, credit: int = 0) -> None:
         """Before uploading ``n`` bytes for ``what`` (``user/ns:path``): room for them in
-        every scope, or :class:`QuotaExceeded` and nothing charged."""
+        every scope, or :class:`QuotaExceeded` and nothing charged. ``credit``: stored
+        bytes the write frees when it is done (the version of the file it replaces),
+        which it may use meanwhile."""
         if not self.scopes:
             return
         with self._lock:
@@ -168,19 +170,20 @@ class QuotaGuard:
             if self.clock() - self._at > self.rescan:
                 self._count()
                 fresh = True
-            over = self._over(n)
+            over = self._over(n - credit)
             if over is not None and not fresh:
                 # Our count may be stale (deletions, an old count): ask the store before
                 # refusing.
                 self._count()
-                over = self._over(n)
+                over = self._over(n - credit)
             if over is not None:
+                freed = f", less the {iec(credit)} of the version it replaces" if credit else ""
                 raise QuotaExceeded(
                     f"{what}: {iec(n)} more would pass the ckpt.quota of {over.kind} "
                     f"{over.name}, {over.kind}={iec(over.limit)}: it holds {iec(over.used)}, "
-                    "this file's new version so far included (EDQUOT). Free room with "
-                    "`bootseer ckpt rm` (or rm in the mount); `bootseer ckpt usage` shows "
-                    "what you hold"
+                    f"this file's new version so far included{freed} (EDQUOT). Free room "
+                    "with `bootseer ckpt rm` (or rm in the mount); `bootseer ckpt usage` "
+                    "shows what you hold"
                 )
             self._inflight += n
 
@@ -229,7 +232,7 @@ _members: tuple[float, str, dict[str, set[str]]] | None = None
 _members_lock = threading.Lock()
 
 
-def associations(sacctmgr: str, timeout: float = 10.0) -> dict[str, set[str]]:
+def associations(sacctmgr: str, timeout: float = 5.0) -> dict[str, set[str]]:
     """Slurm's accounts and their users, asked at most once a minute per process; a
     Slurm that does not answer raises :class:`CkptError` (a write is then refused: the
     account's quota cannot be checked)."""

@@ -82,6 +82,7 @@ class StripedWriter(io.RawIOBase):
         # for update and closed untouched publishes nothing.
         self._dirty = base is None
         self._aborted = False
+        self._credit: int | None = None  # the replaced version's bytes, once looked up
 
     # -- io.RawIOBase
     def writable(self) -> bool:
@@ -224,7 +225,8 @@ class StripedWriter(io.RawIOBase):
             previous = self.ns.manifest(self.path)
         except CkptIOError:
             previous = None  # damaged or not sealed: replaced, its units left to gc
-        size = len(m.to_json())  # the manifest's bytes (its seal aside)
+        # The manifest's bytes (its seal aside): serialised once more only under a quota.
+        size = len(m.to_json()) if self.ns.quota is not None else 0
         self._charge(size)
         try:
             self.ns.commit(self.path, m)
@@ -238,6 +240,7 @@ class StripedWriter(io.RawIOBase):
         if previous is not None and previous.version != self.version:
             self.ns.delete_units(previous)
         self.committed = m
+        self._credit = None  # the version it replaced is gone: no room left to borrow
         self._base = None  # all of it that counts is in this version now
         self._close_base()
         self._delete_unnamed(m)
@@ -452,9 +455,36 @@ class StripedWriter(io.RawIOBase):
     # -- units
     def _charge(self, n: int) -> None:
         """Room for ``n`` more stored bytes in the quota, before they are uploaded
-        (:class:`~bootseer.ckpt.quota.QuotaExceeded` leaves this writer as it was)."""
-        if self.ns.quota is not None:
-            self.ns.quota.charge(n, self.name)
+        (:class:`~bootseer.ckpt.quota.QuotaExceeded` leaves this writer as it was).
+
+        A file written anew under its name frees its previous version at the commit, so
+        it may use that version's room meanwhile (``latest.pt`` saved again and again
+        needs no room twice its size): looked up at the first refusal only, so writes
+        with room to spare pay nothing for it."""
+        quota = self.ns.quota
+        if quota is None:
+            return
+        from bootseer.ckpt.quota import QuotaExceeded
+
+        try:
+            quota.charge(n, self.name, self._credit or 0)
+        except QuotaExceeded:
+            if self._credit is not None:
+                raise
+            self._credit = self._replaced_bytes()
+            if not self._credit:
+                raise
+            quota.charge(n, self.name, self._credit)
+
+    def _replaced_bytes(self) -> int:
+        """Stored bytes of the version the commit will replace (0: none, or unreadable)."""
+        try:
+            m = self.ns.manifest(self.path)
+        except (CkptError, StoreError, OSError):
+            return 0
+        if m is None or m.version == self.version:
+            return 0
+        return m.size + len(m.to_json())
 
     def _landed(self, n: int, stored: bool) -> None:
         if self.ns.quota is not None:

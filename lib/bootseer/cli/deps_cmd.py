@@ -6,9 +6,10 @@
     bootseer deps ls
     bootseer deps gc --unused 30d --max-total 500G --dry-run
 
-Users see their own snapshots (scope ``user/<them>``) and the shared scopes the site
-allows; root sees all of them (``--all``). Removing snapshots (``rm``, ``gc``) is an
-admin's: users hold no store credentials.
+Users see their own snapshots (scope ``user/<them>``) and the shared scopes their jobs
+restore from, through the node agent (they may not read the store: bootseer.deps.views);
+root reads the store and sees all of them (``--all``). Removing snapshots (``rm``,
+``gc``) is an admin's: users hold no store credentials.
 """
 
 from __future__ import annotations
@@ -195,11 +196,37 @@ def cmd_key(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_ls(args: argparse.Namespace) -> int:
-    from bootseer.deps.gc import list_snapshots
+def _agent() -> Any:
+    from bootseer.cli.ckpt_door import door
 
-    _, store = _store()
-    snaps = list_snapshots(store, _scopes(store, args.scope, args.all))
+    return door()
+
+
+def _through_agent(call: Any, what: str) -> Any:
+    """A user's view: the node agent reads the store for her (bootseer.deps.views)."""
+    from bootseer.image.protocol import AgentUnavailable
+
+    try:
+        return call()
+    except AgentUnavailable as exc:
+        raise BootseerError(
+            f"{exc}; as a user, `bootseer deps {what}` asks the node agent (users cannot "
+            f"read the store's snapshots): run it on a node where the agent runs (srun "
+            f"bootseer deps {what}), or as root"
+        ) from None
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from bootseer.deps.gc import SnapshotInfo, list_snapshots
+
+    if os.geteuid() != 0:
+        if args.all:
+            raise BootseerError("--all is for root; without it you see your own scope")
+        reply = _through_agent(lambda: _agent().deps_list(args.scope or []), "ls")
+        snaps = [SnapshotInfo(**s) for s in reply.snapshots]
+    else:
+        _, store = _store()
+        snaps = list_snapshots(store, _scopes(store, args.scope, args.all))
     if args.json:
         print(json.dumps([s.__dict__ for s in snaps], indent=1))
         return 0
@@ -234,8 +261,22 @@ def _when(t: float) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from bootseer.deps.manifest import Manifest
     from bootseer.deps.restore import read_manifest
 
+    if os.geteuid() != 0:
+        from bootseer.config import load_config
+
+        cfg = load_config()
+        reply = _through_agent(lambda: _agent().deps_show(args.scope or "", args.key), "show")
+        m = Manifest.from_json(
+            reply.manifest.encode(),
+            max_bytes=cfg.deps.max_bytes,
+            max_files=cfg.deps.max_files,
+            max_frame_bytes=cfg.deps.max_frame_bytes,
+        )
+        _print_manifest(m, args.files)
+        return 0
     cfg, store = _store()
     (scope,) = _scopes(store, [args.scope] if args.scope else None, False)
     found = read_manifest(
@@ -249,7 +290,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     )
     if found is None:
         raise BootseerError(f"no snapshot {args.key} in scope {scope}")
-    m, _ = found
+    _print_manifest(found[0], args.files)
+    return 0
+
+
+def _print_manifest(m: Any, files: bool) -> None:
     print(f"snapshot  {m.key} ({m.scope})\nbase      {m.base}\nprefix    {m.prefix}")
     print(f"command   {json.dumps(m.command)}")
     print(f"captured  {_when(m.created)} by {m.user or '?'} (job {m.job_id}, node {m.node})")
@@ -261,10 +306,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"  {name:<10}{value}")
     if m.skipped:
         print(f"left out  {', '.join(m.skipped[:10])}")
-    if args.files:
+    if files:
         for e in m.entries:
             print(f"  {e.type} {e.size:>12} {e.name}" + (f" -> {e.link}" if e.link else ""))
-    return 0
 
 
 def cmd_rm(args: argparse.Namespace) -> int:

@@ -207,8 +207,11 @@ def _ls_through_agent(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     from bootseer.image.manifest import load_manifest
     from bootseer.image.registry import list_paths, lookup_name_record
-    from bootseer.image.trace import load_trace, traces_dir
+    from bootseer.image.trace import traces_dir
+    from bootseer.image.views import image_doc, load_traces
 
+    if os.geteuid() != 0:
+        return _show_through_agent(args)
     _, store = _store()
     owner = None
     if len(args.ref) == 64 and all(c in "0123456789abcdef" for c in args.ref):
@@ -220,29 +223,30 @@ def _show(args: argparse.Namespace) -> int:
         m = load_manifest(store, ids[-1], keys=None)
     else:
         m, owner = lookup_name_record(store, args.ref, keys=None)
-    traces = {}
-    for obj in store.list(traces_dir(m.id)):  # one per user whose jobs kept one
-        user = obj.key.rsplit("/", 1)[1].removesuffix(".json")
-        t = load_trace(store, m, lambda msg: print(msg, file=sys.stderr), keys=None, user=user)
-        if t is not None:
-            hot = sum(m.block_length(i) for i in t.blocks)
-            traces[user] = {
-                "blocks": len(t.blocks),
-                "runs": t.runs,
-                "hot_bytes": hot,
-                "hot_fraction": round(hot / m.size, 4),
-            }
-    doc = {
-        "image": m.id,
-        "size": m.size,
-        "block_size": m.block_size,
-        "blocks": m.nblocks,
-        "distinct_blocks": len(set(m.blocks)),
-        "traces": traces,
-    }
-    if owner is not None:
-        doc["trace_owner"] = owner
-    print(json.dumps(doc, indent=1))
+    # One trace per user whose jobs kept one.
+    users = [
+        obj.key.rsplit("/", 1)[1].removesuffix(".json") for obj in store.list(traces_dir(m.id))
+    ]
+    traces = load_traces(store, m, users, keys=None, log=lambda msg: print(msg, file=sys.stderr))
+    print(json.dumps(image_doc(m, owner, traces), indent=1))
+    return 0
+
+
+def _show_through_agent(args: argparse.Namespace) -> int:
+    """A user's ``image show``: she may not read ``images/``; the node agent answers for a
+    name, with her own trace and the trace owner's (bootseer.image.views)."""
+    from bootseer.cli.ckpt_door import door
+    from bootseer.image.protocol import AgentUnavailable
+
+    try:
+        reply = door().image_show(args.ref)
+    except AgentUnavailable as exc:
+        raise BootseerError(
+            f"{exc}; as a user, `bootseer image show` asks the node agent (users cannot read "
+            "the store's image records): run it on a node where the agent runs (srun "
+            "bootseer image show NAME), or as root"
+        ) from None
+    print(json.dumps(reply.doc, indent=1))
     return 0
 
 

@@ -230,11 +230,20 @@ def restore(
     child = UserChild.start(req.uid, req.gid, work, groups=req.groups, feed=True)
     assert child.stdin is not None
     _widen_pipe(child.stdin)
-    # terminate, not kill: the child removes its temporary directory as it unwinds
-    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), child.terminate)
+    guard = threading.Lock()
+    armed = True
+
+    def stop_at_deadline() -> None:
+        # terminate, not kill: the child removes its temporary directory as it unwinds
+        with guard:
+            if armed:
+                child.terminate()
+
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), stop_at_deadline)
     watchdog.daemon = True
     watchdog.start()
     failure: BaseException | None = None
+    whole = False
     try:
         for chunk in decode_frames(
             fetch,
@@ -246,9 +255,17 @@ def restore(
         ):
             if not _write_all(child.stdin, chunk):
                 break  # the child gave up; its answer says why
+        else:
+            whole = True
     except (ManifestError, StoreError, OSError) as exc:
         failure = exc
     finally:
+        if not whole:
+            # The stream ends short and the child unwinds on its own: the deadline's stop
+            # (due at the same moment when the frames ran out of time) must not land in
+            # its cleanup and leave the temporary directory.
+            with guard:
+                armed = False
         # Closing the stream (rather than killing the child) lets it clean up its temp dir.
         child.close_stdin()
         try:

@@ -4,6 +4,9 @@
   (``BOOTSEER_IMAGE``, ``BOOTSEER_CKPT``, ...). Written whole by the prolog or not at all,
   root's alone (0600): it names the job's image, checkpoint and prefix, which are no other
   user's business; the plugin reads it in slurmstepd before it drops to the job's user.
+  Its first line, ``#bootseer-env 2``, names the contract it is written under
+  (:data:`bootseer.nodepaths.ENV_CONTRACT`): a plugin of another one says so in the job's
+  stderr and the slurmd log rather than setting nothing in silence.
 - whatever a step keeps between prolog and epilog, in a sub-directory named for it
   (root's alone, 0700, unless the step lets its job's user through to a directory of
   hers: the deps step's ``job/``).
@@ -47,7 +50,7 @@ class JobDir:
         return p
 
     def write_env(self, env: dict[str, str]) -> None:
-        lines = []
+        lines = [f"{nodepaths.ENV_HEADER} {nodepaths.ENV_CONTRACT}\n"]
         for name, value in sorted(env.items()):
             if not _ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
                 raise ValueError(f"refusing to export {name}={value!r} to the job")
@@ -59,7 +62,11 @@ class JobDir:
             text = (self.path / nodepaths.JOB_ENV).read_text()
         except FileNotFoundError:
             return {}
-        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        return dict(
+            line.split("=", 1)
+            for line in text.splitlines()
+            if "=" in line and not line.startswith("#")
+        )
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

@@ -72,6 +72,8 @@ class Agent:
         self.node = node
         self.started = time.time()
         self.handover: Handover | None = None  # set by the daemon: restarts in place
+        # The socket's open connections by uid (set by the daemon, which runs the server).
+        self.open_connections: Callable[[], dict[int, int]] = dict
         icfg = cfg.image
         self.paths = NodePaths(cfg)
         self.log = log or LineLog(self.paths.agent_log(node), "agent")
@@ -191,6 +193,11 @@ class Agent:
             background_bytes=s.by_priority[2],
             corrupt_refused=s.corrupt,
             fetch_errors=s.errors,
+            connections=(
+                sum(self.open_connections().values())
+                if uid is None
+                else self.open_connections().get(uid, 0)
+            ),
         )
 
     def close(self) -> None:

@@ -22,10 +22,16 @@ from bootseer.image.protocol import (
     AgentRestart,
     AgentTimeout,
     AgentUnavailable,
+    DepsList,
+    DepsListReply,
+    DepsShow,
+    DepsShowReply,
     FetchPiece,
     FirstStep,
     ImageList,
     ImageListReply,
+    ImageShow,
+    ImageShowReply,
     JobReply,
     PieceFile,
     Ping,
@@ -111,6 +117,15 @@ class AgentClient:
 
     def image_names(self, timeout: float = 60.0) -> ImageListReply:
         return ImageListReply.from_wire(self.send(ImageList(), timeout))
+
+    def image_show(self, ref: str, timeout: float = 60.0) -> ImageShowReply:
+        return ImageShowReply.from_wire(self.send(ImageShow(ref), timeout))
+
+    def deps_list(self, scopes: Sequence[str], timeout: float = 60.0) -> DepsListReply:
+        return DepsListReply.from_wire(self.send(DepsList(tuple(scopes)), timeout))
+
+    def deps_show(self, scope: str, key: str, timeout: float = 60.0) -> DepsShowReply:
+        return DepsShowReply.from_wire(self.send(DepsShow(scope, key), timeout))
 
     def prepare(self, request: Prepare, timeout: float) -> JobReply:
         return JobReply.from_wire(self.send(request, timeout))

@@ -60,6 +60,7 @@ def serve(
             listen=inherited(paths.agent_socket),
         )
         handover = agent.handover = Handover(agent, server, paths.run_dir / "jobs")
+        agent.open_connections = server.connections
         threading.Thread(target=server.serve_forever, name="agent-socket", daemon=True).start()
         threading.Thread(
             target=raise_read_ahead_when_ready, args=(mountpoint, READ_AHEAD_KIB), daemon=True
@@ -88,6 +89,8 @@ def serve(
                 paths.agent_socket.unlink()
         pyfuse3.close(unmount=True)
         agent.close()
+        if again and handover is not None:
+            handover.replied()
         agent.log("agent stopped: restarting in place" if again else "agent stopped")
     return server.socket if again and server is not None else None
 

@@ -4,8 +4,10 @@ The caller is known by ``SO_PEERCRED`` (:mod:`bootseer.image.server`): root (the
 prolog and epilog) may send every request; any other user may only ask ``status``
 or ``first_step`` about a job of their own, and learns nothing of others' jobs (a
 job of another user is "not found", exactly as a job that is not there); any user
-may use the checkpoint door (``ckpt_*``) in their own namespaces, and list the image
-names (``image_ls``: published to every job user; path images are not listed).
+may use the checkpoint door (``ckpt_*``) in their own namespaces, list the image
+names (``image_ls``: published to every job user; path images are not listed), and
+look at what is theirs to see in the store (``image_show``: a name and the traces her
+jobs use; ``deps_ls``, ``deps_show``: the scopes her jobs restore from).
 
     >>> handle(agent, Status(42), peer_uid=1000)  # doctest: +SKIP
     JobReply(job_id=42, path='/run/bootseer/images/42.sqsh', ...)
@@ -27,9 +29,13 @@ from bootseer.image.protocol import (
     AgentNotFound,
     AgentRefused,
     AgentRestart,
+    DepsList,
+    DepsShow,
     FetchPiece,
     FirstStep,
     ImageList,
+    ImageShow,
+    ImageShowReply,
     JobRequest,
     Ping,
     PingReply,
@@ -65,6 +71,8 @@ def handle(
         return agent.stats(None if peer_uid == 0 else peer_uid)
     if isinstance(req, ImageList):
         return agent.image_names()
+    if isinstance(req, ImageShow | DepsList | DepsShow):
+        return user_view(agent, req, peer_uid)
     if req.root_only and peer_uid != 0:
         raise AgentRefused(f"{req.op!r} is for root (the prolog/epilog) only")
     if isinstance(req, Status | FirstStep):
@@ -83,6 +91,27 @@ def handle(
             raise AgentError(f"the agent of {agent.node} cannot restart itself")
         return agent.handover.request(req.when_idle, own=1)
     raise AgentBadRequest(f"op {req.op!r} has no handler")
+
+
+def user_view(agent: Agent, req: ImageShow | DepsList | DepsShow, peer_uid: int) -> Reply:
+    """A user's look at the store, as that user (her name from her uid, never from her)."""
+    import pwd
+
+    from bootseer.sitekey import site_keys
+
+    try:
+        user = pwd.getpwuid(peer_uid).pw_name
+    except KeyError:
+        raise AgentRefused(f"uid {peer_uid} has no user name on {agent.node}") from None
+    if isinstance(req, ImageShow):
+        from bootseer.image.views import show_for_user
+
+        return ImageShowReply(show_for_user(agent.store, site_keys(agent.cfg), req.ref, user))
+    from bootseer.deps import views
+
+    if isinstance(req, DepsList):
+        return views.list_for(agent.store, agent.cfg, user, req.scopes)
+    return views.show_for(agent.store, agent.cfg, site_keys(agent.cfg), user, req.scope, req.key)
 
 
 def own_job(agent: Agent, req: JobRequest, peer_uid: int) -> JobView:

@@ -5,12 +5,14 @@ Apptainer) loses it when the agent process ends, whatever a new agent brings bac
 an agent restarts only when it is idle: no prepared image (:class:`~bootseer.image.jobs.Jobs`),
 no job dir on the node (``<run_dir>/jobs/<job>``: a bootseer job between its prolog and
 epilog, whose checkpoint mount or dependency restore asks the agent for pieces), and no
-other request in flight (a user's checkpoint transfer). Asked while jobs run
+request of root's in flight (a hook's). Asked while jobs run
 (:class:`~bootseer.image.protocol.AgentRestart` with ``when_idle``), it answers
 ``pending`` with their ids and restarts once they are gone.
 
-The restart keeps the process: the agent stops accepting connections, waits for those
-in flight, looks once more, then unmounts its FUSE mount (a new one is mounted by the
+The restart keeps the process: the agent stops accepting connections, gives those in
+flight up to :data:`DRAIN` seconds (a user's still open then, such as a checkpoint
+transfer or one that trickles its request in, is cut off: a user cannot hold every
+upgrade back), looks once more, then unmounts its FUSE mount (a new one is mounted by the
 new program, never stacked on a stale one), stops its threads and ``exec``s its own
 command line again, through the install's ``venv`` link, so the new venv runs. The pid
 stays (systemd's main pid, slurm-dev's pid file), and so does the listening socket: it
@@ -49,16 +51,19 @@ LISTEN_FD = "BOOTSEER_AGENT_LISTEN_FD"
 LISTEN_PID = "BOOTSEER_AGENT_LISTEN_PID"
 PENDING_POLL = 2.0  # seconds between looks while a restart waits for jobs to end
 # Seconds the requests in flight get to finish once accepting stopped (a reply just
-# sent, a user's checkpoint transfer); past it, the agent serves again and stays.
+# sent, a user's checkpoint transfer); past it, a root's still open keeps the agent as
+# it is (it serves again), users' are cut off.
 DRAIN = 10.0
 
 
 @dataclass(frozen=True)
 class Users:
-    """What uses the agent now."""
+    """What uses the agent now: jobs, and requests in flight (root's: the hooks', which a
+    restart waits for; users': which get :data:`DRAIN` seconds, then are cut off)."""
 
     jobs: list[int]
-    connections: int
+    connections: int  # root's
+    user_connections: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.jobs or self.connections)
@@ -86,8 +91,9 @@ class Handover:
         jobs = set(self.agent.jobs.ids())
         with contextlib.suppress(OSError):
             jobs |= {int(d.name) for d in self.job_dirs.iterdir() if d.name.isdigit()}
-        open_ = sum(self.server.connections().values()) - own
-        return Users(sorted(jobs), max(0, open_))
+        conns = self.server.connections()
+        root = conns.pop(0, 0) - own
+        return Users(sorted(jobs), max(0, root), sum(conns.values()))
 
     def request(self, when_idle: bool, own: int = 1) -> RestartReply:
         """Restart now if idle; else, with ``when_idle``, as soon as it is."""
@@ -103,6 +109,13 @@ class Handover:
 
     def close(self) -> None:
         self._closed.set()
+
+    def replied(self, timeout: float = 10.0) -> None:
+        """Wait for root's requests still being answered (the restart request's own
+        reply) before the program is replaced: ``exec`` would end their threads."""
+        deadline = time.monotonic() + timeout
+        while self.server.connections().get(0, 0) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def _wait_idle(self) -> None:
         while self.pending and not self._closed.wait(PENDING_POLL):
@@ -120,8 +133,14 @@ class Handover:
             # backlog, for this agent again or for the new one.
             self.server.shutdown()
             deadline = time.monotonic() + DRAIN
-            while self.users(own).connections and time.monotonic() < deadline:
+            while time.monotonic() < deadline:
+                now = self.users(own)
+                if not now.connections and not now.user_connections:
+                    break
                 time.sleep(0.05)
+            # A user's request still open past DRAIN is cut off by the restart (a door
+            # transfer then fails; a version is committed whole or not at all): one that
+            # never ends must not hold every upgrade back.
             users = self.users(own)
             if users or self._stop is None:
                 threading.Thread(
@@ -130,7 +149,10 @@ class Handover:
                 return users or Users([], 1)
             self.going = True
             self.pending = False
-            self.agent.log("restarting: no job uses the agent")
+            cut = f", {users.user_connections} users' requests cut off" * bool(
+                users.user_connections
+            )
+            self.agent.log(f"restarting: no job uses the agent{cut}")
             self._stop()
             return users
 
@@ -166,7 +188,8 @@ def exec_again(listen: socket.socket) -> None:
 
     Started as a script (the install's ``<prefix>/venv/bin/bootseer``), the script is
     run again by its path, so the ``venv`` link and the script's own interpreter line
-    choose the new venv; started as ``python -c``/``-m`` (tests), the same command line."""
+    choose the new venv; started as ``python -c``/``-m`` (tests), or when the script
+    cannot be run, the same command line with this interpreter."""
     fd = listen.fileno()
     os.set_inheritable(fd, True)
     env = {**os.environ, LISTEN_FD: str(fd), LISTEN_PID: str(os.getpid())}
@@ -175,7 +198,16 @@ def exec_again(listen: socket.socket) -> None:
             stream.flush()
     script = sys.argv[0]
     if os.path.isfile(script) and os.access(script, os.X_OK) and not script.endswith(".py"):
-        os.execve(script, sys.argv, env)
+        try:
+            os.execve(script, sys.argv, env)
+        except OSError as exc:
+            # The new install's script cannot run (its interpreter is gone): this
+            # program's own interpreter and venv, which the install keeps, run again.
+            print(
+                f"bootseer agent: cannot run {script} again ({exc}); the same venv instead",
+                file=sys.stderr,
+                flush=True,
+            )
     os.execve(sys.executable, sys.orig_argv, env)
 
 

@@ -350,7 +350,10 @@ class Jobs:
             except BaseException:
                 source.close()
                 raise
-            # The file's owner can change its bytes: trusting her trace adds nothing.
+            # The file's owner can change its bytes: trusting her trace adds nothing. A
+            # root-owned file's jobs are no root's: the admin may name whose trace leads.
+            if st.st_uid == 0 and self.icfg.root_path_trace_owner:
+                return manifest, source, self.icfg.root_path_trace_owner
             return manifest, source, trace_user(st.st_uid)
         try:
             manifest, owner = lookup_name_record(self.store, ref, keys=self.keys())

@@ -10,7 +10,8 @@ speak through this module, so the wire format lives in one place::
     {"op": "release", "job_id": 42}
     {"op": "status", "job_id": 42}  /  {"op": "stats"}  /  {"op": "ping"}
     {"op": "restart", "when_idle": true}
-    {"op": "image_ls"}
+    {"op": "image_ls"}  /  {"op": "image_show", "ref": "pytorch:24.05"}
+    {"op": "deps_ls", "scopes": ["user/alice"]}  /  {"op": "deps_show", "scope": "", "key": K}
 
 A reply is ``{"ok": true, ...fields}`` or ``{"ok": false, "error": MESSAGE, "kind": KIND}``;
 each kind is one exception class, so a caller decides by class, never by message text:
@@ -153,6 +154,36 @@ class ImageList(Request):
 
 
 @dataclass(frozen=True)
+class ImageShow(Request):
+    """One image name's manifest and the traces the caller's jobs of it use (any user: a
+    name is published to every job user; a path or an image id is root's ``image show``)."""
+
+    op = "image_show"
+    ref: str
+
+
+@dataclass(frozen=True)
+class DepsList(Request):
+    """The caller's snapshots in ``scopes`` (none: her user scope), each a scope she may
+    restore from (:mod:`bootseer.deps.views`)."""
+
+    op = "deps_ls"
+    scopes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DepsShow(Request):
+    """One snapshot's manifest in a scope the caller may restore from (``""``: hers)."""
+
+    op = "deps_show"
+    scope: str
+    key: str
+
+
+MAX_VIEW_SCOPES = 64  # scopes one deps_ls names at most
+
+
+@dataclass(frozen=True)
 class JobRequest(Request):
     job_id: int
 
@@ -212,6 +243,9 @@ REQUESTS: dict[str, type[Request]] = {
         Ping,
         Stats,
         ImageList,
+        ImageShow,
+        DepsList,
+        DepsShow,
         Status,
         FirstStep,
         Release,
@@ -240,6 +274,8 @@ def parse_request(doc: object) -> Request:
         if not isinstance(when_idle, bool):
             raise AgentBadRequest("when_idle must be true or false")
         return AgentRestart(when_idle)
+    if cls in (ImageShow, DepsList, DepsShow):
+        return _view_request(cls, doc)
     if not issubclass(cls, JobRequest):
         return cls()
     job_id = doc.get("job_id")
@@ -283,6 +319,24 @@ def parse_request(doc: object) -> Request:
     return Prepare(job_id, uid, gid, image, mode, float(deadline), nodelist)
 
 
+def _text(value: object, name: str, limit: int = 1024) -> str:
+    if not isinstance(value, str) or len(value) > limit or "\0" in value:
+        raise AgentBadRequest(f"{name} must be a string of at most {limit} characters")
+    return value
+
+
+def _view_request(cls: type[Request], doc: dict[str, Any]) -> Request:
+    """A user's look at the store; the values are checked again where they are used."""
+    if cls is ImageShow:
+        return ImageShow(_text(doc.get("ref"), "ref"))
+    if cls is DepsShow:
+        return DepsShow(_text(doc.get("scope", ""), "scope"), _text(doc.get("key"), "key"))
+    scopes = doc.get("scopes", [])
+    if not isinstance(scopes, list | tuple) or len(scopes) > MAX_VIEW_SCOPES:
+        raise AgentBadRequest(f"scopes must be a list of at most {MAX_VIEW_SCOPES}")
+    return DepsList(tuple(_text(s, "scope") for s in scopes))
+
+
 def encode(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc).encode() + b"\n"
 
@@ -324,7 +378,7 @@ class RestartReply(Reply):
 
     state: str
     jobs: list[int]
-    connections: int  # other requests being served (a user's checkpoint transfer)
+    connections: int  # other requests of root's being served (a hook's)
 
 
 @dataclass(frozen=True)
@@ -389,6 +443,32 @@ class ImageListReply(Reply):
 
 
 @dataclass(frozen=True)
+class ImageShowReply(Reply):
+    """``bootseer image show``'s document: the image's id, size, blocks, its name's
+    ``trace_owner``, and ``traces`` by user (the caller's and the trace owner's only)."""
+
+    doc: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DepsListReply(Reply):
+    """The snapshots of the scopes listed, each ``{"scope", "key", "size", "created",
+    "last_used"}`` (``bootseer.deps.gc.SnapshotInfo``)."""
+
+    snapshots: list[dict[str, Any]]
+    scopes: list[str]
+
+
+@dataclass(frozen=True)
+class DepsShowReply(Reply):
+    """The snapshot's manifest as stored (``bootseer.deps.manifest.Manifest.to_json``),
+    verified by the agent, and its size in the store."""
+
+    manifest: str
+    size: int
+
+
+@dataclass(frozen=True)
 class StatsReply(Reply):
     node: str
     jobs: list[int]
@@ -403,3 +483,4 @@ class StatsReply(Reply):
     background_bytes: int
     corrupt_refused: int
     fetch_errors: int
+    connections: int = 0  # requests the socket is serving (a user: her own), this one too

@@ -141,6 +141,11 @@ class AgentServer(socketserver.ThreadingUnixStreamServer):
         super().__init__(str(path), _Handler)
         os.chmod(path, 0o666)  # users may ask about their own jobs; SO_PEERCRED decides
 
+    def serve_forever(self, poll_interval: float = 0.1) -> None:
+        """As socketserver's, looking for :meth:`shutdown` every 0.1 s (not 0.5): a
+        restart in place stops accepting first, and prologs wait meanwhile."""
+        super().serve_forever(poll_interval)
+
     def process_request(self, request: Any, client_address: Any) -> None:
         try:
             uid = peer_uid(request)

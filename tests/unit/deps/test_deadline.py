@@ -4,15 +4,18 @@ short by the stop the deadline sends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bootseer.deps import archive
+from bootseer.deps import archive, asuser
 from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.capture import CaptureRequest, capture
 from bootseer.deps.restore import RestoreRequest, restore
@@ -102,3 +105,42 @@ def test_the_stop_at_the_deadline_does_not_cut_the_cleanup_short(scratch: Path) 
     with pytest.raises(UserChildError, match="stopped by signal"):
         child.result(timeout=30)
     assert not temporaries(scratch) and not (scratch / "env").exists()
+
+
+def test_a_child_unwinding_on_its_own_is_not_stopped_at_the_deadline(
+    scratch: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store fails at once; the child, told by the stream's end, cleans up slowly
+    (a slow disk) past the restore's deadline. The deadline's stop is not sent into
+    that cleanup (it cut it short, leaving the temporary directory: seen in a full run,
+    where the frames ran out of time at the very moment the stop was due)."""
+    needs_root()
+    src = scratch / "src"
+    src.mkdir()
+    fill(src, USER_A)
+    m = capture(
+        store,
+        CaptureRequest(
+            prefix=str(src), scope="user/ada", base="1" * 32, key="2" * 32, uid=USER_A, gid=USER_A
+        ),
+        keys=KEYS,
+    )
+    m.prefix = str(scratch / "env")
+    real = asuser.stop_held
+
+    @contextlib.contextmanager
+    def slow_cleanup() -> Iterator[None]:
+        time.sleep(3)  # the child's disk is slow: allowed in a unit test (runs in the child)
+        with real():
+            yield
+
+    monkeypatch.setattr(archive, "stop_held", slow_cleanup)  # the forked child's copy
+
+    def via(key: str, offset: int, length: int, sha: str) -> None:
+        raise OSError("the store is down")
+
+    req = RestoreRequest(prefix=str(scratch / "env"), uid=USER_A, gid=USER_A, timeout=1.0)
+    with pytest.raises(StepError, match="the store is down"):
+        restore(store, m, req, via=via)
+    assert not (scratch / "env").exists()
+    assert not temporaries(scratch)
