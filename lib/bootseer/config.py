@@ -93,6 +93,17 @@ class HooksSection:
     step_deadlines: dict[str, float] = field(default_factory=dict)
     # Fault injection for tests and drills: "STEP:raise" or "STEP:hang".
     failpoints: list[str] = field(default_factory=list)
+    # The node agent cleans up what hooks left of jobs Slurm no longer runs on the node
+    # (an epilog killed or never run: hooks/sweep.py), asking Slurm (one squeue) at most
+    # once in this many seconds, and only while some job's state is on the node. 0: never.
+    sweep_interval: float = 600.0
+
+    def __post_init__(self) -> None:
+        if 0 < self.sweep_interval < 1:
+            raise ConfigError(
+                f"hooks.sweep_interval must be 0 (off) or at least 1 second, "
+                f"not {self.sweep_interval}"
+            )
 
 
 @dataclass(frozen=True)
