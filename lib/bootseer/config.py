@@ -142,9 +142,10 @@ class CkptSection:
     # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
     kernel_read_ahead_kb: int = 4096
     # Node-local space for the parts of a file written out of order (a gap, a rewrite
-    # behind the stream), per mount: root's, mode 0700; unset: <paths.cache_dir>/ckpt-stage.
+    # behind the stream), shared by the node's mounts: root's, mode 0700; unset:
+    # <paths.cache_dir>/ckpt-stage.
     stage_dir: Path | None = None
-    stage_bytes: int = 4 << 30  # bound per job and node; past it a write fails with ENOSPC
+    stage_bytes: int = 4 << 30  # bound per node (all mounts); past it a write fails ENOSPC
     # Stored bytes on the targets that one user's checkpoints may hold ("user"), and all
     # the users of one Slurm account together ("account", only where Slurm checks a
     # job's account against its user); 0: no quota. A write through the mount or the

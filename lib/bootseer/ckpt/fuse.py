@@ -818,6 +818,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         fs.abort_all()
         pyfuse3.close(unmount=True)
+        if stage is not None:
+            stage.close()  # leaves the node's staging ledger
         if metrics is not None:
             metrics.stop()
         totals = MountTotals(
