@@ -1,8 +1,13 @@
 """slurm-dev's daemons: starting, watching and stopping the processes of one cluster.
 
 munged, slurmctld, one slurmd per node (each in namespaces of its own) and one node agent
-per node, each with a pid file under ``run/``; ``down`` stops exactly those, by pid. The
-helpers below (pids, users, waiting) serve the store host (storehost.py) and the tests too.
+per node, each with a pid file under ``run/``; ``down`` stops exactly those, by pid. What
+slurm-dev starts itself (agents, the store host, sshd) has its start time in its pid file
+beside the pid (:func:`write_pidfile`): a process is taken for ours only while that pid
+still has that start time and the command line we gave it (:func:`ours`), whatever it
+calls itself meanwhile (an agent that restarted in place from its own venv's interpreter
+is ``python3``). The helpers below (pids, users, waiting) serve the store host
+(storehost.py), sshd.py and the tests too.
 """
 
 from __future__ import annotations
@@ -30,14 +35,20 @@ class Daemons(ClusterConfig):
     def pidfiles(self) -> dict[str, Path]:
         files = {"munged": self.run / "munged.pid", "slurmctld": self.run / "slurmctld.pid"}
         files |= {f"slurmd-{n}": self.run / f"slurmd-{n}.pid" for n in self.s.node_names}
-        # comm of the venv's `bootseer` script is "bootseer", which looks_like() checks.
         files |= {f"bootseer-agent-{n}": self.run / f"agent-{n}.pid" for n in self.s.node_names}
         files["weed"] = self.run / "weed.pid"
         return files
 
     def alive(self, name: str) -> int | None:
-        pid = read_pid(self.pidfiles()[name])
-        return pid if pid and pid_alive(pid) else None
+        return ours(self.pidfiles()[name], self.command_words(name))
+
+    def command_words(self, name: str) -> tuple[str, ...]:
+        """Words the command line of the process ``name`` holds, whatever runs it."""
+        if name.startswith("bootseer-agent-"):
+            return ("agent", "--node", name.removeprefix("bootseer-agent-"))
+        if name.startswith("slurmd-"):
+            return ("slurmd", "-N", name.removeprefix("slurmd-"))
+        return (name,)  # munged, slurmctld, weed
 
     def start_munged(self) -> None:
         if self.alive("munged"):
@@ -118,7 +129,7 @@ class Daemons(ClusterConfig):
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        self.pidfiles()[name].write_text(f"{proc.pid}\n")
+        write_pidfile(self.pidfiles()[name], proc.pid)
 
         def answers() -> bool:
             if proc.poll() is not None:
@@ -163,15 +174,19 @@ class Daemons(ClusterConfig):
             wait_for(idle, 30, f"all nodes idle (states: {self.node_states()})")
 
     def down(self) -> None:
-        for name, pidfile in reversed(list(self.pidfiles().items())):
-            pid = read_pid(pidfile)
-            if pid and pid_alive(pid) and looks_like(pid, name):
-                # SeaweedFS ignores SIGTERM for a long while; nothing of it needs saving.
-                stop_pid(pid, name, grace=3 if name == "weed" else 15)
-            pidfile.unlink(missing_ok=True)
+        self.stop_daemons()
         self.unmount_all()
         self.s.network.down()
         print(f"slurm-dev: stopped (state kept in {self.dir})")
+
+    def stop_daemons(self) -> None:
+        """Stop every process of a pid file that is still the one started (:func:`ours`)."""
+        for name, pidfile in reversed(list(self.pidfiles().items())):
+            pid = self.alive(name)
+            if pid:
+                # SeaweedFS ignores SIGTERM for a long while; nothing of it needs saving.
+                stop_pid(pid, name, grace=3 if name == "weed" else 15)
+            pidfile.unlink(missing_ok=True)
 
     def unmount_all(self) -> None:
         """Unmount everything at or below the state dir, deepest first (lazily)."""
@@ -238,13 +253,56 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def looks_like(pid: int, name: str) -> bool:
-    """Guard against a stale pid file naming a process that is not ours any more."""
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (/proc's stat, field 22): ``exec``
+    keeps it; a pid used again by another process has another."""
     try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def write_pidfile(path: Path, pid: int) -> None:
+    """``pid`` and its start time: the process we just started, for :func:`ours`."""
+    path.write_text(f"{pid} {start_time(pid)}\n")
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
-        return False
-    return comm.startswith(name.split("-")[0][:15])
+        return []
+
+
+def ours(pidfile: Path, words: tuple[str, ...]) -> int | None:
+    """The pid in ``pidfile`` if that process runs and is still the one the file was
+    written for: the start time recorded there (:func:`write_pidfile`; a daemon that
+    writes its own pid file, such as slurmd, records none), and a command line holding
+    ``words`` in order, each a whole argument or an argument's file name (``slurmd``
+    for ``/usr/sbin/slurmd``). Never by the process's name alone: an agent restarted in
+    place from its own venv's interpreter calls itself ``python3``."""
+    try:
+        fields = pidfile.read_text().split()
+        pid = int(fields[0])
+        started = int(fields[1]) if len(fields) > 1 and fields[1] != "None" else None
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    if not pid_alive(pid):
+        return None
+    if started is not None and start_time(pid) != started:
+        return None  # the pid went to another process
+    # Split at blanks too: sshd rewrites its title into one argument
+    # ("sshd: /usr/sbin/sshd -D -e -f ... [listener] ...").
+    words_seen = [w for arg in command_line(pid) for w in arg.split()]
+    args = [a for w in words_seen for a in (w, os.path.basename(w))]
+    at = 0
+    for word in words:
+        try:
+            at = args.index(word, at) + 1
+        except ValueError:
+            return None
+    return pid
 
 
 def stop_pid(pid: int, name: str, grace: float = 15) -> None:

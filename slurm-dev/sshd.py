@@ -24,7 +24,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from daemons import pid_alive, read_pid, stop_pid, wait_for
+from daemons import ours, stop_pid, wait_for, write_pidfile
 from devconfig import NODE_ROOT
 from network import Network
 
@@ -114,8 +114,7 @@ class ClusterSsh:
         return self.node_dir(node) / "sshd.pid"
 
     def alive(self, node: str) -> int | None:
-        pid = read_pid(self.pidfile(node))
-        return pid if pid and pid_alive(pid) else None
+        return ours(self.pidfile(node), ("sshd", "-D"))
 
     def start(self, node: str) -> None:
         if self.alive(node):
@@ -130,7 +129,7 @@ class ClusterSsh:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
             )
-        self.pidfile(node).write_text(f"{proc.pid}\n")
+        write_pidfile(self.pidfile(node), proc.pid)
         ip = self.net.node_ip(node)
 
         def listening() -> bool:

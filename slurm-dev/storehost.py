@@ -15,7 +15,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from daemons import Daemons, stop_pid, wait_for
+from daemons import Daemons, stop_pid, wait_for, write_pidfile
 from devconfig import TOP, VENV
 
 
@@ -98,7 +98,7 @@ class StoreHost(Daemons):
             start_new_session=True,
         )
         # nsenter execs weed, so the pid is weed's own.
-        self.pidfiles()["weed"].write_text(f"{proc.pid}\n")
+        write_pidfile(self.pidfiles()["weed"], proc.pid)
 
         def answers() -> bool:
             try:

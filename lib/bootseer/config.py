@@ -93,6 +93,17 @@ class HooksSection:
     step_deadlines: dict[str, float] = field(default_factory=dict)
     # Fault injection for tests and drills: "STEP:raise" or "STEP:hang".
     failpoints: list[str] = field(default_factory=list)
+    # The node agent cleans up what hooks left of jobs Slurm no longer runs on the node
+    # (an epilog killed or never run: hooks/sweep.py), asking Slurm (one squeue) at most
+    # once in this many seconds, and only while some job's state is on the node. 0: never.
+    sweep_interval: float = 600.0
+
+    def __post_init__(self) -> None:
+        if 0 < self.sweep_interval < 1:
+            raise ConfigError(
+                f"hooks.sweep_interval must be 0 (off) or at least 1 second, "
+                f"not {self.sweep_interval}"
+            )
 
 
 @dataclass(frozen=True)
@@ -131,9 +142,10 @@ class CkptSection:
     # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
     kernel_read_ahead_kb: int = 4096
     # Node-local space for the parts of a file written out of order (a gap, a rewrite
-    # behind the stream), per mount: root's, mode 0700; unset: <paths.cache_dir>/ckpt-stage.
+    # behind the stream), shared by the node's mounts: root's, mode 0700; unset:
+    # <paths.cache_dir>/ckpt-stage.
     stage_dir: Path | None = None
-    stage_bytes: int = 4 << 30  # bound per job and node; past it a write fails with ENOSPC
+    stage_bytes: int = 4 << 30  # bound per node (all mounts); past it a write fails ENOSPC
     # Stored bytes on the targets that one user's checkpoints may hold ("user"), and all
     # the users of one Slurm account together ("account", only where Slurm checks a
     # job's account against its user); 0: no quota. A write through the mount or the

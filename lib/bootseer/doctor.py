@@ -340,9 +340,9 @@ def check_plugin(node: Node) -> Check:
     if contract is None:
         return problem(
             name,
-            f"{plugin} ({where}) predates the env file contract; this bootseer's hooks "
-            f"write contract {ENV_CONTRACT}, which it cannot read: jobs get no BOOTSEER_* "
-            "variables",
+            f"{plugin} ({where}) predates the env file contract this bootseer's hooks "
+            f"write ({ENV_CONTRACT}); one that reads the file as the job's user cannot: "
+            "jobs get no BOOTSEER_* variables, and nothing says why",
             reinstall,
         )
     if contract != ENV_CONTRACT:
@@ -463,6 +463,43 @@ def check_agent(node: Node) -> Check:
             "bootseer install NODESET --restart-agents",
         )
     return ok(name, f"{sock}: node {reply.node}, pid {reply.pid}")
+
+
+@needs_config("stale jobs")
+def check_stale_jobs(node: Node) -> Check:
+    """No job's state left on the node (job dir, prepared image, phase spool) of a job
+    that Slurm no longer runs here: an epilog killed or never run (hooks/sweep.py)."""
+    name = "stale jobs"
+    assert node.cfg is not None
+    from bootseer.hooks.sweep import find_stale
+    from bootseer.image.client import AgentClient
+    from bootseer.nodepaths import NodePaths
+    from bootseer.slurmjobs import SlurmUnavailable
+
+    paths = NodePaths(node.cfg)
+    prepared: list[int] = []
+    with contextlib.suppress(BootseerError):  # the agent check says why it does not answer
+        prepared = AgentClient(paths.agent_socket).stats(timeout=5).jobs
+    try:
+        found, _, stale = find_stale(node.name, paths.run_dir, node.cfg.phases.squeue, prepared)
+    except SlurmUnavailable as exc:
+        return skip(name, f"cannot ask Slurm which jobs run on {node.name}: {exc}")
+    if not stale:
+        return ok(name, f"{len(found.parts)} jobs' state on the node, each a job Slurm runs here")
+    jobs = "; ".join(f"{j} ({', '.join(found.parts[j])})" for j in stale[:10])
+    more = f" and {len(stale) - 10} more" * (len(stale) > 10)
+    interval = node.cfg.hooks.sweep_interval
+    when = (
+        f"the agent sweeps them within {2 * interval:g}s (hooks.sweep_interval) if it runs"
+        if interval > 0
+        else "set hooks.sweep_interval (0 turns the agent's sweep off)"
+    )
+    return problem(
+        name,
+        f"state of jobs Slurm no longer runs on {node.name} (an epilog killed or never "
+        f"run; a job dir holds an agent restart): {jobs}{more}",
+        when,
+    )
 
 
 def check_fuse(node: Node) -> Check:
@@ -753,6 +790,7 @@ CHECKS: tuple[CheckFn, ...] = (
     check_hooks,
     check_timeout,
     check_agent,
+    check_stale_jobs,
     check_fuse,
     check_store,
     check_store_exposure,

@@ -313,3 +313,43 @@ def test_symlinks_and_hard_links_are_refused_with_eperm(mounted: tuple[Path, obj
     r = as_user(JOB_UID, "ln", f"{mp}/a", f"{mp}/c", check=False)
     assert r.returncode != 0 and "Operation not permitted" in r.stderr
     assert "symlink 'b' refused" in as_user(JOB_UID, "cat", f"{mp}/.bootseer.log").stdout
+
+
+def test_shared_mmap_for_writing_is_refused_with_enodev(
+    mounted: tuple[Path, object], job_ns: Namespace
+) -> None:
+    """np.memmap(mode="w+"/"r+") maps the file MAP_SHARED for writing: refused by the
+    kernel with ENODEV (a handle open for writing is direct I/O), so a mapping's pages
+    never reach the mount after the close that published the file (numpy closes its
+    descriptor right after mmap). Read-only and copy-on-write mappings work."""
+    mp, _ = mounted
+    with job_ns.open("kept.bin", "wb") as f:
+        f.write(bytes(range(256)) * (3 * UNIT // 256))
+    r = py(
+        JOB_UID,
+        f"""
+        import errno, sys, numpy as np
+        d = sys.argv[1]
+        for mode, name in (("w+", "new.bin"), ("r+", "kept.bin")):
+            try:
+                m = np.memmap(f"{{d}}/{{name}}", dtype=np.uint8, mode=mode, shape=(3 * {UNIT},))
+                m[:] = 7
+                m.flush()
+                print(mode, "mapped")
+            except OSError as exc:
+                print(mode, errno.errorcode[exc.errno])
+        m = np.memmap(f"{{d}}/kept.bin", dtype=np.uint8, mode="r")
+        assert m[:256].tolist() == list(range(256)) and len(m) == 3 * {UNIT}
+        c = np.memmap(f"{{d}}/kept.bin", dtype=np.uint8, mode="c")
+        c[:] = 9  # private: never written back
+        print("read-only and copy-on-write map")
+        """,
+        str(mp),
+    )
+    assert r.stdout.split("\n")[:3] == [
+        "w+ ENODEV",
+        "r+ ENODEV",
+        "read-only and copy-on-write map",
+    ], r.stdout
+    with job_ns.open("kept.bin") as f:
+        assert f.read() == bytes(range(256)) * (3 * UNIT // 256)  # r+: untouched

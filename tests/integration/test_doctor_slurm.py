@@ -32,7 +32,7 @@ def test_doctor_is_clean_on_a_slurm_dev_node(cluster: DevSlurm) -> None:
     r = doctor(cluster)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == 16
+    assert len(lines) == 17
     assert all(ln.startswith(("ok ", "skip ")) and len(ln) <= 80 for ln in lines), r.stdout
     by_name = checks(cluster)
     for name in (
@@ -47,6 +47,7 @@ def test_doctor_is_clean_on_a_slurm_dev_node(cluster: DevSlurm) -> None:
         "site key",
         "clock",
         "store secrets",
+        "stale jobs",
     ):
         assert by_name[name]["status"] == "ok", by_name[name]
     assert "node n1" in by_name["agent"]["detail"]

@@ -70,7 +70,7 @@ def test_a_step_whose_env_file_the_plugin_cannot_use_says_so(
         said = change(env)  # type: ignore[operator]
     finally:
         go.touch()
-    assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    assert cluster.wait(job, 120) == "COMPLETED", cluster.output(job)
     text = cluster.output(job)
     after = text.split("ready\n", 1)[1]
     assert after.count("second vars=0") == 2, text  # both tasks: nothing set (the steps

@@ -32,7 +32,7 @@ def test_a_users_views_in_her_job_show_hers_only(cluster: DevSlurm, base: Path) 
         script=f"#!/bin/sh\nset -e\nbootseer deps run -- sh -c '{install}'\n",
         user="alice",
     )
-    assert cluster.wait(job) == "COMPLETED", cluster.output(job)
+    assert cluster.wait(job, 120) == "COMPLETED", cluster.output(job)
     name = f"views-{uuid.uuid4().hex[:8]}:1"
     squashfs = make_squashfs(base / "img.sqsh", {"a": 200_000}, seed=41)
     bootseer = str(Path(sys.executable).parent / "bootseer")
@@ -51,7 +51,7 @@ def test_a_users_views_in_her_job_show_hers_only(cluster: DevSlurm, base: Path) 
             f"srun bootseer image show {name}\n"
         )
         j = cluster.sbatch(f"-w{node}", script=script, user=who)
-        assert cluster.wait(j) == "COMPLETED", cluster.output(j)
+        assert cluster.wait(j, 120) == "COMPLETED", cluster.output(j)
         snaps, image = cluster.output(j).split("===\n")
         return json.loads(snaps), json.loads(image)
 
@@ -67,12 +67,12 @@ def test_a_users_views_in_her_job_show_hers_only(cluster: DevSlurm, base: Path) 
     j = cluster.sbatch(
         f"-w{node}", script=f"#!/bin/sh\nsrun bootseer deps show {key} --files\n", user="alice"
     )
-    assert cluster.wait(j) == "COMPLETED", cluster.output(j)
+    assert cluster.wait(j, 120) == "COMPLETED", cluster.output(j)
     assert f"snapshot  {key} (user/alice)" in cluster.output(j), cluster.output(j)
     j = cluster.sbatch(
         f"-w{node}",
         script=f"#!/bin/sh\nsrun bootseer deps show {key} --scope user/alice\n",
         user="mallory",
     )
-    assert cluster.wait(j) == "FAILED"
+    assert cluster.wait(j, 120) == "FAILED"
     assert "is not one your jobs restore from" in cluster.output(j), cluster.output(j)

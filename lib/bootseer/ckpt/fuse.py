@@ -566,7 +566,11 @@ class CkptFS(pyfuse3.Operations):
             ino, path, writer=writer, opener=_tgid(ctx.pid)
         )
         self._versions.pop(ino, None)
-        return pyfuse3.FileInfo(fh=fh)
+        # Direct I/O: writes reach the daemon from the writer's own pages, with no copy
+        # in the page cache to fill and drop at release; and the kernel refuses a shared
+        # writable mmap of the handle (ENODEV), whose pages it would write back after the
+        # close that published the file (np.memmap closes its descriptor at once).
+        return pyfuse3.FileInfo(fh=fh, direct_io=True)
 
     async def create(
         self, parent_inode: int, name: bytes, mode: int, flags: int, ctx: pyfuse3.RequestContext
@@ -814,6 +818,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         fs.abort_all()
         pyfuse3.close(unmount=True)
+        if stage is not None:
+            stage.close()  # leaves the node's staging ledger
         if metrics is not None:
             metrics.stop()
         totals = MountTotals(

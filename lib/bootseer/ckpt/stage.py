@@ -6,8 +6,9 @@ until it can: bytes written ahead of the stream (a gap, ``ftruncate`` then write
 order) wait until the stream reaches them, and bytes rewritten behind it (a zip
 header patched after its data) wait for the commit, which re-uploads the units they
 touch. A mount daemon has one :class:`Stage` (``[ckpt] stage_dir``, bounded by
-``[ckpt] stage_bytes``); each writer gets a :class:`StageFile`: an unlinked sparse file
-indexed by file offset, so a crash leaves nothing behind.
+``[ckpt] stage_bytes`` for all the daemons of the node together, through the node's
+:class:`~bootseer.ckpt.ledger.StageLedger`); each writer gets a :class:`StageFile`: an
+unlinked sparse file indexed by file offset, so a crash leaves nothing behind.
 
     >>> import tempfile
     >>> stage = Stage(Path(tempfile.mkdtemp()), limit=100)
@@ -33,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bootseer.ckpt.layout import CkptError
+from bootseer.ckpt.ledger import LedgerFull, StageLedger
 
 FALLOC_FL_KEEP_SIZE = 0x01  # linux/falloc.h
 FALLOC_FL_PUNCH_HOLE = 0x02
@@ -130,14 +132,19 @@ class Extents:
         self._ends[i:j] = keep_e
 
 
-class Stage:
-    """A daemon's staging area: a root-only directory and a byte bound for all its writers."""
+LEDGER = ".ledger"  # the node's ledger, beside the staged files
 
-    def __init__(self, directory: Path, limit: int) -> None:
+
+class Stage:
+    """A daemon's staging area: a root-only directory and a byte bound for all its
+    writers, and with a ``ledger`` for all the daemons of the node."""
+
+    def __init__(self, directory: Path, limit: int, ledger: StageLedger | None = None) -> None:
         self.directory = directory
         self.limit = limit
-        self.used = 0
+        self.used = 0  # this daemon's
         self.staged = 0  # bytes put here in all (metrics: bootseer_ckpt_staged_bytes_total)
+        self.ledger = ledger
         self._lock = threading.Lock()
 
     @classmethod
@@ -151,7 +158,13 @@ class Stage:
                 f"staging directory {directory} must be a directory of root's, mode 0700 "
                 "([ckpt] stage_dir)"
             )
-        return cls(directory, limit)
+        return cls(directory, limit, StageLedger(directory / LEDGER, limit))
+
+    def close(self) -> None:
+        """Leave the node's ledger (at the daemon's exit; a killed daemon's record is
+        dropped by the next reservation)."""
+        if self.ledger is not None:
+            self.ledger.close()
 
     def file(self, name: str) -> StageFile:
         """A new staging file for the writer of ``name`` (named in errors only)."""
@@ -159,19 +172,26 @@ class Stage:
 
     def _reserve(self, n: int, name: str) -> None:
         with self._lock:
-            if self.used + n > self.limit:
+            try:
+                if self.ledger is not None:
+                    self.ledger.reserve(n, name)
+                elif self.used + n > self.limit:
+                    raise LedgerFull(self.used, self.limit)
+            except LedgerFull as full:
                 raise StageFullError(
                     f"{name}: writing out of order needs {n} more bytes of node-local staging, "
-                    f"and {self.used} of [ckpt] stage_bytes = {self.limit} are in use on this "
-                    "node (docs/ckpt.md, 'Write patterns'): write the file front to back, or "
-                    "ask the site for a larger stage_bytes"
-                )
+                    f"and {full.used} of [ckpt] stage_bytes = {self.limit} are in use on this "
+                    "node, by all its jobs' mounts (docs/ckpt.md, 'Write patterns'): write the "
+                    "file front to back, or ask the site for a larger stage_bytes"
+                ) from None
             self.used += n
             self.staged += n
 
     def _release(self, n: int) -> None:
         with self._lock:
             self.used -= n
+            if self.ledger is not None:
+                self.ledger.release(n)
 
 
 class StageFile:

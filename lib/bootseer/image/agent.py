@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes
 from bootseer.errors import BootseerError, ContextError
+from bootseer.hooks.sweep import Sweeper
 from bootseer.image.blocks import check_block_size
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import Fetcher
@@ -107,6 +108,15 @@ class Agent:
         self.peers = PeerNode.start(cfg.p2p, node, self.provide, self.log)
         self.jobs.peers = self.peers
         self.reader = ImageReader(self.cache, self.fetcher)
+        self.sweeper = Sweeper(
+            node,
+            self.paths.run_dir,
+            cfg.phases.squeue,
+            cfg.hooks.sweep_interval,
+            prepared=self.jobs.ids,
+            release=lambda job: f"image released (trace {self.jobs.release(job).trace})",
+            log=self.log,
+        )
 
     def provide(self, req: PieceRequest, deadline: float) -> bytes:
         """A piece for another node of one of this node's jobs (the peer server asks)."""
@@ -201,6 +211,7 @@ class Agent:
         )
 
     def close(self) -> None:
+        self.sweeper.close()
         self.fetcher.stop()
         self.jobs.close()
         if self.peers is not None:

@@ -71,6 +71,7 @@ def serve(
             f"store={agent.store.uri}"
         )
         metrics = AgentMetrics.start(cfg, agent, server)
+        agent.sweeper.start()  # what epilogs left of jobs Slurm no longer runs here
         if ready:
             ready()
         trio.run(_main, cfg.image.prefetch_parallel, handover)

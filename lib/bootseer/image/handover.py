@@ -119,6 +119,9 @@ class Handover:
 
     def _wait_idle(self) -> None:
         while self.pending and not self._closed.wait(PENDING_POLL):
+            # A job dir an epilog left behind (killed, or never run) would hold the
+            # restart for good: what Slurm no longer runs here is swept (rate-bounded).
+            self.agent.sweeper.maybe()
             if not self._try(0):
                 return
 

@@ -176,6 +176,10 @@ def main() -> int:
     p.add_argument("--smoke", action="store_true", help="32 MiB, 2 reps")
     p.add_argument("--before", default=BEFORE, help="the git revision to compare against")
     p.add_argument("--torch-python", default="", help="an interpreter with torch (CPU)")
+    p.add_argument("--sync", action="store_true", help="sync(2) before each save")
+    p.add_argument(
+        "--savers", default="", help=f"comma-separated, of {', '.join(SAVERS)} (default: all)"
+    )
     p.add_argument(
         "--state-dir",
         type=Path,
@@ -203,6 +207,11 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int) -> int:
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(before_lib)], input=archive, check=True)
     savers = ["seq", "np.save", "safetensors"] + (["torch.save"] if args.torch_python else [])
+    if args.savers:
+        savers = [s for s in args.savers.split(",") if s]
+        unknown = [s for s in savers if s not in SAVERS]
+        if unknown or ("torch.save" in savers and not args.torch_python):
+            sys.exit(f"--savers: unknown {unknown} or torch.save without --torch-python")
     variants = {"before": str(before_lib / "lib"), "after": None}
     secs: dict[str, dict[str, list[float]]] = {v: {s: [] for s in savers} for v in variants}
     cpu: dict[str, dict[str, list[float]]] = {v: {s: [] for s in savers} for v in variants}
@@ -215,6 +224,10 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int) -> int:
                 for saver in savers:
                     python = args.torch_python if saver == "torch.save" else sys.executable
                     path = mp / FILE[saver]
+                    if args.sync:
+                        # What the previous saver left dirty (its targets' units, the read-back
+                        # copy) is written out now, not during this save.
+                        os.sync()
                     c0 = cpu_seconds(pid)
                     t, err = run_saver(python, saver, size, path)
                     # The daemon's CPU per GB written: what the machine's load moves least.

@@ -1,0 +1,112 @@
+"""What Slurm runs on this node: the jobs it lists here, and in which state.
+
+The node agent's sweep (:mod:`bootseer.hooks.sweep`) and ``bootseer doctor`` ask it
+before they call a job's state on the node stale. They ask Slurm, never the clock (jobs
+run for weeks), with one ``squeue`` for the node::
+
+    squeue --noheader --states=all --nodelist=NODE --format='%A %T'
+
+Not ``--json``: Slurm 22.05 ignores every filter with ``--json`` and prints the whole
+queue (the report's parser bounds it at 256 MB); the text form gives this node's jobs
+only, and just the two fields wanted (never the job's name, a user's free text). ``%A``
+is the job id as the hooks see it (``SLURM_JOB_ID``, an array task's own id too).
+
+Slurm lists a job that ended for ``MinJobAge`` (300 s by default), in a state such as
+``COMPLETED``; a job it lists in any other state (``CONFIGURING`` during its prolog,
+``RUNNING``, ``COMPLETING`` during its epilogs, ``SUSPENDED``, a state it adds later)
+runs here. A job it does not list here has ended, or runs elsewhere (requeued).
+
+    >>> parse_jobs("4711 RUNNING\\n4712 COMPLETED\\n")
+    {4711: 'RUNNING', 4712: 'COMPLETED'}
+    >>> sorted(NodeJobs({4711: "RUNNING", 4712: "COMPLETED"}).running)
+    [4711]
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bootseer.errors import BootseerError
+
+# States after which a job runs nowhere (squeue's long names). Any other state, one
+# Slurm adds later included, counts as running: the sweep keeps what it does not know.
+ENDED = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "TIMEOUT",
+    }
+)
+MAX_OUTPUT = 4 << 20  # a node runs hundreds of jobs at most; lines of ~20 bytes
+TIMEOUT = 10.0  # seconds squeue gets (slurmctld busy); past it, Slurm "cannot be asked"
+
+
+class SlurmUnavailable(BootseerError):
+    """Slurm could not be asked (squeue missing, failed, timed out, said nothing usable)."""
+
+
+@dataclass(frozen=True)
+class NodeJobs:
+    """The jobs Slurm lists on one node, by id, with their states."""
+
+    states: dict[int, str]
+
+    @property
+    def running(self) -> frozenset[int]:
+        """The jobs that run here: listed, in a state before they ended."""
+        return frozenset(j for j, s in self.states.items() if s not in ENDED)
+
+    def runs(self, job_id: int) -> bool:
+        return job_id in self.running
+
+
+def parse_jobs(text: str) -> dict[int, str]:
+    """``%A %T`` lines into {job id: state}; a line of another shape is Slurm's error."""
+    jobs: dict[int, str] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not fields[0].isdigit() or not fields[1].replace("_", "").isalpha():
+            raise SlurmUnavailable(f"squeue printed a line that is not 'JOBID STATE': {line!r}")
+        jobs[int(fields[0])] = fields[1].upper()
+    return jobs
+
+
+def node_jobs(
+    node: str, squeue: Path = Path("/usr/bin/squeue"), timeout: float = TIMEOUT
+) -> NodeJobs:
+    """The jobs Slurm lists on ``node``; :class:`SlurmUnavailable` when it cannot say."""
+    cmd = [str(squeue), "--noheader", "--states=all", f"--nodelist={node}", "--format=%A %T"]
+    try:
+        r = subprocess.run(
+            cmd,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            # An admin's SQUEUE_FORMAT, SQUEUE_STATES... would change what it prints.
+            env={k: v for k, v in os.environ.items() if not k.startswith("SQUEUE_")},
+        )
+    except subprocess.TimeoutExpired:
+        raise SlurmUnavailable(f"squeue gave no answer within {timeout:g}s") from None
+    except OSError as exc:
+        raise SlurmUnavailable(f"cannot run {squeue}: {exc.strerror or exc}") from None
+    if r.returncode != 0:
+        said = r.stderr.decode(errors="replace").strip().splitlines()
+        raise SlurmUnavailable(
+            f"squeue failed (exit {r.returncode}): {said[-1][:200] if said else 'no message'}"
+        )
+    if len(r.stdout) > MAX_OUTPUT:
+        raise SlurmUnavailable(f"squeue printed more than {MAX_OUTPUT} bytes for {node}")
+    return NodeJobs(parse_jobs(r.stdout.decode(errors="replace")))
