@@ -292,7 +292,10 @@ def ours(pidfile: Path, words: tuple[str, ...]) -> int | None:
         return None
     if started is not None and start_time(pid) != started:
         return None  # the pid went to another process
-    args = [a for arg in command_line(pid) for a in {arg, os.path.basename(arg)}]
+    # Split at blanks too: sshd rewrites its title into one argument
+    # ("sshd: /usr/sbin/sshd -D -e -f ... [listener] ...").
+    words_seen = [w for arg in command_line(pid) for w in arg.split()]
+    args = [a for w in words_seen for a in (w, os.path.basename(w))]
     at = 0
     for word in words:
         try:

@@ -4,6 +4,7 @@ line, never by name alone: an agent restarted in place from its own venv's inter
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ import devcluster
 import pytest
 from daemons import ours, pid_alive, write_pidfile
 
+from tests.conftest import TEST_PORT_BASE
 from tests.waiting import wait_until
 
 # The program the agent runs again when the install's script cannot run: the venv's
@@ -108,3 +110,34 @@ def test_a_process_of_another_command_line_is_not_taken_for_the_agent(
     assert cluster.alive("bootseer-agent-n1") is None
     cluster.stop_daemons()
     assert other.poll() is None
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/usr/sbin/sshd"), reason="needs root and sshd"
+)
+def test_an_sshd_that_rewrote_its_title_is_still_found(
+    tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """sshd's listener shows 'sshd: /usr/sbin/sshd -D -e -f CFG [listener] ...' as one
+    argument: slurm-dev's per-node sshd (sshd.py) must still be found, and stopped."""
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "hk")], check=True
+    )
+    cfg = tmp_path / "sshd_config"
+    port = TEST_PORT_BASE + 99  # of this checkout's reserved range (conftest)
+    cfg.write_text(f"ListenAddress 127.0.0.1:{port}\nHostKey {tmp_path / 'hk'}\nPidFile none\n")
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    proc = subprocess.Popen(
+        ["/usr/sbin/sshd", "-D", "-e", "-f", str(cfg)],
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    started.append(proc)
+    pidfile = tmp_path / "sshd.pid"
+    write_pidfile(pidfile, proc.pid)
+    wait_until(
+        lambda: "[listener]" in Path(f"/proc/{proc.pid}/cmdline").read_text(errors="replace"),
+        "sshd's listener title",
+        30,
+    )
+    assert ours(pidfile, ("sshd", "-D")) == proc.pid
