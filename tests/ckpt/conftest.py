@@ -77,7 +77,8 @@ def mounted(
     mp = ckpt_mount.prepare_mountpoint(mount_root, "42", JOB_UID, JOB_UID)
     state = tmp_path / "state"
     state.mkdir()
-    rec = ckpt_mount.start(mp, "nobody/test", JOB_UID, JOB_UID, state, node="", timeout=20)
+    # 60 s bounds a hang: the daemon mounts within a second when the machine is idle
+    rec = ckpt_mount.start(mp, "nobody/test", JOB_UID, JOB_UID, state, node="", timeout=60)
     try:
         yield mp, rec
     finally:

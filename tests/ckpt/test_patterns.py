@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bootseer.ckpt import Namespace
+from bootseer.ckpt.manifest import unit_checksum
 from bootseer.ckpt.stage import Stage, StageFullError
 from bootseer.ckpt.writer import StripedWriter
 
@@ -159,6 +160,36 @@ def test_an_update_keeps_what_is_not_written(ns: Namespace, stage: Stage) -> Non
     w.close()
     assert _read(ns, "f") == old
     assert _objects(ns) == _named(ns, "f")  # the previous version's units went
+
+
+def test_an_update_copies_the_units_it_leaves_inside_the_targets(
+    ns: Namespace, stage: Stage
+) -> None:
+    """A few bytes changed in a file opened r+b: the units they do not touch are copied
+    from the previous version on their target, not read back and uploaded again (the
+    whole file went through the node before). Each version owns its units still."""
+    old = bytearray(os.urandom(16 * UNIT + 5))
+    with ns.open("f", "wb") as f:
+        f.write(old)
+    before = ns.manifest("f")
+    assert before is not None
+    w = StripedWriter(ns, "f", base=before, stage=stage)
+    w.pwrite(5 * UNIT + 1, b"patch")
+    old[5 * UNIT + 1 : 5 * UNIT + 6] = b"patch"
+    read0 = ns.store_bytes
+    w.close()
+    assert w.copied == 15 * UNIT  # all but the patched unit (the partial last: read)
+    assert ns.store_bytes - read0 < 8 * UNIT  # the patched unit and read-ahead, not 16
+    after = ns.manifest("f")
+    assert after is not None and after.version != before.version
+    assert [d for _, d in after.units] == [
+        unit_checksum(old[i : i + UNIT]) for i in range(0, len(old), UNIT)
+    ]
+    assert _read(ns, "f") == old
+    assert _objects(ns) == _named(ns, "f")  # the previous version's units went, copies stay
+    for store in ns.targets:  # copies are private, as uploads are
+        for o in store.list(f"{ns.name}/units", recursive=True):
+            assert os.stat(store.path(o.key)).st_mode & 0o077 == 0
 
 
 def test_staging_is_bounded_and_a_refused_write_keeps_the_old_version(

@@ -67,6 +67,7 @@ def test_out_of_order_writes_on_s3_targets(ns: Namespace, tmp_path: Path) -> Non
     w.pwrite(2 * UNIT, b"upd")
     z[2 * UNIT : 2 * UNIT + 3] = b"upd"
     w.close()
+    assert w.copied == 3 * UNIT  # units 0, 1 and 3 copied by the S3 server (CopyObject)
     # a shrink into what was streamed, then more
     t = os.urandom(3 * UNIT)
     w = StripedWriter(ns, "trunc.bin", stage=stage)

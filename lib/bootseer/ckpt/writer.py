@@ -78,6 +78,7 @@ class StripedWriter(io.RawIOBase):
         self._base_reader: StripedReader | None = None
         self._stage = stage.file(self.name) if stage is not None else None
         self._cached: tuple[int, str, bytes] | None = None  # the last unit read back
+        self.copied = 0  # bytes of the previous version copied inside the targets
         # A file opened with O_TRUNC and closed at once is an empty version; one opened
         # for update and closed untouched publishes nothing.
         self._dirty = base is None
@@ -324,12 +325,64 @@ class StripedWriter(io.RawIOBase):
     def _fill(self, size: int) -> None:
         """Stream up to ``size``: staged bytes, the base's where nothing was written, zeros."""
         while self._frontier < size:
+            if self._copy_base_unit(size):
+                continue
             nxt = self._stage.extents.first_at_or_after(self._frontier) if self._stage else None
             gap_end = min(size, nxt[0]) if nxt is not None else size
             if gap_end > self._frontier:
                 take = min(gap_end - self._frontier, self.unit_size - len(self._buf))
                 self._append(self._ahead(self._frontier, take))
             self._drain()
+
+    def _copy_base_unit(self, size: int) -> bool:
+        """At a unit boundary, a whole unit of the previous version that nothing rewrote
+        (an update, ``r+b``) is copied inside its target (S3: CopyObject), not read back
+        through this node and uploaded again. Each version still owns its units: a copy,
+        not a reference, so replacing or removing a version never touches another's."""
+        base, u = self._base, self.unit_size
+        if base is None or self._buf or self._frontier % u or base.unit_size != u:
+            return False
+        index = self._frontier // u
+        end = self._frontier + u
+        if end > min(size, self._base_len, base.size) or index >= len(base.units):
+            return False
+        if self._stage is not None and self._stage.extents.spans(self._frontier, end):
+            return False
+        uri = self.targets[index % len(self.targets)]
+        if base.targets[index % len(base.targets)] != uri:
+            return False
+        name, digest = base.units[index]
+        self._charge(u)
+        self._units.append(None)
+        self._slots.acquire()
+        try:
+            fut = self._pool.submit(self._copy_unit, index, base.version, name, digest)
+        except BaseException:
+            self._slots.release()
+            self._landed(u, False)
+            raise
+        self._pending.add(fut)
+        fut.add_done_callback(lambda _f: self._slots.release())
+        self._frontier = end
+        return True
+
+    def _copy_unit(self, index: int, version: str, name: str, digest: str) -> None:
+        uri = self.targets[index % len(self.targets)]
+        self._uploaded.append((self.version, index, str(index)))
+        stored = False
+        try:
+            self.ns.store_for(uri).copy(
+                self.ns.unit_key(version, name), self.ns.unit_key(self.version, str(index))
+            )
+            stored = True
+        except (OSError, StoreError, CkptError) as exc:
+            raise CkptIOError(
+                f"{self.name}: cannot copy unit {index} of the previous version on {uri}: {exc}"
+            ) from None
+        finally:
+            self._landed(self.unit_size, stored)
+        self._units[index] = (str(index), digest)
+        self.copied += self.unit_size
 
     def _base_bytes(self, pos: int, n: int) -> bytes:
         if self._base is None:

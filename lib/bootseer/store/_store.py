@@ -169,6 +169,19 @@ class Store:
         with self._call(key, self.fs.open_output_stream, path, compression=None) as out:
             out.write(data)
 
+    def copy(self, src: str, dst: str) -> None:
+        """Copy object ``src`` to ``dst`` inside this store, its bytes never passing through
+        this process (S3: CopyObject; a local copy on ``file://``); ``dst`` is written in
+        place, as by ``write_bytes(atomic=False)``, with its own key's mode."""
+        check_key(src)
+        path = self.path(dst)
+        if self.is_local:
+            self._call(dst, self._make_dirs, dst)
+            self._call(dst, self._create_local, dst, path)
+        self._call(dst, self.fs.copy_file, self.path(src), path)
+        if self.is_local:
+            os.chmod(path, self.modes(dst)[0])
+
     @contextlib.contextmanager
     def writer(self, key: str) -> Iterator[BinaryIO]:
         """Write ``key`` atomically: nothing is visible under it unless the block completes."""
