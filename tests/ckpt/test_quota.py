@@ -214,3 +214,25 @@ def test_the_doors_usage_request_names_no_namespace() -> None:
     assert parse_ckpt_request({"op": "ckpt_usage", "ns": "ignored"}) == CkptUsage()
     reply = CkptUsageReply([{"kind": "user", "name": "ada", "limit": 5, "used": 3}])
     assert CkptUsageReply.from_wire(reply.to_wire()) == reply
+
+
+def test_room_borrowed_from_a_version_another_writer_replaced_is_not_kept(
+    targets: list[str],
+) -> None:
+    """Two writers of one name: the second commits a small version first, deleting the
+    one the first borrowed room from. The first's commit replaces the small version
+    only, so that is all the room it may keep: refused, not 16 units stored under a
+    quota of 10 (and 26 the round after, without bound)."""
+    ns = _ns(targets, "ada/run", limit=10 * UNIT)
+    with ns.open("latest.pt", "wb") as f:
+        f.write(os.urandom(6 * UNIT))
+    before = user_bytes(ns.targets, "ada")
+    with pytest.raises(QuotaExceeded, match="of the version it replaces"):
+        with ns.open("latest.pt", "wb") as big:
+            big.write(os.urandom(9 * UNIT))  # borrows the room of the 6 units
+            with ns.open("latest.pt", "wb") as small:
+                small.write(b"x")  # committed: the 6 units are deleted
+            big.write(os.urandom(6 * UNIT))  # 15 units under a quota of 10
+    m = ns.manifest("latest.pt")
+    assert m is not None and m.size == 1  # the small version stays
+    assert user_bytes(ns.targets, "ada") < before  # nothing of the big one is left
