@@ -227,12 +227,12 @@ def test_room_borrowed_from_a_version_another_writer_replaced_is_not_kept(
     with ns.open("latest.pt", "wb") as f:
         f.write(os.urandom(6 * UNIT))
     before = user_bytes(ns.targets, "ada")
-    with pytest.raises(QuotaExceeded, match="of the version it replaces"):
-        with ns.open("latest.pt", "wb") as big:
-            big.write(os.urandom(9 * UNIT))  # borrows the room of the 6 units
-            with ns.open("latest.pt", "wb") as small:
-                small.write(b"x")  # committed: the 6 units are deleted
-            big.write(os.urandom(6 * UNIT))  # 15 units under a quota of 10
+    replaced = "of the version it replaces"
+    with pytest.raises(QuotaExceeded, match=replaced), ns.open("latest.pt", "wb") as big:
+        big.write(os.urandom(9 * UNIT))  # borrows the room of the 6 units
+        with ns.open("latest.pt", "wb") as small:
+            small.write(b"x")  # committed: the 6 units are deleted
+        big.write(os.urandom(6 * UNIT))  # 15 units under a quota of 10
     m = ns.manifest("latest.pt")
     assert m is not None and m.size == 1  # the small version stays
     assert user_bytes(ns.targets, "ada") < before  # nothing of the big one is left
