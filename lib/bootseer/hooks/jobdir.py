@@ -18,6 +18,7 @@ plugin refuses an ``env`` file that is not root's or that others may write.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -58,10 +59,8 @@ class JobDir:
         jobs.mkdir(parents=True, exist_ok=True, mode=0o755)
         _roots_dir(jobs.parent, fix=True, sticky_ok=True)
         _roots_dir(jobs, fix=True)
-        try:
-            self.path.mkdir(mode=0o711)
-        except FileExistsError:
-            pass  # this job's, from a prolog before (requeued): checked below
+        with contextlib.suppress(FileExistsError):  # this job's, from a prolog before
+            self.path.mkdir(mode=0o711)  # (requeued): checked below
         st = os.lstat(self.path)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             raise StepError(
