@@ -32,19 +32,6 @@ from bootseer.errors import StepError
 _ENV_NAME = re.compile(r"^BOOTSEER_[A-Z0-9_]+$")
 
 
-def _roots_dir(path: Path, fix: bool = False, sticky_ok: bool = False) -> None:
-    """``path`` is a directory of root's that no one else may write (``fix``: made so,
-    the group's and others' write taken back; ``sticky_ok``: or sticky, as ``/tmp``)."""
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise StepError(f"{path} is not a directory of root's: no job state goes there")
-    if not st.st_mode & 0o022 or (sticky_ok and st.st_mode & stat.S_ISVTX):
-        return
-    if not fix:
-        raise StepError(f"{path} may be written by other users: no job state goes there")
-    os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
-
-
 class JobDir:
     def __init__(self, run_dir: Path, job_id: int) -> None:
         self.path = nodepaths.job_dir(run_dir, job_id)
@@ -56,9 +43,8 @@ class JobDir:
         :class:`StepError` (the job starts the ordinary way) for a directory, or a link,
         someone else made: root writes nothing into it and changes nothing it leads to."""
         jobs = self.path.parent
-        jobs.mkdir(parents=True, exist_ok=True, mode=0o755)
-        _roots_dir(jobs.parent, fix=True, sticky_ok=True)
-        _roots_dir(jobs, fix=True)
+        nodepaths.root_only_dir(jobs.parent, sticky_ok=True)
+        nodepaths.root_only_dir(jobs)
         with contextlib.suppress(FileExistsError):  # this job's, from a prolog before
             self.path.mkdir(mode=0o711)  # (requeued): checked below
         st = os.lstat(self.path)
