@@ -6,10 +6,10 @@ since a hook slurmd kills at PrologEpilogTimeout drains the node."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,9 +21,12 @@ pytestmark = pytest.mark.s3
 
 DEADLINE = 6.0
 STARTUP = 10.0  # the interpreter, the config, pyarrow's import, on a busy 2-core machine
+# What a hook may take past its deadline, by its own clock (which starts once its
+# interpreter has: a busy machine's slow start is not the hook's overrun), to end.
+OVERRUN = 3.0
 
 
-def hook(name: str, config: Path) -> tuple[subprocess.CompletedProcess[str], float]:
+def hook(name: str, config: Path) -> subprocess.CompletedProcess[str]:
     env = {
         "BOOTSEER_CONFIG": str(config),
         "BOOTSEER_PYTHON": sys.executable,
@@ -35,15 +38,13 @@ def hook(name: str, config: Path) -> tuple[subprocess.CompletedProcess[str], flo
         "SLURMD_NODENAME": "n1",
         "SLURM_NODELIST": "n1",
     }
-    t0 = time.monotonic()
-    r = subprocess.run(
+    return subprocess.run(
         [str(TOP / name / f"bootseer-{name}")],
         env=env,
         capture_output=True,
         text=True,
-        timeout=DEADLINE + STARTUP + 30,
+        timeout=DEADLINE + STARTUP + 30,  # a hook that hangs on the store
     )
-    return r, time.monotonic() - t0
 
 
 def test_hooks_end_by_their_deadline_when_the_store_hangs(
@@ -66,7 +67,7 @@ def test_hooks_end_by_their_deadline_when_the_store_hangs(
     )
     weed = s3_store.alive("weed")
     assert weed
-    r, _ = hook("prolog", config)  # the store answers: the records are written
+    r = hook("prolog", config)  # the store answers: the records are written
     assert r.returncode == 0, r.stderr
     log = tmp_path / "log" / "n1.log"
     assert "phase records not written" not in log.read_text()
@@ -74,12 +75,12 @@ def test_hooks_end_by_their_deadline_when_the_store_hangs(
     os.kill(weed, signal.SIGSTOP)
     try:
         for name in ("epilog", "prolog"):
-            r, took = hook(name, config)
+            r = hook(name, config)
             assert r.returncode == 0, r.stderr
-            assert took < DEADLINE + STARTUP, (name, took)
             lines = [ln for ln in log.read_text().splitlines() if f" {name} " in ln]
             assert any("phase records not written: no answer from the store" in ln for ln in lines)
-            assert "exit=0" in lines[-1]
+            done = re.search(r"done secs=([0-9.]+) exit=0$", lines[-1])
+            assert done is not None and float(done.group(1)) < DEADLINE + OVERRUN, lines[-1]
     finally:
         os.kill(weed, signal.SIGCONT)
         # The last prolog's job never gets its epilog: its phase spool (a tmpfs of its
