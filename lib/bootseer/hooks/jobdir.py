@@ -18,15 +18,31 @@ plugin refuses an ``env`` file that is not root's or that others may write.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 from bootseer import nodepaths
+from bootseer.errors import StepError
 
 _ENV_NAME = re.compile(r"^BOOTSEER_[A-Z0-9_]+$")
+
+
+def _roots_dir(path: Path, fix: bool = False, sticky_ok: bool = False) -> None:
+    """``path`` is a directory of root's that no one else may write (``fix``: made so,
+    the group's and others' write taken back; ``sticky_ok``: or sticky, as ``/tmp``)."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise StepError(f"{path} is not a directory of root's: no job state goes there")
+    if not st.st_mode & 0o022 or (sticky_ok and st.st_mode & stat.S_ISVTX):
+        return
+    if not fix:
+        raise StepError(f"{path} may be written by other users: no job state goes there")
+    os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
 
 
 class JobDir:
@@ -34,7 +50,23 @@ class JobDir:
         self.path = nodepaths.job_dir(run_dir, job_id)
 
     def create(self) -> JobDir:
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o711)
+        """The job's directory, root's, in ``<run_dir>/jobs``, which only root may write:
+        whatever the umask made of that (a first prolog's ``mkdir -p`` under umask 0 made
+        it 0777), no user makes or links a job's directory before its prolog.
+        :class:`StepError` (the job starts the ordinary way) for a directory, or a link,
+        someone else made: root writes nothing into it and changes nothing it leads to."""
+        jobs = self.path.parent
+        jobs.mkdir(parents=True, exist_ok=True, mode=0o755)
+        _roots_dir(jobs.parent, fix=True, sticky_ok=True)
+        _roots_dir(jobs, fix=True)
+        with contextlib.suppress(FileExistsError):  # this job's, from a prolog before
+            self.path.mkdir(mode=0o711)  # (requeued): checked below
+        st = os.lstat(self.path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise StepError(
+                f"job dir {self.path} exists and is not root's (a link, or another "
+                "user's): refused, the job starts without bootseer"
+            )
         self.path.chmod(0o711)  # whatever the umask, or an earlier version, made it
         return self
 
