@@ -51,6 +51,21 @@ def mount_device(path: str | Path) -> str | None:
     return found
 
 
+def mounts_under(path: str | Path) -> list[str]:
+    """The mount points at ``path`` or below it, deepest first (to unmount in order)."""
+    top = os.path.normpath(str(path))
+    found = set()
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                mp = unescape(line.split()[4])
+                if mp == top or mp.startswith(top + "/"):
+                    found.add(mp)
+    except OSError:
+        pass
+    return sorted(found, key=lambda m: (-m.count("/"), m))
+
+
 def is_mounted(path: str | Path) -> bool:
     return mount_device(path) is not None
 

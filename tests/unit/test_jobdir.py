@@ -116,3 +116,30 @@ def test_a_jobs_dir_others_may_write_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StepError, match="not a directory of root's"):
         JobDir(tmp_path, 45).create()
     assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a tmpfs mount needs root")
+def test_the_users_deps_dir_fills_a_tmpfs_of_its_own_not_run(tmp_path: Path) -> None:
+    """deps/job/ is the one directory of the run dir (/run) a job's user may write: it
+    filled /run, where slurmd, munge and every job's files live, without bound. Now a
+    tmpfs of its own (as the phase spool), unmounted with the job dir."""
+    from bootseer import mounts
+    from bootseer.deps.step import USER_DIR_BYTES, _user_dir
+
+    job = JobDir(tmp_path, 46).create()
+    job.sub("deps", mode=0o711)
+    user_dir = job.path / "deps" / "job"
+    _user_dir(user_dir, MALLORY, MALLORY)
+    try:
+        assert mounts.is_mounted(user_dir)
+        assert user_dir.stat().st_dev != job.path.stat().st_dev
+        vfs = os.statvfs(user_dir)
+        assert vfs.f_blocks * vfs.f_frsize == USER_DIR_BYTES
+        st = user_dir.stat()
+        assert (st.st_uid, st.st_gid, mode(user_dir)) == (MALLORY, MALLORY, 0o700)
+        _user_dir(user_dir, MALLORY, MALLORY)  # a retried prolog: not mounted twice
+        assert mounts.mounts_under(job.path) == [str(user_dir)]
+    finally:
+        job.remove()
+    assert mounts.mounts_under(tmp_path) == []
+    assert not job.path.exists()

@@ -11,6 +11,7 @@ The prolog exports to the job's tasks ``BOOTSEER_DEPS_PREFIX`` and, after a rest
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
@@ -51,8 +52,22 @@ def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
     return asked, ""
 
 
+# The job user's deps/job/ is a tmpfs of this size: her install record (and its
+# temporary copy while deps run replaces it) and root's copy of the prolog's state.
+USER_DIR_BYTES = 2 * jobstate.MAX_RECORD + (1 << 20)
+
+
 def _user_dir(path: os.PathLike[str] | str, uid: int, gid: int) -> None:
+    """The job user's ``deps/job/``, hers (0700). A directory she may write in
+    ``<run_dir>`` (``/run``: slurmd's, munge's and every job's files) is a tmpfs of its
+    own, as the phase spool is: whatever she writes there fills that, never ``/run``.
+    Not mounted (no ``CAP_SYS_ADMIN``, a container): a plain directory."""
+    from bootseer import mounts
+
     os.makedirs(path, mode=0o700, exist_ok=True)
+    if os.geteuid() == 0 and not mounts.is_mounted(path):
+        with contextlib.suppress(OSError):
+            mounts.mount_tmpfs(path, USER_DIR_BYTES, mode=0o700)
     st = os.lstat(path)
     if (st.st_uid, st.st_gid) != (uid, gid):
         os.chown(path, uid, gid, follow_symlinks=False)

@@ -87,6 +87,13 @@ class JobDir:
         )
 
     def remove(self) -> None:
+        """The job dir, and first what is mounted in it (the deps step's tmpfs for the
+        user's ``deps/job/``), lazily: a task may still hold a file there."""
+        from bootseer import mounts
+
+        for mp in mounts.mounts_under(self.path):
+            with contextlib.suppress(OSError):
+                mounts.umount(mp, lazy=True)
         shutil.rmtree(self.path, ignore_errors=True)
 
     def _write_atomic(self, name: str, text: str, mode: int) -> None:
