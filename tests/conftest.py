@@ -161,6 +161,22 @@ class DevSlurm:
         data.setdefault(section, {}).update(values)
         self.site_config.write_text(to_toml(data))
 
+    @contextmanager
+    def ckpt_targets(self, name: str, count: int = 2, **ckpt: object) -> Iterator[list[str]]:
+        """``count`` fresh file:// checkpoint targets in the cluster's state, named after
+        the test, set as the site's ``[ckpt] targets`` with the other ``ckpt`` keys (the
+        agents read the config afresh); removed afterwards."""
+        roots = [self.dir / f"{name}-t{i}" for i in range(count)]
+        for r in roots:
+            shutil.rmtree(r, ignore_errors=True)
+        uris = [f"file://{r}" for r in roots]
+        self.configure("ckpt", targets=uris, **ckpt)
+        try:
+            yield uris
+        finally:
+            for r in roots:
+                shutil.rmtree(r, ignore_errors=True)
+
     def reset(self) -> None:
         self.site_config.write_text(self._default_config)
         states = self.node_states()

@@ -214,3 +214,26 @@ def test_the_doors_usage_request_names_no_namespace() -> None:
     assert parse_ckpt_request({"op": "ckpt_usage", "ns": "ignored"}) == CkptUsage()
     reply = CkptUsageReply([{"kind": "user", "name": "ada", "limit": 5, "used": 3}])
     assert CkptUsageReply.from_wire(reply.to_wire()) == reply
+
+
+def test_room_borrowed_from_a_version_another_writer_replaced_is_not_kept(
+    targets: list[str],
+) -> None:
+    """Two writers of one name: the second commits a small version first, deleting the
+    one the first borrowed room from. The first's commit replaces the small version
+    only, so that is all the room it may keep: refused, not 11 units stored under a
+    quota of 10 (and more each round after, without bound). Margins of 2 units or more
+    everywhere: a count taken while uploads are in flight counts them twice."""
+    ns = _ns(targets, "ada/run", limit=10 * UNIT)
+    with ns.open("latest.pt", "wb") as f:
+        f.write(os.urandom(4 * UNIT))
+    before = user_bytes(ns.targets, "ada")
+    replaced = "of the version it replaces"
+    with pytest.raises(QuotaExceeded, match=replaced), ns.open("latest.pt", "wb") as big:
+        big.write(os.urandom(7 * UNIT))  # borrows the room of the 4 units
+        with ns.open("latest.pt", "wb") as small:
+            small.write(b"x")  # committed: the 4 units are deleted
+        big.write(os.urandom(4 * UNIT))  # 11 units, within 10 + the 4 borrowed
+    m = ns.manifest("latest.pt")
+    assert m is not None and m.size == 1  # the small version stays
+    assert user_bytes(ns.targets, "ada") < before  # nothing of the big one is left

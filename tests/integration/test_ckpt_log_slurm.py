@@ -3,7 +3,6 @@ bounded, and the job's user still reads the latest lines in ``.bootseer.log``.""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import Iterator
 
@@ -39,14 +38,8 @@ PY
 
 @pytest.fixture
 def targets(cluster: DevSlurm) -> Iterator[list[str]]:
-    roots = [cluster.dir / f"ckpt-log-t{i}" for i in range(2)]
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
-    uris = [f"file://{r}" for r in roots]
-    cluster.configure("ckpt", targets=uris, unit_size=1 << 20)
-    yield uris
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
+    with cluster.ckpt_targets("ckpt-log", unit_size=1 << 20) as uris:
+        yield uris
 
 
 def test_a_loop_of_refused_calls_does_not_grow_the_mounts_log_without_bound(

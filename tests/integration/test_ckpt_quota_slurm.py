@@ -6,7 +6,6 @@ node saves while alice's quota is full."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -51,18 +50,11 @@ PY
 
 @pytest.fixture
 def targets(cluster: DevSlurm) -> Iterator[list[str]]:
-    roots = [cluster.dir / f"ckpt-q{i}" for i in range(2)]
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
-    uris = [f"file://{r}" for r in roots]
     # quota_rescan: counts at a mount's first write and before refusing only; a count
     # due mid-save may count an upload twice and refuse early (docs/ckpt.md).
-    cluster.configure(
-        "ckpt", targets=uris, unit_size=UNIT, quota={"user": QUOTA}, quota_rescan=3600.0
-    )
-    yield uris
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
+    quota = {"user": QUOTA}
+    with cluster.ckpt_targets("ckpt-q", unit_size=UNIT, quota=quota, quota_rescan=3600.0) as uris:
+        yield uris
 
 
 def test_alices_job_past_her_quota_gets_edquot_and_bobs_job_saves(

@@ -4,7 +4,6 @@ loads it back on another node."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 import sys
 import time
@@ -48,14 +47,8 @@ ls -l "$BOOTSEER_CKPT/run1"
 
 @pytest.fixture
 def targets(cluster: DevSlurm) -> Iterator[list[str]]:
-    roots = [cluster.dir / f"ckpt-t{i}" for i in range(3)]
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
-    uris = [f"file://{r}" for r in roots]
-    cluster.configure("ckpt", targets=uris, unit_size=UNIT)
-    yield uris
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
+    with cluster.ckpt_targets("ckpt", count=3, unit_size=UNIT) as uris:
+        yield uris
 
 
 def _mounts(cluster: DevSlurm) -> list[str]:

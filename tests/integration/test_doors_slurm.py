@@ -6,7 +6,6 @@ through every door; a user's login shell (outside any job) is told what it gets.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,14 +25,8 @@ BOOTSEER = str(Path(sys.executable).parent / "bootseer")
 
 @pytest.fixture
 def targets(cluster: DevSlurm) -> Iterator[list[str]]:
-    roots = [cluster.dir / f"door-t{i}" for i in range(2)]
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
-    uris = [f"file://{r}" for r in roots]
-    cluster.configure("ckpt", targets=uris, unit_size=UNIT)  # the agents read it afresh
-    yield uris
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
+    with cluster.ckpt_targets("door", unit_size=UNIT) as uris:
+        yield uris
 
 
 SAVE = """#!/bin/sh

@@ -26,14 +26,8 @@ NAMESPACE = "takeover-of-acme"
 
 @pytest.fixture
 def targets(cluster: DevSlurm) -> Iterator[list[str]]:
-    roots = [cluster.dir / f"envfile-t{i}" for i in range(2)]
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
-    uris = [f"file://{r}" for r in roots]
-    cluster.configure("ckpt", targets=uris, unit_size=1 << 18)
-    yield uris
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
+    with cluster.ckpt_targets("envfile", unit_size=1 << 18) as uris:
+        yield uris
 
 
 def test_mallory_reads_nothing_of_alices_job_state_on_the_node(

@@ -3,7 +3,6 @@ files and failures: other users on the node may not read them."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -25,14 +24,8 @@ rm -f "$f"
 
 @pytest.fixture
 def targets(cluster: DevSlurm) -> Iterator[list[str]]:
-    roots = [cluster.dir / f"logs-t{i}" for i in range(2)]
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
-    uris = [f"file://{r}" for r in roots]
-    cluster.configure("ckpt", targets=uris, unit_size=1 << 18)
-    yield uris
-    for r in roots:
-        shutil.rmtree(r, ignore_errors=True)
+    with cluster.ckpt_targets("logs", unit_size=1 << 18) as uris:
+        yield uris
 
 
 def test_mallory_reads_no_node_log_that_names_alices_jobs(

@@ -162,6 +162,17 @@ def test_a_job_in_its_prolog_and_a_running_job_are_kept_an_uncleaned_one_swept(
     assert "job dir removed" in swept[0] and "phase spool removed" in swept[0]
     assert f"checkpoint mount {ckpt} stopped" in swept[0]
     assert not ckpt.exists()
+    prom = load_config(cluster.site_config).for_node(NODE).metrics.textfile_dir
+    assert prom is not None
+
+    def swept_metric() -> bool:
+        text = (prom / "bootseer_agent.prom").read_text()
+        return any(
+            line.startswith("bootseer_agent_swept_jobs_total ") and float(line.split()[1]) >= 1
+            for line in text.splitlines()
+        )
+
+    wait_until(swept_metric, "bootseer_agent_swept_jobs_total counted it", 60)
     assert not agent.job_dir(a).exists()
     assert a not in agent.client.stats().jobs
     assert not (agent.paths.image_mounts / f"{a}.sqsh").exists()

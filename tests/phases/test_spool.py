@@ -90,3 +90,14 @@ def test_create_replaces_a_leftover_spool_and_gives_the_marks_file_to_the_user(
     assert spool.marks_path.read_text() == "" and spool.hook_rows() == []
     st = spool.marks_path.stat()
     assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.getuid()
+
+
+def test_the_spools_dir_is_roots_alone_whatever_the_umask(tmp_path: Path) -> None:
+    """The first prolog of a node makes ``<run_dir>/phases``: under a umask of 0 it was
+    0777, and a user made the next job's spool path first (the prolog then failed)."""
+    old = os.umask(0)
+    try:
+        Spool(tmp_path, 7).create(META, os.getuid(), os.getgid())
+    finally:
+        os.umask(old)
+    assert (tmp_path / "phases").stat().st_mode & 0o022 == 0

@@ -12,6 +12,7 @@ import pytest
 
 from bootseer import nodepaths
 from bootseer.deps.jobstate import PrologState
+from bootseer.errors import StepError
 from bootseer.hooks.jobdir import JobDir
 
 
@@ -61,3 +62,57 @@ def test_the_users_copy_of_the_deps_state_replaces_a_link_she_planted(
     state.write(root_copy)
     assert mode(root_copy) == 0o600
     assert [p.name for p in user_dir.iterdir()] == [nodepaths.DEPS_STATE]  # no temp left
+
+
+MALLORY = 1003  # slurm-dev's user; any uid but root's would do
+
+
+def test_the_jobs_dir_is_roots_alone_whatever_the_umask(tmp_path: Path, umask0: None) -> None:
+    """The first prolog of a node makes ``<run_dir>/jobs``: under a umask of 0 it was
+    0777, and any user could make (or link) the next job's directory before its prolog."""
+    JobDir(tmp_path, 42).create()
+    assert mode(tmp_path / nodepaths.JOBS) & 0o022 == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_job_dir_another_user_made_first_is_refused_and_left_as_it_is(
+    tmp_path: Path,
+) -> None:
+    """Mallory made job 43's directory first (a jobs dir she could write): the prolog
+    refuses it (the job starts the ordinary way) rather than write the env file and the
+    steps' records into a directory she owns."""
+    jobs = tmp_path / nodepaths.JOBS
+    jobs.mkdir()
+    hers = jobs / "43"
+    hers.mkdir(mode=0o777)
+    hers.chmod(0o777)
+    os.chown(hers, MALLORY, MALLORY)
+    with pytest.raises(StepError, match="not root's"):
+        JobDir(tmp_path, 43).create()
+    assert mode(hers) == 0o777 and hers.stat().st_uid == MALLORY
+    assert list(hers.iterdir()) == []
+
+
+def test_a_link_at_the_job_dir_is_refused_and_its_target_not_chmodded(
+    tmp_path: Path,
+) -> None:
+    """A link at the job dir's path: root's chmod followed it (to a home, /root...)."""
+    target = tmp_path / "alices-home"
+    target.mkdir(mode=0o700)
+    target.chmod(0o700)
+    jobs = tmp_path / nodepaths.JOBS
+    jobs.mkdir()
+    (jobs / "44").symlink_to(target)
+    with pytest.raises(StepError, match="not root's"):
+        JobDir(tmp_path, 44).create()
+    assert mode(target) == 0o700
+
+
+def test_a_jobs_dir_others_may_write_is_refused(tmp_path: Path) -> None:
+    """``<run_dir>/jobs`` of another user's (or a link): nothing of a job goes there."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / nodepaths.JOBS).symlink_to(elsewhere)
+    with pytest.raises(StepError, match="not a directory of root's"):
+        JobDir(tmp_path, 45).create()
+    assert list(elsewhere.iterdir()) == []

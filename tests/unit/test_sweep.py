@@ -85,6 +85,7 @@ def test_slurm_is_asked_only_with_something_on_the_node_and_at_most_once_per_int
     (tmp_path / "run" / "jobs" / "7").mkdir()
     assert s.maybe() == [] and len(calls(tmp_path)) == 1  # not due again within the hour
     assert any("sweep: job=6 (Slurm does not run it on n7" in line for line in lines), lines
+    assert (s.swept, s.unanswered) == (1, 0)  # the agent's metrics
 
 
 def test_nothing_is_swept_when_squeue_fails(tmp_path: Path) -> None:
@@ -93,6 +94,7 @@ def test_nothing_is_swept_when_squeue_fails(tmp_path: Path) -> None:
     assert s.maybe() == []
     assert (tmp_path / "run" / "jobs" / "6").is_dir()
     assert "sweep: cannot ask Slurm" in lines[0] and "[6] kept" in lines[0]
+    assert (s.swept, s.unanswered) == (0, 1)
 
 
 def test_a_job_dir_that_changed_since_it_was_listed_is_kept(tmp_path: Path) -> None:

@@ -228,7 +228,7 @@ class StripedWriter(io.RawIOBase):
             previous = None  # damaged or not sealed: replaced, its units left to gc
         # The manifest's bytes (its seal aside): serialised once more only under a quota.
         size = len(m.to_json()) if self.ns.quota is not None else 0
-        self._charge(size)
+        self._charge_commit(size, previous)
         try:
             self.ns.commit(self.path, m)
         except (OSError, StoreError) as exc:
@@ -529,12 +529,31 @@ class StripedWriter(io.RawIOBase):
                 raise
             quota.charge(n, self.name, self._credit)
 
+    def _charge_commit(self, n: int, previous: Manifest | None) -> None:
+        """Room for the manifest (``n`` bytes), the commit's charge. A writer that
+        borrowed room may keep only that of the version this commit replaces
+        (``previous``, read just now): another writer of the name may have committed
+        since the room was looked up, deleting the version it was borrowed from, and
+        this one's units would stay past the quota (by a whole version each round).
+        Refused, the new version is dropped as at any refusal."""
+        quota = self.ns.quota
+        if quota is None:
+            return
+        if self._credit is None:
+            self._charge(n)  # never borrowed: as any upload
+            return
+        self._credit = self._stored_bytes(previous)
+        quota.charge(n, self.name, self._credit)
+
     def _replaced_bytes(self) -> int:
         """Stored bytes of the version the commit will replace (0: none, or unreadable)."""
         try:
             m = self.ns.manifest(self.path)
         except (CkptError, StoreError, OSError):
             return 0
+        return self._stored_bytes(m)
+
+    def _stored_bytes(self, m: Manifest | None) -> int:
         if m is None or m.version == self.version:
             return 0
         return m.size + len(m.to_json())

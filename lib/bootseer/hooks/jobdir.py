@@ -18,13 +18,16 @@ plugin refuses an ``env`` file that is not root's or that others may write.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
 from bootseer import nodepaths
+from bootseer.errors import StepError
 
 _ENV_NAME = re.compile(r"^BOOTSEER_[A-Z0-9_]+$")
 
@@ -34,7 +37,22 @@ class JobDir:
         self.path = nodepaths.job_dir(run_dir, job_id)
 
     def create(self) -> JobDir:
-        self.path.mkdir(parents=True, exist_ok=True, mode=0o711)
+        """The job's directory, root's, in ``<run_dir>/jobs``, which only root may write:
+        whatever the umask made of that (a first prolog's ``mkdir -p`` under umask 0 made
+        it 0777), no user makes or links a job's directory before its prolog.
+        :class:`StepError` (the job starts the ordinary way) for a directory, or a link,
+        someone else made: root writes nothing into it and changes nothing it leads to."""
+        jobs = self.path.parent
+        nodepaths.root_only_dir(jobs.parent, sticky_ok=True)
+        nodepaths.root_only_dir(jobs)
+        with contextlib.suppress(FileExistsError):  # this job's, from a prolog before
+            self.path.mkdir(mode=0o711)  # (requeued): checked below
+        st = os.lstat(self.path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            raise StepError(
+                f"job dir {self.path} exists and is not root's (a link, or another "
+                "user's): refused, the job starts without bootseer"
+            )
         self.path.chmod(0o711)  # whatever the umask, or an earlier version, made it
         return self
 

@@ -146,7 +146,8 @@ class Sweeper:
         self.interval = interval
         self.prepared, self.release, self.log = prepared, release, log
         self.asked: float | None = None  # time.monotonic() of the last question to Slurm
-        self.swept = 0
+        self.swept = 0  # jobs cleaned
+        self.unanswered = 0  # sweeps that could not ask Slurm
         self._lock = threading.Lock()
         self._closed = threading.Event()
 
@@ -169,6 +170,7 @@ class Sweeper:
             try:
                 slurm = node_jobs(self.node, self.squeue)
             except SlurmUnavailable as exc:
+                self.unanswered += 1
                 self.log(f"sweep: cannot ask Slurm ({exc}); jobs {found.ids} kept")
                 return []
             stale = [j for j in found.ids if not slurm.runs(j)]

@@ -7,7 +7,9 @@ no job dir on the node (``<run_dir>/jobs/<job>``: a bootseer job between its pro
 epilog, whose checkpoint mount or dependency restore asks the agent for pieces), and no
 request of root's in flight (a hook's). Asked while jobs run
 (:class:`~bootseer.image.protocol.AgentRestart` with ``when_idle``), it answers
-``pending`` with their ids and restarts once they are gone.
+``pending`` with their ids and restarts once they are gone; meanwhile it sweeps what
+epilogs left of jobs Slurm no longer runs here (:mod:`bootseer.hooks.sweep`), which would
+hold it for good.
 
 The restart keeps the process: the agent stops accepting connections, gives those in
 flight up to :data:`DRAIN` seconds (a user's still open then, such as a checkpoint

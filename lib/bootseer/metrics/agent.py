@@ -74,6 +74,17 @@ class AgentCollector:
                 "open, or all users image.max_connections",
                 self.server.refused,
             )
+        yield counter(
+            "bootseer_agent_swept_jobs",
+            "Jobs whose state an epilog left behind, cleaned by the agent's sweep once Slurm "
+            "no longer ran them on the node",
+            a.sweeper.swept,
+        )
+        yield counter(
+            "bootseer_agent_sweep_slurm_errors",
+            "Sweeps that could not ask Slurm (squeue failed or timed out): nothing swept",
+            a.sweeper.unanswered,
+        )
         yield gauge("bootseer_cache_bytes", "Bytes in the node's block cache", a.cache.bytes)
         yield gauge("bootseer_cache_capacity_bytes", "The block cache's size cap", a.cache.cap)
         yield gauge("bootseer_cache_blocks", "Blocks in the node's block cache", len(a.cache))

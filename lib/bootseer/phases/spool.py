@@ -82,8 +82,11 @@ class Spool:
         """A fresh spool for one run: an earlier run's leftovers go first. With ``cap``
         (the marks cap, in bytes), the spool is a tmpfs of ``cap`` plus room for root's
         files, so a job that writes its marks file without end fills only that."""
+        # <run_dir>/phases only root may write, whatever the umask (nodepaths.root_only_dir).
+        nodepaths.root_only_dir(self.path.parent.parent, sticky_ok=True)
+        nodepaths.root_only_dir(self.path.parent)
         self.remove()
-        self.path.mkdir(parents=True, mode=0o755)
+        self.path.mkdir(mode=0o755)
         if cap is not None and os.geteuid() == 0:
             # Not mounted (no tmpfs in a container without CAP_SYS_ADMIN): a plain directory.
             with contextlib.suppress(OSError):
