@@ -254,7 +254,8 @@ def test_fetcher_refuses_a_block_that_does_not_match(tmp_path: Path) -> None:
     m = hash_file(str(f), BS)
     f.write_bytes(b"hsqs" + b"\1" * (2 * BS - 4))  # the source changed under the manifest
     cache = BlockCache(tmp_path / "c", 1 << 30)
-    fetcher = Fetcher(cache, workers=2, timeout=1)
+    # Retried until the timeout: 3 s leaves room for several tries however late it starts.
+    fetcher = Fetcher(cache, workers=2, timeout=3)
     try:
         with pytest.raises(FetchError, match="digest mismatch"):
             fetcher.get(FileSource(str(f)), m, 0)
