@@ -15,6 +15,7 @@ import contextlib
 import os
 import stat
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from bootseer import nodepaths
@@ -57,7 +58,7 @@ def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
 USER_DIR_BYTES = 2 * jobstate.MAX_RECORD + (1 << 20)
 
 
-def _user_dir(path: os.PathLike[str] | str, uid: int, gid: int) -> None:
+def _user_dir(path: Path, uid: int, gid: int) -> None:
     """The job user's ``deps/job/``, hers (0700). A directory she may write in
     ``<run_dir>`` (``/run``: slurmd's, munge's and every job's files) is a tmpfs of its
     own, as the phase spool is: whatever she writes there fills that, never ``/run``.
