@@ -20,6 +20,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -389,6 +390,7 @@ static int read_from_prolog(spank_t sp)
 	long contract;
 	char *body;
 	FILE *f;
+	int fd;
 
 	job_env_len = 0;
 	env_problem[0] = '\0';
@@ -396,16 +398,27 @@ static int read_from_prolog(spank_t sp)
 	    host_name(host, sizeof(host)) < 0 ||
 	    job_env_path(path, sizeof(path), run_dir, host, job_id) < 0)
 		return 0;
-	f = fopen(path, "re");
-	if (f == NULL) {
-		if (errno != ENOENT) /* ENOENT: bootseer not asked for, or the prolog failed */
+	/*
+	 * As root: never through a link (another job's env file), never blocked on a FIFO
+	 * (slurmstepd would hang); what is not a regular file of root's is refused below.
+	 */
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno == ELOOP)
+			env_unusable(path, "a symbolic link: ignored");
+		else if (errno != ENOENT) /* ENOENT: bootseer not asked for, or the prolog failed */
 			env_unusable(path, strerror(errno));
 		return 0;
 	}
-	if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
-	    (st.st_mode & 022)) {
-		env_unusable(path, "not root's, or writable by others: ignored");
-		fclose(f);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
+		env_unusable(path, "not a file of root's, or writable by others: ignored");
+		close(fd);
+		return 0;
+	}
+	f = fdopen(fd, "r");
+	if (f == NULL) {
+		env_unusable(path, strerror(errno));
+		close(fd);
 		return 0;
 	}
 	n = fread(job_env, 1, sizeof(job_env) - 1, f);

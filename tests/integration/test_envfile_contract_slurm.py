@@ -40,10 +40,30 @@ def _not_roots(env: Path) -> str:
     import pwd
 
     os.chown(env, pwd.getpwnam("alice").pw_uid, -1)
-    return "not root's, or writable by others: ignored"
+    return "not a file of root's, or writable by others: ignored"
 
 
-@pytest.mark.parametrize("change", [_other_contract, _before_the_contract, _not_roots])
+def _fifo(env: Path) -> str:
+    """A FIFO at the path: the plugin's open as root blocked, and the step with it."""
+    env.unlink()
+    os.mkfifo(env, 0o600)
+    return "not a file of root's, or writable by others: ignored"
+
+
+def _link(env: Path) -> str:
+    """A link to another root-owned env file (another job's): it was followed, and that
+    file's variables set in this job."""
+    other = env.parent.parent / f".{env.parent.name}-other-env"
+    other.write_text(f"{nodepaths.ENV_HEADER} {nodepaths.ENV_CONTRACT}\nBOOTSEER_OTHER=1\n")
+    other.chmod(0o600)
+    env.unlink()
+    env.symlink_to(other)
+    return "a symbolic link: ignored"
+
+
+@pytest.mark.parametrize(
+    "change", [_other_contract, _before_the_contract, _not_roots, _fifo, _link]
+)
 def test_a_step_whose_env_file_the_plugin_cannot_use_says_so(
     cluster: DevSlurm, base: Path, change: object
 ) -> None:
