@@ -77,18 +77,19 @@ def node_name(env: Mapping[str, str] | None = None) -> str:
     return env.get("SLURMD_NODENAME") or host_name()
 
 
-def root_only_dir(path: Path, sticky_ok: bool = False) -> None:
+def root_only_dir(path: Path, sticky_ok: bool = False, follow: bool = False) -> None:
     """``path`` (made if missing) a directory of root's that no one else may write: the
     group's and others' write taken back from one of root's (a first hook's ``mkdir -p``
     under a umask of 0 made ``<run_dir>/jobs`` 0777); ``sticky_ok``: a sticky one, as
     ``/tmp``, is left as it is. :class:`~bootseer.errors.StepError` if it is not root's
-    directory (a link, another user's): nothing of a job goes there."""
+    directory (a link, another user's): nothing of a job goes there. ``follow``: a link
+    at ``path`` itself is followed (``[paths] run_dir``, the admin's, may be one)."""
     import stat
 
     from bootseer.errors import StepError
 
     path.mkdir(parents=True, exist_ok=True, mode=0o755)
-    st = os.lstat(path)
+    st = os.stat(path) if follow else os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise StepError(f"{path} is not a directory of root's: no job state goes there")
     if st.st_mode & 0o022 and not (sticky_ok and st.st_mode & stat.S_ISVTX):

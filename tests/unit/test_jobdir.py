@@ -143,3 +143,13 @@ def test_the_users_deps_dir_fills_a_tmpfs_of_its_own_not_run(tmp_path: Path) -> 
         job.remove()
     assert mounts.mounts_under(tmp_path) == []
     assert not job.path.exists()
+
+
+def test_a_run_dir_that_is_the_admins_link_is_followed(tmp_path: Path) -> None:
+    """``[paths] run_dir`` may be a link of the admin's (to a node-local disk): followed;
+    ``jobs/`` below it never."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "run").symlink_to(real)
+    job = JobDir(tmp_path / "run", 47).create()
+    assert (real / nodepaths.JOBS / "47").is_dir() and job.path.is_dir()

@@ -43,7 +43,7 @@ class JobDir:
         :class:`StepError` (the job starts the ordinary way) for a directory, or a link,
         someone else made: root writes nothing into it and changes nothing it leads to."""
         jobs = self.path.parent
-        nodepaths.root_only_dir(jobs.parent, sticky_ok=True)
+        nodepaths.root_only_dir(jobs.parent, sticky_ok=True, follow=True)
         nodepaths.root_only_dir(jobs)
         with contextlib.suppress(FileExistsError):  # this job's, from a prolog before
             self.path.mkdir(mode=0o711)  # (requeued): checked below

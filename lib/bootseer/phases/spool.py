@@ -83,7 +83,7 @@ class Spool:
         (the marks cap, in bytes), the spool is a tmpfs of ``cap`` plus room for root's
         files, so a job that writes its marks file without end fills only that."""
         # <run_dir>/phases only root may write, whatever the umask (nodepaths.root_only_dir).
-        nodepaths.root_only_dir(self.path.parent.parent, sticky_ok=True)
+        nodepaths.root_only_dir(self.path.parent.parent, sticky_ok=True, follow=True)
         nodepaths.root_only_dir(self.path.parent)
         self.remove()
         self.path.mkdir(mode=0o755)
