@@ -17,15 +17,13 @@ import pytest
 
 from bootseer.deps import archive, asuser
 from bootseer.deps.asuser import UserChild, UserChildError
-from bootseer.deps.capture import CaptureRequest, capture
 from bootseer.deps.restore import RestoreRequest, restore
 from bootseer.errors import StepError
 from bootseer.store import Store
-from tests.sitekeys import KEYS
 from tests.waiting import wait_until
 
 from .conftest import USER_A, needs_root
-from .test_steps import fill
+from .test_steps import captured_elsewhere
 
 
 def temporaries(scratch: Path) -> list[str]:
@@ -40,17 +38,7 @@ def test_a_restore_ends_at_its_deadline_while_a_fetch_still_hangs(
     The hook runner abandons a step at its deadline, but the step's own flow (the
     prefix lock, its phase rows) waits for restore() to return."""
     needs_root()
-    src = scratch / "src"
-    src.mkdir()
-    fill(src, USER_A)
-    m = capture(
-        store,
-        CaptureRequest(
-            prefix=str(src), scope="user/ada", base="1" * 32, key="2" * 32, uid=USER_A, gid=USER_A
-        ),
-        keys=KEYS,
-    )
-    m.prefix = str(scratch / "env")
+    m = captured_elsewhere(scratch, store)
     release = threading.Event()
     asked = threading.Event()
 
@@ -115,17 +103,7 @@ def test_a_child_unwinding_on_its_own_is_not_stopped_at_the_deadline(
     that cleanup (it cut it short, leaving the temporary directory: seen in a full run,
     where the frames ran out of time at the very moment the stop was due)."""
     needs_root()
-    src = scratch / "src"
-    src.mkdir()
-    fill(src, USER_A)
-    m = capture(
-        store,
-        CaptureRequest(
-            prefix=str(src), scope="user/ada", base="1" * 32, key="2" * 32, uid=USER_A, gid=USER_A
-        ),
-        keys=KEYS,
-    )
-    m.prefix = str(scratch / "env")
+    m = captured_elsewhere(scratch, store)
     real = asuser.stop_held
 
     @contextlib.contextmanager

@@ -16,6 +16,7 @@ from bootseer.deps import jobstate, step
 from bootseer.deps.archive import walk_prefix
 from bootseer.deps.capture import CaptureRequest, capture
 from bootseer.deps.layout import ref_path
+from bootseer.deps.manifest import Manifest
 from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 from bootseer.errors import StepError
 from bootseer.sitekey import DEPS_MANIFEST, DEPS_REF
@@ -37,6 +38,20 @@ def fill(prefix: Path, uid: int) -> None:
     os.chmod(prefix / "bin" / "tool", 0o755)
     for p in [prefix, *prefix.rglob("*")]:
         os.chown(p, uid, uid, follow_symlinks=False)
+
+
+def captured_elsewhere(scratch: Path, store: Store) -> Manifest:
+    """A snapshot of USER_A's filled ``scratch/src``, its manifest pointed at
+    ``scratch/env`` to restore it elsewhere."""
+    src = scratch / "src"
+    src.mkdir()
+    fill(src, USER_A)
+    req = CaptureRequest(
+        prefix=str(src), scope="user/ada", base="1" * 32, key="2" * 32, uid=USER_A, gid=USER_A
+    )
+    m = capture(store, req, keys=KEYS)
+    m.prefix = str(scratch / "env")
+    return m
 
 
 def installed(call, prefix: Path) -> None:  # type: ignore[no-untyped-def]
@@ -455,17 +470,7 @@ def test_a_restore_past_its_deadline_leaves_no_temporary_directory(
     scratch: Path, store: Store
 ) -> None:
     needs_root()
-    src = scratch / "src"
-    src.mkdir()
-    fill(src, USER_A)
-    m = capture(
-        store,
-        CaptureRequest(
-            prefix=str(src), scope="user/ada", base="1" * 32, key="2" * 32, uid=USER_A, gid=USER_A
-        ),
-        keys=KEYS,
-    )
-    m.prefix = str(scratch / "env")  # restore it elsewhere
+    m = captured_elsewhere(scratch, store)
     import threading
 
     hung = threading.Event()
