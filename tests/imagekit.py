@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from bootseer import mounts
+from bootseer.agentapi.client import AgentClient
+from bootseer.agentapi.protocol import AgentUnavailable
 from bootseer.config import SiteConfig
-from bootseer.image.client import AgentClient
-from bootseer.image.protocol import AgentUnavailable
 from tests.conftest import squash, to_toml
 from tests.sitekeys import key_file
 

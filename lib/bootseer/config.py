@@ -94,7 +94,7 @@ class HooksSection:
     # Fault injection for tests and drills: "STEP:raise" or "STEP:hang".
     failpoints: list[str] = field(default_factory=list)
     # The node agent cleans up what hooks left of jobs Slurm no longer runs on the node
-    # (an epilog killed or never run: hooks/sweep.py), asking Slurm (one squeue) at most
+    # (an epilog killed or never run: agent/sweep.py), asking Slurm (one squeue) at most
     # once in this many seconds, and only while some job's state is on the node. 0: never.
     sweep_interval: float = 600.0
 

@@ -438,7 +438,7 @@ def check_agent(node: Node) -> Check:
     the install this bootseer is (not the venv of before an upgrade)."""
     name = "agent"
     assert node.cfg is not None
-    from bootseer.image.client import AgentClient
+    from bootseer.agentapi.client import AgentClient
     from bootseer.nodepaths import NodePaths
 
     paths = NodePaths(node.cfg)
@@ -468,11 +468,11 @@ def check_agent(node: Node) -> Check:
 @needs_config("stale jobs")
 def check_stale_jobs(node: Node) -> Check:
     """No job's state left on the node (job dir, prepared image, phase spool) of a job
-    that Slurm no longer runs here: an epilog killed or never run (hooks/sweep.py)."""
+    that Slurm no longer runs here: an epilog killed or never run (agent/sweep.py)."""
     name = "stale jobs"
     assert node.cfg is not None
-    from bootseer.hooks.sweep import find_stale
-    from bootseer.image.client import AgentClient
+    from bootseer.agent.sweep import find_stale
+    from bootseer.agentapi.client import AgentClient
     from bootseer.nodepaths import NodePaths
     from bootseer.slurmjobs import SlurmUnavailable
 
@@ -715,7 +715,7 @@ def check_metrics(node: Node) -> Check:
             f"{d}: uid {st.st_uid}, mode {mode:04o}: others may plant series node_exporter exports",
             make,
         )
-    from bootseer.metrics.agent import FILE
+    from bootseer.agent.metrics import FILE
 
     agent_file = d / FILE
     try:

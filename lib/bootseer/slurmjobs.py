@@ -1,6 +1,6 @@
 """What Slurm runs on this node: the jobs it lists here, and in which state.
 
-The node agent's sweep (:mod:`bootseer.hooks.sweep`) and ``bootseer doctor`` ask it
+The node agent's sweep (:mod:`bootseer.agent.sweep`) and ``bootseer doctor`` ask it
 before they call a job's state on the node stale. They ask Slurm, never the clock (jobs
 run for weeks), with one ``squeue`` for the node::
 

@@ -1,5 +1,5 @@
 """The checkpoint mount daemons' metrics: one file per node that every daemon adds its
-increments to (bootseer.metrics.ckpt), read by Debian's node_exporter."""
+increments to (bootseer.ckptd.metrics), read by Debian's node_exporter."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from bootseer import filelock
 from bootseer.ckpt import Namespace
 from bootseer.ckpt import mount as ckpt_mount
-from bootseer.ckpt.fuse import CkptFS
 from bootseer.ckpt.stage import Stage
-from bootseer.metrics.ckpt import FILE, LOCK, CkptMetrics
+from bootseer.ckptd.fuse import CkptFS
+from bootseer.ckptd.metrics import FILE, LOCK, CkptMetrics
 from tests.conftest import TEST_PORT_BASE
 from tests.exporterkit import EXPORTER, node_exporter, scrape
 
@@ -115,7 +115,7 @@ def test_a_mount_daemon_counts_what_it_moved_and_node_exporter_reads_it(
 
 
 def test_admin_doc_lists_every_ckpt_series() -> None:
-    from bootseer.metrics.ckpt import FAMILIES
+    from bootseer.ckptd.metrics import FAMILIES
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "admin.md").read_text()
     for f in FAMILIES:

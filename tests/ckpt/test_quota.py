@@ -208,7 +208,7 @@ def test_scopes_for_a_user_in_no_account() -> None:
 
 
 def test_the_doors_usage_request_names_no_namespace() -> None:
-    from bootseer.ckpt.wire import CkptUsage, CkptUsageReply, parse_ckpt_request
+    from bootseer.agentapi.ckpt import CkptUsage, CkptUsageReply, parse_ckpt_request
 
     assert parse_ckpt_request({"op": "ckpt_usage"}) == CkptUsage()
     assert parse_ckpt_request({"op": "ckpt_usage", "ns": "ignored"}) == CkptUsage()

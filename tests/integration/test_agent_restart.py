@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.image.protocol import AgentError, AgentRefused, AgentRestart, PingReply
+from bootseer.agentapi.protocol import AgentError, AgentRefused, AgentRestart, PingReply
 from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent
 from tests.waiting import wait_until
 
@@ -106,7 +106,7 @@ def test_bootseer_agent_restart_restarts_only_an_agent_of_another_install(base: 
 
 
 def test_only_root_may_restart_the_agent(base: Path) -> None:
-    from bootseer.image.handler import handle
+    from bootseer.agent.handler import handle
 
     with pytest.raises(AgentRefused):
         handle(None, AgentRestart(), peer_uid=1000)  # type: ignore[arg-type]
@@ -139,7 +139,7 @@ def test_a_new_script_that_cannot_run_gives_the_same_program_again(tmp_path: Pat
     code = (
         "import os, socket, sys\n"
         "from pathlib import Path\n"
-        "from bootseer.image import handover\n"
+        "from bootseer.agent import handover\n"
         f"path = Path({str(sock_path)!r})\n"
         "again = handover.inherited(path)\n"
         "if again is not None:\n"

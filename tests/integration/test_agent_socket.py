@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bootseer.image.protocol import AgentBadRequest, encode, error_for
+from bootseer.agentapi.protocol import AgentBadRequest, encode, error_for
 from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent
 from tests.waiting import wait_until
 
@@ -77,7 +77,7 @@ def test_stats_shows_a_user_only_their_own_jobs(base: Path) -> None:
         agent.prepare(5, "test:1", uid=ALICE, gid=ALICE)
         agent.prepare(6, "test:1", uid=BOB, gid=BOB)
         code = (
-            "import json; from bootseer.image.client import AgentClient\n"
+            "import json; from bootseer.agentapi.client import AgentClient\n"
             f"print(json.dumps(AgentClient({str(agent.socket)!r}).call('stats')['jobs']))\n"
         )
         seen = {}
@@ -166,7 +166,7 @@ def test_connections_are_capped_per_user_and_in_total(base: Path) -> None:
         # Once they are closed, users are served again: as soon as the agent has seen
         # them closed (its threads end on EOF), so asked until then, with a deadline.
         code = (
-            "from bootseer.image.client import AgentClient\n"
+            "from bootseer.agentapi.client import AgentClient\n"
             f"print(AgentClient({str(agent.socket)!r}).call('ping')['ok'])\n"
         )
         wait_until(

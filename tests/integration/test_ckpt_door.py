@@ -17,9 +17,9 @@ from typing import Any, cast
 
 import pytest
 
+from bootseer.agentapi.protocol import MAX_LINE, encode
 from bootseer.ckpt import Namespace
 from bootseer.config import SiteConfig
-from bootseer.image.protocol import MAX_LINE, encode
 from bootseer.sitekey import site_keys
 from bootseer.units import iec
 from tests.imagekit import AgentProc, site_config

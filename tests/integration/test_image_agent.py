@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from bootseer.agentapi.protocol import AgentError
 from bootseer.image.blocks import block_key
 from bootseer.image.manifest import load_manifest
-from bootseer.image.protocol import AgentError
 from bootseer.image.trace import Trace, save_trace, trace_key
 from bootseer.sitekey import IMAGE_TRACE
 from bootseer.store import open_store
@@ -132,7 +132,8 @@ def test_non_root_caller_may_ask_only_about_its_own_jobs(base: Path, image: Path
         agent.prepare(5, "test:1", uid=4242, gid=4242)
         agent.prepare(6, "test:1", uid=4343, gid=4343)
         code = (
-            "import sys; from pathlib import Path; from bootseer.image.client import AgentClient\n"
+            "import sys; from pathlib import Path\n"
+            "from bootseer.agentapi.client import AgentClient\n"
             f"c = AgentClient(Path({str(agent.socket)!r}))\n"
             "for op, job in [('status', 5), ('first_step', 5), ('status', 6), ('release', 5),"
             " ('prepare', 7)]:\n"

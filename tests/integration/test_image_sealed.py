@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from bootseer.agentapi.protocol import AgentError
 from bootseer.image.manifest import load_manifest, manifest_key, upload_file
-from bootseer.image.protocol import AgentError
 from bootseer.image.registry import name_key, path_key, tag_image
 from bootseer.image.trace import Trace, trace_key
 from bootseer.sitekey import IMAGE_MANIFEST, IMAGE_NAME, IMAGE_PATH, SealError, strip

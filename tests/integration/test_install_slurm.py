@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.image.client import AgentClient
-from bootseer.image.protocol import AgentError, PingReply
+from bootseer.agentapi.client import AgentClient
+from bootseer.agentapi.protocol import AgentError, PingReply
 from tests.conftest import TEST_PORT_BASE, TEST_STATE, DevSlurm, devcluster, own_cluster, squash
 from tests.waiting import wait_until
 

@@ -19,7 +19,7 @@ from tests.conftest import TEST_PORT_BASE
 from tests.waiting import wait_until
 
 # The program the agent runs again when the install's script cannot run: the venv's
-# interpreter with the same command line (image/handover.py's exec_again).
+# interpreter with the same command line (agent/handover.py's exec_again).
 FALLBACK = textwrap.dedent(
     """
     import os, sys, time

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from daemons import stop_pid
 
+from bootseer.agent.handover import ask_restart
+from bootseer.agentapi.client import AgentClient
+from bootseer.agentapi.protocol import AgentError
 from bootseer.config import load_config
-from bootseer.image.client import AgentClient
-from bootseer.image.handover import ask_restart
-from bootseer.image.protocol import AgentError
 from bootseer.nodepaths import NodePaths
 from tests.conftest import DevSlurm, squash
 from tests.waiting import wait_until

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bootseer.agentapi.protocol import AgentError
 from bootseer.image.manifest import upload_file
-from bootseer.image.protocol import AgentError
 from bootseer.image.registry import tag_image
 from bootseer.store import open_store
 from tests.imagekit import AgentProc, add_image, make_squashfs, site_config

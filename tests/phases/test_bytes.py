@@ -12,10 +12,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from bootseer.agentapi.client import AgentClient
+from bootseer.agentapi.protocol import JobReply, Prepare, ReleaseReply
 from bootseer.hooks.steps import StepCall
 from bootseer.image import step
-from bootseer.image.client import AgentClient
-from bootseer.image.protocol import JobReply, Prepare, ReleaseReply
 from bootseer.options import Options
 from bootseer.phases.compact import compact
 from bootseer.phases.reader import PhaseDataset

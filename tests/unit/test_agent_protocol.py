@@ -16,13 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.errors import StepError
-from bootseer.hooks.steps import StepCall
-from bootseer.image import step
-from bootseer.image.agent import Agent
-from bootseer.image.client import AgentClient
-from bootseer.image.handler import handle
-from bootseer.image.protocol import (
+from bootseer.agent.assembly import Agent
+from bootseer.agent.handler import handle
+from bootseer.agent.server import AgentServer
+from bootseer.agentapi.client import AgentClient
+from bootseer.agentapi.protocol import (
     ERRORS,
     MAX_VIEW_SCOPES,
     AgentBadRequest,
@@ -43,7 +41,9 @@ from bootseer.image.protocol import (
     error_reply,
     parse_request,
 )
-from bootseer.image.server import AgentServer
+from bootseer.errors import StepError
+from bootseer.hooks.steps import StepCall
+from bootseer.image import step
 from bootseer.options import Options
 from tests import hookkit
 from tests.hookkit import job_context

@@ -18,6 +18,7 @@ import pytest
 import zstandard
 
 from bootseer import jsonlimits
+from bootseer.agent.restart import RestartState
 from bootseer.ckpt.manifest import ManifestError as CkptManifestError
 from bootseer.ckpt.manifest import parse as parse_ckpt
 from bootseer.config import SiteConfig
@@ -30,7 +31,6 @@ from bootseer.deps.restore import find_snapshot, read_manifest
 from bootseer.errors import ConfigError
 from bootseer.image.manifest import Manifest, ManifestError, load_manifest, manifest_key
 from bootseer.image.registry import lookup_name, name_key, path_key, register_path
-from bootseer.image.restart import RestartState
 from bootseer.image.trace import load_trace, trace_key
 from bootseer.p2p.wire import PeerError, read_message
 from bootseer.phases.spool import Spool

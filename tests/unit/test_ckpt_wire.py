@@ -1,4 +1,4 @@
-"""The checkpoint door's contract (bootseer.ckpt.wire): what a client sends is what the
+"""The checkpoint door's contract (bootseer.agentapi.ckpt): what a client sends is what the
 agent parses, and whatever is malformed or too big is a bad request before the agent
 looks up a user, opens a store or touches a descriptor."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bootseer.ckpt.wire import (
+from bootseer.agentapi.ckpt import (
     MAX_NAME,
     MAX_PATHS,
     CkptGet,
@@ -19,7 +19,7 @@ from bootseer.ckpt.wire import (
     CkptVerify,
     CkptVerifyReply,
 )
-from bootseer.image.protocol import AgentBadRequest, parse_request
+from bootseer.agentapi.protocol import AgentBadRequest, parse_request
 
 
 @pytest.mark.parametrize(

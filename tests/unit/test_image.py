@@ -438,7 +438,7 @@ def test_a_demand_read_is_served_while_the_pacer_holds_the_fill(tmp_path: Path) 
 def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> None:
     """The owner serves a peer's fill at the fill's priority: while its own job reads,
     the block is not fetched for the peer (it was, at prefetch priority, during startup)."""
-    from bootseer.image.jobs import Jobs, JobView, PreparedImage
+    from bootseer.agent.jobs import Jobs, JobView, PreparedImage
     from bootseer.nodepaths import NodePaths
     from bootseer.p2p.wire import PieceRequest
 

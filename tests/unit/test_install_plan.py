@@ -128,7 +128,7 @@ def test_a_metrics_dir_that_contradicts_the_config_stops_the_install(tmp_path: P
 
 
 def test_what_became_of_each_agent_reads_in_the_summary() -> None:
-    from bootseer.image.handover import Outcome
+    from bootseer.agent.handover import Outcome
 
     assert Outcome("restarted", prefix="/opt/bootseer/venvs/ab").line() == "agent restarted"
     assert Outcome("current").line() == "agent current"

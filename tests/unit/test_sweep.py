@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from bootseer.agent.sweep import Sweeper, clean, list_leftovers
 from bootseer.config import SiteConfig
 from bootseer.errors import ConfigError
-from bootseer.hooks.sweep import Sweeper, clean, list_leftovers
 from bootseer.slurmjobs import NodeJobs, SlurmUnavailable, node_jobs, parse_jobs
 
 

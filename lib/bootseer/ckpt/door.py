@@ -32,16 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
-from bootseer.ckpt.layout import (
-    CkptError,
-    CkptIOError,
-    CkptPathError,
-    Namespace,
-    check_path,
-    namespace_name,
-)
-from bootseer.ckpt.reader import StripedReader
-from bootseer.ckpt.wire import (
+from bootseer.agentapi.ckpt import (
     MAX_ENTRIES,
     MAX_PROBLEMS,
     CkptGet,
@@ -58,15 +49,24 @@ from bootseer.ckpt.wire import (
     CkptVerify,
     CkptVerifyReply,
 )
-from bootseer.config import SiteConfig
-from bootseer.errors import BootseerError, StoreError
-from bootseer.image.protocol import (
+from bootseer.agentapi.protocol import (
     AgentBadRequest,
     AgentError,
     AgentNotFound,
     AgentRefused,
     Reply,
 )
+from bootseer.ckpt.layout import (
+    CkptError,
+    CkptIOError,
+    CkptPathError,
+    Namespace,
+    check_path,
+    namespace_name,
+)
+from bootseer.ckpt.reader import StripedReader
+from bootseer.config import SiteConfig
+from bootseer.errors import BootseerError, StoreError
 from bootseer.sitekey import SiteKeys
 
 CHUNK = 8 << 20  # as root's own ckpt CLI copies

@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING
 
-from bootseer.ckpt.wire import CkptEntry
+from bootseer.agentapi.ckpt import CkptEntry
 
 if TYPE_CHECKING:
     from bootseer.ckpt.layout import Namespace

@@ -1,7 +1,7 @@
 """Start and stop a job's checkpoint mount: a FUSE daemon that outlives the prolog.
 
 The prolog calls :func:`start`: it makes the mountpoint ``<mount_root>/<job_id>``
-(owned by the job's user, mode 0700), starts ``python -m bootseer.ckpt.fuse`` in a
+(owned by the job's user, mode 0700), starts ``python -m bootseer.ckptd.fuse`` in a
 session of its own, waits until the kernel lists the mount, and keeps the daemon's
 pid in the job dir. The epilog calls :func:`stop` with that record: it unmounts
 (lazily if the job left processes inside), waits for the daemon, escalates to
@@ -31,7 +31,7 @@ from bootseer.ckpt.totals import MountTotals, totals_path
 from bootseer.errors import StepError
 from bootseer.mounts import is_mounted, set_read_ahead, umount
 
-DAEMON_MODULE = "bootseer.ckpt.fuse"
+DAEMON_MODULE = "bootseer.ckptd.fuse"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ COMMANDS = (
     "bootseer.cli.report_cmd",
     "bootseer.cli.ckpt_cmd",
     "bootseer.cli.image_cmd",
+    "bootseer.cli.agent_cmd",
     "bootseer.cli.deps_cmd",
     "bootseer.cli.doctor_cmd",
     "bootseer.cli.install_cmd",

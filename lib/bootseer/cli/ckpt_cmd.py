@@ -31,8 +31,8 @@ from bootseer.progress import transfer_bar
 from bootseer.units import argparse_age
 
 if TYPE_CHECKING:
+    from bootseer.agentapi.ckpt import CkptEntry
     from bootseer.ckpt import Namespace
-    from bootseer.ckpt.wire import CkptEntry
 
 CHUNK = 8 << 20
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 from bootseer import units
-from bootseer.ckpt.wire import (
+from bootseer.agentapi.ckpt import (
     CkptGet,
     CkptGetReply,
     CkptList,
@@ -33,9 +33,9 @@ from bootseer.ckpt.wire import (
     CkptVerify,
     CkptVerifyReply,
 )
+from bootseer.agentapi.client import AgentClient
+from bootseer.agentapi.protocol import AgentUnavailable
 from bootseer.errors import BootseerError
-from bootseer.image.client import AgentClient
-from bootseer.image.protocol import AgentUnavailable
 from bootseer.progress import Tick, transfer_bar
 
 

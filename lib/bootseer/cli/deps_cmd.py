@@ -204,7 +204,7 @@ def _agent() -> Any:
 
 def _through_agent(call: Any, what: str) -> Any:
     """A user's view: the node agent reads the store for her (bootseer.deps.views)."""
-    from bootseer.image.protocol import AgentUnavailable
+    from bootseer.agentapi.protocol import AgentUnavailable
 
     try:
         return call()

@@ -1,9 +1,8 @@
-"""``bootseer image add|ls|show|rm|gc|first-step|status`` and ``bootseer agent``.
+"""``bootseer image add|ls|show|rm|gc|first-step|status``.
 
 bootseer image add /shared/images/pytorch.sqsh --name pytorch:24.05
 bootseer image ls
 bootseer image first-step            # in a job: startup is over, stop the trace
-bootseer agent --node n1             # the node agent (systemd runs this)
 """
 
 from __future__ import annotations
@@ -68,25 +67,6 @@ def register(sub: Any) -> None:
     st.add_argument("--job", type=int, default=None)
     st.add_argument("--node", default=None, help="node name for %%n in paths")
     st.set_defaults(handler=_status)
-
-    ag = sub.add_parser("agent", help="run the node agent (lazy images over FUSE)")
-    ag.add_argument(
-        "--node",
-        default=None,
-        help="node name for %%n in paths (default $SLURMD_NODENAME or host name)",
-    )
-    ag.add_argument(
-        "--restart",
-        action="store_true",
-        help="ask the running agent to restart in place (an upgrade): if it runs another "
-        "install than this bootseer (or with --force), once no job uses it",
-    )
-    ag.add_argument("--force", action="store_true", help="with --restart: even if current")
-    ag.add_argument(
-        "--now", action="store_true", help="with --restart: now or not at all (no waiting)"
-    )
-    ag.add_argument("--json", action="store_true", help="with --restart: the outcome as JSON")
-    ag.set_defaults(handler=_agent)
 
 
 def _node(arg: str | None) -> str:
@@ -177,8 +157,8 @@ def _ls_through_agent(args: argparse.Namespace) -> int:
     """A user's listing: she holds no store credentials and may not read ``images/``; the
     node agent (root) lists the names whose sealed records verify. Path images are
     other users' files, registered on first use: root's ``image ls`` shows them."""
+    from bootseer.agentapi.protocol import AgentUnavailable
     from bootseer.cli.ckpt_door import door
-    from bootseer.image.protocol import AgentUnavailable
 
     try:
         reply = door().image_names()
@@ -235,8 +215,8 @@ def _show(args: argparse.Namespace) -> int:
 def _show_through_agent(args: argparse.Namespace) -> int:
     """A user's ``image show``: she may not read ``images/``; the node agent answers for a
     name, with her own trace and the trace owner's (bootseer.image.views)."""
+    from bootseer.agentapi.protocol import AgentUnavailable
     from bootseer.cli.ckpt_door import door
-    from bootseer.image.protocol import AgentUnavailable
 
     try:
         reply = door().image_show(args.ref)
@@ -279,8 +259,8 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _client(node: str | None) -> Any:
+    from bootseer.agentapi.client import AgentClient
     from bootseer.config import load_config
-    from bootseer.image.client import AgentClient
     from bootseer.nodepaths import NodePaths
 
     return AgentClient(NodePaths(load_config().for_node(_node(node))).agent_socket)
@@ -300,56 +280,3 @@ def _status(args: argparse.Namespace) -> int:
     resp = client.call("status", job_id=args.job) if args.job else client.call("stats")
     print(json.dumps(resp, indent=1))
     return 0
-
-
-def _agent(args: argparse.Namespace) -> int:
-    from bootseer.config import load_config
-    from bootseer.image.daemon import serve
-
-    node = _node(args.node)
-    cfg = load_config().for_node(node)
-    if args.restart:
-        return _restart_agent(args, cfg)
-    if os.geteuid() != 0:
-        raise BootseerError("the agent runs as root (it mounts FUSE for all users)")
-
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    from bootseer.nodepaths import NodePaths
-    from bootseer.sdnotify import notify
-
-    socket = NodePaths(cfg).agent_socket
-
-    def ready() -> None:
-        say(f"bootseer agent ready on {socket}")
-        try:
-            notify("READY=1")  # Type=notify in the unit bootseer install writes
-        except OSError as exc:  # whoever listened is gone (after a restart in place)
-            say(f"bootseer agent: READY=1 not sent: {exc}")
-
-    listen = serve(cfg, node, ready=ready)
-    if listen is not None:  # restarting in place: the same pid, the install's venv now
-        from bootseer.image.handover import exec_again
-
-        exec_again(listen)
-    return 0
-
-
-def _restart_agent(args: argparse.Namespace, cfg: Any) -> int:
-    from bootseer.cli.caller import require_root
-
-    require_root("agent --restart", "the agent restarts for root only")
-    from dataclasses import asdict
-
-    from bootseer.image.client import AgentClient
-    from bootseer.image.handover import ask_restart
-    from bootseer.nodepaths import NodePaths
-
-    client = AgentClient(NodePaths(cfg).agent_socket)
-    outcome = ask_restart(client, args.force, when_idle=not args.now)
-    if args.json:
-        print(json.dumps(asdict(outcome)))
-    else:
-        print(outcome.line())
-    return 1 if outcome.state in ("failed", "unsupported") else 0

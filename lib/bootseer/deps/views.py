@@ -3,7 +3,7 @@
 A user holds no store credentials and may not read ``deps/`` (on S3 the anonymous
 identity reaches ``phases/`` only; on a ``file://`` store snapshots are root's), so her
 ``deps ls`` and ``deps show`` ask the node agent (``deps_ls``, ``deps_show``:
-:class:`~bootseer.image.protocol.DepsList`, :class:`~bootseer.image.protocol.DepsShow`),
+:class:`~bootseer.agentapi.protocol.DepsList`, :class:`~bootseer.agentapi.protocol.DepsShow`),
 which answers for the scopes her jobs restore from and no other (:func:`scopes_of`): her
 own (``user/<her>``), ``cluster`` where the site allows it, and ``account/<A>`` where the
 site allows account scopes, Slurm checks a job's account, and she is in ``A``. A
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from bootseer.image.protocol import (
+from bootseer.agentapi.protocol import (
     AgentBadRequest,
     AgentNotFound,
     AgentRefused,

@@ -41,8 +41,8 @@ def _lazy_image() -> str:
     path = os.environ.get("BOOTSEER_IMAGE", "")
     if path and os.path.isfile(path):
         return path
+    from bootseer.agentapi.client import AgentClient
     from bootseer.config import load_config
-    from bootseer.image.client import AgentClient
     from bootseer.nodepaths import NodePaths, node_name
 
     cfg = load_config().for_node(node_name())

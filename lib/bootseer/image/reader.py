@@ -14,10 +14,10 @@ from __future__ import annotations
 import threading
 import time
 
+from bootseer.agent.jobs import JobView
 from bootseer.image.blocks import block_range
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import DEMAND, Fetcher
-from bootseer.image.jobs import JobView
 
 
 class ImageReader:

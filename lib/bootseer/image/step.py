@@ -20,10 +20,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bootseer.errors import StepError, StoreError
-from bootseer.hooks.steps import StepCall, StepResult, StepRow
-from bootseer.image.client import AgentClient
-from bootseer.image.protocol import (
+from bootseer.agentapi.client import AgentClient
+from bootseer.agentapi.protocol import (
     AgentError,
     AgentPending,
     AgentTimeout,
@@ -31,6 +29,8 @@ from bootseer.image.protocol import (
     JobReply,
     Prepare,
 )
+from bootseer.errors import StepError, StoreError
+from bootseer.hooks.steps import StepCall, StepResult, StepRow
 from bootseer.image.registry import check_image_file
 from bootseer.nodepaths import NodePaths
 

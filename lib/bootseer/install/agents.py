@@ -5,7 +5,7 @@ After its install, each node is asked (over the same SSH session) to run
 ``bootseer agent --restart`` with the node's new bootseer: the agent restarts in place
 if it runs another venv than the installed one, or the config, secrets or site key it
 read changed (``--force``), and only once no job uses it (it answers which jobs it waits
-for; :mod:`bootseer.image.handover`). The node's summary line says what became of it:
+for; :mod:`bootseer.agent.handover`). The node's summary line says what became of it:
 
     >>> Outcome("pending", (12, 13)).line()
     'agent restarts once jobs 12, 13 end'
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from bootseer.image.handover import Outcome
+from bootseer.agent.handover import Outcome
 from bootseer.install.layout import Layout
 from bootseer.install.remote import Node
 

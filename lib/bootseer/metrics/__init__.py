@@ -4,7 +4,7 @@ With ``[metrics] textfile_dir`` set, two files appear there, each written whole 
 rename (node_exporter never reads half of one), root's, mode 0644:
 
 - ``bootseer_agent.prom``: the node agent's gauges and counters, every
-  ``[metrics] interval`` seconds and at its exit (:mod:`bootseer.metrics.agent`);
+  ``[metrics] interval`` seconds and at its exit (:mod:`bootseer.agent.metrics`);
 - ``bootseer_hooks.prom``: counters and histograms of every prolog and epilog run on
   the node, each run adding to what the file held (:mod:`bootseer.metrics.hooks`).
 

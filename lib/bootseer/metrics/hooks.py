@@ -168,7 +168,7 @@ class Tally:
 
     def __init__(self, text: str | None = None, families: tuple[Family, ...] = FAMILIES) -> None:
         """``families``: the file's (the hooks' by default; the checkpoint daemons' file
-        is kept the same way, :mod:`bootseer.metrics.ckpt`)."""
+        is kept the same way, :mod:`bootseer.ckptd.metrics`)."""
         self.values: dict[Key, float] = {}
         self.families = families
         names = {f"{f.name}{suffix}": f for f in families for suffix in _SUFFIXES[f.kind]}

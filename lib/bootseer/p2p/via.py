@@ -35,8 +35,8 @@ def agent_via(
     """None for a one-node job or with p2p off: nothing to share."""
     if len(nodes) < 2 or not cfg.p2p.enabled:
         return None
-    from bootseer.image.client import AgentClient
-    from bootseer.image.protocol import AgentError, AgentRefused, AgentUnavailable, FetchPiece
+    from bootseer.agentapi.client import AgentClient
+    from bootseer.agentapi.protocol import AgentError, AgentRefused, AgentUnavailable, FetchPiece
     from bootseer.nodepaths import NodePaths
 
     socket = NodePaths(cfg).agent_socket

@@ -162,8 +162,8 @@ def tell_agent_first_step() -> None:
     if not path or not job.isdigit():
         return
     # Here: every other mark stays free of the socket module.
-    from bootseer.image.client import AgentClient
-    from bootseer.image.protocol import AgentError
+    from bootseer.agentapi.client import AgentClient
+    from bootseer.agentapi.protocol import AgentError
 
     with contextlib.suppress(AgentError):
         AgentClient(path).first_step(int(job), timeout=0.5)

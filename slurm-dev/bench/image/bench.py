@@ -42,9 +42,9 @@ sys.path.insert(0, str(TOP / "lib"))
 
 import devcluster  # noqa: E402
 
-from bootseer.image.client import AgentClient  # noqa: E402
+from bootseer.agentapi.client import AgentClient  # noqa: E402
+from bootseer.agentapi.protocol import AgentUnavailable  # noqa: E402
 from bootseer.image.manifest import upload_file  # noqa: E402
-from bootseer.image.protocol import AgentUnavailable  # noqa: E402
 from bootseer.image.registry import tag_image  # noqa: E402
 from bootseer.image.trace import trace_key  # noqa: E402
 from bootseer.sitekey import load_keys  # noqa: E402

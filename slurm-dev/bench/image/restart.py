@@ -23,8 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-from bootseer.image.client import AgentClient
-from bootseer.image.protocol import AgentError, AgentUnavailable
+from bootseer.agentapi.client import AgentClient
+from bootseer.agentapi.protocol import AgentError, AgentUnavailable
 
 CMD = [sys.executable, "-c", "import sys; from bootseer.cli import main; sys.exit(main())"]
 

@@ -1,7 +1,7 @@
 """The agent's unix socket: one request per connection, the caller known by ``SO_PEERCRED``.
 
-Each connection is one line of JSON in and one out (:mod:`bootseer.image.protocol`);
-:func:`bootseer.image.handler.handle` decides what the caller may do. An error
+Each connection is one line of JSON in and one out (:mod:`bootseer.agentapi.protocol`);
+:func:`bootseer.agent.handler.handle` decides what the caller may do. An error
 travels as its kind, so the client raises the same exception class the agent did.
 
     >>> server = AgentServer(Path("/run/bootseer/agent.sock"), agent)  # doctest: +SKIP
@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from bootseer import jsonlimits
-from bootseer.errors import StoreError
-from bootseer.image.agent import Agent
-from bootseer.image.client import AgentClient
-from bootseer.image.handler import handle
-from bootseer.image.protocol import (
+from bootseer.agent.assembly import Agent
+from bootseer.agent.handler import handle
+from bootseer.agentapi.client import AgentClient
+from bootseer.agentapi.protocol import (
     MAX_LINE,
     AgentBadRequest,
     AgentError,
@@ -35,6 +34,7 @@ from bootseer.image.protocol import (
     error_reply,
     parse_request,
 )
+from bootseer.errors import StoreError
 
 
 def peer_uid(sock: socket.socket) -> int:

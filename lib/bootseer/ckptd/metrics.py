@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from bootseer.metrics.hooks import Family, Key, Tally, _key
 
 if TYPE_CHECKING:
-    from bootseer.ckpt.fuse import CkptFS
+    from bootseer.ckptd.fuse import CkptFS
     from bootseer.config import SiteConfig
 
 FILE = "bootseer_ckpt.prom"

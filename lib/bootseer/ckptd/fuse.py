@@ -5,7 +5,7 @@ It runs as root (store credentials never reach the job's user) and is mounted wi
 mode 0700 for directories and 0600 for files, so the kernel lets that user in and
 nobody else (root aside). :mod:`bootseer.ckpt.mount` starts it as a daemon::
 
-    python -m bootseer.ckpt.fuse --namespace ada/llama --uid 1000 --gid 1000 /run/.../ckpt/42
+    python -m bootseer.ckptd.fuse --namespace ada/llama --uid 1000 --gid 1000 /run/.../ckpt/42
 
 Reads go through a :class:`StripedReader` per open file (read-ahead over all targets).
 Writes stream into a :class:`StripedWriter`: bytes written front to back go straight to
@@ -762,7 +762,7 @@ def mount_options(ns: Namespace) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bootseer.ckpt.fuse",
+        prog="python -m bootseer.ckptd.fuse",
         description="Serve a striped checkpoint namespace over FUSE.",
     )
     p.add_argument("--namespace", required=True, help="<user>/<name>")
@@ -810,7 +810,7 @@ def main(argv: list[str] | None = None) -> int:
     fs = CkptFS(ns, args.uid, args.gid, stage)
     pyfuse3.init(fs, args.mountpoint, mount_options(ns))
     log(f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {args.uid}")
-    from bootseer.metrics.ckpt import CkptMetrics
+    from bootseer.ckptd.metrics import CkptMetrics
 
     metrics = CkptMetrics.start(cfg, fs, log)
     try:

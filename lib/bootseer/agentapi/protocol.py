@@ -1,7 +1,7 @@
 """The node agent's socket contract: typed requests, typed replies, error kinds.
 
 One connection carries one request and one reply, each a line of JSON. The server
-(:mod:`bootseer.image.server`) and the client (:mod:`bootseer.image.client`) both
+(:mod:`bootseer.agent.server`) and the client (:mod:`bootseer.agentapi.client`) both
 speak through this module, so the wire format lives in one place::
 
     {"op": "prepare", "job_id": 42, "uid": 1000, "gid": 1000, "image": "/shared/a.sqsh",
@@ -138,7 +138,7 @@ class Stats(Request):
 @dataclass(frozen=True)
 class AgentRestart(Request):
     """Restart in place (an upgrade, a new config): the agent runs its program again,
-    from the install's ``venv`` link, once no job uses it (:mod:`bootseer.image.handover`).
+    from the install's ``venv`` link, once no job uses it (:mod:`bootseer.agent.handover`).
     ``when_idle``: while jobs use it, restart as soon as they are gone; else only now."""
 
     op = "restart"
@@ -262,8 +262,8 @@ def parse_request(doc: object) -> Request:
         raise AgentBadRequest("request must be a JSON object")
     op = doc.get("op")
     if isinstance(op, str) and op.startswith("ckpt_"):
-        # The checkpoint door's requests (bootseer.ckpt.wire), on the same socket and caps.
-        from bootseer.ckpt.wire import parse_ckpt_request
+        # The checkpoint door's requests (bootseer.agentapi.ckpt), on the same socket and caps.
+        from bootseer.agentapi.ckpt import parse_ckpt_request
 
         return parse_ckpt_request(doc)
     cls = REQUESTS.get(op) if isinstance(op, str) else None

@@ -5,7 +5,7 @@ user and readable by no one else (``default_permissions`` makes the kernel check
 The mount is ``ro``: opening for write, chmod, truncate and create fail (EROFS).
 Reads of local blocks are served on the event loop; a miss goes to a thread that
 waits for the fetcher, so one slow block never holds up reads of others. A read the
-store cannot serve in time fails with EIO. :func:`bootseer.image.daemon.serve` mounts it.
+store cannot serve in time fails with EIO. :func:`bootseer.agent.daemon.serve` mounts it.
 
     >>> pyfuse3.init(ImageFS(agent), "/run/bootseer/images", set(MOUNT_OPTIONS))  # doctest: +SKIP
 """
@@ -22,9 +22,9 @@ from typing import Any
 import pyfuse3
 import trio
 
-from bootseer.image.agent import Agent
+from bootseer.agent.assembly import Agent
+from bootseer.agent.jobs import INODE_BASE, JobView
 from bootseer.image.fetch import FetchError
-from bootseer.image.jobs import INODE_BASE, JobView
 
 READ_AHEAD_KIB = 1024
 ROOT = pyfuse3.ROOT_INODE

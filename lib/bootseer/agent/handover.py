@@ -2,13 +2,13 @@
 
 A job's image is a file in the agent's FUSE mount: a job that opened it (squashfuse,
 Apptainer) loses it when the agent process ends, whatever a new agent brings back. So
-an agent restarts only when it is idle: no prepared image (:class:`~bootseer.image.jobs.Jobs`),
+an agent restarts only when it is idle: no prepared image (:class:`~bootseer.agent.jobs.Jobs`),
 no job dir on the node (``<run_dir>/jobs/<job>``: a bootseer job between its prolog and
 epilog, whose checkpoint mount or dependency restore asks the agent for pieces), and no
 request of root's in flight (a hook's). Asked while jobs run
-(:class:`~bootseer.image.protocol.AgentRestart` with ``when_idle``), it answers
+(:class:`~bootseer.agentapi.protocol.AgentRestart` with ``when_idle``), it answers
 ``pending`` with their ids and restarts once they are gone; meanwhile it sweeps what
-epilogs left of jobs Slurm no longer runs here (:mod:`bootseer.hooks.sweep`), which would
+epilogs left of jobs Slurm no longer runs here (:mod:`bootseer.agent.sweep`), which would
 hold it for good.
 
 The restart keeps the process: the agent stops accepting connections, gives those in
@@ -40,12 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bootseer.image.protocol import RestartReply
+from bootseer.agentapi.protocol import RestartReply
 
 if TYPE_CHECKING:
-    from bootseer.image.agent import Agent
-    from bootseer.image.client import AgentClient
-    from bootseer.image.server import AgentServer
+    from bootseer.agent.assembly import Agent
+    from bootseer.agent.server import AgentServer
+    from bootseer.agentapi.client import AgentClient
 
 # The listening socket's descriptor, and the pid it is meant for (as systemd's
 # LISTEN_FDS/LISTEN_PID: a child that inherits the environment must not take it).
@@ -252,7 +252,7 @@ def ask_restart(
     """Restart the agent behind ``client`` if it runs another install than this program
     (``sys.prefix``), or with ``force`` (a new config); wait up to ``wait`` seconds for
     the new program to answer."""
-    from bootseer.image.protocol import AgentBadRequest, AgentError, AgentUnavailable
+    from bootseer.agentapi.protocol import AgentBadRequest, AgentError, AgentUnavailable
 
     here = os.path.realpath(sys.prefix)
     try:

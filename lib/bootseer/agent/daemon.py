@@ -1,10 +1,10 @@
 """The node agent's main loop: what ``bootseer agent`` runs until SIGTERM.
 
 It brings back the jobs prepared before a restart, mounts the image filesystem
-(:mod:`bootseer.image.fuse`), answers on the socket (:mod:`bootseer.image.server`)
+(:mod:`bootseer.agent.fuse`), answers on the socket (:mod:`bootseer.agent.server`)
 in a thread of its own, and on SIGTERM/SIGINT unmounts, removes the socket and stops
 the fetcher. A new listener (a peer server for other nodes) starts and stops here.
-Asked to restart in place (:mod:`bootseer.image.handover`), it cleans up the same way
+Asked to restart in place (:mod:`bootseer.agent.handover`), it cleans up the same way
 but keeps its listening socket and returns it, for the program to run again.
 
     >>> serve(load_config().for_node("n1"), "n1")  # doctest: +SKIP
@@ -22,12 +22,12 @@ from collections.abc import Callable
 import pyfuse3
 import trio
 
+from bootseer.agent.assembly import Agent
+from bootseer.agent.fuse import MOUNT_OPTIONS, READ_AHEAD_KIB, ImageFS
+from bootseer.agent.handover import Handover, inherited
+from bootseer.agent.metrics import AgentMetrics
+from bootseer.agent.server import AgentServer
 from bootseer.config import SiteConfig
-from bootseer.image.agent import Agent
-from bootseer.image.fuse import MOUNT_OPTIONS, READ_AHEAD_KIB, ImageFS
-from bootseer.image.handover import Handover, inherited
-from bootseer.image.server import AgentServer
-from bootseer.metrics.agent import AgentMetrics
 from bootseer.mounts import raise_read_ahead_when_ready, unmount_stale
 
 

@@ -5,7 +5,7 @@ restarted, the node rebooted mid-job) leaves the job's state on the node: its jo
 (``<run_dir>/jobs/<job>``, with the deps step's state and the checkpoint mount's
 record), its checkpoint mount, its phase spool, and in the agent its prepared image,
 which holds its FUSE file and its blocks pinned in the cache. A job dir also keeps the
-agent from restarting in place (:mod:`bootseer.image.handover`) for good.
+agent from restarting in place (:mod:`bootseer.agent.handover`) for good.
 
 The sweep asks Slurm, never the clock (jobs run for weeks): a job whose state is on the
 node is stale only when Slurm, asked after that state was listed, does not run it here

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from bootseer.image.protocol import AgentBadRequest, Reply, Request
+from bootseer.agentapi.protocol import AgentBadRequest, Reply, Request
 
 MAX_NAME = 1024  # longer than any valid namespace (256) or path (1024 checked again)
 MAX_PATHS = 1000  # files one ``rm`` may name

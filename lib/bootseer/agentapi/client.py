@@ -2,7 +2,7 @@
 
 The one client of the agent's socket: the prolog and epilog steps, the CLI, the pyxis
 importer and a job's ``first_step`` mark all use it. Cheap to import (the standard
-library and :mod:`bootseer.image.protocol`): a mark from a job script is a process start.
+library and :mod:`bootseer.agentapi.protocol`): a mark from a job script is a process start.
 
     >>> AgentClient(Path("/run/bootseer/agent.sock")).ping()  # doctest: +SKIP
     PingReply(node='n1', pid=4242)
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bootseer import jsonlimits
-from bootseer.image.protocol import (
+from bootseer.agentapi.protocol import (
     AgentError,
     AgentRestart,
     AgentTimeout,
@@ -50,7 +50,7 @@ from bootseer.image.protocol import (
 
 
 class AgentClient:
-    """The agent at ``path``; every call raises a :class:`~bootseer.image.protocol.AgentError`
+    """The agent at ``path``; every call raises a :class:`~bootseer.agentapi.protocol.AgentError`
     subclass naming what went wrong (unavailable, timeout, refused, not found, pending...)."""
 
     def __init__(self, path: Path | str) -> None:

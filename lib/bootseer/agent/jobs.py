@@ -21,15 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from bootseer.config import ImageSection
-from bootseer.context import expand_nodes
-from bootseer.errors import ContextError, StoreError
-from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
-from bootseer.image.manifest import Manifest, load_manifest, max_path_image_bytes
-from bootseer.image.peers import PeerSource
-from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
-from bootseer.image.protocol import (
+from bootseer.agent.restart import RestartState, SavedJob
+from bootseer.agentapi.protocol import (
     AgentBadRequest,
     AgentError,
     AgentNotFound,
@@ -40,6 +33,14 @@ from bootseer.image.protocol import (
     Prepare,
     ReleaseReply,
 )
+from bootseer.config import ImageSection
+from bootseer.context import expand_nodes
+from bootseer.errors import ContextError, StoreError
+from bootseer.image.cache import BlockCache
+from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
+from bootseer.image.manifest import Manifest, load_manifest, max_path_image_bytes
+from bootseer.image.peers import PeerSource
+from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
 from bootseer.image.registry import (
     RegistrationPending,
     UnknownImage,
@@ -47,7 +48,6 @@ from bootseer.image.registry import (
     open_image_file,
     register_path,
 )
-from bootseer.image.restart import RestartState, SavedJob
 from bootseer.image.trace import Recorder, Trace, hot_order, load_trace, save_trace, trace_user
 from bootseer.nodepaths import NodePaths
 from bootseer.p2p.node import PeerNode

@@ -1,19 +1,19 @@
 """The node agent: prepares images for jobs, serves them lazily, records and prefetches.
 
 One agent runs per node (``bootseer agent``; packaging/bootseer-agent.service;
-:func:`bootseer.image.daemon.serve` runs it). :class:`Agent` builds and holds its
+:func:`bootseer.agent.daemon.serve` runs it). :class:`Agent` builds and holds its
 parts, each a module of its own:
 
 - :mod:`~bootseer.image.cache` and :mod:`~bootseer.image.fetch`: the node's verified
   blocks, and the one place they are fetched from a block source (the store, an image
   file; a new source, such as a peer node, is one more ``BlockSource``);
-- :mod:`~bootseer.image.jobs`: the job lifecycle (prepare, first step, release), with
-  :mod:`~bootseer.image.restart` keeping each prepared job across an agent restart;
+- :mod:`~bootseer.agent.jobs`: the job lifecycle (prepare, first step, release), with
+  :mod:`~bootseer.agent.restart` keeping each prepared job across an agent restart;
 - :mod:`~bootseer.image.reader`: an image's bytes for the FUSE mount
-  (:mod:`~bootseer.image.fuse`);
-- :mod:`~bootseer.image.handler`, :mod:`~bootseer.image.server`: the unix socket the
-  prolog, epilog and jobs ask (:mod:`~bootseer.image.protocol` is its contract,
-  :mod:`~bootseer.image.client` its one client).
+  (:mod:`~bootseer.agent.fuse`);
+- :mod:`~bootseer.agent.handler`, :mod:`~bootseer.agent.server`: the unix socket the
+  prolog, epilog and jobs ask (:mod:`~bootseer.agentapi.protocol` is its contract,
+  :mod:`~bootseer.agentapi.client` its one client).
 
     >>> agent = Agent(load_config().for_node("n1"), "n1")  # doctest: +SKIP
     >>> agent.stats().cache_bytes  # doctest: +SKIP
@@ -27,15 +27,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from bootseer.config import SiteConfig
-from bootseer.context import expand_nodes
-from bootseer.errors import BootseerError, ContextError
-from bootseer.hooks.sweep import Sweeper
-from bootseer.image.blocks import check_block_size
-from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import Fetcher
-from bootseer.image.jobs import Jobs
-from bootseer.image.protocol import (
+from bootseer.agent.jobs import Jobs
+from bootseer.agent.sweep import Sweeper
+from bootseer.agentapi.protocol import (
     AgentBadRequest,
     AgentError,
     FetchPiece,
@@ -43,6 +37,12 @@ from bootseer.image.protocol import (
     PieceFile,
     StatsReply,
 )
+from bootseer.config import SiteConfig
+from bootseer.context import expand_nodes
+from bootseer.errors import BootseerError, ContextError
+from bootseer.image.blocks import check_block_size
+from bootseer.image.cache import BlockCache
+from bootseer.image.fetch import Fetcher
 from bootseer.image.reader import ImageReader
 from bootseer.linelog import LineLog
 from bootseer.nodepaths import NodePaths
@@ -56,7 +56,7 @@ from bootseer.store import Store
 MAX_LISTED = 10_000
 
 if TYPE_CHECKING:
-    from bootseer.image.handover import Handover
+    from bootseer.agent.handover import Handover
 
 
 class Agent:

@@ -22,9 +22,9 @@ from bootseer.metrics.textfile import write_textfile
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
+    from bootseer.agent.assembly import Agent
+    from bootseer.agent.server import AgentServer
     from bootseer.config import SiteConfig
-    from bootseer.image.agent import Agent
-    from bootseer.image.server import AgentServer
 
 FILE = "bootseer_agent.prom"
 PRIORITIES = {DEMAND: "demand", PREFETCH: "prefetch", BACKGROUND: "background"}

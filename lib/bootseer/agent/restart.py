@@ -3,7 +3,7 @@
 A job's lazy image file must keep working when the agent restarts (an upgrade, a
 crash) while the job runs: the prolog's answer named that file and the job holds it.
 So ``prepare`` writes one small JSON file per job, ``release`` removes it, and a
-starting agent reads them all back (:meth:`bootseer.image.jobs.Jobs.restore`). The
+starting agent reads them all back (:meth:`bootseer.agent.jobs.Jobs.restore`). The
 trace recorded before the restart is lost; the file is not. A path image's file is
 opened again as the job's user and must be the very file opened before (device,
 inode, size, mtime), or the job's view is dropped.

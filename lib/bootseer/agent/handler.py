@@ -1,6 +1,6 @@
 """Who may ask the agent what: authorisation and dispatch of one typed request.
 
-The caller is known by ``SO_PEERCRED`` (:mod:`bootseer.image.server`): root (the
+The caller is known by ``SO_PEERCRED`` (:mod:`bootseer.agent.server`): root (the
 prolog and epilog) may send every request; any other user may only ask ``status``
 or ``first_step`` about a job of their own, and learns nothing of others' jobs (a
 job of another user is "not found", exactly as a job that is not there); any user
@@ -20,10 +20,10 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from bootseer.ckpt.wire import CkptRequest
-from bootseer.image.agent import Agent
-from bootseer.image.jobs import JobView
-from bootseer.image.protocol import (
+from bootseer.agent.assembly import Agent
+from bootseer.agent.jobs import JobView
+from bootseer.agentapi.ckpt import CkptRequest
+from bootseer.agentapi.protocol import (
     AgentBadRequest,
     AgentError,
     AgentNotFound,

@@ -1,0 +1,1 @@
+"""The node agent (`bootseer agent`): one long-running root service per node."""

@@ -1,0 +1,1 @@
+"""The node agent's socket contract: requests, replies, error kinds, and its one client."""
