@@ -23,7 +23,7 @@ from typing import Any
 
 from bootseer import mounts
 from bootseer.agentapi.client import AgentClient
-from bootseer.agentapi.protocol import AgentUnavailable
+from bootseer.agentapi.errors import AgentUnavailable
 from bootseer.config import SiteConfig
 from tests.conftest import squash, to_toml
 from tests.sitekeys import key_file

@@ -439,13 +439,14 @@ def check_agent(node: Node) -> Check:
     name = "agent"
     assert node.cfg is not None
     from bootseer.agentapi.client import AgentClient
+    from bootseer.agentapi.jobs import Ping
     from bootseer.nodepaths import NodePaths
 
     paths = NodePaths(node.cfg)
     sock = paths.agent_socket
     fix = f"systemctl enable --now bootseer-agent; see {paths.agent_log(node.name)}"
     try:
-        reply = AgentClient(sock).ping(timeout=5)
+        reply = AgentClient(sock).ask(Ping(), timeout=5)
     except BootseerError as exc:
         return problem(name, str(exc), fix)
     mode = stat.S_IMODE(os.stat(sock).st_mode)
@@ -473,13 +474,14 @@ def check_stale_jobs(node: Node) -> Check:
     assert node.cfg is not None
     from bootseer.agent.sweep import find_stale
     from bootseer.agentapi.client import AgentClient
+    from bootseer.agentapi.jobs import Stats
     from bootseer.nodepaths import NodePaths
     from bootseer.slurmjobs import SlurmUnavailable
 
     paths = NodePaths(node.cfg)
     prepared: list[int] = []
     with contextlib.suppress(BootseerError):  # the agent check says why it does not answer
-        prepared = AgentClient(paths.agent_socket).stats(timeout=5).jobs
+        prepared = AgentClient(paths.agent_socket).ask(Stats(), timeout=5).jobs
     try:
         found, _, stale = find_stale(node.name, paths.run_dir, node.cfg.phases.squeue, prepared)
     except SlurmUnavailable as exc:

@@ -208,11 +208,12 @@ def test_scopes_for_a_user_in_no_account() -> None:
 
 
 def test_the_doors_usage_request_names_no_namespace() -> None:
-    from bootseer.agentapi.ckpt import CkptUsage, CkptUsageReply, parse_ckpt_request
+    from bootseer.agentapi.ckpt import CkptUsage, CkptUsageReply, UsageRow
+    from bootseer.agentapi.requests import parse_request
 
-    assert parse_ckpt_request({"op": "ckpt_usage"}) == CkptUsage()
-    assert parse_ckpt_request({"op": "ckpt_usage", "ns": "ignored"}) == CkptUsage()
-    reply = CkptUsageReply([{"kind": "user", "name": "ada", "limit": 5, "used": 3}])
+    assert parse_request({"op": "ckpt_usage"}) == CkptUsage()
+    assert parse_request({"op": "ckpt_usage", "ns": "ignored"}) == CkptUsage()
+    reply = CkptUsageReply([UsageRow("user", "ada", 5, 3)])
     assert CkptUsageReply.from_wire(reply.to_wire()) == reply
 
 

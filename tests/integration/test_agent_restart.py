@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.agentapi.protocol import AgentError, AgentRefused, AgentRestart, PingReply
+from bootseer.agent.handler import Caller
+from bootseer.agentapi.errors import AgentError, AgentRefused
+from bootseer.agentapi.jobs import AgentRestart, Ping, PingReply, Stats
 from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent
 from tests.waiting import wait_until
 
@@ -34,7 +36,7 @@ def mounts_at(path: Path) -> int:
 
 def restarted(agent: AgentProc, before: PingReply) -> PingReply | None:
     try:
-        now = agent.client.ping(timeout=5)
+        now = agent.client.ask(Ping(), timeout=5)
     except AgentError:
         return None
     return now if now.started != before.started else None
@@ -48,18 +50,18 @@ def test_a_restart_waits_for_the_jobs_then_runs_again_in_place(base: Path, image
         pid = agent.proc.pid
         lazy = Path(agent.prepare(1, "test:1")["path"])
         assert lazy.read_bytes() == original
-        before = agent.client.ping()
+        before = agent.client.ask(Ping())
         assert before.pid == pid and before.prefix == os.path.realpath(sys.prefix)
 
-        now = agent.client.restart(when_idle=False)
+        now = agent.client.ask(AgentRestart(False))
         assert (now.state, now.jobs) == ("busy", [1])
         # A bootseer job between its prolog and epilog (its job dir) holds it too.
         (base / "t1" / "run" / "jobs" / "7").mkdir(parents=True)
-        pending = agent.client.restart(when_idle=True)
+        pending = agent.client.ask(AgentRestart(True))
         assert (pending.state, pending.jobs) == ("pending", [1, 7])
         assert lazy.read_bytes() == original  # the job's image is still served
         agent.release(1)
-        assert agent.client.ping().started == before.started  # job 7 still runs
+        assert agent.client.ask(Ping()).started == before.started  # job 7 still runs
         (base / "t1" / "run" / "jobs" / "7").rmdir()
 
         after = wait_until(lambda: restarted(agent, before), "the agent restarted", 60)
@@ -74,12 +76,12 @@ def test_a_restart_waits_for_the_jobs_then_runs_again_in_place(base: Path, image
 
 def test_requests_sent_during_the_restart_wait_for_the_new_agent(base: Path) -> None:
     with running_agent(base) as agent:
-        before = agent.client.ping()
+        before = agent.client.ask(Ping())
         sock = os.stat(agent.socket).st_ino
-        assert agent.client.restart(when_idle=False).state == "restarting"
+        assert agent.client.ask(AgentRestart(False)).state == "restarting"
         # The old agent accepts nothing more; its listening socket passes to the new
         # program, so this ping waits in the backlog instead of finding no agent.
-        now = agent.client.ping(timeout=60)
+        now = agent.client.ask(Ping(), timeout=60)
         assert now.started != before.started and now.pid == before.pid
         assert os.stat(agent.socket).st_ino == sock  # the very socket, never re-bound
         assert mounts_at(agent.mount) == 1
@@ -97,19 +99,19 @@ def test_bootseer_agent_restart_restarts_only_an_agent_of_another_install(base: 
             doc: dict[str, object] = json.loads(r.stdout)
             return doc
 
-        before = agent.client.ping()
+        before = agent.client.ask(Ping())
         assert run()["state"] == "current"  # it runs this very venv: nothing to do
-        assert agent.client.ping().started == before.started
+        assert agent.client.ask(Ping()).started == before.started
         done = run("--force")  # a new config: restart all the same
         assert done["state"] == "restarted" and done["prefix"] == os.path.realpath(sys.prefix)
-        assert agent.client.ping().started != before.started
+        assert agent.client.ask(Ping()).started != before.started
 
 
 def test_only_root_may_restart_the_agent(base: Path) -> None:
     from bootseer.agent.handler import handle
 
     with pytest.raises(AgentRefused):
-        handle(None, AgentRestart(), peer_uid=1000)  # type: ignore[arg-type]
+        handle(None, AgentRestart(), Caller(1000))  # type: ignore[arg-type]
 
 
 def test_doctor_names_an_agent_that_runs_an_older_install(
@@ -125,7 +127,7 @@ def test_doctor_names_an_agent_that_runs_an_older_install(
         monkeypatch.setattr(sys, "prefix", str(base / "venvs" / "new"))
         check = doctor.check_agent(node)
         assert check.status == "problem", check
-        assert f"the agent runs {agent.client.ping().prefix}" in check.detail
+        assert f"the agent runs {agent.client.ask(Ping()).prefix}" in check.detail
         assert "an older install" in check.detail and "--restart" in check.fix
 
 
@@ -170,7 +172,7 @@ def test_a_users_request_that_never_ends_does_not_hold_the_restart_back(base: Pa
         "    time.sleep(1)\n"
     )
     with running_agent(base) as agent:
-        before = agent.client.ping()
+        before = agent.client.ask(Ping())
         as_mallory = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
         user = subprocess.Popen(
             [*as_mallory, "/usr/bin/python3", "-c", trickle, str(agent.socket)],
@@ -180,8 +182,8 @@ def test_a_users_request_that_never_ends_does_not_hold_the_restart_back(base: Pa
         try:
             assert user.stdout is not None and user.stdout.readline() == "connected\n"
             # Hers and this stats request: the agent reads her request.
-            wait_until(lambda: agent.stats()["connections"] >= 2, "her connection served")
-            reply = agent.client.restart(when_idle=False, timeout=60)
+            wait_until(lambda: agent.client.ask(Stats()).connections >= 2, "her connection served")
+            reply = agent.client.ask(AgentRestart(False), timeout=60)
             assert reply.state == "restarting", reply
             after = wait_until(lambda: restarted(agent, before), "the agent restarted", 60)
             assert after is not None and after.pid == before.pid

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from bootseer.agentapi.protocol import AgentBadRequest, encode, error_for
+from bootseer.agentapi.errors import AgentBadRequest, error_for
+from bootseer.agentapi.wire import encode
 from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent
 from tests.waiting import wait_until
 

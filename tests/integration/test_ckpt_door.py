@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import pytest
 
-from bootseer.agentapi.protocol import MAX_LINE, encode
+from bootseer.agentapi.wire import MAX_LINE, encode
 from bootseer.ckpt import Namespace
 from bootseer.config import SiteConfig
 from bootseer.sitekey import site_keys

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.agentapi.protocol import AgentError
+from bootseer.agentapi.errors import AgentError
 from bootseer.image.blocks import block_key
 from bootseer.image.manifest import load_manifest
 from bootseer.image.trace import Trace, save_trace, trace_key

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bootseer.agentapi.jobs import Status
 from tests.imagekit import add_image, make_squashfs, running_agent
 
 pytestmark = pytest.mark.skipif(
@@ -120,7 +121,7 @@ def test_restart_serves_a_path_image_only_if_it_is_the_same_file(base: Path) -> 
             log = agent.log_text()
             assert "state 2.json not restored" in log and "not a regular file" in log
             assert "state 3.json not restored" in log
-            lazy = Path(agent.client.call("status", job_id=1)["path"])
+            lazy = Path(agent.client.ask(Status(1)).path)
             assert lazy.read_bytes() == kept.read_bytes()
         finally:
             unblock(fifo)

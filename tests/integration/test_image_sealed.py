@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.agentapi.protocol import AgentError
+from bootseer.agentapi.errors import AgentError
 from bootseer.image.manifest import load_manifest, manifest_key, upload_file
 from bootseer.image.registry import name_key, path_key, tag_image
 from bootseer.image.trace import Trace, trace_key

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from bootseer.agentapi.client import AgentClient
-from bootseer.agentapi.protocol import AgentError, PingReply
+from bootseer.agentapi.errors import AgentError
+from bootseer.agentapi.jobs import Ping, PingReply, Stats
 from tests.conftest import TEST_PORT_BASE, TEST_STATE, DevSlurm, devcluster, own_cluster, squash
 from tests.waiting import wait_until
 
@@ -146,7 +147,7 @@ def mounts_at(path: Path) -> int:
 
 def restarted(cluster: devcluster.Cluster, node: str, before: PingReply) -> bool:
     try:
-        return agent(cluster, node).ping(timeout=5).started != before.started
+        return agent(cluster, node).ask(Ping(), timeout=5).started != before.started
     except AgentError:
         return False
 
@@ -157,7 +158,7 @@ def test_restart_agents_restarts_idle_agents_and_waits_for_running_jobs(
     """An upgrade (here: a new config) with a job running on n1: n2-n4's agents run the
     new install at once, n1's once the job ended; none leaves a mount behind."""
     cluster = installed.cluster
-    before = {n: agent(cluster, n).ping() for n in installed.nodes}
+    before = {n: agent(cluster, n).ask(Ping()) for n in installed.nodes}
     go = work / "go"
     script = (
         "#!/bin/sh\n"
@@ -166,7 +167,9 @@ def test_restart_agents_restarts_idle_agents_and_waits_for_running_jobs(
         'head -c 4 "$BOOTSEER_IMAGE"; echo\n'
     )
     job = installed.sbatch("-w", "n1", f"--bootseer-image={work}/hello.sqsh", script=script)
-    wait_until(lambda: job in agent(cluster, "n1").stats().jobs, "n1's agent serves the job", 120)
+    wait_until(
+        lambda: job in agent(cluster, "n1").ask(Stats()).jobs, "n1's agent serves the job", 120
+    )
 
     upgraded = work / "config.toml"
     upgraded.write_text(cluster.site_config.read_text() + "# upgraded\n")
@@ -176,10 +179,10 @@ def test_restart_agents_restarts_idle_agents_and_waits_for_running_jobs(
     ), lines
     assert any(re.fullmatch(r"n\[2-4\]: installed: .*\(agent restarted\)", x) for x in lines)
     for node in ("n2", "n3", "n4"):
-        now = agent(cluster, node).ping()
+        now = agent(cluster, node).ask(Ping())
         assert now.started != before[node].started and now.pid == before[node].pid
         assert mounts_at(cluster.dir / "nodes" / node / "images") == 1
-    assert agent(cluster, "n1").ping().started == before["n1"].started  # the job's agent
+    assert agent(cluster, "n1").ask(Ping()).started == before["n1"].started  # the job's agent
 
     go.touch()
     assert installed.wait(job) == "COMPLETED", installed.output(job)

@@ -17,7 +17,8 @@ from daemons import stop_pid
 
 from bootseer.agent.handover import ask_restart
 from bootseer.agentapi.client import AgentClient
-from bootseer.agentapi.protocol import AgentError
+from bootseer.agentapi.errors import AgentError
+from bootseer.agentapi.jobs import AgentRestart, Ping, Stats
 from bootseer.config import load_config
 from bootseer.nodepaths import NodePaths
 from tests.conftest import DevSlurm, squash
@@ -44,7 +45,7 @@ class Agent:
 
     def started(self) -> float | None:
         try:
-            return self.client.ping(timeout=30).started
+            return self.client.ask(Ping(), timeout=30).started
         except AgentError:
             return None  # restarting
 
@@ -91,9 +92,9 @@ def test_slurm_down_keeps_all_then_a_job_dir_slurm_never_had_goes_and_the_restar
     (planted / "deps").mkdir(parents=True, mode=0o711)
     (planted / "deps" / "prolog.json").write_text("{}")
     try:
-        before = agent.client.ping()
+        before = agent.client.ask(Ping())
         mark = len(agent.lines())
-        reply = agent.client.restart(when_idle=True)
+        reply = agent.client.ask(AgentRestart(True))
         assert (reply.state, reply.jobs) == ("pending", [987654])
         # Slurm cannot be asked: the dir is kept, and so is the agent as it is.
         said = wait_until(
@@ -101,13 +102,13 @@ def test_slurm_down_keeps_all_then_a_job_dir_slurm_never_had_goes_and_the_restar
         )
         assert "987654" in said[0] and "kept" in said[0]
         assert planted.is_dir()
-        assert agent.client.ping().started == before.started
+        assert agent.client.ask(Ping()).started == before.started
     finally:
         ctld.start_slurmctld()
 
     def restarted() -> bool:
         try:
-            return agent.client.ping(timeout=5).started != before.started
+            return agent.client.ask(Ping(), timeout=5).started != before.started
         except Exception:
             return False
 
@@ -140,7 +141,7 @@ def test_a_job_in_its_prolog_and_a_running_job_are_kept_an_uncleaned_one_swept(
         script=f"#!/bin/sh\nuntil [ -e {flag} ]; do sleep 0.2; done\n",
     )
     wait_until(lambda: (agent.job_dir(a) / "env").exists(), "job A's prolog done", 120)
-    assert a in agent.client.stats().jobs  # its prepared image
+    assert a in agent.client.ask(Stats()).jobs  # its prepared image
     ckpt = agent.paths.ckpt_mounts / str(a)
     assert os.path.ismount(ckpt)
     # Job B hangs in its prolog (its ckpt step), as a slow mount would.
@@ -188,7 +189,7 @@ def test_a_job_in_its_prolog_and_a_running_job_are_kept_an_uncleaned_one_swept(
 
     wait_until(swept_metric, "bootseer_agent_swept_jobs_total counted it", 60)
     assert not agent.job_dir(a).exists()
-    assert a not in agent.client.stats().jobs
+    assert a not in agent.client.ask(Stats()).jobs
     assert not (agent.paths.image_mounts / f"{a}.sqsh").exists()
     assert cluster.wait(b, 240) == "COMPLETED"
     assert not new_lines(agent, mark, f"sweep: job={b} ")  # its own epilog cleaned up

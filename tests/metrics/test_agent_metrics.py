@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bootseer.agentapi.protocol import AgentError
+from bootseer.agentapi.errors import AgentError
 from bootseer.image.manifest import upload_file
 from bootseer.image.registry import tag_image
 from bootseer.store import open_store

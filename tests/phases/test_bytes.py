@@ -13,7 +13,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from bootseer.agentapi.client import AgentClient
-from bootseer.agentapi.protocol import JobReply, Prepare, ReleaseReply
+from bootseer.agentapi.jobs import (
+    FillSummary,
+    JobReply,
+    PeerSummary,
+    PrefetchSummary,
+    Prepare,
+    Release,
+    ReleaseReply,
+)
+from bootseer.agentapi.wire import decode
 from bootseer.hooks.steps import StepCall
 from bootseer.image import step
 from bootseer.options import Options
@@ -222,12 +231,12 @@ def job_reply(peers: dict[str, Any] | None, fill: dict[str, Any] | None = None) 
         block_size=MiB,
         blocks=100,
         trace_runs=1,
-        prefetch={"hot_blocks": 10, "hot_bytes": 10 * MiB, "fetched_bytes": 10 * MiB},
-        fill=fill,
+        prefetch=PrefetchSummary(hot_blocks=10, hot_bytes=10 * MiB, fetched_bytes=10 * MiB),
+        fill=decode(FillSummary, fill) if fill else None,
         recorded_blocks=12,
         first_step_at=T0 + 5,
         fetched_before_first_step=13 * MiB,
-        peers=peers,
+        peers=decode(PeerSummary, peers) if peers else None,
     )
 
 
@@ -247,10 +256,10 @@ def test_prolog_image_row_counts_store_and_peer_bytes(
     peers: dict[str, Any] | None,
     want: tuple[int, int],
 ) -> None:
-    def prepare(self: AgentClient, request: Prepare, timeout: float) -> JobReply:
+    def ask(self: AgentClient, request: Prepare, timeout: float) -> JobReply:
         return job_reply(peers)
 
-    monkeypatch.setattr(AgentClient, "prepare", prepare)
+    monkeypatch.setattr(AgentClient, "ask", ask)
     result = step.prolog(step_call(tmp_path, "prolog"))
     assert (result.bytes, result.store_bytes, result.peer_bytes) == (10 * MiB, *want)
     assert "store_bytes" not in result.detail and "hot_bytes=" in result.detail
@@ -277,10 +286,10 @@ def test_epilog_splits_the_fill_from_the_jobs_own_reads(
         "at_fill": {"store_bytes": 7 * MiB, "peer_bytes": 6 * MiB},
     }
 
-    def release(self: AgentClient, job_id: int, timeout: float) -> ReleaseReply:
+    def ask(self: AgentClient, request: Release, timeout: float) -> ReleaseReply:
         return ReleaseReply(released=True, trace="unchanged", job=job_reply(peers, fill))
 
-    monkeypatch.setattr(AgentClient, "release", release)
+    monkeypatch.setattr(AgentClient, "ask", ask)
     call = step_call(tmp_path, "epilog")
     result = step.epilog(call)
     # Between the prolog and the fill: the job's own reads.

@@ -13,16 +13,17 @@ import socketserver
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bootseer.agent.assembly import Agent
-from bootseer.agent.handler import handle
+from bootseer.agent.handler import Caller, handle
 from bootseer.agent.server import AgentServer
+from bootseer.agentapi.ckpt import CkptGet, CkptList, CkptPut, CkptRemove, CkptUsage, CkptVerify
 from bootseer.agentapi.client import AgentClient
-from bootseer.agentapi.protocol import (
+from bootseer.agentapi.errors import (
     ERRORS,
-    MAX_VIEW_SCOPES,
     AgentBadRequest,
     AgentError,
     AgentNotFound,
@@ -30,17 +31,21 @@ from bootseer.agentapi.protocol import (
     AgentRefused,
     AgentTimeout,
     AgentUnavailable,
-    DepsList,
-    DepsShow,
+    error_reply,
+)
+from bootseer.agentapi.jobs import (
+    AgentRestart,
+    FetchPiece,
     FirstStep,
-    ImageShow,
+    Ping,
     Prepare,
     Release,
+    Stats,
     Status,
-    encode,
-    error_reply,
-    parse_request,
 )
+from bootseer.agentapi.requests import parse_request
+from bootseer.agentapi.views import MAX_VIEW_SCOPES, DepsList, DepsShow, ImageList, ImageShow
+from bootseer.agentapi.wire import Reply, Request, encode
 from bootseer.errors import StepError
 from bootseer.hooks.steps import StepCall
 from bootseer.image import step
@@ -135,7 +140,7 @@ def test_every_error_kind_reaches_the_client_as_its_class(tmp_path: Path, cls: t
     with socketserver.UnixStreamServer(str(sock), Answer) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         with pytest.raises(AgentError) as exc:
-            AgentClient(sock).status(1)
+            AgentClient(sock).ask(Status(1))
         server.shutdown()
     assert type(exc.value) is cls
     assert "why" in str(exc.value)
@@ -152,14 +157,14 @@ def test_an_unknown_kind_is_the_base_class(tmp_path: Path) -> None:
     with socketserver.UnixStreamServer(str(sock), Answer) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         with pytest.raises(AgentError) as exc:
-            AgentClient(sock).ping()
+            AgentClient(sock).ask(Ping())
         server.shutdown()
     assert type(exc.value) is AgentError
 
 
 def test_client_side_kinds(tmp_path: Path) -> None:
     with pytest.raises(AgentUnavailable):
-        AgentClient(tmp_path / "none.sock").ping()
+        AgentClient(tmp_path / "none.sock").ask(Ping())
 
     answered = threading.Event()
 
@@ -172,7 +177,7 @@ def test_client_side_kinds(tmp_path: Path) -> None:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             with pytest.raises(AgentTimeout, match="no answer to status"):
-                AgentClient(sock).status(1, timeout=0.2)
+                AgentClient(sock).ask(Status(1), timeout=0.2)
         finally:
             answered.set()
             server.shutdown()
@@ -182,22 +187,22 @@ def test_the_real_server_answers_with_typed_errors(
     agent: tuple[Agent, AgentClient], tmp_path: Path
 ) -> None:
     _, client = agent
-    assert client.ping().node == "t1"
-    assert client.stats().jobs == []
+    assert client.ask(Ping()).node == "t1"
+    assert client.ask(Stats()).jobs == []
     with pytest.raises(AgentNotFound, match="no prepared image for job 5"):
-        client.status(5)
+        client.ask(Status(5))
     with pytest.raises(AgentNotFound, match="no image named 'nope:1'"):
-        client.prepare(Prepare(5, 0, 0, "nope:1"), timeout=10)
+        client.ask(Prepare(5, 0, 0, "nope:1"), timeout=10)
     with pytest.raises(AgentBadRequest, match="unknown op"):
         client.call("nap")
     with pytest.raises(AgentBadRequest, match="--bootseer-image"):
-        client.prepare(Prepare(5, 0, 0, "/a/../etc/shadow"), timeout=10)
+        client.ask(Prepare(5, 0, 0, "/a/../etc/shadow"), timeout=10)
     secret = tmp_path / "secret.sqsh"
     secret.write_bytes(b"hsqs" + bytes(100))
     secret.chmod(0o600)
     with pytest.raises(AgentRefused, match="by uid 4242"):
-        client.prepare(Prepare(5, 4242, 4242, str(secret)), timeout=10)
-    assert client.release(5).released is False
+        client.ask(Prepare(5, 4242, 4242, str(secret)), timeout=10)
+    assert client.ask(Release(5)).released is False
 
 
 def test_users_are_refused_root_ops_and_see_only_their_own_jobs(
@@ -205,11 +210,11 @@ def test_users_are_refused_root_ops_and_see_only_their_own_jobs(
 ) -> None:
     a, _ = agent
     with pytest.raises(AgentRefused, match="for root"):
-        handle(a, Release(5), peer_uid=1000)
+        handle(a, Release(5), Caller(1000))
     with pytest.raises(AgentRefused, match="for root"):
-        handle(a, Prepare(5, 1000, 1000, "x:1"), peer_uid=1000)
+        handle(a, Prepare(5, 1000, 1000, "x:1"), Caller(1000))
     with pytest.raises(AgentNotFound):
-        handle(a, FirstStep(5), peer_uid=1000)
+        handle(a, FirstStep(5), Caller(1000))
 
 
 # -- the image step decides by class -----------------------------------------------------
@@ -237,10 +242,10 @@ def test_image_step_falls_back_by_exception_class(
     image = tmp_path / "img.sqsh"
     image.write_bytes(b"hsqs" + bytes(4096))
 
-    def prepare(self: AgentClient, request: Prepare, timeout: float) -> None:
+    def ask(self: AgentClient, request: Prepare, timeout: float) -> None:
         raise cls("a message that names no kind")
 
-    monkeypatch.setattr(AgentClient, "prepare", prepare)
+    monkeypatch.setattr(AgentClient, "ask", ask)
     call = step_call(tmp_path, str(image))
     if falls_back:
         result = step.prolog(call)
@@ -277,7 +282,7 @@ def test_a_full_backlog_is_waited_on_not_unavailable(tmp_path: Path) -> None:
     listener, pending = full_backlog(sock)
     try:
         with pytest.raises(AgentTimeout, match="no answer to ping"):
-            AgentClient(sock).ping(timeout=0.3)
+            AgentClient(sock).ask(Ping(), timeout=0.3)
     finally:
         for s in pending:
             s.close()
@@ -311,9 +316,71 @@ def test_a_full_backlog_is_served_once_the_agent_accepts(tmp_path: Path) -> None
     server.start()
     try:
         calling.set()
-        assert AgentClient(sock).ping(timeout=30).node == "n1"
+        assert AgentClient(sock).ask(Ping(), timeout=30).node == "n1"
     finally:
         for s in pending:
             s.close()
         server.join(30)
         listener.close()
+
+
+# One example of every request the agent answers: a new request type fails the two tests
+# below until it is listed here, in agentapi.requests.REQUESTS and in agent.handler.HANDLERS.
+EXAMPLES: tuple[Request[Any], ...] = (
+    Ping(),
+    Stats(),
+    AgentRestart(when_idle=False),
+    Status(7),
+    FirstStep(7),
+    Release(7),
+    Prepare(7, 1000, 1000, "pytorch:24.05", "refresh", 30.0, "n[1-4]"),
+    FetchPiece(7, "n[1-4]", "deps/user/a/k/frames", 0, 4096, "ab" * 32, 2, ""),
+    ImageList(),
+    ImageShow("pytorch:24.05"),
+    DepsList(("user/alice",)),
+    DepsShow("", "a" * 32),
+    CkptPut("llama", "step1/model.pt"),
+    CkptGet("llama", "step1/model.pt"),
+    CkptList("llama", "step1"),
+    CkptRemove("llama", ("a", "b/c")),
+    CkptVerify("llama"),
+    CkptUsage(),
+)
+
+
+def test_every_request_type_round_trips_and_has_a_handler() -> None:
+    from bootseer.agent.handler import HANDLERS
+    from bootseer.agentapi.requests import REQUESTS
+
+    assert {type(r) for r in EXAMPLES} == set(REQUESTS.values())
+    assert set(HANDLERS) == set(REQUESTS.values())
+    for req in EXAMPLES:
+        wire = json.loads(encode(req.to_wire()))
+        assert parse_request(wire) == req, wire
+        assert issubclass(req.reply, Reply) and req.reply is not Reply, req.op
+
+
+def test_every_reply_type_round_trips_typed() -> None:
+    from bootseer.agentapi.jobs import (
+        ByteCounts,
+        FillSummary,
+        JobReply,
+        PeerSummary,
+        PrefetchSummary,
+        ReleaseReply,
+    )
+
+    job = JobReply(
+        7, "/run/b/7.sqsh", "ab" * 32, "x:1", 10, 4, 3, 1,
+        PrefetchSummary(hot_blocks=2, complete=False),
+        FillSummary("done", 1.0, 2.0, 3, 3, 0, 12),
+        5, 9.5, 8,
+        PeerSummary(4, 4, 1, 0, {"n2": "silent"}, ByteCounts(1, 2), None),
+    )  # fmt: skip
+    for reply in (job, ReleaseReply(True, "saved", job), ReleaseReply(False)):
+        assert type(reply).from_wire(json.loads(encode(reply.to_wire()))) == reply
+    # A reply that is not what its type says is the agent's error, not a crash later.
+    from bootseer.agentapi.wire import DecodeError
+
+    with pytest.raises(DecodeError, match="fill"):
+        JobReply.from_wire({**job.to_wire(), "fill": {"state": "odd"}})

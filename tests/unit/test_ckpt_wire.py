@@ -11,6 +11,7 @@ import pytest
 from bootseer.agentapi.ckpt import (
     MAX_NAME,
     MAX_PATHS,
+    CkptEntry,
     CkptGet,
     CkptList,
     CkptListReply,
@@ -19,7 +20,8 @@ from bootseer.agentapi.ckpt import (
     CkptVerify,
     CkptVerifyReply,
 )
-from bootseer.agentapi.protocol import AgentBadRequest, parse_request
+from bootseer.agentapi.errors import AgentBadRequest
+from bootseer.agentapi.requests import parse_request
 
 
 @pytest.mark.parametrize(
@@ -65,7 +67,7 @@ def test_the_user_is_never_taken_from_the_request() -> None:
 
 
 def test_replies_come_back_typed() -> None:
-    entry = {"name": "m.bin", "is_dir": False, "size": 3, "mtime": 1.0}
+    entry = CkptEntry("m.bin", False, size=3, mtime=1.0)
     listing = CkptListReply([entry], left_out=2)
     back = CkptListReply.from_wire(listing.to_wire())
     assert back == listing

@@ -29,14 +29,9 @@ from typing import TYPE_CHECKING
 
 from bootseer.agent.jobs import Jobs
 from bootseer.agent.sweep import Sweeper
-from bootseer.agentapi.protocol import (
-    AgentBadRequest,
-    AgentError,
-    FetchPiece,
-    ImageListReply,
-    PieceFile,
-    StatsReply,
-)
+from bootseer.agentapi.errors import AgentBadRequest, AgentError
+from bootseer.agentapi.jobs import FetchPiece, PieceFile, StatsReply
+from bootseer.agentapi.views import ImageListReply, ImageName
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes
 from bootseer.errors import BootseerError, ContextError
@@ -171,12 +166,12 @@ class Agent:
 
         names = list_names(self.store, keys=site_keys(self.cfg), limit=MAX_LISTED + 1)
         images = [
-            {
-                "name": ref,
-                "image": str(doc.get("image", "")),
-                "size": int(doc.get("size", 0)),
-                "added": float(doc.get("added", 0.0)),
-            }
+            ImageName(
+                ref,
+                str(doc.get("image", "")),
+                int(doc.get("size", 0)),
+                float(doc.get("added", 0.0)),
+            )
             for ref, doc in names[:MAX_LISTED]
         ]
         return ImageListReply(images, left_out=max(0, len(names) - MAX_LISTED))

@@ -6,7 +6,7 @@ an agent restarts only when it is idle: no prepared image (:class:`~bootseer.age
 no job dir on the node (``<run_dir>/jobs/<job>``: a bootseer job between its prolog and
 epilog, whose checkpoint mount or dependency restore asks the agent for pieces), and no
 request of root's in flight (a hook's). Asked while jobs run
-(:class:`~bootseer.agentapi.protocol.AgentRestart` with ``when_idle``), it answers
+(:class:`~bootseer.agentapi.jobs.AgentRestart` with ``when_idle``), it answers
 ``pending`` with their ids and restarts once they are gone; meanwhile it sweeps what
 epilogs left of jobs Slurm no longer runs here (:mod:`bootseer.agent.sweep`), which would
 hold it for good.
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bootseer.agentapi.protocol import RestartReply
+from bootseer.agentapi.jobs import RestartReply
 
 if TYPE_CHECKING:
     from bootseer.agent.assembly import Agent
@@ -106,8 +106,7 @@ class Handover:
             self.pending = True
             self.agent.log(f"restart pending: jobs {users.jobs}, {users.connections} requests")
             threading.Thread(target=self._wait_idle, name="agent-restart", daemon=True).start()
-        state = "pending" if self.pending else "busy"
-        return RestartReply(state, users.jobs, users.connections)
+        return RestartReply("pending" if self.pending else "busy", users.jobs, users.connections)
 
     def close(self) -> None:
         self._closed.set()
@@ -252,11 +251,12 @@ def ask_restart(
     """Restart the agent behind ``client`` if it runs another install than this program
     (``sys.prefix``), or with ``force`` (a new config); wait up to ``wait`` seconds for
     the new program to answer."""
-    from bootseer.agentapi.protocol import AgentBadRequest, AgentError, AgentUnavailable
+    from bootseer.agentapi.errors import AgentBadRequest, AgentError, AgentUnavailable
+    from bootseer.agentapi.jobs import AgentRestart, Ping
 
     here = os.path.realpath(sys.prefix)
     try:
-        before = client.ping(timeout=10)
+        before = client.ask(Ping(), timeout=10)
     except AgentUnavailable as exc:
         return Outcome("not_running", detail=str(exc))
     if before.prefix == here and not force:
@@ -268,7 +268,7 @@ def ask_restart(
             "when no job runs (systemctl restart bootseer-agent)",
         )
     try:
-        reply = client.restart(when_idle, timeout=DRAIN + 30)
+        reply = client.ask(AgentRestart(when_idle), timeout=DRAIN + 30)
     except AgentBadRequest as exc:
         return Outcome("unsupported", detail=str(exc))
     except AgentError as exc:
@@ -280,7 +280,7 @@ def ask_restart(
     last = ""
     while time.monotonic() < deadline:
         try:
-            now = client.ping(timeout=max(1.0, deadline - time.monotonic()))
+            now = client.ask(Ping(), timeout=max(1.0, deadline - time.monotonic()))
         except AgentError as exc:
             last = str(exc)
             time.sleep(0.2)

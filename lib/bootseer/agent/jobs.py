@@ -15,21 +15,27 @@ job uses it. Jobs that use one image share one :class:`PreparedImage`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from bootseer.agent.restart import RestartState, SavedJob
-from bootseer.agentapi.protocol import (
+from bootseer.agentapi.errors import (
     AgentBadRequest,
     AgentError,
     AgentNotFound,
     AgentPending,
     AgentRefused,
     AgentTimeout,
+)
+from bootseer.agentapi.jobs import (
+    ByteCounts,
+    FillSummary,
     JobReply,
+    PeerSummary,
+    PrefetchSummary,
     Prepare,
     ReleaseReply,
 )
@@ -109,8 +115,8 @@ class JobView:
     prefetch: PrefetchResult | None = None
     trace_runs: int = 0
     swarm: Swarm | None = None
-    peers_at_prepare: dict[str, int] | None = None
-    peers_at_fill: dict[str, int] | None = None  # when this job's fill started
+    peers_at_prepare: ByteCounts | None = None
+    peers_at_fill: ByteCounts | None = None  # when this job's fill started
     fill_timer: threading.Timer | None = None
     # Whose trace of the image the job prefetches first (the name record's trace_owner,
     # the path image's file owner; None: nobody's), and under whose name its own is kept
@@ -473,26 +479,28 @@ class Jobs:
             block_size=view.image.manifest.block_size,
             blocks=view.image.manifest.nblocks,
             trace_runs=view.trace_runs,
-            prefetch=view.prefetch.as_dict() if view.prefetch else None,
-            fill=fill.as_dict() if fill else None,
+            prefetch=_prefetch_summary(view.prefetch) if view.prefetch else None,
+            fill=_fill_summary(fill) if fill else None,
             recorded_blocks=len(view.recorder.order),
             first_step_at=view.first_step_at,
             fetched_before_first_step=view.fetched_before_first_step,
             peers=self._peer_stats(view),
         )
 
-    def _peer_stats(self, view: JobView) -> dict[str, Any] | None:
+    def _peer_stats(self, view: JobView) -> PeerSummary | None:
         if view.swarm is None:
             return None
         st = view.swarm.stats
-        return {
-            **(_counts(view) or {}),  # the image's blocks (the swarm serves frames too)
-            "peer_failures": st.peer_failures,
-            "corrupt": st.corrupt,
-            "dropped": dict(st.dropped),
-            "at_prepare": view.peers_at_prepare,
-            "at_fill": view.peers_at_fill,
-        }
+        counts = _counts(view) or ByteCounts()  # the image's blocks (the swarm serves frames too)
+        return PeerSummary(
+            counts.store_bytes,
+            counts.peer_bytes,
+            peer_failures=st.peer_failures,
+            corrupt=st.corrupt,
+            dropped=dict(st.dropped),
+            at_prepare=view.peers_at_prepare,
+            at_fill=view.peers_at_fill,
+        )
 
     # -- restart ------------------------------------------------------------------------
 
@@ -553,7 +561,18 @@ def _trace_note(view: JobView, owners: Trace | None, own: Trace | None) -> str:
     return " + ".join(parts) or "none"
 
 
-def _counts(view: JobView) -> dict[str, int] | None:
+def _counts(view: JobView) -> ByteCounts | None:
     """The job's image bytes so far from the store and from peers (None without peers)."""
     source = view.image.source
-    return source.counts() if isinstance(source, PeerSource) else None
+    if not isinstance(source, PeerSource):
+        return None
+    store_bytes, peer_bytes = source.counts()
+    return ByteCounts(store_bytes, peer_bytes)
+
+
+def _prefetch_summary(p: PrefetchResult) -> PrefetchSummary:
+    return PrefetchSummary(**dataclasses.asdict(p), hit_ratio=round(p.hit_ratio, 4))
+
+
+def _fill_summary(f: BackgroundFill) -> FillSummary:
+    return FillSummary(f.state, f.started, f.ended, f.total, f.done, f.failed, f.fetched_bytes)

@@ -1,6 +1,6 @@
 """The agent's unix socket: one request per connection, the caller known by ``SO_PEERCRED``.
 
-Each connection is one line of JSON in and one out (:mod:`bootseer.agentapi.protocol`);
+Each connection is one line of JSON in and one out (:mod:`bootseer.agentapi.requests`);
 :func:`bootseer.agent.handler.handle` decides what the caller may do. An error
 travels as its kind, so the client raises the same exception class the agent did.
 
@@ -22,18 +22,18 @@ from typing import Any
 
 from bootseer import jsonlimits
 from bootseer.agent.assembly import Agent
-from bootseer.agent.handler import handle
+from bootseer.agent.handler import Caller, handle
 from bootseer.agentapi.client import AgentClient
-from bootseer.agentapi.protocol import (
-    MAX_LINE,
+from bootseer.agentapi.errors import (
     AgentBadRequest,
     AgentError,
     AgentRefused,
     AgentUnavailable,
-    encode,
     error_reply,
-    parse_request,
 )
+from bootseer.agentapi.jobs import Ping
+from bootseer.agentapi.requests import parse_request
+from bootseer.agentapi.wire import MAX_LINE, DecodeError, encode
 from bootseer.errors import StoreError
 
 
@@ -83,7 +83,7 @@ class _Handler(socketserver.StreamRequestHandler):
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    def answer(self, line: bytes, uid: int, fds: list[int]) -> dict[str, Any]:
+    def answer(self, line: bytes, uid: int, fds: list[int]) -> dict[str, object]:
         agent = self.server.agent
         try:
             try:
@@ -92,14 +92,34 @@ class _Handler(socketserver.StreamRequestHandler):
                 raise AgentBadRequest(f"request is not one line of JSON: {exc}") from None
             if len(fds) > MAX_FDS:
                 raise AgentBadRequest(f"at most {MAX_FDS} file descriptor with a request")
-            return handle(agent, parse_request(doc), uid, fds, self.request).to_wire()
-        except AgentError as exc:
-            return error_reply(exc)
-        except (ValueError, StoreError) as exc:
-            return error_reply(AgentError(str(exc)))
+            request = parse_request(doc)
+            return handle(agent, request, Caller(uid, fds, self.request)).to_wire()
         except Exception as exc:
-            agent.log(f"request failed: {exc!r}")
-            return error_reply(AgentError(f"agent error: {exc!r}"))
+            error = agent_error(exc)
+            if error is None:  # a bug, not a refusal: the agent's log keeps it
+                agent.log(f"request failed: {exc!r}")
+                error = AgentError(f"agent error: {exc!r}")
+            return error_reply(error)
+
+
+# What a failure inside the agent is on the wire, by its class (the first that matches);
+# an AgentError is its own kind.
+KINDS: tuple[tuple[type[Exception], type[AgentError]], ...] = (
+    (DecodeError, AgentBadRequest),
+    (StoreError, AgentError),
+    (ValueError, AgentError),
+)
+
+
+def agent_error(exc: Exception) -> AgentError | None:
+    """``exc`` as the :class:`AgentError` of its kind, with its message; None for a
+    failure the agent did not expect."""
+    if isinstance(exc, AgentError):
+        return exc
+    for cls, kind in KINDS:
+        if isinstance(exc, cls):
+            return kind(str(exc) or type(exc).__name__)
+    return None
 
 
 class AgentServer(socketserver.ThreadingUnixStreamServer):
@@ -135,7 +155,7 @@ class AgentServer(socketserver.ThreadingUnixStreamServer):
             return
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         with contextlib.suppress(AgentUnavailable):
-            AgentClient(path).ping(timeout=2)
+            AgentClient(path).ask(Ping(), timeout=2)
             raise AgentError(f"another agent already answers on {path}")
         path.unlink(missing_ok=True)
         super().__init__(str(path), _Handler)

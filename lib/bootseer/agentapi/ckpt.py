@@ -20,107 +20,25 @@ Names are checked here, on the agent's side, before anything is opened
 bounded both ways (:data:`MAX_PATHS` in, :data:`MAX_ENTRIES` and
 :data:`MAX_PROBLEMS` out). ``ckpt gc`` has no door: it is an admin's, run as root.
 
-    >>> parse_ckpt_request({"op": "ckpt_get", "ns": "llama-25b", "path": "a/b.pt"})
+    >>> from bootseer.agentapi.wire import decode
+    >>> decode(CkptGet, {"op": "ckpt_get", "ns": "llama-25b", "path": "a/b.pt"})
     CkptGet(ns='llama-25b', path='a/b.pt')
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Annotated, ClassVar, Literal, Self, TypeVar
 
-from bootseer.agentapi.protocol import AgentBadRequest, Reply, Request
+from bootseer.agentapi.wire import Items, Reply, Request, Text
 
 MAX_NAME = 1024  # longer than any valid namespace (256) or path (1024 checked again)
 MAX_PATHS = 1000  # files one ``rm`` may name
 MAX_ENTRIES = 10000  # entries one ``ls`` answers with (it says when it left some out)
 MAX_PROBLEMS = 1000  # problem lines one ``verify`` answers with
 
-
-@dataclass(frozen=True)
-class CkptRequest(Request):
-    """A request in the caller's own namespace ``ns`` (the agent adds the user)."""
-
-    ns: str
-    fd_mode: ClassVar[str] = ""  # "r" or "w": the descriptor the request must carry
-
-
-@dataclass(frozen=True)
-class CkptPut(CkptRequest):
-    """Read the passed descriptor to its end and commit it as ``path``'s new version."""
-
-    op = "ckpt_put"
-    fd_mode = "r"
-    path: str = ""
-
-
-@dataclass(frozen=True)
-class CkptGet(CkptRequest):
-    """Write ``path``'s current version into the passed descriptor, from its offset on."""
-
-    op = "ckpt_get"
-    fd_mode = "w"
-    path: str = ""
-
-
-@dataclass(frozen=True)
-class CkptList(CkptRequest):
-    op = "ckpt_ls"
-    path: str = ""
-
-
-@dataclass(frozen=True)
-class CkptRemove(CkptRequest):
-    op = "ckpt_rm"
-    paths: tuple[str, ...] = ()
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"op": self.op, "ns": self.ns, "paths": list(self.paths)}
-
-
-@dataclass(frozen=True)
-class CkptVerify(CkptRequest):
-    op = "ckpt_verify"
-    path: str = ""
-
-
-@dataclass(frozen=True)
-class CkptUsage(CkptRequest):
-    """The caller's stored bytes on the targets against ``[ckpt] quota`` (no namespace)."""
-
-    op = "ckpt_usage"
-    ns: str = ""
-
-
-CKPT_REQUESTS: dict[str, type[CkptRequest]] = {
-    cls.op: cls for cls in (CkptPut, CkptGet, CkptList, CkptRemove, CkptVerify, CkptUsage)
-}
-
-
-def _name(doc: dict[str, Any], key: str, required: bool) -> str:
-    value = doc.get(key, "")
-    if not isinstance(value, str) or len(value) > MAX_NAME:
-        raise AgentBadRequest(f"{key} must be a string of at most {MAX_NAME} characters")
-    if required and not value:
-        raise AgentBadRequest(f"{key} is required")
-    return value
-
-
-def parse_ckpt_request(doc: dict[str, Any]) -> CkptRequest:
-    """The typed request for a decoded line whose op starts with ``ckpt_``."""
-    cls = CKPT_REQUESTS.get(doc.get("op", ""))
-    if cls is None:
-        raise AgentBadRequest(f"unknown op {doc.get('op')!r} (ops: {', '.join(CKPT_REQUESTS)})")
-    ns = _name(doc, "ns", required=cls is not CkptUsage)
-    if cls is CkptUsage:
-        return CkptUsage()
-    if cls is CkptRemove:
-        paths = doc.get("paths")
-        if not isinstance(paths, list) or not paths or len(paths) > MAX_PATHS:
-            raise AgentBadRequest(f"paths must be a list of 1 to {MAX_PATHS} names")
-        return CkptRemove(ns, tuple(_name({"p": p}, "p", required=True) for p in paths))
-    path = _name(doc, "path", required=cls in (CkptPut, CkptGet))
-    return cls(ns, path)  # type: ignore[call-arg]
+Name = Annotated[str, Text(MAX_NAME)]
+RequiredName = Annotated[str, Text(MAX_NAME, required=True)]
 
 
 # -- replies -----------------------------------------------------------------------
@@ -152,11 +70,8 @@ class CkptEntry:
 
 @dataclass(frozen=True)
 class CkptListReply(Reply):
-    entries: list[dict[str, Any]] = field(default_factory=list)
+    entries: list[CkptEntry] = field(default_factory=list)
     left_out: int = 0  # entries past MAX_ENTRIES
-
-    def typed(self) -> list[CkptEntry]:
-        return [CkptEntry(**e) for e in self.entries]
 
 
 @dataclass(frozen=True)
@@ -173,7 +88,76 @@ class CkptVerifyReply(Reply):
 
 
 @dataclass(frozen=True)
-class CkptUsageReply(Reply):
-    """One row per quota scope (``kind``, ``name``, ``used``, ``limit``; 0: no quota)."""
+class UsageRow:
+    """One quota scope: a user's or an account's stored bytes and its quota (0: none)."""
 
-    scopes: list[dict[str, Any]] = field(default_factory=list)
+    kind: Literal["user", "account"]
+    name: str
+    limit: int
+    used: int
+
+
+@dataclass(frozen=True)
+class CkptUsageReply(Reply):
+    scopes: list[UsageRow] = field(default_factory=list)
+
+
+# -- requests ----------------------------------------------------------------------
+
+C = TypeVar("C", bound=Reply)
+
+
+@dataclass(frozen=True)
+class CkptRequest(Request[C]):
+    """A request in the caller's own namespace ``ns`` (the agent adds the user)."""
+
+    ns: RequiredName
+    fd_mode: ClassVar[Literal["", "r", "w"]] = ""  # the descriptor the request must carry
+    timeout = None  # transfers: the agent bounds them itself
+
+
+@dataclass(frozen=True)
+class CkptPut(CkptRequest[CkptPutReply]):
+    """Read the passed descriptor to its end and commit it as ``path``'s new version."""
+
+    op = "ckpt_put"
+    fd_mode = "r"
+    path: RequiredName
+
+
+@dataclass(frozen=True)
+class CkptGet(CkptRequest[CkptGetReply]):
+    """Write ``path``'s current version into the passed descriptor, from its offset on."""
+
+    op = "ckpt_get"
+    fd_mode = "w"
+    path: RequiredName
+
+
+@dataclass(frozen=True)
+class CkptList(CkptRequest[CkptListReply]):
+    op = "ckpt_ls"
+    path: Name = ""
+
+
+@dataclass(frozen=True)
+class CkptRemove(CkptRequest[CkptRemoveReply]):
+    op = "ckpt_rm"
+    paths: Annotated[tuple[RequiredName, ...], Items(1, MAX_PATHS)]
+
+
+@dataclass(frozen=True)
+class CkptVerify(CkptRequest[CkptVerifyReply]):
+    op = "ckpt_verify"
+    path: Name = ""
+
+
+@dataclass(frozen=True)
+class CkptUsage(CkptRequest[CkptUsageReply]):
+    """The caller's stored bytes on the targets against ``[ckpt] quota`` (no namespace)."""
+
+    op = "ckpt_usage"
+    ns: Name = ""
+
+    def checked(self) -> Self:
+        return type(self)()  # a namespace sent along means nothing here

@@ -2,10 +2,10 @@
 
 The one client of the agent's socket: the prolog and epilog steps, the CLI, the pyxis
 importer and a job's ``first_step`` mark all use it. Cheap to import (the standard
-library and :mod:`bootseer.agentapi.protocol`): a mark from a job script is a process start.
+library and :mod:`bootseer.agentapi.wire`): a mark from a job script is a process start.
 
-    >>> AgentClient(Path("/run/bootseer/agent.sock")).ping()  # doctest: +SKIP
-    PingReply(node='n1', pid=4242)
+    >>> AgentClient(Path("/run/bootseer/agent.sock")).ask(Ping())  # doctest: +SKIP
+    PingReply(node='n1', pid=4242, started=1764000000.0, prefix='/opt/bootseer/venv')
 """
 
 from __future__ import annotations
@@ -14,63 +14,50 @@ import socket
 import struct
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from bootseer import jsonlimits
-from bootseer.agentapi.protocol import (
-    AgentError,
-    AgentRestart,
-    AgentTimeout,
-    AgentUnavailable,
-    DepsList,
-    DepsListReply,
-    DepsShow,
-    DepsShowReply,
-    FetchPiece,
-    FirstStep,
-    ImageList,
-    ImageListReply,
-    ImageShow,
-    ImageShowReply,
-    JobReply,
-    PieceFile,
-    Ping,
-    PingReply,
-    Prepare,
-    Release,
-    ReleaseReply,
-    Request,
-    RestartReply,
-    Stats,
-    StatsReply,
-    Status,
-    encode,
-    error_for,
-)
+from bootseer.agentapi.errors import AgentError, AgentTimeout, AgentUnavailable, error_for
+from bootseer.agentapi.wire import DecodeError, R, Request, encode
+
+if TYPE_CHECKING:
+    from bootseer.config import SiteConfig
+
+DEFAULT = -1.0  # "the request's own timeout" (None means: wait as long as the agent works)
 
 
 class AgentClient:
-    """The agent at ``path``; every call raises a :class:`~bootseer.agentapi.protocol.AgentError`
+    """The agent at ``path``; every call raises a :class:`~bootseer.agentapi.errors.AgentError`
     subclass naming what went wrong (unavailable, timeout, refused, not found, pending...)."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
 
-    def send(
-        self, request: Request, timeout: float | None = 10.0, fds: Sequence[int] = ()
-    ) -> dict[str, Any]:
-        """Send a typed request (with ``fds`` passed along, ``SCM_RIGHTS``); the reply's
-        fields, or its error raised by kind. ``timeout=None`` waits as long as the agent
-        works (the checkpoint door's transfers, which the agent bounds itself)."""
-        return self._exchange(request.op, request.to_wire(), timeout, fds)
+    def ask(
+        self, request: Request[R], timeout: float | None = DEFAULT, fds: Sequence[int] = ()
+    ) -> R:
+        """Send a typed request (with ``fds`` passed along, ``SCM_RIGHTS``) and return its
+        typed reply, or raise its error by kind. ``timeout``: seconds to wait (default: the
+        request's own, ``Request.timeout``); ``None`` waits as long as the agent works (the
+        checkpoint door's transfers, which the agent bounds itself)."""
+        wait = request.timeout if timeout == DEFAULT else timeout
+        doc = self._exchange(request.op, request.to_wire(), wait, fds)
+        try:
+            reply: R = request.reply.from_wire(doc)  # type: ignore[assignment]
+        except DecodeError as exc:
+            raise AgentError(
+                f"node agent on {self.path}: bad {request.reply.__name__} reply: {exc}"
+            ) from None
+        return reply
 
-    def call(self, op: str, timeout: float = 10.0, **args: Any) -> dict[str, Any]:
-        """Send ``{"op": op, **args}`` unchecked (the CLI's ``status``, tests)."""
+    def call(self, op: str, timeout: float = 10.0, **args: object) -> dict[str, object]:
+        """Send ``{"op": op, **args}`` unchecked and return the reply's fields (tests and
+        diagnostics: a request the contract would not build)."""
         return self._exchange(op, {**args, "op": op}, timeout)
 
     def _exchange(
-        self, op: str, doc: dict[str, Any], timeout: float | None, fds: Sequence[int] = ()
-    ) -> dict[str, Any]:
+        self, op: str, doc: dict[str, object], timeout: float | None, fds: Sequence[int] = ()
+    ) -> dict[str, object]:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             try:
@@ -98,7 +85,7 @@ class AgentClient:
         finally:
             s.close()
         try:
-            resp: dict[str, Any] = jsonlimits.loads(buf, max_bytes=1 << 30, what="answer")
+            resp: dict[str, object] = jsonlimits.loads(buf, max_bytes=1 << 30, what="answer")
             if not isinstance(resp, dict):
                 raise ValueError(resp)
         except ValueError:
@@ -106,44 +93,6 @@ class AgentClient:
         if not resp.get("ok"):
             raise error_for(resp.get("kind"), f"node agent: {resp.get('error', 'request failed')}")
         return resp
-
-    # -- typed calls ------------------------------------------------------------------
-
-    def ping(self, timeout: float = 10.0) -> PingReply:
-        return PingReply.from_wire(self.send(Ping(), timeout))
-
-    def stats(self, timeout: float = 10.0) -> StatsReply:
-        return StatsReply.from_wire(self.send(Stats(), timeout))
-
-    def image_names(self, timeout: float = 60.0) -> ImageListReply:
-        return ImageListReply.from_wire(self.send(ImageList(), timeout))
-
-    def image_show(self, ref: str, timeout: float = 60.0) -> ImageShowReply:
-        return ImageShowReply.from_wire(self.send(ImageShow(ref), timeout))
-
-    def deps_list(self, scopes: Sequence[str], timeout: float = 60.0) -> DepsListReply:
-        return DepsListReply.from_wire(self.send(DepsList(tuple(scopes)), timeout))
-
-    def deps_show(self, scope: str, key: str, timeout: float = 60.0) -> DepsShowReply:
-        return DepsShowReply.from_wire(self.send(DepsShow(scope, key), timeout))
-
-    def prepare(self, request: Prepare, timeout: float) -> JobReply:
-        return JobReply.from_wire(self.send(request, timeout))
-
-    def status(self, job_id: int, timeout: float = 10.0) -> JobReply:
-        return JobReply.from_wire(self.send(Status(job_id), timeout))
-
-    def first_step(self, job_id: int, timeout: float = 10.0) -> JobReply:
-        return JobReply.from_wire(self.send(FirstStep(job_id), timeout))
-
-    def fetch_piece(self, request: FetchPiece, timeout: float) -> PieceFile:
-        return PieceFile.from_wire(self.send(request, timeout))
-
-    def release(self, job_id: int, timeout: float = 10.0) -> ReleaseReply:
-        return ReleaseReply.from_wire(self.send(Release(job_id), timeout))
-
-    def restart(self, when_idle: bool, timeout: float = 60.0) -> RestartReply:
-        return RestartReply.from_wire(self.send(AgentRestart(when_idle), timeout))
 
 
 def _connect(s: socket.socket, path: str, timeout: float | None) -> None:
@@ -162,3 +111,10 @@ def _connect(s: socket.socket, path: str, timeout: float | None) -> None:
         tv = struct.pack("ll", seconds, int((whole - seconds) * 1e6))
         s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
     s.connect(path)
+
+
+def node_agent(cfg: SiteConfig) -> AgentClient:
+    """The client of this node's agent, at the socket ``cfg``'s paths name."""
+    from bootseer.nodepaths import NodePaths
+
+    return AgentClient(NodePaths(cfg).agent_socket)

@@ -31,6 +31,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from bootseer.agentapi.ckpt import (
     MAX_ENTRIES,
@@ -48,14 +49,10 @@ from bootseer.agentapi.ckpt import (
     CkptUsageReply,
     CkptVerify,
     CkptVerifyReply,
+    UsageRow,
 )
-from bootseer.agentapi.protocol import (
-    AgentBadRequest,
-    AgentError,
-    AgentNotFound,
-    AgentRefused,
-    Reply,
-)
+from bootseer.agentapi.errors import AgentBadRequest, AgentError, AgentNotFound, AgentRefused
+from bootseer.agentapi.wire import Reply
 from bootseer.ckpt.layout import (
     CkptError,
     CkptIOError,
@@ -134,7 +131,7 @@ def current_config(cfg: SiteConfig, node: str) -> SiteConfig:
         return cfg
 
 
-def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest, caller: Caller) -> Reply:
+def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest[Any], caller: Caller) -> Reply:
     """Do ``req`` in the caller's namespace; an :class:`AgentError` kind for every refusal."""
     try:
         user = pwd.getpwuid(caller.uid).pw_name
@@ -186,10 +183,10 @@ def _usage(cfg: SiteConfig, user: str) -> CkptUsageReply:
             stores.append(cfg.store.open_uri(uri))
         except StoreError as exc:
             raise CkptError(f"checkpoint target {uri} is not reachable: {exc}") from None
-    return CkptUsageReply([asdict(u) for u in usage(cfg, stores, user)])
+    return CkptUsageReply([UsageRow(**asdict(u)) for u in usage(cfg, stores, user)])
 
 
-def _descriptor(req: CkptRequest, caller: Caller) -> int:
+def _descriptor(req: CkptRequest[Any], caller: Caller) -> int:
     """The one descriptor ``req`` needs, opened by the caller for what it needs."""
     if not req.fd_mode:
         if caller.fds:
@@ -217,7 +214,7 @@ def _descriptor(req: CkptRequest, caller: Caller) -> int:
     return fd
 
 
-def _do(ns: Namespace, req: CkptRequest, fd: int, caller: Caller) -> Reply:
+def _do(ns: Namespace, req: CkptRequest[Any], fd: int, caller: Caller) -> Reply:
     if isinstance(req, CkptPut):
         check_path(req.path)
         with ns.open(req.path, "wb") as out:
@@ -234,7 +231,7 @@ def _do(ns: Namespace, req: CkptRequest, fd: int, caller: Caller) -> Reply:
         if req.path:
             check_path(req.path)
         found, more = list_path(ns, req.path, MAX_ENTRIES)  # ENOENT: nothing there
-        return CkptListReply([asdict(e) for e in found], more)
+        return CkptListReply(found, more)
     if isinstance(req, CkptRemove):
         for path in req.paths:
             ns.remove(check_path(path))

@@ -21,8 +21,7 @@ import pwd
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from bootseer import units
@@ -31,8 +30,9 @@ from bootseer.progress import transfer_bar
 from bootseer.units import argparse_age
 
 if TYPE_CHECKING:
-    from bootseer.agentapi.ckpt import CkptEntry
+    from bootseer.agentapi.ckpt import CkptEntry, UsageRow
     from bootseer.ckpt import Namespace
+    from bootseer.ckpt.quota import ScopeUsage
 
 CHUNK = 8 << 20
 
@@ -222,20 +222,20 @@ def _usage(args: argparse.Namespace) -> int:
     cfg = load_config()
     user = args.user or pwd.getpwuid(os.getuid()).pw_name
     rows = usage(cfg, [cfg.store.open_uri(u) for u in cfg.ckpt.targets], user)
-    print_usage([asdict(r) for r in rows])
+    print_usage(rows)
     return 0
 
 
-def print_usage(scopes: list[dict[str, Any]]) -> None:
+def print_usage(scopes: Sequence[ScopeUsage | UsageRow]) -> None:
     """One row per quota scope: who, stored bytes, the quota, the room left."""
     from bootseer.cli.listing import print_table
 
     rows = []
     for s in scopes:
-        used, limit = int(s["used"]), int(s["limit"])
+        used, limit = s.used, s.limit
         rows.append(
             [
-                f"{s['kind']} {s['name']}",
+                f"{s.kind} {s.name}",
                 units.iec(used),
                 units.iec(limit) if limit else "none",
                 units.iec(max(0, limit - used)) if limit else "-",

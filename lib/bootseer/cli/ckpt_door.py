@@ -23,18 +23,13 @@ from bootseer.agentapi.ckpt import (
     CkptGet,
     CkptGetReply,
     CkptList,
-    CkptListReply,
     CkptPut,
-    CkptPutReply,
     CkptRemove,
-    CkptRemoveReply,
     CkptUsage,
-    CkptUsageReply,
     CkptVerify,
-    CkptVerifyReply,
 )
 from bootseer.agentapi.client import AgentClient
-from bootseer.agentapi.protocol import AgentUnavailable
+from bootseer.agentapi.errors import AgentUnavailable
 from bootseer.errors import BootseerError
 from bootseer.progress import Tick, transfer_bar
 
@@ -58,12 +53,12 @@ def run(args: argparse.Namespace) -> int:
                 ns, path = split_remote(remote, need_path=True)
                 by_ns.setdefault(ns, []).append(path)
             for ns, paths in by_ns.items():
-                CkptRemoveReply.from_wire(client.send(CkptRemove(ns, tuple(paths)), None))
+                client.ask(CkptRemove(ns, tuple(paths)))
             return 0
         if action == "usage":
             from bootseer.cli.ckpt_cmd import print_usage
 
-            print_usage(CkptUsageReply.from_wire(client.send(CkptUsage(), None)).scopes)
+            print_usage(client.ask(CkptUsage()).scopes)
             return 0
         ns, path = split_remote(args.remote, need_path=action in ("put", "get"))
         if action == "put":
@@ -74,14 +69,14 @@ def run(args: argparse.Namespace) -> int:
             from bootseer.ckpt.listing import check_found
             from bootseer.cli.ckpt_cmd import print_ls
 
-            listing = CkptListReply.from_wire(client.send(CkptList(ns, path), None))
-            check_found(args.remote, path, listing.typed())
-            print_ls(listing.typed())
+            listing = client.ask(CkptList(ns, path))
+            check_found(args.remote, path, listing.entries)
+            print_ls(listing.entries)
             if listing.left_out:
                 print(f"... and {listing.left_out} more entries", file=sys.stderr)
             return 0
         if action == "verify":
-            v = CkptVerifyReply.from_wire(client.send(CkptVerify(ns, path), None))
+            v = client.ask(CkptVerify(ns, path))
             for line in v.problems:
                 print(line, file=sys.stderr)
             if v.more_problems:
@@ -104,14 +99,12 @@ def _put(args: argparse.Namespace, client: AgentClient, ns: str, path: str) -> i
     t0 = time.monotonic()
     if args.local == "-":
         fd = sys.stdin.buffer.fileno()
-        reply = CkptPutReply.from_wire(client.send(CkptPut(ns, path), None, fds=[fd]))
+        reply = client.ask(CkptPut(ns, path), fds=[fd])
     else:
         with open(args.local, "rb") as src:
             size = os.fstat(src.fileno()).st_size
             with _following(args, f"put {path}", size, src.fileno()):
-                reply = CkptPutReply.from_wire(
-                    client.send(CkptPut(ns, path), None, fds=[src.fileno()])
-                )
+                reply = client.ask(CkptPut(ns, path), fds=[src.fileno()])
     _rate("put", reply.bytes, t0)
     return 0
 
@@ -154,19 +147,19 @@ def _get_into(client: AgentClient, req: CkptGet, out: int, name: str) -> CkptGet
 
     t = threading.Thread(target=copy, daemon=True)
     t.start()
+    reply: CkptGetReply | None = None
     try:
         try:
-            doc = client.send(req, None, fds=[w])
+            reply = client.ask(req, fds=[w])
         finally:
             os.close(w)
             t.join()
     except BootseerError:
         if not failed:
             raise
-        doc = {}
-    if failed:
+    if failed or reply is None:
         raise BootseerError(f"writing {name}: {failed[0].strerror or failed[0]}")
-    return CkptGetReply.from_wire(doc)
+    return reply
 
 
 @contextlib.contextmanager

@@ -18,9 +18,11 @@ import argparse
 import json
 import os
 import time
+from dataclasses import asdict
 from typing import Any
 
 from bootseer import units
+from bootseer.agentapi.views import DepsList, DepsShow
 from bootseer.cli.caller import require_root, user_name
 from bootseer.errors import BootseerError
 from bootseer.units import argparse_age
@@ -204,7 +206,7 @@ def _agent() -> Any:
 
 def _through_agent(call: Any, what: str) -> Any:
     """A user's view: the node agent reads the store for her (bootseer.deps.views)."""
-    from bootseer.agentapi.protocol import AgentUnavailable
+    from bootseer.agentapi.errors import AgentUnavailable
 
     try:
         return call()
@@ -222,8 +224,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         if args.all:
             raise BootseerError("--all is for root; without it you see your own scope")
-        reply = _through_agent(lambda: _agent().deps_list(args.scope or []), "ls")
-        snaps = [SnapshotInfo(**s) for s in reply.snapshots]
+        reply = _through_agent(lambda: _agent().ask(DepsList(tuple(args.scope or ()))), "ls")
+        snaps = [SnapshotInfo(**asdict(s)) for s in reply.snapshots]
     else:
         _, store = _store()
         snaps = list_snapshots(store, _scopes(store, args.scope, args.all))
@@ -268,7 +270,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         from bootseer.config import load_config
 
         cfg = load_config()
-        reply = _through_agent(lambda: _agent().deps_show(args.scope or "", args.key), "show")
+        reply = _through_agent(lambda: _agent().ask(DepsShow(args.scope or "", args.key)), "show")
         m = Manifest.from_json(
             reply.manifest.encode(),
             max_bytes=cfg.deps.max_bytes,

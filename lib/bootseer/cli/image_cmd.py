@@ -12,11 +12,14 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bootseer import units
 from bootseer.errors import BootseerError
 from bootseer.units import argparse_age
+
+if TYPE_CHECKING:
+    from bootseer.agentapi.client import AgentClient
 
 
 def register(sub: Any) -> None:
@@ -157,11 +160,12 @@ def _ls_through_agent(args: argparse.Namespace) -> int:
     """A user's listing: she holds no store credentials and may not read ``images/``; the
     node agent (root) lists the names whose sealed records verify. Path images are
     other users' files, registered on first use: root's ``image ls`` shows them."""
-    from bootseer.agentapi.protocol import AgentUnavailable
+    from bootseer.agentapi.errors import AgentUnavailable
+    from bootseer.agentapi.views import ImageList
     from bootseer.cli.ckpt_door import door
 
     try:
-        reply = door().image_names()
+        reply = door().ask(ImageList())
     except AgentUnavailable as exc:
         raise BootseerError(
             f"{exc}; as a user, `bootseer image ls` asks the node agent (users cannot read "
@@ -169,7 +173,7 @@ def _ls_through_agent(args: argparse.Namespace) -> int:
             "bootseer image ls), or as root"
         ) from None
     if args.json:
-        names = {i["name"]: {k: v for k, v in i.items() if k != "name"} for i in reply.images}
+        names = {i.name: {"image": i.image, "size": i.size, "added": i.added} for i in reply.images}
         print(json.dumps({"names": names, "left_out": reply.left_out}, indent=1))
         return 0
     from bootseer.cli.listing import print_table
@@ -177,7 +181,7 @@ def _ls_through_agent(args: argparse.Namespace) -> int:
     if not reply.images:
         print("no images")
         return 0
-    rows = [[units.iec(i["size"]), str(i["image"])[:12], "name", i["name"]] for i in reply.images]
+    rows = [[units.iec(i.size), i.image[:12], "name", i.name] for i in reply.images]
     print_table(["SIZE", "IMAGE", "KIND", "NAME"], rows, right={0})
     if reply.left_out:
         print(f"... and {reply.left_out} more names", file=sys.stderr)
@@ -215,11 +219,12 @@ def _show(args: argparse.Namespace) -> int:
 def _show_through_agent(args: argparse.Namespace) -> int:
     """A user's ``image show``: she may not read ``images/``; the node agent answers for a
     name, with her own trace and the trace owner's (bootseer.image.views)."""
-    from bootseer.agentapi.protocol import AgentUnavailable
+    from bootseer.agentapi.errors import AgentUnavailable
+    from bootseer.agentapi.views import ImageShow
     from bootseer.cli.ckpt_door import door
 
     try:
-        reply = door().image_show(args.ref)
+        reply = door().ask(ImageShow(args.ref))
     except AgentUnavailable as exc:
         raise BootseerError(
             f"{exc}; as a user, `bootseer image show` asks the node agent (users cannot read "
@@ -258,25 +263,28 @@ def _gc(args: argparse.Namespace) -> int:
     return 0
 
 
-def _client(node: str | None) -> Any:
-    from bootseer.agentapi.client import AgentClient
+def _client(node: str | None) -> AgentClient:
+    from bootseer.agentapi.client import node_agent
     from bootseer.config import load_config
-    from bootseer.nodepaths import NodePaths
 
-    return AgentClient(NodePaths(load_config().for_node(_node(node))).agent_socket)
+    return node_agent(load_config().for_node(_node(node)))
 
 
 def _first_step(args: argparse.Namespace) -> int:
     job = args.job or int(os.environ.get("SLURM_JOB_ID", "0"))
     if not job:
         raise BootseerError("no job: give --job or run inside a Slurm job")
-    resp = _client(None).first_step(job)
+    from bootseer.agentapi.jobs import FirstStep
+
+    resp = _client(None).ask(FirstStep(job))
     print(f"job {job}: first step marked; {resp.recorded_blocks} blocks read during startup")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
+    from bootseer.agentapi.jobs import Stats, Status
+
     client = _client(args.node)
-    resp = client.call("status", job_id=args.job) if args.job else client.call("stats")
-    print(json.dumps(resp, indent=1))
+    reply = client.ask(Status(args.job)) if args.job else client.ask(Stats())
+    print(json.dumps(reply.to_wire(), indent=1))
     return 0

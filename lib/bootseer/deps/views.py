@@ -17,15 +17,11 @@ snapshot's manifest is shown only when it verifies (what her jobs would restore)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING
 
-from bootseer.agentapi.protocol import (
-    AgentBadRequest,
-    AgentNotFound,
-    AgentRefused,
-    DepsListReply,
-    DepsShowReply,
-)
+from bootseer.agentapi.errors import AgentBadRequest, AgentNotFound, AgentRefused
+from bootseer.agentapi.views import DepsListReply, DepsShowReply, SnapshotRow
 
 if TYPE_CHECKING:
     from bootseer.config import SiteConfig
@@ -79,7 +75,7 @@ def list_for(store: Store, cfg: SiteConfig, user: str, asked: Sequence[str]) -> 
 
     scopes = check_scopes(asked, scopes_of(cfg, user), user)
     snaps = list_snapshots(store, scopes)
-    rows: list[dict[str, Any]] = [s.__dict__ for s in snaps[:MAX_LISTED]]
+    rows = [SnapshotRow(**asdict(s)) for s in snaps[:MAX_LISTED]]
     return DepsListReply(rows, scopes)
 
 

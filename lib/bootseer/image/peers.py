@@ -49,9 +49,10 @@ class PeerSource:
             self.store_bytes += len(data)
         return data
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> tuple[int, int]:
+        """(bytes from the store, bytes from peers) so far."""
         with self._lock:
-            return {"store_bytes": self.store_bytes, "peer_bytes": self.peer_bytes}
+            return self.store_bytes, self.peer_bytes
 
     def describe(self) -> str:
         return f"{self.origin.describe()} (peers of job {self.swarm.job_id})"

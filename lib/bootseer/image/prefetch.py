@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from bootseer.image.fetch import BACKGROUND, PREFETCH, BlockSource, Fetcher, Interest
 from bootseer.image.manifest import Manifest
@@ -39,9 +39,6 @@ class PrefetchResult:
     @property
     def hit_ratio(self) -> float:
         return self.local_before / self.hot_blocks if self.hot_blocks else 1.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "hit_ratio": round(self.hit_ratio, 4)}
 
 
 def prefetch_hot(
@@ -99,7 +96,7 @@ class BackgroundFill(Interest):
         self._lock = threading.Lock()
 
     @property
-    def state(self) -> str:
+    def state(self) -> Literal["running", "done", "cancelled"]:
         if self.cancelled and (self.ended is None or self.failed):
             return "cancelled"
         return "done" if self.ended is not None else "running"
@@ -132,14 +129,3 @@ class BackgroundFill(Interest):
 
     def cancel(self) -> None:
         self.cancelled = True
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "start": self.started,
-            "end": self.ended,
-            "blocks": self.total,
-            "done": self.done,
-            "failed": self.failed,
-            "bytes": self.fetched_bytes,
-        }

@@ -42,12 +42,13 @@ def _lazy_image() -> str:
     if path and os.path.isfile(path):
         return path
     from bootseer.agentapi.client import AgentClient
+    from bootseer.agentapi.jobs import Status
     from bootseer.config import load_config
     from bootseer.nodepaths import NodePaths, node_name
 
     cfg = load_config().for_node(node_name())
     job = int(os.environ.get("SLURM_JOB_ID", "0"))
-    return AgentClient(NodePaths(cfg).agent_socket).status(job).path
+    return AgentClient(NodePaths(cfg).agent_socket).ask(Status(job)).path
 
 
 def _fallback_path() -> Path:

@@ -18,16 +18,16 @@ the background fill, which the step returns as a row of its own, the
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from bootseer.agentapi.client import AgentClient
-from bootseer.agentapi.protocol import (
-    AgentError,
-    AgentPending,
-    AgentTimeout,
-    AgentUnavailable,
+from bootseer.agentapi.errors import AgentError, AgentPending, AgentTimeout, AgentUnavailable
+from bootseer.agentapi.jobs import (
+    ByteCounts,
+    FillSummary,
     JobReply,
+    PrefetchSummary,
     Prepare,
+    Release,
 )
 from bootseer.errors import StepError, StoreError
 from bootseer.hooks.steps import StepCall, StepResult, StepRow
@@ -66,26 +66,25 @@ def prolog(call: StepCall) -> StepResult:
         call.ctx.uid,
         call.ctx.gid,
         image,
-        mode=call.ctx.options.mode,
+        mode="refresh" if call.ctx.options.mode == "refresh" else "on",
         deadline=wait - MARGIN,
         nodelist=",".join(call.ctx.nodes),
     )
     try:
-        resp = client.prepare(request, timeout=wait)
+        resp = client.ask(request, timeout=wait)
     except FALL_BACK as exc:
         return _fallback(call, image, str(exc))
     except AgentError as exc:
         raise StepError(str(exc)) from None
-    p = resp.prefetch or {}
-    fetched = int(p.get("fetched_bytes", 0))
+    p = resp.prefetch or PrefetchSummary()
+    fetched = p.fetched_bytes
     # Where the prefetch's bytes came from: the swarm's counts by the prolog's return, or
     # without peers all from the origin (the store, or the image file on shared storage).
-    store, peer = _counts(resp.peers, "at_prepare") if resp.peers else (fetched, 0)
+    store, peer = _counts(resp.peers.at_prepare) if resp.peers else (fetched, 0)
     detail = (
-        f"image={resp.image[:12]} size={resp.size} hot_blocks={p.get('hot_blocks', 0)} "
-        f"hot_bytes={p.get('hot_bytes', 0)} local_blocks={p.get('local_before', 0)} "
-        f"fetched_blocks={p.get('fetched_blocks', 0)} "
-        f"hit_ratio={p.get('hit_ratio', 1.0)} complete={p.get('complete', True)} "
+        f"image={resp.image[:12]} size={resp.size} hot_blocks={p.hot_blocks} "
+        f"hot_bytes={p.hot_bytes} local_blocks={p.local_before} "
+        f"fetched_blocks={p.fetched_blocks} hit_ratio={p.hit_ratio} complete={p.complete} "
         f"trace_runs={resp.trace_runs}"
     )
     env = {
@@ -96,13 +95,12 @@ def prolog(call: StepCall) -> StepResult:
     return StepResult(detail=detail, bytes=fetched, store_bytes=store, peer_bytes=peer, env=env)
 
 
-def _counts(peers: dict[str, Any] | None, part: str = "") -> tuple[int, int]:
+def _counts(counts: ByteCounts | None) -> tuple[int, int]:
     """(store bytes, peer bytes) of the agent's peer stats: the job's whole life, or one
     snapshot of it (``at_prepare``, ``at_fill``); (0, 0) where it has none."""
-    counts = (peers or {}).get(part) if part else peers
-    if not isinstance(counts, dict):
+    if counts is None:
         return 0, 0
-    return _int(counts.get("store_bytes")), _int(counts.get("peer_bytes"))
+    return _int(counts.store_bytes), _int(counts.peer_bytes)
 
 
 def _int(v: object) -> int:
@@ -112,7 +110,7 @@ def _int(v: object) -> int:
 def epilog(call: StepCall) -> StepResult:
     client = AgentClient(NodePaths(call.cfg).agent_socket)
     try:
-        resp = client.release(call.ctx.job_id, timeout=max(1.0, call.remaining() - MARGIN))
+        resp = client.ask(Release(call.ctx.job_id), timeout=max(1.0, call.remaining() - MARGIN))
     except AgentUnavailable:
         return StepResult(outcome="skipped", detail="no node agent: no trace to save")
     except AgentError as exc:
@@ -120,24 +118,20 @@ def epilog(call: StepCall) -> StepResult:
     if not resp.released or resp.job is None:
         return StepResult(outcome="skipped", detail="the agent had no image for this job")
     job = resp.job
-    fill = job.fill or {}
+    fill = job.fill
     # The job's image bytes on this node split three ways: the prefetch (the prolog's
     # image_prefetch row), the background fill (image_background_fill, from the fill's
     # start to now), and between the two the job's own reads during startup (this row).
     fill_store, fill_peer, reads_store, reads_peer = _split(job)
     fill_row = background_fill_row(fill, fill_store, fill_peer)
-    peers = job.peers or {}
-    failures = (
-        f" peer_failures={peers.get('peer_failures', 0)} corrupt={peers.get('corrupt', 0)}"
-        if job.peers
-        else ""
-    )
+    peers = job.peers
+    failures = f" peer_failures={peers.peer_failures} corrupt={peers.corrupt}" if peers else ""
     return StepResult(
         detail=(
             f"trace={resp.trace} recorded_blocks={job.recorded_blocks} "
             f"fetched_before_first_step={job.fetched_before_first_step} "
-            f"fill_state={fill.get('state')} fill_blocks={fill.get('done')}/"
-            f"{fill.get('blocks')}{failures}"
+            f"fill_state={fill.state if fill else None} "
+            f"fill_blocks={fill.done if fill else None}/{fill.blocks if fill else None}{failures}"
         ),  # the fill's bytes go to its own phase row, image_background_fill
         bytes=reads_store + reads_peer,
         store_bytes=reads_store,
@@ -149,16 +143,15 @@ def epilog(call: StepCall) -> StepResult:
 def _split(job: JobReply) -> tuple[int, int, int, int]:
     """(fill store, fill peer, reads store, reads peer): the fill's bytes from the store
     and from peers, and the job's reads between the prolog's return and the fill's start."""
-    fill = job.fill or {}
-    fill_bytes = _int(fill.get("bytes"))
+    fill_bytes = _int(job.fill.bytes) if job.fill else 0
     if not job.peers:  # every byte from the origin
-        prefetched = _int((job.prefetch or {}).get("fetched_bytes"))
+        prefetched = _int(job.prefetch.fetched_bytes) if job.prefetch else 0
         reads = max(0, _int(job.fetched_before_first_step) - prefetched)
         return fill_bytes, 0, reads, 0
     total_store, total_peer = _counts(job.peers)
-    prep_store, prep_peer = _counts(job.peers, "at_prepare")
-    if isinstance(job.peers.get("at_fill"), dict):
-        at_store, at_peer = _counts(job.peers, "at_fill")
+    prep_store, prep_peer = _counts(job.peers.at_prepare)
+    if job.peers.at_fill is not None:
+        at_store, at_peer = _counts(job.peers.at_fill)
     else:  # no fill (yet): everything after the prolog was the job's reads
         at_store, at_peer = total_store, total_peer
     return (
@@ -170,7 +163,7 @@ def _split(job: JobReply) -> tuple[int, int, int, int]:
 
 
 def background_fill_row(
-    fill: dict[str, object], store_bytes: int = 0, peer_bytes: int = 0
+    fill: FillSummary | None, store_bytes: int = 0, peer_bytes: int = 0
 ) -> StepRow | None:
     """The ``image_background_fill`` phase row; None where no fill started.
 
@@ -180,19 +173,18 @@ def background_fill_row(
     cut off there (outcome ``skipped``, end = now); one that ended is ``ok``, or
     ``failed`` when blocks could not be fetched.
     """
-    start, end = fill.get("start"), fill.get("end")
-    if not isinstance(start, float):
+    if fill is None or fill.start is None:
         return None
-    failed = _int(fill.get("failed"))
-    state = fill.get("state")
+    failed = _int(fill.failed)
+    state = fill.state
     outcome = "skipped" if state != "done" else ("failed" if failed else "ok")
     return StepRow(
         "image_background_fill",
-        start,
-        end if isinstance(end, float) else time.time(),
+        fill.start,
+        fill.end if fill.end is not None else time.time(),
         outcome,
-        _int(fill.get("bytes")),
-        f"state={state} blocks={fill.get('done')}/{fill.get('blocks')} failed={failed}",
+        _int(fill.bytes),
+        f"state={state} blocks={fill.done}/{fill.blocks} failed={failed}",
         store_bytes=store_bytes,
         peer_bytes=peer_bytes,
     )

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from bootseer.agentapi.protocol import AgentBadRequest, AgentNotFound, AgentRefused
+from bootseer.agentapi.errors import AgentBadRequest, AgentNotFound, AgentRefused
 from bootseer.image.manifest import Manifest, ManifestError
 from bootseer.image.trace import Trace
 from bootseer.sitekey import SealError, SiteKeys

@@ -21,6 +21,7 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from bootseer.image.cache import BlockCache
 from bootseer.p2p.swarm import Swarm
@@ -32,6 +33,8 @@ from bootseer.store import Store
 # this node read anything else.
 MAIN_STORE_KEY = re.compile(r"deps/[^/]+(/[^/]+)+")
 TARGET_KEY = re.compile(r"[^/]+(/[^/]+)*/units/[^/]+/[^/]+")
+
+Source = Literal["cache", "peer", "store"]  # where a piece came from
 
 
 @dataclass(frozen=True)
@@ -62,15 +65,15 @@ class Pieces:
         self.store = store
         self.cache = cache
         self.target = target  # a checkpoint target's URI -> its store; None if not one
-        self._inflight: dict[str, cf.Future[tuple[bytes, str]]] = {}
+        self._inflight: dict[str, cf.Future[tuple[bytes, Source]]] = {}
         # Where pieces fetched for a peer came from, until this node's own restore takes
         # them: its record then says what this node fetched (from the store, for the job).
-        self._unclaimed: dict[str, str] = {}
+        self._unclaimed: dict[str, Source] = {}
         self._lock = threading.Lock()
 
     def get(
         self, swarm: Swarm | None, loc: Located, priority: int, timeout: float, local: bool
-    ) -> tuple[bytes, str]:
+    ) -> tuple[bytes, Source]:
         """The piece's verified bytes and where they came from: cache, peer or store.
         ``local``: for this node's own use (else for a peer)."""
         loc.check()
@@ -103,10 +106,10 @@ class Pieces:
             with self._lock:
                 self._inflight.pop(loc.sha256, None)
 
-    def _fetch(self, swarm: Swarm | None, loc: Located, priority: int) -> tuple[bytes, str]:
+    def _fetch(self, swarm: Swarm | None, loc: Located, priority: int) -> tuple[bytes, Source]:
         where = (loc.target, loc.key, loc.offset, loc.length)
         data = swarm.fetch(loc.sha256, priority, where) if swarm is not None else None
-        source = "peer"
+        source: Source = "peer"
         if data is None:
             store = self.target(loc.target) if loc.target else self.store
             if store is None:

@@ -36,7 +36,8 @@ def agent_via(
     if len(nodes) < 2 or not cfg.p2p.enabled:
         return None
     from bootseer.agentapi.client import AgentClient
-    from bootseer.agentapi.protocol import AgentError, AgentRefused, AgentUnavailable, FetchPiece
+    from bootseer.agentapi.errors import AgentError, AgentRefused, AgentUnavailable
+    from bootseer.agentapi.jobs import FetchPiece
     from bootseer.nodepaths import NodePaths
 
     socket = NodePaths(cfg).agent_socket
@@ -52,7 +53,7 @@ def agent_via(
             return None
         req = FetchPiece(job_id, nodelist, key, offset, length, sha256, target=target)
         try:
-            piece = client.fetch_piece(req, timeout=timeout)
+            piece = client.ask(req, timeout=timeout)
             with open(piece.path, "rb") as f:
                 data = f.read(length + 1)
         except (AgentUnavailable, AgentRefused) as exc:

@@ -163,10 +163,11 @@ def tell_agent_first_step() -> None:
         return
     # Here: every other mark stays free of the socket module.
     from bootseer.agentapi.client import AgentClient
-    from bootseer.agentapi.protocol import AgentError
+    from bootseer.agentapi.errors import AgentError
+    from bootseer.agentapi.jobs import FirstStep
 
     with contextlib.suppress(AgentError):
-        AgentClient(path).first_step(int(job), timeout=0.5)
+        AgentClient(path).ask(FirstStep(int(job)), timeout=0.5)
 
 
 def flush_in_background(marks_path: str) -> None:

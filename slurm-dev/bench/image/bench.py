@@ -43,7 +43,7 @@ sys.path.insert(0, str(TOP / "lib"))
 import devcluster  # noqa: E402
 
 from bootseer.agentapi.client import AgentClient  # noqa: E402
-from bootseer.agentapi.protocol import AgentUnavailable  # noqa: E402
+from bootseer.agentapi.errors import AgentUnavailable  # noqa: E402
 from bootseer.image.manifest import upload_file  # noqa: E402
 from bootseer.image.registry import tag_image  # noqa: E402
 from bootseer.image.trace import trace_key  # noqa: E402

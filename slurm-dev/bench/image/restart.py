@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 from bootseer.agentapi.client import AgentClient
-from bootseer.agentapi.protocol import AgentError, AgentUnavailable
+from bootseer.agentapi.errors import AgentError, AgentUnavailable
+from bootseer.agentapi.jobs import AgentRestart, Ping
 
 CMD = [sys.executable, "-c", "import sys; from bootseer.cli import main; sys.exit(main())"]
 
@@ -57,7 +58,7 @@ class Pinger:
     def _run(self) -> None:
         while self.answered_at is None:
             try:
-                if self.client.ping(timeout=60).started != self.before:
+                if self.client.ask(Ping(), timeout=60).started != self.before:
                     self.answered_at = time.perf_counter()
                     return
             except AgentUnavailable:
@@ -81,7 +82,7 @@ def wait_up(client: AgentClient) -> float:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            return client.ping(timeout=5).started
+            return client.ask(Ping(), timeout=5).started
         except AgentError:
             time.sleep(0.01)
     raise TimeoutError("no agent within 60 s")
@@ -105,7 +106,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 pinger = Pinger(client, before)
                 if variant == "in place":
-                    assert client.restart(when_idle=False).state == "restarting"
+                    assert client.ask(AgentRestart(False)).state == "restarting"
                     pinger.start()
                 else:
                     pinger.start()
