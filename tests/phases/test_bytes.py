@@ -137,7 +137,7 @@ def test_report_sums_store_and_peer_bytes_per_phase_node_and_run(
 ) -> None:
     write_rows(store, image_rows("n1", 3, 5), source="epilog")
     write_rows(store, image_rows("n2", 5, 3), source="epilog")
-    data = job_report(dataset, 50).to_json()
+    data: Any = job_report(dataset, 50).to_json()
     (run,) = data["runs"]
     assert run["store_egress_bytes"] == (3 + 5 + 4 + 4) * MiB
     assert run["peer_bytes"] == (5 + 3 + 6 + 6) * MiB

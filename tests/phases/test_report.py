@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,7 +53,7 @@ def test_restarts_and_resubmissions_are_side_by_side(store: Store, dataset: Phas
     assert [(r.job_id, r.restart_count) for r in report.runs] == [(21, 0), (21, 1)]
     assert [r.job_id for r in report.earlier] == [20, 23]
     assert job_report(dataset, 24).earlier == []  # its own restarts only
-    data = report.to_json()
+    data: Any = report.to_json()
     assert data["found"] and len(data["runs"][1]["nodes"]) == 4
     r = run_cli("report", "21", "--store", store.uri)
     assert r.returncode == 0, r.stderr

@@ -66,7 +66,7 @@ def job_label(job: tuple[int, int | None]) -> str:
     return f"{job[0]}" if job[1] is None else f"{job[0]}_{job[1]}"
 
 
-def squeue_job(job: str, timeout: float = 10) -> dict[str, Any] | None:
+def squeue_job(job: str, timeout: float = 10) -> dict[str, object] | None:
     """What ``squeue --json`` says of ``job`` (``4242`` or ``4242_3``), if Slurm still
     knows it."""
     import json
@@ -119,7 +119,7 @@ def _number(v: object) -> object:
     return v.get("number") if isinstance(v, dict) else v
 
 
-def _is(j: dict[str, Any], job: str) -> bool:
+def _is(j: dict[str, object], job: str) -> bool:
     ident, _, task = job.partition("_")
     if task:
         return _number(j.get("array_job_id")) == int(ident) and _number(

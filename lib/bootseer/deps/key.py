@@ -54,7 +54,7 @@ class KeyInputs:
     def base(self) -> str:
         return _digest(asdict(self))
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         d = asdict(self)
         d["key_files"] = {name: digest for name, digest in self.key_files}
         return d

@@ -57,7 +57,7 @@ class Trace:
     blocks: tuple[int, ...]
     runs: int = 1
 
-    def _body(self) -> dict[str, Any]:
+    def _body(self) -> dict[str, object]:
         return {
             "format": FORMAT,
             "image": self.image,
@@ -117,7 +117,7 @@ class Trace:
         return Trace(self.image, self.nblocks, self.block_size, (*self.blocks, *new), self.runs + 1)
 
 
-def _checksum(body: dict[str, Any]) -> str:
+def _checksum(body: dict[str, object]) -> str:
     return hashlib.sha256(
         json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()

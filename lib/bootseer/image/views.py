@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from bootseer.agentapi.errors import AgentBadRequest, AgentNotFound, AgentRefused
 from bootseer.image.manifest import Manifest, ManifestError
@@ -29,7 +28,7 @@ IMAGE_ID = re.compile(r"[0-9a-f]{64}")
 ADMIN_VIEW = "root's `bootseer image show`"
 
 
-def trace_summary(m: Manifest, t: Trace) -> dict[str, Any]:
+def trace_summary(m: Manifest, t: Trace) -> dict[str, object]:
     hot = sum(m.block_length(i) for i in t.blocks)
     return {
         "blocks": len(t.blocks),
@@ -39,9 +38,9 @@ def trace_summary(m: Manifest, t: Trace) -> dict[str, Any]:
     }
 
 
-def image_doc(m: Manifest, owner: str | None, traces: dict[str, Trace]) -> dict[str, Any]:
+def image_doc(m: Manifest, owner: str | None, traces: dict[str, Trace]) -> dict[str, object]:
     """What ``image show`` prints (as JSON), for root and users alike."""
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {
         "image": m.id,
         "size": m.size,
         "block_size": m.block_size,
@@ -72,7 +71,7 @@ def load_traces(
     return out
 
 
-def show_for_user(store: Store, keys: SiteKeys, ref: str, user: str) -> dict[str, Any]:
+def show_for_user(store: Store, keys: SiteKeys, ref: str, user: str) -> dict[str, object]:
     """The agent's answer to ``user``'s ``image show REF``: a name only, verified, with
     her own trace and the name's trace owner's (the two her jobs prefetch)."""
     from bootseer.errors import OptionError

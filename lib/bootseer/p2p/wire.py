@@ -138,7 +138,7 @@ class PieceReply:
             raise PeerError(kind, self.message or kind)
 
 
-def _frame(doc: dict[str, Any]) -> bytes:
+def _frame(doc: dict[str, object]) -> bytes:
     body = json.dumps(doc, separators=(",", ":")).encode()
     return struct.pack(">I", len(body)) + body
 

@@ -73,7 +73,7 @@ class ClusterReport:
     read_seconds: float = 0.0
     compute_seconds: float = 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since)),
             "until": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.until)),

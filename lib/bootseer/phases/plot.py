@@ -72,7 +72,7 @@ def plot_timeline(
     plt.close(fig)
 
 
-def _timeline_axes(ax: Any, run: RunReport, color: dict[str, Any]) -> None:
+def _timeline_axes(ax: Any, run: RunReport, color: dict[str, str]) -> None:
     nodes = run.nodes
     for y, n in enumerate(nodes):
         rows = [r for r in n.rows if in_startup(r.phase)]

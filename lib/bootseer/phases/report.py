@@ -29,7 +29,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bootseer.phases import startup
 from bootseer.phases.schema import (
@@ -160,7 +160,7 @@ class RunReport:
         """What the run's nodes got from each other."""
         return sum(n.peer_bytes for n in self.nodes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "job_id": self.job_id,
             "restart_count": self.restart_count,
@@ -237,7 +237,7 @@ class JobReport:
     runs: list[RunReport]  # this job's runs (restarts), oldest first
     earlier: list[RunReport] = field(default_factory=list)  # same user, same batch script
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "job_id": self.job_id,
             "found": bool(self.runs),

@@ -53,7 +53,7 @@ def startup_seconds(allocated: float, end: float) -> float:
 # -- the same, column-wise (pyarrow), for the cluster view --------------------------------
 
 
-def run_columns(phase: pa.ChunkedArray, end: pa.Array) -> dict[str, Any]:
+def run_columns(phase: pa.ChunkedArray, end: pa.Array) -> dict[str, object]:
     """Per row: ``step_end`` (its end if it is a ``first_step``) and ``ready_end`` (its
     end if it belongs to startup), null otherwise; a run's maxima go to :func:`end_column`."""
     import pyarrow as pa
