@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bootseer.errors import ConfigError
+from bootseer.errors import ConfigError, NoSiteConfig
 
 if TYPE_CHECKING:
     from bootseer.store import Store
@@ -399,14 +399,15 @@ def config_path() -> Path:
 
 
 def load_config(path: Path | None = None) -> SiteConfig:
-    """Read the site config; a missing file at the default path gives the defaults."""
+    """Read the site config; a missing file at the default path gives the defaults, one
+    named (``path``, ``$BOOTSEER_CONFIG``) raises :class:`~bootseer.errors.NoSiteConfig`."""
     explicit = path is not None or bool(os.environ.get(ENV_VAR))
     path = path or config_path()
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         if explicit:
-            raise ConfigError(f"site config {path} does not exist (set by ${ENV_VAR})") from None
+            raise NoSiteConfig(f"site config {path} does not exist (set by ${ENV_VAR})") from None
         return SiteConfig()
     except OSError as exc:
         raise ConfigError(f"cannot read site config {path}: {exc.strerror}") from None

@@ -15,6 +15,11 @@ class ConfigError(BootseerError):
     """The site config is missing, unreadable or has a bad value (the message names the key)."""
 
 
+class NoSiteConfig(ConfigError):
+    """The site config named (the default path, or ``$BOOTSEER_CONFIG``) does not exist:
+    bootseer would run on the defaults, a node-local store among them."""
+
+
 class OptionError(BootseerError):
     """A job option (--bootseer*) has a value outside its documented syntax."""
 

@@ -170,7 +170,7 @@ def test_an_account_quota_counts_all_its_users(
         {"ckpt": {"quota": {"user": 100 * UNIT, "account": 6 * UNIT}, "sacctmgr": str(sacctmgr)}}
     )
     monkeypatch.setattr(ckpt_quota, "_members", None)
-    monkeypatch.setattr("bootseer.slurmconf.account_check", lambda *_: "")
+    monkeypatch.setattr("bootseer.slurm.accounts.account_check", lambda *_: "")
     stores = _stores(targets)
     guard = ckpt_quota.guard_for(cfg, stores, "ada")
     assert [(s.kind, s.name, s.users) for s in guard.scopes] == [
@@ -196,7 +196,7 @@ def test_an_account_quota_counts_all_its_users(
     assert rows[1].used > 5 * UNIT and rows[0].used < UNIT
     # A Slurm that does not check accounts: a user is in whatever account she names,
     # so only her own quota holds.
-    monkeypatch.setattr("bootseer.slurmconf.account_check", lambda *_: "no accounting")
+    monkeypatch.setattr("bootseer.slurm.accounts.account_check", lambda *_: "no accounting")
     assert [s.kind for s in ckpt_quota.guard_for(cfg, stores, "ada").scopes] == ["user"]
 
 

@@ -117,15 +117,16 @@ def test_only_root_may_restart_the_agent(base: Path) -> None:
 def test_doctor_names_an_agent_that_runs_an_older_install(
     base: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bootseer import doctor
+    from bootseer.doctor import Node
+    from bootseer.doctor.agent import check_agent
 
     with running_agent(base) as agent:
         monkeypatch.setenv("BOOTSEER_CONFIG", str(agent.config_path))
-        node = doctor.Node.here("t1")
-        assert doctor.check_agent(node).status == "ok"
+        node = Node.here("t1")
+        assert check_agent(node).status == "ok"
         # This bootseer is a newer install than the agent's (the venv link switched).
         monkeypatch.setattr(sys, "prefix", str(base / "venvs" / "new"))
-        check = doctor.check_agent(node)
+        check = check_agent(node)
         assert check.status == "problem", check
         assert f"the agent runs {agent.client.ask(Ping()).prefix}" in check.detail
         assert "an older install" in check.detail and "--restart" in check.fix

@@ -201,13 +201,14 @@ def test_doctor_names_the_job_dirs_of_jobs_slurm_does_not_run_on_the_node(
     """Real Slurm, a run dir of the test's own (no agent sweeps it meanwhile)."""
     import dataclasses
 
-    from bootseer import doctor
+    from bootseer.doctor import Node
+    from bootseer.doctor.agent import check_stale_jobs
 
     monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
     cfg = load_config(cluster.site_config).for_node(NODE)
     cfg = dataclasses.replace(cfg, paths=dataclasses.replace(cfg.paths, run_dir=base / "run"))
-    node = doctor.Node(NODE, Path(cluster.env["SLURM_CONF"]), cluster.site_config, cfg)
-    assert doctor.check_stale_jobs(node).status == "ok"  # nothing there: Slurm not asked
+    node = Node(NODE, Path(cluster.env["SLURM_CONF"]), cluster.site_config, cfg)
+    assert check_stale_jobs(node).status == "ok"  # nothing there: Slurm not asked
 
     flag = cluster.dir / "out" / f"sweep-doctor-{time.time_ns()}"
     running = cluster.sbatch(
@@ -217,7 +218,7 @@ def test_doctor_names_the_job_dirs_of_jobs_slurm_does_not_run_on_the_node(
         wait_until(lambda: cluster.job_state(running) == "RUNNING", "the job running", 120)
         for job in (running, 987655):
             (base / "run" / "jobs" / str(job)).mkdir(parents=True)
-        check = doctor.check_stale_jobs(node)
+        check = check_stale_jobs(node)
         assert check.status == "problem", check
         # Job ids as words: a fresh cluster's job 5 is inside 987655.
         assert "987655 (job dir)" in check.detail
@@ -226,5 +227,5 @@ def test_doctor_names_the_job_dirs_of_jobs_slurm_does_not_run_on_the_node(
     finally:
         flag.write_text("")
     assert cluster.wait(running, 120) == "COMPLETED"
-    ended = doctor.check_stale_jobs(node).detail
+    ended = check_stale_jobs(node).detail
     assert re.search(rf"\b{running} \(job dir\)", ended), ended  # ended: stale now

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from bootseer.config import SiteConfig, load_config
-from bootseer.errors import ConfigError
+from bootseer.errors import ConfigError, NoSiteConfig
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -35,8 +35,10 @@ def test_missing_file_named_by_env_is_an_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("BOOTSEER_CONFIG", str(tmp_path / "nope.toml"))
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(NoSiteConfig, match="does not exist"):  # a ConfigError of its own kind
         load_config()
+    with pytest.raises(NoSiteConfig):  # named by the caller
+        load_config(tmp_path / "absent.toml")
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""``bootseer doctor``'s parsers and checks, on files in a temporary directory."""
+"""``bootseer doctor``'s checks, on files in a temporary directory."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ import pytest
 
 from bootseer import doctor, nodepaths
 from bootseer.config import SiteConfig
-from bootseer.doctor import Check, Node, parse_plugstack, parse_slurm_conf
+from bootseer.doctor import Check, Node, result
+from bootseer.doctor.agent import check_agent, check_metrics
+from bootseer.doctor.files import check_config, check_site_key, check_store_secrets
+from bootseer.doctor.host import check_path, check_python, others_cannot_run
+from bootseer.doctor.slurmd import check_hooks, check_plugin, check_plugstack, check_timeout
+from bootseer.doctor.store import check_clock, check_phase_privacy, check_store
+from bootseer.errors import ConfigError, NoSiteConfig
 
 ROOT = os.geteuid() == 0
 
@@ -56,59 +62,19 @@ def good_slurm_conf(tmp_path: Path, flags: str = "Alloc", timeout: str = "180") 
     )
 
 
-# -- parsers ---------------------------------------------------------------------------
-
-
-def test_slurm_conf_keys_are_case_insensitive_and_includes_are_read(tmp_path: Path) -> None:
-    (tmp_path / "extra.conf").write_text("prologflags=Contain,X11\n")
-    text = "PrologFlags=Alloc\nNodeName=n1 Port=1\nInclude extra.conf\nEpilog=/e # why\n"
-    conf = parse_slurm_conf(text, tmp_path)
-    assert conf["prologflags"] == "Contain,X11"
-    assert conf["epilog"] == "/e"
-    assert "nodename" not in conf
-
-
-def test_prolog_flags() -> None:
-    assert doctor.has_alloc("Alloc")
-    assert doctor.has_alloc("X11, alloc")
-    assert doctor.has_alloc("Contain")  # implies Alloc
-    assert not doctor.has_alloc("X11,NoHold")
-    assert not doctor.has_alloc("")
-
-
-def test_plugstack_include_and_default_rundir(tmp_path: Path) -> None:
-    d = tmp_path / "plugstack.conf.d"
-    d.mkdir()
-    (d / "bootseer.conf").write_text("optional /x/bootseer.so  # no rundir\n")
-    main = tmp_path / "plugstack.conf"
-    main.write_text("required /x/pyxis.so\ninclude plugstack.conf.d/*\n")
-    entries = parse_plugstack(main)
-    assert [(e.kind, e.plugin, e.rundir) for e in entries] == [
-        ("required", "/x/pyxis.so", "/run/bootseer"),
-        ("optional", "/x/bootseer.so", "/run/bootseer"),
-    ]
-    assert entries[1].source == d / "bootseer.conf"
-
-
-def test_plugstack_path_defaults_next_to_slurm_conf() -> None:
-    conf = Path("/etc/slurm/slurm.conf")
-    assert doctor.plugstack_path({}, conf) == Path("/etc/slurm/plugstack.conf")
-    assert doctor.plugstack_path({"plugstackconfig": "/p.conf"}, conf) == Path("/p.conf")
-
-
 # -- checks ----------------------------------------------------------------------------
 
 
 def test_plugstack_rundir_matching_the_config_is_ok(tmp_path: Path) -> None:
     line = f"required {plugin(tmp_path)} rundir={tmp_path}/nodes/%n/run\n"
-    check = doctor.check_plugstack(make_node(tmp_path, plugstack=line))
+    check = check_plugstack(make_node(tmp_path, plugstack=line))
     assert check.status == "ok", check
 
 
 def test_plugstack_with_a_mismatched_rundir_is_reported(tmp_path: Path) -> None:
     ps = tmp_path / "ps.conf"
     ps.write_text(f"required {plugin(tmp_path)} rundir=/run/elsewhere\n")
-    check = doctor.check_plugstack(make_node(tmp_path, slurm=f"PlugStackConfig={ps}\n"))
+    check = check_plugstack(make_node(tmp_path, slurm=f"PlugStackConfig={ps}\n"))
     assert check.status == "problem"
     assert "rundir=/run/elsewhere" in check.detail
     assert f"{tmp_path}/nodes/%n/run" in check.detail
@@ -116,7 +82,7 @@ def test_plugstack_with_a_mismatched_rundir_is_reported(tmp_path: Path) -> None:
 
 
 def test_plugstack_without_the_plugin_is_reported(tmp_path: Path) -> None:
-    check = doctor.check_plugstack(make_node(tmp_path, plugstack="required /x/pyxis.so\n"))
+    check = check_plugstack(make_node(tmp_path, plugstack="required /x/pyxis.so\n"))
     assert check.status == "problem"
     assert "no bootseer.so line" in check.detail
     assert f"rundir={tmp_path}/nodes/n1/run" in check.fix
@@ -124,7 +90,7 @@ def test_plugstack_without_the_plugin_is_reported(tmp_path: Path) -> None:
 
 def test_plugstack_naming_a_missing_plugin_is_reported(tmp_path: Path) -> None:
     line = f"required {tmp_path}/bootseer.so rundir={tmp_path}/nodes/%n/run\n"
-    check = doctor.check_plugstack(make_node(tmp_path, plugstack=line))
+    check = check_plugstack(make_node(tmp_path, plugstack=line))
     assert check.status == "problem"
     assert "does not exist" in check.detail
 
@@ -136,7 +102,7 @@ def test_a_plugin_of_this_bootseers_contract_is_ok(tmp_path: Path) -> None:
     so = SPANK / "bootseer.so"  # scripts/bootstrap builds it
     if not so.exists():
         pytest.skip("needs the built plugin (make -C spank)")
-    check = doctor.check_plugin(make_node(tmp_path, plugstack=f"required {so}\n"))
+    check = check_plugin(make_node(tmp_path, plugstack=f"required {so}\n"))
     assert check.status == "ok", check
     assert f"contract {nodepaths.ENV_CONTRACT}" in check.detail
 
@@ -158,24 +124,24 @@ def test_a_plugin_of_another_contract_is_reported(
     node = make_node(
         tmp_path, slurm=f"PluginDir=/nowhere:{tmp_path}/lib\n", plugstack="required bootseer.so\n"
     )
-    check = doctor.check_plugin(node)
+    check = check_plugin(node)
     assert check.status == "problem", check
     assert said in check.detail and "no BOOTSEER_* variables" in check.detail
     assert "bootseer install" in check.fix
 
 
 def test_no_plugin_file_is_left_to_the_plugstack_check(tmp_path: Path) -> None:
-    check = doctor.check_plugin(make_node(tmp_path, plugstack="required /x/pyxis.so\n"))
+    check = check_plugin(make_node(tmp_path, plugstack="required /x/pyxis.so\n"))
     assert check.status == "skip"
 
 
 def test_hooks_in_slurm_conf_are_ok(tmp_path: Path) -> None:
-    check = doctor.check_hooks(make_node(tmp_path, good_slurm_conf(tmp_path, "Contain,X11")))
+    check = check_hooks(make_node(tmp_path, good_slurm_conf(tmp_path, "Contain,X11")))
     assert check.status == "ok", check
 
 
 def test_prolog_flags_without_alloc_are_reported(tmp_path: Path) -> None:
-    check = doctor.check_hooks(make_node(tmp_path, good_slurm_conf(tmp_path, "X11")))
+    check = check_hooks(make_node(tmp_path, good_slurm_conf(tmp_path, "X11")))
     assert check.status == "problem"
     assert "lacks Alloc" in check.detail
     assert "PrologFlags=X11,Alloc" in check.fix  # added to the site's flags, not replacing
@@ -186,7 +152,7 @@ def test_a_prolog_that_is_not_bootseers_is_reported(tmp_path: Path) -> None:
     other.write_text("#!/bin/sh\ntrue\n")
     other.chmod(0o755)
     slurm = good_slurm_conf(tmp_path).replace(f"Prolog={tmp_path}/prolog", f"Prolog={other}")
-    check = doctor.check_hooks(make_node(tmp_path, slurm))
+    check = check_hooks(make_node(tmp_path, slurm))
     assert check.status == "problem"
     assert "does not run bootseer-prolog" in check.detail
 
@@ -196,22 +162,22 @@ def test_a_prolog_directory_glob_is_followed(tmp_path: Path) -> None:
     d.mkdir()
     hook(tmp_path, "prolog").rename(d / "50-bootseer")
     slurm = good_slurm_conf(tmp_path).replace(f"Prolog={tmp_path}/prolog", f"Prolog={d}/*")
-    assert doctor.check_hooks(make_node(tmp_path, slurm)).status == "ok"
+    assert check_hooks(make_node(tmp_path, slurm)).status == "ok"
 
 
 def test_a_timeout_shorter_than_the_deadlines_is_reported(tmp_path: Path) -> None:
     slurm = good_slurm_conf(tmp_path, timeout="60")
     node = make_node(tmp_path, slurm, hooks={"prolog_deadline": 90})
-    check = doctor.check_timeout(node)
+    check = check_timeout(node)
     assert check.status == "problem"
     assert "90s deadline" in check.detail
-    assert doctor.check_timeout(make_node(tmp_path, good_slurm_conf(tmp_path))).ok
+    assert check_timeout(make_node(tmp_path, good_slurm_conf(tmp_path))).ok
 
 
 def test_missing_slurm_conf_is_reported(tmp_path: Path) -> None:
     node = make_node(tmp_path)
     node.slurm_conf = tmp_path / "absent.conf"
-    check = doctor.check_hooks(node)
+    check = check_hooks(node)
     assert check.status == "problem"
     assert "cannot read" in check.detail
 
@@ -223,18 +189,34 @@ def test_a_missing_config_at_the_default_path_is_a_problem(
     monkeypatch.setattr("bootseer.config.DEFAULT_PATH", tmp_path / "absent.toml")
     node = Node.here("n1")
     assert node.cfg is None
-    check = doctor.check_config(node)
+    check = check_config(node)
     assert check.status == "problem"
     assert "defaults" in check.detail
     # Checks that need the config say so rather than judging the defaults.
-    assert doctor.check_store(node).status == "skip"
+    assert check_store(node).status == "skip"
+
+
+def test_a_missing_config_is_told_by_its_kind_not_its_words(tmp_path: Path) -> None:
+    # The config check decides on the error's class: a NoSiteConfig however worded is
+    # the missing config; a bad config's error starting with the same words is not.
+    node = make_node(tmp_path)
+    missing = Node("n1", node.slurm_conf, node.config_path, None, NoSiteConfig("gone"))
+    check = check_config(missing)
+    assert check.status == "problem"
+    assert check.detail == (
+        f"no site config at {node.config_path} (bootseer would use defaults: a node-local store)"
+    )
+    assert check.fix.startswith(f"write {node.config_path}")
+    bad = Node("n1", node.slurm_conf, node.config_path, None, ConfigError("no site config key"))
+    check = check_config(bad)
+    assert (check.detail, check.fix) == ("no site config key", f"fix {node.config_path}")
 
 
 def test_a_bad_config_is_a_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "config.toml"
     path.write_text("[hooks]\nstrict = 1\n")
     monkeypatch.setenv("BOOTSEER_CONFIG", str(path))
-    check = doctor.check_config(Node.here("n1"))
+    check = check_config(Node.here("n1"))
     assert check.status == "problem"
     assert "hooks.strict" in check.detail
 
@@ -242,25 +224,25 @@ def test_a_bad_config_is_a_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 @pytest.mark.skipif(not ROOT, reason="the config must be root's")
 def test_config_modes(tmp_path: Path) -> None:
     node = make_node(tmp_path)
-    assert doctor.check_config(node).status == "ok"
+    assert check_config(node).status == "ok"
     node.config_path.chmod(0o600)
-    assert "cannot read" in doctor.check_config(node).detail
+    assert "cannot read" in check_config(node).detail
     node.config_path.chmod(0o666)
-    assert "others may change it" in doctor.check_config(node).detail
+    assert "others may change it" in check_config(node).detail
 
 
 def test_a_site_key_readable_by_others_is_reported(tmp_path: Path) -> None:
     key = tmp_path / "site.key"
     key.write_text("k" * 64 + "\n")
     key.chmod(0o644)
-    check = doctor.check_site_key(make_node(tmp_path, site={"key_file": str(key)}))
+    check = check_site_key(make_node(tmp_path, site={"key_file": str(key)}))
     assert check.status == "problem"
     assert "mode 0644" in check.detail
     assert f"chmod 0600 {key}" in check.fix
 
 
 def test_a_missing_site_key_is_reported(tmp_path: Path) -> None:
-    check = doctor.check_site_key(make_node(tmp_path, site={"key_file": f"{tmp_path}/k"}))
+    check = check_site_key(make_node(tmp_path, site={"key_file": f"{tmp_path}/k"}))
     assert check.status == "problem"
     assert "umask 077" in check.fix
 
@@ -270,35 +252,35 @@ def test_a_root_only_site_key_is_ok(tmp_path: Path) -> None:
     key = tmp_path / "site.key"
     key.write_text("k" * 64 + "\n")
     key.chmod(0o600)
-    check = doctor.check_site_key(make_node(tmp_path, site={"key_file": str(key)}))
+    check = check_site_key(make_node(tmp_path, site={"key_file": str(key)}))
     assert check.status == "ok", check
 
 
 def test_store_secrets_others_can_read_are_reported(tmp_path: Path) -> None:
     node = make_node(tmp_path)
     assert node.cfg is not None and node.cfg.store.secrets_file == tmp_path / "secrets.toml"
-    assert doctor.check_store_secrets(node).status == "ok"  # absent: anonymous
+    assert check_store_secrets(node).status == "ok"  # absent: anonymous
     secrets = tmp_path / "secrets.toml"
     secrets.write_text('[store]\naccess_key = "a"\nsecret_key = "never-shown"\n')
     secrets.chmod(0o644)
-    check = doctor.check_store_secrets(node)
+    check = check_store_secrets(node)
     assert check.status == "problem" and "mode 0644" in check.detail, check
     assert f"chmod 0600 {secrets}" in check.fix
     assert "never-shown" not in check.detail + check.fix
     if ROOT:
         secrets.chmod(0o600)
-        check = doctor.check_store_secrets(node)
+        check = check_store_secrets(node)
         assert check.status == "ok" and "keys set" in check.detail, check
         assert "never-shown" not in check.detail
 
 
 def test_a_store_that_does_not_exist_is_reported_and_not_created(tmp_path: Path) -> None:
     node = make_node(tmp_path, store={"uri": f"file://{tmp_path}/shared/bootseer"})
-    check = doctor.check_store(node)
+    check = check_store(node)
     assert check.status == "problem"
     assert "does not exist" in check.detail
     assert not (tmp_path / "shared").exists()
-    assert doctor.check_clock(node).status == "skip"
+    assert check_clock(node).status == "skip"
 
 
 def test_a_store_users_can_write_is_reported(tmp_path: Path) -> None:
@@ -306,9 +288,9 @@ def test_a_store_users_can_write_is_reported(tmp_path: Path) -> None:
     store.mkdir()
     node = make_node(tmp_path, store={"uri": f"file://{store}"})
     store.chmod(0o755)
-    assert doctor.check_store(node).status == "ok"
+    assert check_store(node).status == "ok"
     store.chmod(0o1777)
-    check = doctor.check_store(node)
+    check = check_store(node)
     assert check.status == "problem"
     assert "every user can write" in check.detail
 
@@ -316,20 +298,20 @@ def test_a_store_users_can_write_is_reported(tmp_path: Path) -> None:
 def test_clock_against_a_file_store(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
-    check = doctor.check_clock(make_node(tmp_path, store={"uri": f"file://{store}"}))
+    check = check_clock(make_node(tmp_path, store={"uri": f"file://{store}"}))
     assert check.status == "ok", check
     assert list(store.iterdir()) == []  # the probe is gone
 
 
 def test_no_agent_is_reported(tmp_path: Path) -> None:
-    check = doctor.check_agent(make_node(tmp_path))
+    check = check_agent(make_node(tmp_path))
     assert check.status == "problem"
     assert f"{tmp_path}/nodes/n1/run/agent.sock" in check.detail
     assert "bootseer-agent" in check.fix
 
 
 def test_python_has_the_tarfile_filter(tmp_path: Path) -> None:
-    assert doctor.check_python(make_node(tmp_path)).status == "ok"
+    assert check_python(make_node(tmp_path)).status == "ok"
 
 
 def test_others_cannot_run() -> None:
@@ -343,12 +325,12 @@ def test_others_cannot_run() -> None:
         exe = d / "bootseer"
         exe.write_text("#!/bin/sh\n")
         exe.chmod(0o755)
-        assert doctor.others_cannot_run(exe) is None
+        assert others_cannot_run(exe) is None
         (top / "venv").chmod(0o700)
-        assert doctor.others_cannot_run(exe) == top / "venv"
+        assert others_cannot_run(exe) == top / "venv"
         (top / "venv").chmod(0o755)
         exe.chmod(0o750)
-        assert doctor.others_cannot_run(exe) == exe
+        assert others_cannot_run(exe) == exe
     finally:
         shutil.rmtree(top)
 
@@ -360,7 +342,7 @@ def test_path_check_finds_bootseer_on_users_path(tmp_path: Path) -> None:
     (bin_dir / "bootseer").write_text("#!/bin/sh\n")
     (bin_dir / "bootseer").chmod(0o700)
     node.user_path = str(bin_dir)
-    check = doctor.check_path(node)
+    check = check_path(node)
     assert check.status == "problem"
     assert "not executable by others" in check.detail
 
@@ -374,12 +356,12 @@ def test_a_check_that_raises_is_a_problem(tmp_path: Path) -> None:
 
 
 def test_output_fits_80_columns_and_prints_markup_as_text(tmp_path: Path) -> None:
-    from bootseer.cli.doctor_cmd import render
+    from bootseer.doctor import render
 
     checks = [
-        doctor.ok("config", "/x/[bold]y[/bold] " + "z" * 200),
-        doctor.problem("plugstack", "p" * 100, "f" * 30 + " " + "g " * 80),
-        doctor.skip("clock", "no store"),
+        result.ok("config", "/x/[bold]y[/bold] " + "z" * 200),
+        result.problem("plugstack", "p" * 100, "f" * 30 + " " + "g " * 80),
+        result.skip("clock", "no store"),
     ]
     import contextlib
     import io
@@ -444,7 +426,7 @@ def fake_rsh(tmp_path: Path, body: str) -> str:
 def test_nodes_are_asked_through_rsh_and_folded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from bootseer.cli.doctor_cmd import render_nodes
+    from bootseer.doctor import render_nodes
 
     # Each "node" runs bootseer doctor here, with a config naming a store only n2 lacks.
     (tmp_path / "store-n1").mkdir()
@@ -502,21 +484,21 @@ def test_public_phase_records_on_a_slurm_that_hides_jobs_are_reported(tmp_path: 
     `bootseer report` read her phase records (their failures, script path) while
     [store] public_phases kept its default: nothing said so."""
     hidden = make_node(tmp_path, "PrivateData=usage,Jobs\n")
-    c = doctor.check_phase_privacy(hidden)
+    c = check_phase_privacy(hidden)
     assert c.status == doctor.PROBLEM and "PrivateData=usage,Jobs" in c.detail, c
     assert "public_phases = false" in c.fix
     (tmp_path / "private").mkdir()
     private = make_node(tmp_path / "private", "PrivateData=jobs\n", store={"public_phases": False})
-    assert doctor.check_phase_privacy(private).status == doctor.OK
+    assert check_phase_privacy(private).status == doctor.OK
     (tmp_path / "open").mkdir()
-    assert doctor.check_phase_privacy(make_node(tmp_path / "open", "")).status == doctor.OK
-    assert doctor.check_phase_privacy in doctor.CHECKS
+    assert check_phase_privacy(make_node(tmp_path / "open", "")).status == doctor.OK
+    assert check_phase_privacy in doctor.CHECKS
 
 
 def test_metrics_unset_is_a_skip_and_a_missing_dir_a_problem(tmp_path: Path) -> None:
-    assert doctor.check_metrics(make_node(tmp_path)).status == "skip"
+    assert check_metrics(make_node(tmp_path)).status == "skip"
     d = tmp_path / "metrics"
-    check = doctor.check_metrics(make_node(tmp_path, metrics={"textfile_dir": str(d)}))
+    check = check_metrics(make_node(tmp_path, metrics={"textfile_dir": str(d)}))
     assert check.status == "problem" and "write no metrics" in check.detail
     assert f"mkdir -p {d}" in check.fix
 
@@ -525,7 +507,7 @@ def test_a_metrics_dir_others_may_write_is_reported(tmp_path: Path) -> None:
     d = tmp_path / "metrics"
     d.mkdir()
     d.chmod(0o777)
-    check = doctor.check_metrics(make_node(tmp_path, metrics={"textfile_dir": str(d)}))
+    check = check_metrics(make_node(tmp_path, metrics={"textfile_dir": str(d)}))
     assert check.status == "problem" and "mode 0777" in check.detail
 
 
@@ -534,12 +516,12 @@ def test_a_stale_or_missing_agent_file_is_reported_and_a_fresh_one_is_ok(tmp_pat
     d = tmp_path / "metrics"
     d.mkdir(mode=0o755)
     node = make_node(tmp_path, metrics={"textfile_dir": str(d), "interval": 10})
-    check = doctor.check_metrics(node)
+    check = check_metrics(node)
     assert check.status == "problem" and "has written no metrics" in check.detail
     f = d / "bootseer_agent.prom"
     f.write_text("bootseer_agent_up 1\n")
     os.utime(f, (0, 1e9))
-    check = doctor.check_metrics(node)
+    check = check_metrics(node)
     assert check.status == "problem" and "stopped writing" in check.detail
     os.utime(f)
-    assert doctor.check_metrics(node).status == "ok"
+    assert check_metrics(node).status == "ok"

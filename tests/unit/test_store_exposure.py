@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bootseer import doctor
+from bootseer.doctor.store import check_store_exposure
 from bootseer.store import open_store
 from bootseer.store.exposure import exposure
 
@@ -27,7 +27,7 @@ def test_a_store_written_today_exposes_nothing(tmp_path: Path) -> None:
         os.umask(old)
     assert exposure(store) == []
     node = make_node(tmp_path, store={"uri": f"file://{tmp_path}/store"})
-    check = doctor.check_store_exposure(node)
+    check = check_store_exposure(node)
     assert check.status == "ok" and "other users reach phases/ only" in check.detail
 
 
@@ -40,7 +40,7 @@ def test_an_old_or_open_directory_is_a_problem(tmp_path: Path, top: str, mode: i
     found = exposure(store)
     assert len(found) == 1 and f"mode {mode:04o}" in found[0], found
     node = make_node(tmp_path, store={"uri": f"file://{tmp_path}/store"})
-    check = doctor.check_store_exposure(node)
+    check = check_store_exposure(node)
     assert check.status == "problem" and "chmod -R go-rwx" in check.fix
 
 

@@ -4,7 +4,7 @@ The mount daemon and the checkpoint door write as root, so no filesystem quota o
 user's bounds what she saves: ``[ckpt] quota`` does. ``user``: the stored bytes under
 ``<user>/`` on all K targets together; ``account``: those of all the users of one Slurm
 account together (only where Slurm checks a job's account against its user,
-:mod:`bootseer.slurmconf`, and lists associations: ``sacctmgr``); 0: no quota.
+:mod:`bootseer.slurm.accounts`, and lists associations: ``sacctmgr``); 0: no quota.
 
 Usage is counted from what the store holds, never from a record of ours: every object
 under the user's directory on every target (units, manifests, and units that a writer
@@ -273,7 +273,7 @@ def members(cfg: SiteConfig, log: Callable[[str], None] | None = None) -> Mappin
     (only the user's quota then holds)."""
     if not cfg.ckpt.quota.get("account"):
         return {}
-    from bootseer.slurmconf import account_check
+    from bootseer.slurm.accounts import account_check
 
     why = account_check(str(cfg.deps.scontrol), 5.0)
     if why:

@@ -92,14 +92,11 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import dataclasses
-    import os
     import sys
-    from pathlib import Path
 
     from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
     from bootseer.config import config_path
-    from bootseer.doctor import parse_slurm_conf
     from bootseer.errors import BootseerError
     from bootseer.install import bundle, fanout, slurmconf
     from bootseer.install.files import (
@@ -112,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from bootseer.install.layout import Layout
     from bootseer.install.node import Target
     from bootseer.install.remote import Node
+    from bootseer.slurm.conf import parse_slurm_conf, slurm_conf_path
 
     def say(msg: str) -> None:
         print(f"bootseer install: {msg}", file=sys.stderr, flush=True)
@@ -156,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for line in fanout.fold(reports):
         print(line)
-    slurm_conf = args.slurm_conf or Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+    slurm_conf = args.slurm_conf or slurm_conf_path()
     try:
         conf = parse_slurm_conf(slurm_conf.read_text(), slurm_conf.parent)
         source = f"compared with {slurm_conf}"

@@ -45,7 +45,7 @@ def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
     if asked != "user" and asked not in cfg.deps.scopes:
         return "user", f"scope={asked} not allowed by the site (deps.scopes); using scope=user. "
     if asked == "account":
-        from bootseer.slurmconf import account_check
+        from bootseer.slurm.accounts import account_check
 
         why = account_check(str(cfg.deps.scontrol), 5.0)
         if why:

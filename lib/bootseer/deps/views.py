@@ -41,7 +41,7 @@ def scopes_of(
     if "cluster" in cfg.deps.scopes:
         out.append("cluster")
     if "account" in cfg.deps.scopes:
-        from bootseer.slurmconf import account_check
+        from bootseer.slurm.accounts import account_check
 
         if not account_check(str(cfg.deps.scontrol), 5.0):
             if accounts is None:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bootseer.doctor import TIMEOUT_MARGIN
 from bootseer.install.layout import Layout
+from bootseer.slurm.conf import TIMEOUT_MARGIN
 
 
 def slurm_conf_lines(layout: Layout, conf: dict[str, str], deadline: float) -> list[str]:
-    """``conf``: the site's slurm.conf settings (doctor.parse_slurm_conf), maybe empty."""
+    """``conf``: the site's slurm.conf settings (:func:`~bootseer.slurm.conf.parse_slurm_conf`),
+    maybe empty."""
     lines = []
     for hook in ("prolog", "epilog"):
         ours = str(layout.hook(hook))

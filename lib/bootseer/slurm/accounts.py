@@ -1,5 +1,5 @@
-"""What the site's Slurm checks, from ``scontrol show config`` (the admin's configuration,
-never a user's text).
+"""Whether the site's Slurm checks a job's account, from ``scontrol show config`` (the
+admin's configuration, never a user's text).
 
 ``scope=account`` shares dependency snapshots among the jobs of one Slurm account, so
 the account must be one Slurm checked the job's user may charge: only with accounting
@@ -21,20 +21,12 @@ import functools
 import subprocess
 from collections.abc import Mapping
 
+from bootseer.slurm.conf import parse_show_config
+
 # AccountingStorageEnforce options that make slurmctld check the job's association
 # (slurm.conf(5): limits, qos, safe and wckeys imply associations).
 _ASSOCIATIONS = frozenset({"associations", "limits", "qos", "safe", "wckeys"})
 MAX_CONFIG_BYTES = 4 << 20
-
-
-def parse_show_config(text: str) -> dict[str, str]:
-    """``Key = value`` lines of ``scontrol show config``; other lines are skipped."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(" = ")
-        if sep and key.strip() and " " not in key.strip():
-            out.setdefault(key.strip(), value.strip())
-    return out
 
 
 def account_unchecked_reason(config: Mapping[str, str]) -> str:
