@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from bootseer.phases.schema import JobMeta, PhaseRow
 from bootseer.phases.spool import Spool, rows_from_marks
-from bootseer.phases.writer import write_rows
+from bootseer.phases.writer import Flush, write_rows
 
 if TYPE_CHECKING:
     from bootseer.config import SiteConfig
@@ -156,7 +156,7 @@ def _stamp(rows: list[PhaseRow], meta: JobMeta) -> list[PhaseRow]:
 def flush(
     spool: Spool,
     store: Store,
-    mode: str,
+    mode: Flush,
     cfg: SiteConfig,
     extra: Sequence[PhaseRow] = (),
     first_node: bool = False,
