@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from bootseer.ckpt.layout import CkptError
 from bootseer.units import iec
@@ -82,11 +82,14 @@ class QuotaExceeded(CkptError, OSError):
         return self.message
 
 
+ScopeKind = Literal["user", "account"]  # ckpt.quota's keys
+
+
 @dataclass(frozen=True)
 class Scope:
     """What one quota bounds: the stored bytes of ``users`` together."""
 
-    kind: str  # "user" or "account"
+    kind: ScopeKind
     name: str  # the user's or the account's name
     limit: int  # stored bytes; 0: no quota
     users: tuple[str, ...]
@@ -94,7 +97,7 @@ class Scope:
 
 @dataclass(frozen=True)
 class ScopeUsage:
-    kind: str
+    kind: ScopeKind
     name: str
     limit: int
     used: int
