@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, get_args
 
 from bootseer.agentapi.jobs import RestartReply
+from bootseer.errors import describe
 
 if TYPE_CHECKING:
     from bootseer.agent.assembly import Agent
@@ -208,7 +209,8 @@ def exec_again(listen: socket.socket) -> None:
             # The new install's script cannot run (its interpreter is gone): this
             # program's own interpreter and venv, which the install keeps, run again.
             print(
-                f"bootseer agent: cannot run {script} again ({exc}); the same venv instead",
+                f"bootseer agent: cannot run {script} again ({describe(exc)}); "
+                "the same venv instead",
                 file=sys.stderr,
                 flush=True,
             )

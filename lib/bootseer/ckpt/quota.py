@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from bootseer.ckpt.layout import CkptError
+from bootseer.errors import describe
 from bootseer.units import iec
 
 if TYPE_CHECKING:
@@ -248,7 +249,9 @@ def associations(sacctmgr: str, timeout: float = 5.0) -> dict[str, set[str]]:
         try:
             r = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CkptError(f"cannot list Slurm's associations ({sacctmgr}: {exc})") from None
+            raise CkptError(
+                f"cannot list Slurm's associations ({sacctmgr}: {describe(exc)})"
+            ) from None
         if r.returncode != 0 or len(r.stdout) > MAX_SACCTMGR_BYTES:
             raise CkptError(
                 f"cannot list Slurm's associations ({sacctmgr} failed: "

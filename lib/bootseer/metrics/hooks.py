@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from bootseer import filelock
+from bootseer.errors import describe
 from bootseer.stepapi import Hook, Outcome
 
 FILE = "bootseer_hooks.prom"
@@ -279,4 +280,4 @@ def record(
             tally.add(sample)
             write_atomically(path, tally.render())
     except Exception as exc:
-        log(f"metrics not written to {path}: {exc}")
+        log(f"metrics not written to {path}: {describe(exc)}")

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from bootseer import nodepaths
+from bootseer.errors import describe
 
 TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ def phase(name: str, detail: str = "") -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        mark("end", name, outcome="failed", detail=detail or f"{type(exc).__name__}: {exc}")
+        mark("end", name, outcome="failed", detail=detail or describe(exc, named=True))
         raise
     mark("end", name, detail=detail)
 
