@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from bootseer.ckpt.layout import CkptError
 from bootseer.errors import describe
@@ -66,7 +66,8 @@ __all__ = [
     "usage",
 ]
 
-KINDS = ("user", "account")
+ScopeKind = Literal["user", "account"]  # ckpt.quota's keys
+KINDS: tuple[ScopeKind, ...] = get_args(ScopeKind)
 MAX_SACCTMGR_BYTES = 16 << 20
 MEMBERS_TTL = 60.0  # seconds a process keeps Slurm's list of associations
 
@@ -81,9 +82,6 @@ class QuotaExceeded(CkptError, OSError):
 
     def __str__(self) -> str:
         return self.message
-
-
-ScopeKind = Literal["user", "account"]  # ckpt.quota's keys
 
 
 @dataclass(frozen=True)
