@@ -14,8 +14,8 @@ from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
-from bootseer.hooks.steps import StepCall
 from bootseer.options import Options
+from bootseer.stepapi import StepCall
 
 
 def job_context(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bootseer.errors import ConfigError, NoSiteConfig
+from bootseer.options import SCOPES
 
 if TYPE_CHECKING:
     from bootseer.store import Store
@@ -280,7 +281,7 @@ class DepsSection:
                 raise ConfigError(f"deps.quota.{kind}: not one of user, account, cluster")
         object.__setattr__(self, "quota", {**DEFAULT_DEPS_QUOTA, **self.quota})
         for scope in self.scopes:
-            if scope not in ("user", "account", "cluster"):
+            if scope not in SCOPES:
                 raise ConfigError(f"deps.scopes: {scope!r} is not one of user, account, cluster")
         for root in self.link_roots:
             if not root.startswith("/") or ".." in root.split("/"):

@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from bootseer.errors import describe
+
 # Root's and its group's: the lines name every user's jobs, image paths, checkpoint
 # files and why steps failed, which other users may not see (a job's user reads her
 # own in `bootseer report` and her mount's .bootseer.log).
@@ -54,7 +56,7 @@ class LineLog:
             if st.st_uid == os.geteuid() and st.st_mode & 0o007:
                 os.fchmod(self._fd, st.st_mode & 0o770)  # a log from before LOG_MODE
         except OSError as exc:
-            print(f"bootseer: cannot open {path}: {exc}", file=sys.stderr)
+            print(f"bootseer: cannot open {path}: {describe(exc)}", file=sys.stderr)
 
     def __call__(self, message: str) -> None:
         line = f"{stamp()} {self.prefix} {message}\n".encode(errors="replace")

@@ -31,11 +31,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal, get_args
 
+from bootseer.choices import one_of
 from bootseer.errors import OptionError
 
-MODES = ("on", "off", "refresh")
-SCOPES = ("user", "account", "cluster")
+Mode = Literal["on", "off", "refresh"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+# Who may share a dependency snapshot (deps.scopes: which of them the site allows).
+Scope = Literal["user", "account", "cluster"]
+SCOPES: tuple[Scope, ...] = get_args(Scope)
 MAX_PATH = 1024
 _PATH_CHARS = re.compile(r"^[A-Za-z0-9._/+@:-]+$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}(:[A-Za-z0-9._-]{1,128})?$")
@@ -46,14 +51,14 @@ _NAMESPACE = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 class DepsSpec:
     prefix: str
     keys: tuple[str, ...] = ()
-    scope: str = "user"
+    scope: Scope = "user"
 
 
 @dataclass(frozen=True)
 class Options:
     """What the job asked for; ``mode`` is ``off`` when it asked for nothing."""
 
-    mode: str = "off"
+    mode: Mode = "off"
     image: str | None = None
     deps: DepsSpec | None = None
     ckpt: str | None = None
@@ -63,11 +68,12 @@ class Options:
         return self.mode != "off"
 
 
-def parse_mode(value: str | None) -> str:
+def parse_mode(value: str | None) -> Mode:
     value = value or "on"
-    if value not in MODES:
+    mode = one_of(value, MODES)
+    if mode is None:
         raise OptionError(f"--bootseer={value!r}: MODE must be one of {', '.join(MODES)}")
-    return value
+    return mode
 
 
 def _check_path(option: str, value: str, absolute: bool) -> str:
@@ -102,7 +108,7 @@ def parse_deps(value: str) -> DepsSpec:
     if prefix == "/":
         raise OptionError(f"{opt}: the prefix must not be /")
     keys: list[str] = []
-    scope = "user"
+    scope: Scope = "user"
     for item in rest:
         name, eq, val = item.partition("=")
         if not eq:
@@ -110,9 +116,10 @@ def parse_deps(value: str) -> DepsSpec:
         if name == "key":
             keys.append(_check_path(opt + " key", val, absolute=False))
         elif name == "scope":
-            if val not in SCOPES:
+            asked = one_of(val, SCOPES)
+            if asked is None:
                 raise OptionError(f"{opt}: scope must be one of {', '.join(SCOPES)}, not {val!r}")
-            scope = val
+            scope = asked
         else:
             raise OptionError(f"{opt}: unknown field {name!r} (fields: key, scope)")
     return DepsSpec(prefix=prefix.rstrip("/"), keys=tuple(keys), scope=scope)

@@ -47,7 +47,7 @@ import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, Literal, get_args
 
 from bootseer.errors import ConfigError, StoreError
 from bootseer.rootfile import read_root_only
@@ -62,30 +62,31 @@ _LABEL = b"bootseer site subkey v1\0"
 _TRAILER = re.compile(rb'(,?)"mac":"([0-9a-f]{64})"\}\Z')
 
 # The purposes, one subkey each (a record sealed for one never opens as another).
-DEPS_MANIFEST = "deps.manifest"
-DEPS_REF = "deps.ref"
-IMAGE_MANIFEST = "image.manifest"
-IMAGE_NAME = "image.name"
-IMAGE_PATH = "image.path"
-IMAGE_TRACE = "image.trace"
-CKPT_MANIFEST = "ckpt.manifest"
-PURPOSES = (
-    DEPS_MANIFEST,
-    DEPS_REF,
-    IMAGE_MANIFEST,
-    IMAGE_NAME,
-    IMAGE_PATH,
-    IMAGE_TRACE,
-    CKPT_MANIFEST,
-)
+Purpose = Literal[
+    "deps.manifest",
+    "deps.ref",
+    "image.manifest",
+    "image.name",
+    "image.path",
+    "image.trace",
+    "ckpt.manifest",
+]
+PURPOSES: tuple[Purpose, ...] = get_args(Purpose)
+DEPS_MANIFEST: Final = "deps.manifest"
+DEPS_REF: Final = "deps.ref"
+IMAGE_MANIFEST: Final = "image.manifest"
+IMAGE_NAME: Final = "image.name"
+IMAGE_PATH: Final = "image.path"
+IMAGE_TRACE: Final = "image.trace"
+CKPT_MANIFEST: Final = "ckpt.manifest"
 
 # Records this process refused, by purpose (bootseer.metrics counts them: a node whose
 # key differs from the others', or someone planting records, shows up there).
-refused: collections.Counter[str] = collections.Counter()
+refused: collections.Counter[Purpose] = collections.Counter()
 _refused_lock = threading.Lock()
 
 
-def _refuse(purpose: str, message: str) -> SealError:
+def _refuse(purpose: Purpose, message: str) -> SealError:
     with _refused_lock:
         refused[purpose] += 1
     return SealError(message)
@@ -125,7 +126,7 @@ class SiteKeys:
         if not self.keys:
             raise SealError(f"no site key, so no record can be sealed or verified: {self.missing}")
 
-    def subkeys(self, purpose: str) -> tuple[bytes, ...]:
+    def subkeys(self, purpose: Purpose) -> tuple[bytes, ...]:
         """The subkey of ``purpose`` under every key, current first."""
         self.require()
         got = self._subkeys.get(purpose)
@@ -135,7 +136,7 @@ class SiteKeys:
             self._subkeys[purpose] = got
         return got
 
-    def seal(self, purpose: str, name: str, body: bytes) -> bytes:
+    def seal(self, purpose: Purpose, name: str, body: bytes) -> bytes:
         """``body`` (a JSON object's bytes) with a ``"mac"`` member for ``purpose`` at ``name``."""
         if not (body.startswith(b"{") and body.endswith(b"}")):
             raise ValueError("only a JSON object can be sealed")
@@ -143,7 +144,7 @@ class SiteKeys:
         sep = b"" if body == b"{}" else b","
         return body[:-1] + sep + b'"mac":"' + mac.hex().encode() + b'"}'
 
-    def open(self, purpose: str, name: str, raw: bytes) -> bytes:
+    def open(self, purpose: Purpose, name: str, raw: bytes) -> bytes:
         """The body of a record sealed for ``purpose`` at ``name``; else :class:`SealError`."""
         subkeys = self.subkeys(purpose)
         body, mac = _split(raw)
@@ -183,12 +184,12 @@ def strip(raw: bytes) -> bytes:
     return _split(raw)[0]
 
 
-def seal_with(keys: SiteKeys | None, purpose: str, name: str, body: bytes) -> bytes:
+def seal_with(keys: SiteKeys | None, purpose: Purpose, name: str, body: bytes) -> bytes:
     """Sealed with ``keys``; unsealed with None (a user-run writer, which has no key)."""
     return body if keys is None else keys.seal(purpose, name, body)
 
 
-def open_with(keys: SiteKeys | None, purpose: str, name: str, raw: bytes) -> bytes:
+def open_with(keys: SiteKeys | None, purpose: Purpose, name: str, raw: bytes) -> bytes:
     """Opened with ``keys`` (:class:`SealError` unless it verifies); with None, the body
     unchecked: only for a user-run reader that trusts nothing it could not write itself."""
     return strip(raw) if keys is None else keys.open(purpose, name, raw)

@@ -17,8 +17,9 @@ from bootseer.ckpt import mount as ckpt_mount
 from bootseer.ckpt.layout import namespace_name
 from bootseer.config import SiteConfig
 from bootseer.errors import StepError
-from bootseer.hooks.steps import StepCall, steps_for
+from bootseer.hooks.steps import steps_for
 from bootseer.options import Options
+from bootseer.stepapi import StepCall
 from tests.hookkit import job_context, step_call
 from tests.waiting import wait_until
 

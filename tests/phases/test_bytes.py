@@ -23,7 +23,6 @@ from bootseer.agentapi.jobs import (
     ReleaseReply,
 )
 from bootseer.agentapi.wire import decode
-from bootseer.hooks.steps import StepCall
 from bootseer.image import step
 from bootseer.options import Options
 from bootseer.phases.compact import compact
@@ -32,6 +31,7 @@ from bootseer.phases.report import job_report
 from bootseer.phases.schema import COLUMNS, JobMeta, PhaseRow, from_table, to_table
 from bootseer.phases.spool import Spool, parse_mark, rows_from_marks
 from bootseer.phases.writer import parquet_bytes, write_rows
+from bootseer.stepapi import StepCall
 from bootseer.store import Store
 from tests import hookkit
 from tests.hookkit import job_context

@@ -12,12 +12,12 @@ from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.runner import HookRun, StepOutcome
-from bootseer.hooks.steps import StepRow
 from bootseer.phases import marks
 from bootseer.phases.hooks import record_hook_run
 from bootseer.phases.reader import PhaseDataset
 from bootseer.phases.schema import from_table
 from bootseer.phases.spool import Spool
+from bootseer.stepapi import StepRow
 from bootseer.store import open_store
 
 

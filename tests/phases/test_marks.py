@@ -106,11 +106,14 @@ def test_import_bootseer_stays_cheap() -> None:
 
 
 def test_marks_module_agrees_with_the_schema() -> None:
+    from bootseer import stepapi
+    from bootseer.cli import phase_cmd
     from bootseer.phases import schema
 
     assert marks.PHASE_NAME.pattern == schema.PHASE_NAME.pattern
     assert (marks.OUTCOMES, marks.STARTUP_END, marks.DETAIL_MAX) == (
-        schema.OUTCOMES,
+        stepapi.OUTCOMES,
         schema.STARTUP_END,
         schema.DETAIL_MAX,
     )
+    assert phase_cmd.OUTCOMES == stepapi.OUTCOMES  # bootseer phase end --outcome

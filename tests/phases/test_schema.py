@@ -5,7 +5,9 @@ import pytest
 from bootseer.hooks.steps import EPILOG_STEPS, PROLOG_STEPS, StepSpec
 from bootseer.phases.schema import (
     COLUMNS,
+    EPILOG_PHASES,
     PHASE_ORDER,
+    PROLOG_PHASES,
     TEARDOWN_PHASES,
     JobMeta,
     PhaseRow,
@@ -64,6 +66,13 @@ def test_step_phase_names() -> None:
     assert StepSpec("gpucheck", "x:y", lambda ctx: True).phase_in("prolog") == "prolog_gpucheck"
     assert PHASE_ORDER[:4] == ("prolog", "image_prefetch", "deps_restore", "ckpt_mount")
     assert {"epilog", "image_trace", "deps_capture", "ckpt_unmount"} == TEARDOWN_PHASES
+
+
+def test_the_hook_phases_are_the_step_tables_in_order() -> None:
+    # The schema names the hooks' phases (the report's order); the hooks' step tables
+    # say which step records which: a step added to a table needs its phase here.
+    assert ("prolog", *(s.phase_in("prolog") for s in PROLOG_STEPS)) == PROLOG_PHASES
+    assert ("epilog", *(s.phase_in("epilog") for s in EPILOG_STEPS)) == EPILOG_PHASES
 
 
 @pytest.mark.parametrize("bad", ["", "1abc", "a b", "x" * 65, "../etc", "ckpt/load"])

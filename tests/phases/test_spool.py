@@ -3,14 +3,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bootseer.phases.schema import JobMeta
 from bootseer.phases.spool import MarkEvent, Spool, rows_from_marks
+from bootseer.stepapi import Outcome
+
+if TYPE_CHECKING:
+    from bootseer.phases.marks import Event  # a type only: marks imports no typing
 
 META = JobMeta(7, 0, "train", "ada", "ml", "n1", 2, 0)
 
 
-def ev(event: str, phase: str, t: float, task: str = "0.0", outcome: str = "ok") -> MarkEvent:
+def ev(event: Event, phase: str, t: float, task: str = "0.0", outcome: Outcome = "ok") -> MarkEvent:
     return MarkEvent(event, phase, t, task, outcome)
 
 

@@ -47,9 +47,9 @@ from bootseer.agentapi.requests import parse_request
 from bootseer.agentapi.views import MAX_VIEW_SCOPES, DepsList, DepsShow, ImageList, ImageShow
 from bootseer.agentapi.wire import Reply, Request, encode
 from bootseer.errors import StepError
-from bootseer.hooks.steps import StepCall
 from bootseer.image import step
 from bootseer.options import Options
+from bootseer.stepapi import StepCall
 from tests import hookkit
 from tests.hookkit import job_context
 from tests.imagekit import node_config

@@ -16,7 +16,7 @@ from bootseer.config import SiteConfig
 from bootseer.errors import ConfigError, StoreError
 from bootseer.image.blocks import block_range, check_block_size, digest
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import BACKGROUND, Fetcher, FetchError, FileSource
+from bootseer.image.fetch import BACKGROUND, NEVER, Fetcher, FetchError, FileSource
 from bootseer.image.manifest import Manifest, ManifestError, hash_file, upload_file
 from bootseer.image.prefetch import BackgroundFill, prefetch_hot
 from bootseer.image.registry import (
@@ -409,6 +409,20 @@ def test_the_background_fill_is_paced_to_its_rate(tmp_path: Path) -> None:
         fetcher.stop()
 
 
+def test_a_new_fetcher_has_seen_no_read_however_new_the_machine(tmp_path: Path) -> None:
+    """No job has read yet, so the fill starts at once: whatever read_quiet (here longer
+    than any machine's uptime, which time.monotonic() counts), "never" is longer ago."""
+    f = sqsh_file(tmp_path / "f.sqsh", 2 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f))
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), timeout=10, quiet=1e12, read_quiet=1e12)
+    try:
+        fetcher.request(src, m, 1, BACKGROUND).result(timeout=30)
+        assert src.reads == [1]
+    finally:
+        fetcher.stop()
+
+
 def test_a_demand_read_is_served_while_the_pacer_holds_the_fill(tmp_path: Path) -> None:
     """The pacer holds background fetches only: with the fill's next block an hour away,
     a demand read of a block nobody fetched yet is served (and stop() ends the wait)."""
@@ -476,8 +490,37 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
         # waits all that time), not a synchronisation.
         time.sleep(1.5)
         assert src.reads == [] and asked.is_alive()
-        fetcher.last_read = 0.0  # the job's reads end: the peer's block is fetched
+        fetcher.last_read = NEVER  # the job's reads end: the peer's block is fetched
         asked.join(timeout=60)
         assert got and digest(got[0]) == m.blocks[2] and src.reads == [2]
+    finally:
+        fetcher.stop()
+
+
+def test_a_peers_request_that_times_out_says_so(tmp_path: Path) -> None:
+    """The owner's job reads all along, so the peer's fill request gets no block before
+    its deadline: the error says it timed out and after how long (the future's
+    TimeoutError has no message; "block 2 of job 7: " was all a peer once heard)."""
+    from bootseer.agent.jobs import Jobs, JobView, PreparedImage
+    from bootseer.nodepaths import NodePaths
+    from bootseer.p2p.wire import PeerError, PieceRequest
+
+    f = sqsh_file(tmp_path / "f.sqsh", 4 * BS)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f))
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    fetcher = Fetcher(cache, workers=4, timeout=60, quiet=0.05, read_quiet=3600.0)
+    fetcher.last_read = time.monotonic()
+    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
+    store = open_store(f"file://{tmp_path}/s")
+    jobs = Jobs(cfg.image, NodePaths(cfg), store, cache, fetcher, BS, print, keys=lambda: KEYS)
+    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
+    try:
+        ask = PieceRequest(7, "", m.blocks[2], BACKGROUND)
+        with pytest.raises(PeerError) as got:
+            jobs.provide_block(ask, time.monotonic() + 0.5)
+        assert got.value.kind == "failed"
+        assert str(got.value).startswith("block 2 of job 7: timed out after 0.")
+        assert str(got.value).endswith(" s (TimeoutError)") and src.reads == []
     finally:
         fetcher.stop()

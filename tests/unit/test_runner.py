@@ -16,7 +16,8 @@ from bootseer.errors import StepError
 from bootseer.hooks import runner, steps
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
-from bootseer.hooks.steps import StepCall, StepResult, StepRow, StepSpec
+from bootseer.hooks.steps import StepSpec
+from bootseer.stepapi import StepCall, StepResult, StepRow
 
 
 def ok_step(call: StepCall) -> StepResult:

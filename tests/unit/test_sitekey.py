@@ -33,27 +33,27 @@ def test_a_sealed_record_opens_for_its_purpose_and_place_only() -> None:
     other = SiteKeys([b"x" * 32])
     with pytest.raises(SealError, match="does not verify"):
         other.open("deps.ref", "deps/user/ada/refs/1.json", raw)
-    assert KEYS.open("e", "n", KEYS.seal("e", "n", b"{}")) == b"{}"
+    assert KEYS.open("image.name", "n", KEYS.seal("image.name", "n", b"{}")) == b"{}"
 
 
 def test_subkeys_differ_per_purpose_and_from_the_key() -> None:
-    a, b = KEYS.subkeys("a")[0], KEYS.subkeys("b")[0]
+    a, b = KEYS.subkeys("deps.ref")[0], KEYS.subkeys("deps.manifest")[0]
     assert len({a, b, KEY}) == 3
 
 
 def test_without_keys_a_reader_strips_and_a_writer_does_not_seal() -> None:
-    raw = KEYS.seal("p", "n", b'{"a":1}')
-    assert sitekey.open_with(None, "p", "n", raw) == b'{"a":1}'
-    assert sitekey.open_with(None, "p", "n", b'{"a":1}') == b'{"a":1}'
-    assert sitekey.seal_with(None, "p", "n", b'{"a":1}') == b'{"a":1}'
+    raw = KEYS.seal("image.path", "n", b'{"a":1}')
+    assert sitekey.open_with(None, "image.path", "n", raw) == b'{"a":1}'
+    assert sitekey.open_with(None, "image.path", "n", b'{"a":1}') == b'{"a":1}'
+    assert sitekey.seal_with(None, "image.path", "n", b'{"a":1}') == b'{"a":1}'
 
 
 def test_missing_keys_refuse_everything_and_say_why() -> None:
     none = SiteKeys((), missing="[site] key_file /nope: No such file or directory")
     with pytest.raises(SealError, match=r"no site key.*/nope"):
-        none.open("p", "n", KEYS.seal("p", "n", b'{"a":1}'))
+        none.open("image.path", "n", KEYS.seal("image.path", "n", b'{"a":1}'))
     with pytest.raises(SealError, match="no site key"):
-        none.seal("p", "n", b'{"a":1}')
+        none.seal("image.path", "n", b'{"a":1}')
 
 
 def test_a_rotated_key_still_opens_old_records_and_new_ones_use_the_first(

@@ -38,9 +38,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from bootseer.agentapi.jobs import RestartReply
+from bootseer.errors import describe
 
 if TYPE_CHECKING:
     from bootseer.agent.assembly import Agent
@@ -208,7 +209,8 @@ def exec_again(listen: socket.socket) -> None:
             # The new install's script cannot run (its interpreter is gone): this
             # program's own interpreter and venv, which the install keeps, run again.
             print(
-                f"bootseer agent: cannot run {script} again ({exc}); the same venv instead",
+                f"bootseer agent: cannot run {script} again ({describe(exc)}); "
+                "the same venv instead",
                 file=sys.stderr,
                 flush=True,
             )
@@ -218,13 +220,19 @@ def exec_again(listen: socket.socket) -> None:
 # -- the asking side (``bootseer agent --restart``, run on the node) ---------------------
 
 
+HandoverState = Literal[
+    "restarted", "pending", "busy", "current", "not_running", "unsupported", "failed"
+]
+HANDOVER_STATES: tuple[HandoverState, ...] = get_args(HandoverState)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What became of a restart asked for: ``restarted``, ``pending``, ``busy``,
     ``current`` (the agent runs this bootseer already), ``not_running``, ``unsupported``
     (an agent from before restarts in place), or ``failed``."""
 
-    state: str
+    state: HandoverState
     jobs: tuple[int, ...] = ()
     connections: int = 0
     prefix: str = ""  # what the agent runs from (after the restart, if it did)

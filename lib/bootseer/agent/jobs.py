@@ -41,7 +41,7 @@ from bootseer.agentapi.jobs import (
 )
 from bootseer.config import ImageSection
 from bootseer.context import expand_nodes
-from bootseer.errors import ContextError, StoreError
+from bootseer.errors import ContextError, StoreError, describe
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
 from bootseer.image.manifest import Manifest, load_manifest, max_path_image_bytes
@@ -228,10 +228,12 @@ class Jobs:
         # At the asker's priority: a peer's fill waits here too until this node's own start
         # is quiet (and is paced), or it would compete with this node's startup.
         fut = self.fetcher.request(image.source, image.manifest, i, priority)
+        wait = max(0.0, deadline - time.monotonic())
         try:
-            return fut.result(timeout=max(0.0, deadline - time.monotonic()))
+            return fut.result(timeout=wait)
         except Exception as exc:
-            raise PeerError("failed", f"block {i} of job {view.job_id}: {exc}") from None
+            why = describe(exc, after=wait)
+            raise PeerError("failed", f"block {i} of job {view.job_id}: {why}") from None
 
     # -- prepare ------------------------------------------------------------------------
 

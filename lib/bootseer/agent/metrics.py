@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from bootseer.errors import describe
 from bootseer.image.fetch import BACKGROUND, DEMAND, PREFETCH
 from bootseer.metrics.textfile import write_textfile
 
@@ -205,7 +206,7 @@ class AgentMetrics:
             write_textfile(self.path, self.collector)
         except Exception as exc:  # metrics never stop the agent; say so once per outage
             if not self._failing:
-                self.log(f"metrics not written to {self.path}: {exc}")
+                self.log(f"metrics not written to {self.path}: {describe(exc)}")
             self._failing = True
         else:
             self._failing = False

@@ -40,7 +40,7 @@ from bootseer.ckpt.manifest import (
     parse,
     unit_checksum,
 )
-from bootseer.errors import BootseerError, StoreError
+from bootseer.errors import BootseerError, StoreError, describe
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import TMP_PREFIX, Store, check_key
 
@@ -314,7 +314,7 @@ class Namespace:
             try:
                 data = store.read_bytes(self.unit_key(m.version, unit))
             except (FileNotFoundError, StoreError) as exc:
-                problems.append(f"{path}: unit {i} on {store.uri}: {exc}")
+                problems.append(f"{path}: unit {i} on {store.uri}: {describe(exc)}")
                 continue
             if len(data) != m.unit_length(i):
                 problems.append(

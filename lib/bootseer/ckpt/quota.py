@@ -45,9 +45,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from bootseer.ckpt.layout import CkptError
+from bootseer.errors import describe
 from bootseer.units import iec
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ __all__ = [
     "usage",
 ]
 
-KINDS = ("user", "account")
+ScopeKind = Literal["user", "account"]  # ckpt.quota's keys
+KINDS: tuple[ScopeKind, ...] = get_args(ScopeKind)
 MAX_SACCTMGR_BYTES = 16 << 20
 MEMBERS_TTL = 60.0  # seconds a process keeps Slurm's list of associations
 
@@ -86,7 +88,7 @@ class QuotaExceeded(CkptError, OSError):
 class Scope:
     """What one quota bounds: the stored bytes of ``users`` together."""
 
-    kind: str  # "user" or "account"
+    kind: ScopeKind
     name: str  # the user's or the account's name
     limit: int  # stored bytes; 0: no quota
     users: tuple[str, ...]
@@ -94,7 +96,7 @@ class Scope:
 
 @dataclass(frozen=True)
 class ScopeUsage:
-    kind: str
+    kind: ScopeKind
     name: str
     limit: int
     used: int
@@ -245,7 +247,9 @@ def associations(sacctmgr: str, timeout: float = 5.0) -> dict[str, set[str]]:
         try:
             r = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CkptError(f"cannot list Slurm's associations ({sacctmgr}: {exc})") from None
+            raise CkptError(
+                f"cannot list Slurm's associations ({sacctmgr}: {describe(exc)})"
+            ) from None
         if r.returncode != 0 or len(r.stdout) > MAX_SACCTMGR_BYTES:
             raise CkptError(
                 f"cannot list Slurm's associations ({sacctmgr} failed: "

@@ -15,8 +15,8 @@ from __future__ import annotations
 from bootseer.ckpt import mount
 from bootseer.ckpt.layout import CkptError, namespace_name
 from bootseer.errors import StepError
-from bootseer.hooks.steps import StepCall, StepResult
 from bootseer.nodepaths import NodePaths
+from bootseer.stepapi import StepCall, StepResult
 
 
 def prolog(call: StepCall) -> StepResult:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from bootseer.ckpt.layout import CkptError, CkptIOError, check_path
 from bootseer.ckpt.manifest import Manifest, new_version, unit_checksum
-from bootseer.errors import StoreError
+from bootseer.errors import StoreError, describe
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -233,7 +233,7 @@ class StripedWriter(io.RawIOBase):
             self.ns.commit(self.path, m)
         except (OSError, StoreError) as exc:
             self._landed(size, False)
-            raise CkptIOError(f"{self.name}: cannot write the manifest: {exc}") from None
+            raise CkptIOError(f"{self.name}: cannot write the manifest: {describe(exc)}") from None
         except BaseException:
             self._landed(size, False)
             raise
@@ -377,7 +377,8 @@ class StripedWriter(io.RawIOBase):
             stored = True
         except (OSError, StoreError, CkptError) as exc:
             raise CkptIOError(
-                f"{self.name}: cannot copy unit {index} of the previous version on {uri}: {exc}"
+                f"{self.name}: cannot copy unit {index} of the previous version on {uri}: "
+                f"{describe(exc)}"
             ) from None
         finally:
             self._landed(self.unit_size, stored)
@@ -454,7 +455,7 @@ class StripedWriter(io.RawIOBase):
             data = self.ns.store_for(uri).read_bytes(self.ns.unit_key(self.version, name))
         except (OSError, StoreError) as exc:
             raise CkptIOError(
-                f"{self.name}: cannot read back unit {index} from {uri}: {exc}"
+                f"{self.name}: cannot read back unit {index} from {uri}: {describe(exc)}"
             ) from None
         if unit_checksum(data) != digest:
             raise CkptIOError(f"{self.name}: unit {index} on {uri} changed after its upload")
@@ -601,7 +602,7 @@ class StripedWriter(io.RawIOBase):
             stored = True
         except (OSError, StoreError, CkptError) as exc:
             raise CkptIOError(
-                f"{self.name}: cannot upload unit {index} to target {uri}: {exc}"
+                f"{self.name}: cannot upload unit {index} to target {uri}: {describe(exc)}"
             ) from None
         finally:
             self._landed(len(data), stored)

@@ -46,7 +46,7 @@ from bootseer.ckpt.reader import StripedReader
 from bootseer.ckpt.stage import Stage, StageFullError
 from bootseer.ckpt.totals import MountTotals
 from bootseer.ckpt.writer import StripedWriter
-from bootseer.errors import BootseerError, StoreError
+from bootseer.errors import BootseerError, StoreError, describe
 from bootseer.linelog import LineLog, stamp
 
 # How long a rename, unlink or new write waits for the previous writer's release.
@@ -232,7 +232,7 @@ class CkptFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EINVAL) from None
         except OSError as exc:
             if exc.errno is None or exc.errno == errno.EIO:
-                log(f"I/O error: {exc}")
+                log(f"I/O error: {describe(exc)}")
                 self.io_errors += 1
             raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
         except (BootseerError, StoreError) as exc:
@@ -377,7 +377,7 @@ class CkptFS(pyfuse3.Operations):
             try:
                 return fn(*args)
             except BaseException as exc:
-                h.failed = str(exc)
+                h.failed = describe(exc)  # never "": that would leave the handle unpoisoned
                 h.errno = exc.errno if isinstance(exc, OSError) and exc.errno else errno.EIO
                 raise
 
@@ -664,7 +664,7 @@ class CkptFS(pyfuse3.Operations):
                     w.close()
                 except BaseException as exc:
                     self.dropped += 1
-                    why = "EDQUOT" if isinstance(exc, QuotaExceeded) else str(exc)
+                    why = "EDQUOT" if isinstance(exc, QuotaExceeded) else describe(exc)
                     log(f"{h.path}: new version dropped at close ({why}); the previous stays")
                     raise
                 finally:
@@ -806,7 +806,7 @@ def main(argv: list[str] | None = None) -> int:
         stage = Stage.root_only(NodePaths(cfg).ckpt_stage, cfg.ckpt.stage_bytes)
     except (OSError, CkptError) as exc:
         # Streaming writes work without it; writes out of order then fail (EIO).
-        log(f"no staging for writes out of order: {exc}")
+        log(f"no staging for writes out of order: {describe(exc)}")
     fs = CkptFS(ns, args.uid, args.gid, stage)
     pyfuse3.init(fs, args.mountpoint, mount_options(ns))
     log(f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {args.uid}")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bootseer.errors import describe
 from bootseer.metrics.hooks import Family, Key, Tally, _key
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ class CkptMetrics:
                 write_atomically(path, tally.render())
         except Exception as exc:
             if not self._failing:
-                self.log(f"metrics not written to {path}: {exc}")
+                self.log(f"metrics not written to {path}: {describe(exc)}")
             self._failing = True
             return False
         self._failing = False

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, describe
 
 
 def register(sub: Any) -> None:
@@ -66,7 +66,7 @@ def _agent(args: argparse.Namespace) -> int:
         try:
             notify("READY=1")  # Type=notify in the unit bootseer install writes
         except OSError as exc:  # whoever listened is gone (after a restart in place)
-            say(f"bootseer agent: READY=1 not sent: {exc}")
+            say(f"bootseer agent: READY=1 not sent: {describe(exc)}")
 
     listen = serve(cfg, node, ready=ready)
     if listen is not None:  # restarting in place: the same pid, the install's venv now

@@ -25,6 +25,7 @@ from bootseer import units
 from bootseer.agentapi.views import DepsList, DepsShow
 from bootseer.cli.caller import require_root, user_name
 from bootseer.errors import BootseerError
+from bootseer.options import SCOPES
 from bootseer.units import argparse_age
 
 
@@ -41,7 +42,7 @@ def register(sub: Any) -> None:
             metavar="FILE",
             help="a file whose contents decide the snapshot (repeatable)",
         )
-        q.add_argument("--scope", choices=("user", "account", "cluster"), default="user")
+        q.add_argument("--scope", choices=SCOPES, default="user")
         q.add_argument("--account", default="", help="for --scope account (default: the job's)")
 
     r = dsub.add_parser(

@@ -36,7 +36,7 @@ from typing import Any
 from bootseer.deps import datafilter
 from bootseer.deps.asuser import stop_held
 from bootseer.deps.manifest import Entry, check_name
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, describe
 
 
 class SnapshotRejected(BootseerError):
@@ -196,7 +196,9 @@ def extract_snapshot(
                     for member in tf:
                         datafilter.extract(tf, member, tmp, flt)
             except tarfile.TarError as exc:
-                raise SnapshotRejected(f"broken archive after entry {flt.count}: {exc}") from None
+                raise SnapshotRejected(
+                    f"broken archive after entry {flt.count}: {describe(exc)}"
+                ) from None
             flt.finish()
             while chunk := reader.read(1 << 20):
                 if chunk.count(0) != len(chunk):

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from bootseer import jsonlimits
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, describe
 
 Work = Callable[[int | None, int | None], Any]
 MAX_RESULT = 256 << 20  # a file list of a million entries fits
@@ -203,7 +203,7 @@ def _child(
         os.umask(0o022)
         answer = {"ok": work(in_fd, out_fd)}
     except BaseException as exc:  # the parent reports it; the child must never unwind
-        msg = str(exc) if isinstance(exc, BootseerError) else f"{type(exc).__name__}: {exc}"
+        msg = describe(exc, named=not isinstance(exc, BootseerError))
         answer = {"error": msg}
     try:
         if out_fd is not None:

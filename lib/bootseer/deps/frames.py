@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
 from bootseer.deps.manifest import Frame, ManifestError
+from bootseer.errors import describe
 
 
 def default_threads(configured: int) -> int:
@@ -122,7 +123,7 @@ def decode_frame(data: bytes, frame: Frame, index: int, max_raw: int | None = No
     try:
         declared = zstandard.frame_content_size(data)
     except zstandard.ZstdError as exc:
-        raise ManifestError(f"frame {index}: not a zstd frame: {exc}") from None
+        raise ManifestError(f"frame {index}: not a zstd frame: {describe(exc)}") from None
     if declared != frame.raw:
         raise ManifestError(
             f"frame {index}: header says {declared} bytes, the manifest {frame.raw}"
@@ -130,7 +131,7 @@ def decode_frame(data: bytes, frame: Frame, index: int, max_raw: int | None = No
     try:
         out: bytes = zstandard.ZstdDecompressor().decompress(data, max_output_size=frame.raw)
     except zstandard.ZstdError as exc:
-        raise ManifestError(f"frame {index}: cannot decode: {exc}") from None
+        raise ManifestError(f"frame {index}: cannot decode: {describe(exc)}") from None
     if len(out) != frame.raw:
         raise ManifestError(f"frame {index}: decoded {len(out)} bytes, expected {frame.raw}")
     return out

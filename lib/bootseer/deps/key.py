@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bootseer.errors import StepError
+from bootseer.options import Scope
 
 _SCOPE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 KEY_LEN = 32  # hex digits of sha256 kept: 128 bits
@@ -70,7 +71,7 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(canon).hexdigest()[:KEY_LEN]
 
 
-def scope_dir(scope: str, user: str, account: str) -> str:
+def scope_dir(scope: Scope, user: str, account: str) -> str:
     """The store directory of a scope, decided by who runs the job, never by the job."""
     if scope == "user":
         name = user

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 
 from bootseer.deps.capture import QuotaExceeded
 from bootseer.deps.layout import ROOT
+from bootseer.options import SCOPES
 from bootseer.store import Store
 
 __all__ = ["KINDS", "QuotaExceeded", "ScopeQuota", "scope_quota", "scope_usage"]
 
-KINDS = ("user", "account", "cluster")
+KINDS = SCOPES  # a quota per scope (deps.quota)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bootseer import nodepaths
 from bootseer.config import SiteConfig, load_config
@@ -37,12 +38,17 @@ from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import BootseerError, StoreError
 from bootseer.progress import transfer_bar
 
+if TYPE_CHECKING:
+    from bootseer.options import Scope
+    from bootseer.phases.marks import Event
+    from bootseer.stepapi import Outcome
+
 
 @dataclass
 class RunOptions:
     prefix: str | None = None
     key_files: Sequence[str] = field(default_factory=list)
-    scope: str = "user"
+    scope: Scope = "user"
     account: str = ""
 
 
@@ -50,7 +56,7 @@ def say(msg: str) -> None:
     print(f"bootseer deps: {msg}", file=sys.stderr, flush=True)
 
 
-def install_mark(event: str, outcome: str = "ok", detail: str = "", nbytes: int = 0) -> None:
+def install_mark(event: Event, outcome: Outcome = "ok", detail: str = "", nbytes: int = 0) -> None:
     """Mark the job's ``deps_install`` phase (inside a job with phase records only)."""
     from bootseer.phases import marks
 
@@ -114,8 +120,10 @@ def _install(command: Sequence[str], prefix: str) -> tuple[int, list[str], bool]
     after = inventory(prefix)
     names = changed(before, after)
     added = sum(after[n][1] for n in names if after[n][0] == "f")
-    outcome, detail = ("ok", f"{len(names)} entries") if rc == 0 else ("failed", f"exit {rc}")
-    install_mark("end", outcome, detail, added)
+    if rc == 0:
+        install_mark("end", "ok", f"{len(names)} entries", added)
+    else:
+        install_mark("end", "failed", f"exit {rc}", added)
     return rc, names, not before
 
 

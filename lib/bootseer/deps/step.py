@@ -27,16 +27,17 @@ from bootseer.deps.key import hash_key_files_as, key_inputs, scope_dir, snapshot
 from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import StepError
-from bootseer.hooks.steps import StepCall, StepResult
 from bootseer.sitekey import site_keys
+from bootseer.stepapi import StepCall, StepResult
 
 if TYPE_CHECKING:
     from bootseer.deps.manifest import Manifest
     from bootseer.deps.restore import FrameVia
+    from bootseer.options import Scope
     from bootseer.store import Store
 
 
-def effective_scope(asked: str, cfg: SiteConfig) -> tuple[str, str]:
+def effective_scope(asked: Scope, cfg: SiteConfig) -> tuple[Scope, str]:
     """The scope a job gets: what it asked for if the site allows it, else ``user``.
 
     ``account`` also needs a Slurm that checks the job's account against its user:

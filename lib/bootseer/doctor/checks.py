@@ -17,7 +17,7 @@ from bootseer.doctor.store import (
     check_store,
     check_store_exposure,
 )
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, describe
 from bootseer.slurm.conf import SLURM_CONF
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def run_checks(node: Node, checks: tuple[CheckFn, ...] = CHECKS) -> list[Check]:
         try:
             out.append(fn(node))
         except (OSError, BootseerError) as exc:
-            out.append(problem(fn.__name__.removeprefix("check_"), str(exc), "see the error"))
+            out.append(problem(fn.__name__.removeprefix("check_"), describe(exc), "see the error"))
     return out
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bootseer.doctor.result import Check
+from bootseer.choices import one_of
+from bootseer.doctor.result import STATUSES, Check, Status
 
 RSH = "ssh -o BatchMode=yes -o ConnectTimeout=10"
 
@@ -51,13 +52,20 @@ def ask_node(node: str, rsh: str, bootseer: str, timeout: float = 120.0) -> Node
     try:
         doc = json.loads(r.stdout)
         checks = tuple(
-            Check(str(c["name"]), str(c["status"]), str(c["detail"]), str(c.get("fix", "")))
+            Check(str(c["name"]), _status(c["status"]), str(c["detail"]), str(c.get("fix", "")))
             for c in doc["checks"]
         )
     except (ValueError, KeyError, TypeError):
         said = (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]
         return NodeAnswer(node, error=said)
     return NodeAnswer(node, checks)
+
+
+def _status(value: object) -> Status:
+    status = one_of(value, STATUSES)
+    if status is None:
+        raise ValueError(f"unknown check status {str(value)[:40]!r}")
+    return status
 
 
 def ask_nodes(

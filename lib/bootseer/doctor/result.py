@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final, Literal, get_args
 
-OK, PROBLEM, SKIP = "ok", "problem", "skip"
+Status = Literal["ok", "problem", "skip"]
+STATUSES: tuple[Status, ...] = get_args(Status)
+OK: Final = "ok"
+PROBLEM: Final = "problem"
+SKIP: Final = "skip"
 
 
 @dataclass(frozen=True)
@@ -12,7 +17,7 @@ class Check:
     """One check's answer: ``detail`` says what it found, ``fix`` what to change."""
 
     name: str
-    status: str
+    status: Status
     detail: str
     fix: str = ""
 

@@ -12,6 +12,7 @@ from bootseer.doctor.node import Node, needs_config
 from bootseer.doctor.result import Check, ok, problem, skip
 from bootseer.slurm.conf import TIMEOUT_MARGIN, SlurmConfError, has_alloc
 from bootseer.slurm.plugstack import PLUGIN, parse_plugstack, plugstack_path
+from bootseer.stepapi import HOOKS
 
 
 @needs_config("plugstack")
@@ -118,7 +119,7 @@ def check_hooks(node: Node) -> Check:
     except SlurmConfError as exc:
         return problem(name, str(exc), "set $SLURM_CONF to the node's slurm.conf")
     missing = []
-    for hook in ("prolog", "epilog"):
+    for hook in HOOKS:
         if not _runs_hook(conf.get(hook, ""), f"bootseer-{hook}"):
             what = conf.get(hook) or "unset"
             missing.append(f"{hook.capitalize()} ({what}) does not run bootseer-{hook}")

@@ -28,7 +28,7 @@ from typing import Any
 
 from bootseer.config import SiteConfig, config_path
 from bootseer.errors import BootseerError
-from bootseer.hooks.steps import StepRow
+from bootseer.stepapi import Hook, StepRow
 
 PHASE = "site_config"
 MAX_LINES_DROPPED = 20  # TOML syntax errors skipped before the file counts as lost
@@ -89,7 +89,7 @@ def salvage(path: Path) -> Salvage | None:
 
 
 def record_bad_config(
-    hook: str, env: Mapping[str, str], node: str, problem: BootseerError, began: float
+    hook: Hook, env: Mapping[str, str], node: str, problem: BootseerError, began: float
 ) -> None:
     """Record ``problem`` (the site config would not load) for this hook run, each
     record only where the salvaged config still names its place. Never raises."""
@@ -138,7 +138,7 @@ def record_bad_config(
 
 
 def _record_until(
-    hook: str,
+    hook: Hook,
     ctx: Any,
     cfg: SiteConfig,
     rows: list[StepRow],

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from bootseer.choices import one_of
 from bootseer.config import SiteConfig, load_config
 from bootseer.context import JobContext, wants_bootseer
 from bootseer.errors import BootseerError
@@ -25,15 +26,16 @@ from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
 from bootseer.hooks.runner import HookRun, run_steps
 from bootseer.nodepaths import node_name
+from bootseer.stepapi import HOOKS, Hook
 
 USAGE = "usage: python -m bootseer.hooks prolog|epilog"
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] not in ("prolog", "epilog"):
+    hook = one_of(argv[0], HOOKS) if len(argv) == 1 else None
+    if hook is None:
         print(USAGE, file=sys.stderr)
         return 2
-    hook = argv[0]
     env = os.environ
     if not wants_bootseer(env):
         return 0
@@ -75,7 +77,7 @@ def main(argv: list[str]) -> int:
     os._exit(status)
 
 
-def _run(hook: str, cfg: SiteConfig, log: HookLog, until: float) -> int:
+def _run(hook: Hook, cfg: SiteConfig, log: HookLog, until: float) -> int:
     """The hook's work, all of it done or given up by ``until`` (``time.monotonic()``):
     the steps end :meth:`SiteConfig.records_reserve` before it, the records by it."""
     ctx = JobContext.from_env(os.environ)
@@ -96,7 +98,7 @@ def _run(hook: str, cfg: SiteConfig, log: HookLog, until: float) -> int:
     return 1 if (run.failed and cfg.hooks.strict) else 0
 
 
-def _count(hook: str, cfg: SiteConfig, run: HookRun | None, log: HookLog, until: float) -> None:
+def _count(hook: Hook, cfg: SiteConfig, run: HookRun | None, log: HookLog, until: float) -> None:
     """Add the run (None: one that failed before its steps' account) to the node's hook
     metrics (``[metrics] textfile_dir``; off unset), waiting for the lock until ``until``
     at most (once past it, one try)."""
@@ -106,11 +108,7 @@ def _count(hook: str, cfg: SiteConfig, run: HookRun | None, log: HookLog, until:
 
     began = process_start_time()
     seconds = time.time() - began if began is not None else 0.0
-    sample = (
-        HookSample(hook, "failed", seconds)
-        if run is None
-        else HookSample.of_run(hook, run, seconds)
-    )
+    sample = HookSample(hook, "failed", seconds) if run is None else run.sample(hook, seconds)
     from bootseer import sitekey  # the records this run refused
 
     refused = tuple((p, sitekey.refused[p]) for p in sitekey.PURPOSES)
@@ -132,7 +130,7 @@ def process_start_time() -> float | None:
 
 
 def _record(
-    hook: str, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog, until: float
+    hook: Hook, ctx: JobContext, cfg: SiteConfig, run: HookRun, log: HookLog, until: float
 ) -> dict[str, str]:
     """Hand the run's phase rows to the phase records; the variables the job's marks need.
 

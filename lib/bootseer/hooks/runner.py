@@ -6,7 +6,8 @@ node and requeues the job, which is what a site that chose strict mode wants).
 
 The run's account is also its phase rows (:meth:`HookRun.phase_rows`): one for the
 hook, one for each step (named by its :class:`~bootseer.hooks.steps.StepSpec`), and
-whatever further rows a step returned; :mod:`bootseer.hooks.main` records them.
+whatever further rows a step returned; :mod:`bootseer.hooks.main` records them, and
+counts the run in the node's metrics (:meth:`HookRun.sample`).
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ import concurrent.futures as cf
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.errors import BootseerError
 from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
-from bootseer.hooks.steps import StepCall, StepResult, StepRow, StepSpec, steps_for
+from bootseer.hooks.steps import StepSpec, steps_for
+from bootseer.stepapi import Hook, Outcome, StepCall, StepResult, StepRow
+
+if TYPE_CHECKING:
+    from bootseer.metrics.hooks import HookSample
 
 
 @dataclass
@@ -29,7 +35,7 @@ class StepOutcome:
     """One step's account: what ends up in the log and the phase records."""
 
     step: str
-    outcome: str  # ok, failed, skipped, timed_out
+    outcome: Outcome
     start: float  # wall-clock seconds since the epoch
     end: float
     bytes: int = 0
@@ -67,7 +73,7 @@ class HookRun:
     def failed(self) -> bool:
         return any(o.outcome in ("failed", "timed_out") for o in self.outcomes)
 
-    def phase_rows(self, hook: str, began: float | None, now: float) -> list[StepRow]:
+    def phase_rows(self, hook: Hook, began: float | None, now: float) -> list[StepRow]:
         """The hook's own row (``began``, when its process started, to ``now``: failed
         if a step was), then every step's rows in the table's order."""
         bad = [
@@ -81,6 +87,23 @@ class HookRun:
         for o in self.outcomes:
             rows += o.phase_rows()
         return rows
+
+    def sample(self, hook: Hook, seconds: float) -> HookSample:
+        """What the run adds to the node's hook metrics (:mod:`bootseer.metrics.hooks`,
+        imported only where metrics are on)."""
+        from bootseer.metrics.hooks import BytesSample, HookSample, StepSample
+
+        return HookSample(
+            hook,
+            "failed" if self.failed else "ok",
+            seconds,
+            tuple(StepSample(o.step, o.outcome, o.seconds) for o in self.outcomes),
+            tuple(
+                BytesSample(r.phase, r.bytes, r.store_bytes, r.peer_bytes)
+                for o in self.outcomes
+                for r in o.phase_rows()
+            ),
+        )
 
 
 def _failpoint(cfg: SiteConfig, step: str) -> None:
@@ -100,7 +123,7 @@ def _run_one(spec: StepSpec, call: StepCall) -> StepResult:
 
 
 def run_steps(
-    hook: str,
+    hook: Hook,
     ctx: JobContext,
     cfg: SiteConfig,
     job: JobDir,
@@ -170,7 +193,7 @@ def run_steps(
 
 
 def _account(
-    hook: str,
+    hook: Hook,
     spec: StepSpec,
     fut: cf.Future[StepResult],
     start: float,

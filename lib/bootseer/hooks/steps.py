@@ -1,69 +1,26 @@
-"""What a hook step is, and which steps exist.
+"""Which hook steps exist: the prolog's and the epilog's, each named by import path.
 
-A step is a function ``step(call: StepCall) -> StepResult``. It lives in its
+A step (:mod:`bootseer.stepapi`: ``step(call: StepCall) -> StepResult``) lives in its
 technique's package (``bootseer.image``, ``bootseer.deps``, ``bootseer.ckpt``) and is
 named here by import path, so a job that asks for one technique never imports the others.
-A step must leave nothing half-done that a later run would trust: it publishes its
-work atomically (a rename, a complete upload) or not at all.
 
 Each step is a phase of the job's startup or teardown, named in its :class:`StepSpec`
-(prolog ``image`` is ``image_prefetch``). The hook runner turns what the step returns into
-that phase's row, plus any further rows in :attr:`StepResult.rows` (work the step learned
-of but did not span, such as the image's background fill), and records them all.
+(prolog ``image`` is ``image_prefetch``) from the phase names of
+:mod:`bootseer.phases.schema`, whose phase order is this table's.
 """
 
 from __future__ import annotations
 
 import importlib
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from bootseer.phases import schema
+from bootseer.stepapi import Hook, StepCall, StepResult
+
 if TYPE_CHECKING:
-    from bootseer.config import SiteConfig
     from bootseer.context import JobContext
-    from bootseer.hooks.jobdir import JobDir
-    from bootseer.hooks.log import HookLog
-
-
-@dataclass
-class StepCall:
-    ctx: JobContext
-    cfg: SiteConfig
-    job: JobDir
-    log: HookLog
-    deadline: float  # time.monotonic() by which the step must have returned
-
-    def remaining(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
-
-
-@dataclass(frozen=True)
-class StepRow:
-    """One phase on this node as the hook runner records it: the job's metadata (user,
-    node count, ...) is added by the phase records (:mod:`bootseer.phases.hooks`)."""
-
-    phase: str
-    start: float  # wall-clock seconds since the epoch
-    end: float
-    outcome: str = "ok"  # ok, failed, skipped, timed_out
-    bytes: int = 0
-    detail: str = ""
-    store_bytes: int = 0  # of ``bytes``: from the shared store,
-    peer_bytes: int = 0  # and from the job's other nodes
-
-
-@dataclass
-class StepResult:
-    detail: str = ""
-    bytes: int = 0
-    store_bytes: int = 0  # of what the step moved: from the shared store,
-    peer_bytes: int = 0  # and from the job's other nodes
-    env: dict[str, str] = field(default_factory=dict)  # exported to the job's tasks
-    outcome: str = "ok"  # or "skipped" when the step found nothing to do
-    # Phase rows beside the step's own (which the runner makes from the fields above).
-    rows: list[StepRow] = field(default_factory=list)
 
 
 def _no_env(ctx: JobContext) -> dict[str, str]:
@@ -80,7 +37,7 @@ class StepSpec:
     env: Callable[[JobContext], dict[str, str]] = _no_env
     phase: str = ""  # the step's phase row; "" for "<hook>_<name>"
 
-    def phase_in(self, hook: str) -> str:
+    def phase_in(self, hook: Hook) -> str:
         return self.phase or f"{hook}_{self.name}"
 
     def load(self) -> Callable[[StepCall], StepResult]:
@@ -91,13 +48,14 @@ class StepSpec:
 
 # Steps of one hook run in parallel: they are independent by design (each keys its
 # work on the job's options alone).
-# The table's order is the report's order of the steps' phases (bootseer.phases.schema).
+# A table's phases, in its order, are the schema's (PROLOG_PHASES, EPILOG_PHASES; a test
+# holds the two together).
 PROLOG_STEPS: tuple[StepSpec, ...] = (
     StepSpec(
         "image",
         "bootseer.image.step:prolog",
         lambda ctx: ctx.options.image is not None,
-        phase="image_prefetch",
+        phase=schema.IMAGE_PREFETCH,
     ),
     StepSpec(
         "deps",
@@ -107,13 +65,13 @@ PROLOG_STEPS: tuple[StepSpec, ...] = (
         env=lambda ctx: (
             {"BOOTSEER_DEPS_PREFIX": ctx.options.deps.prefix} if ctx.options.deps else {}
         ),
-        phase="deps_restore",
+        phase=schema.DEPS_RESTORE,
     ),
     StepSpec(
         "ckpt",
         "bootseer.ckpt.step:prolog",
         lambda ctx: ctx.options.ckpt is not None,
-        phase="ckpt_mount",
+        phase=schema.CKPT_MOUNT,
     ),
 )
 EPILOG_STEPS: tuple[StepSpec, ...] = (
@@ -121,23 +79,23 @@ EPILOG_STEPS: tuple[StepSpec, ...] = (
         "image",
         "bootseer.image.step:epilog",
         lambda ctx: ctx.options.image is not None,
-        phase="image_trace",  # and image_background_fill, a row of its result
+        phase=schema.IMAGE_TRACE,  # and image_background_fill, a row of its result
     ),
     StepSpec(
         "deps",
         "bootseer.deps.step:epilog",
         lambda ctx: ctx.options.deps is not None,
-        phase="deps_capture",
+        phase=schema.DEPS_CAPTURE,
     ),
     StepSpec(
         "ckpt",
         "bootseer.ckpt.step:epilog",
         lambda ctx: ctx.options.ckpt is not None,
-        phase="ckpt_unmount",
+        phase=schema.CKPT_UNMOUNT,
     ),
 )
 
 
-def steps_for(hook: str, ctx: JobContext) -> list[StepSpec]:
+def steps_for(hook: Hook, ctx: JobContext) -> list[StepSpec]:
     table = PROLOG_STEPS if hook == "prolog" else EPILOG_STEPS
     return [s for s in table if s.wanted(ctx)]

@@ -21,6 +21,7 @@ import concurrent.futures as cf
 import contextlib
 import heapq
 import itertools
+import math
 import os
 import stat
 import threading
@@ -30,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, describe
 from bootseer.image.blocks import block_key, digest
 from bootseer.image.cache import BlockCache
 from bootseer.image.manifest import Manifest
@@ -162,6 +163,11 @@ class FetchStats:
     by_priority: Counter[int] = field(default_factory=Counter)  # DEMAND, PREFETCH, BACKGROUND
 
 
+# A time.monotonic() before any other: "never". 0.0 is not: the clock counts from the
+# machine's boot, so a node up for less than read_quiet would find a job reading at once.
+NEVER = -math.inf
+
+
 class Fetcher:
     def __init__(
         self,
@@ -191,8 +197,8 @@ class Fetcher:
         self._jobs: dict[str, _Job] = {}
         self._running_fg = 0
         self._running_bg = 0
-        self._last_fg = 0.0
-        self.last_read = 0.0  # a job's last read through FUSE, hit or miss (set by the agent)
+        self._last_fg = NEVER  # when a foreground fetch last ended
+        self.last_read = NEVER  # a job's last read through FUSE, hit or miss (set by the agent)
         self._stopped = False
         self._halt = threading.Event()  # set by stop(): ends the pacer's waits
         self._threads = [
@@ -319,7 +325,9 @@ class Fetcher:
                 job.future.set_exception(
                     exc
                     if isinstance(exc, FetchError)
-                    else FetchError(f"block {job.index} of image {job.image_id[:12]}: {exc}")
+                    else FetchError(
+                        f"block {job.index} of image {job.image_id[:12]}: {describe(exc)}"
+                    )
                 )
             finally:
                 with self._cond:
@@ -379,7 +387,7 @@ class Fetcher:
             except FileNotFoundError:
                 problem = "missing from the store"
             except Exception as exc:
-                problem = str(exc) or repr(exc)
+                problem = describe(exc)
             attempt += 1
             pause = min(2.0, 0.05 * 2**attempt)
             if time.monotonic() + pause > deadline:

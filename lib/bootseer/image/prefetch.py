@@ -19,10 +19,13 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from bootseer.image.fetch import BACKGROUND, PREFETCH, BlockSource, Fetcher, Interest
 from bootseer.image.manifest import Manifest
+
+if TYPE_CHECKING:
+    from bootseer.agentapi.jobs import FillState  # what the epilog hears of the fill
 
 
 @dataclass
@@ -96,7 +99,7 @@ class BackgroundFill(Interest):
         self._lock = threading.Lock()
 
     @property
-    def state(self) -> Literal["running", "done", "cancelled"]:
+    def state(self) -> FillState:
         if self.cancelled and (self.ended is None or self.failed):
             return "cancelled"
         return "done" if self.ended is not None else "running"

@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bootseer.errors import describe
+
 # What pyxis passes for --container-image=bootseer (or =docker://bootseer), and the
 # bare name for a call by hand. ``docker://bootseer:TAG``, ``dockerd://bootseer`` and a
 # registry's ``.../bootseer`` name real Docker images: they go to enroot.
@@ -67,7 +69,7 @@ def _get(uri: str) -> int:
         except Exception as exc:
             print(
                 f"bootseer-importer: no lazy image for job "
-                f"{os.environ.get('SLURM_JOB_ID', '?')}: {exc} "
+                f"{os.environ.get('SLURM_JOB_ID', '?')}: {describe(exc)} "
                 "(submit the job with --bootseer-image=IMAGE to use "
                 "--container-image=bootseer)",
                 file=sys.stderr,

@@ -13,11 +13,34 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
 
-from bootseer.agent.jobs import JobView
 from bootseer.image.blocks import block_range
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import DEMAND, Fetcher
+from bootseer.image.fetch import DEMAND, BlockSource, Fetcher
+from bootseer.image.manifest import Manifest
+from bootseer.image.trace import Recorder
+
+
+class ReadImage(Protocol):
+    """The image a job reads: its blocks, and where they come from."""
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+    @property
+    def source(self) -> BlockSource: ...
+
+
+class ReadingJob(Protocol):
+    """What a read needs of the job (the node agent's :class:`bootseer.agent.jobs.JobView`):
+    its image, and the trace its reads go to."""
+
+    @property
+    def image(self) -> ReadImage: ...
+
+    @property
+    def recorder(self) -> Recorder: ...
 
 
 class ImageReader:
@@ -30,7 +53,7 @@ class ImageReader:
         self._count = threading.Lock()
 
     def read(
-        self, view: JobView, offset: int, size: int, cached_only: bool = False
+        self, view: ReadingJob, offset: int, size: int, cached_only: bool = False
     ) -> bytes | None:
         """Bytes of the job's image; with ``cached_only``, None unless all are local.
 

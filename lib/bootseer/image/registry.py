@@ -41,7 +41,7 @@ from bootseer.image.manifest import (
 )
 from bootseer.image.trace import check_user
 from bootseer.options import parse_image
-from bootseer.sitekey import SealError, SiteKeys
+from bootseer.sitekey import Purpose, SealError, SiteKeys
 from bootseer.store import Store
 
 SQUASHFS_MAGIC = b"hsqs"
@@ -150,7 +150,7 @@ def list_paths(store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def _record(store: Store, key: str, purpose: str, keys: SiteKeys | None) -> Any:
+def _record(store: Store, key: str, purpose: Purpose, keys: SiteKeys | None) -> Any:
     """A name or path record that verifies under ``keys`` (else SealError; None: not
     checked), within its size and depth limits (else ValueError)."""
     raw = store.read_bytes(key, limit=MAX_RECORD_BYTES + sitekey.SEAL_BYTES + 1)

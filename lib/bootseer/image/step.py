@@ -30,9 +30,9 @@ from bootseer.agentapi.jobs import (
     Release,
 )
 from bootseer.errors import StepError, StoreError
-from bootseer.hooks.steps import StepCall, StepResult, StepRow
 from bootseer.image.registry import check_image_file
 from bootseer.nodepaths import NodePaths
+from bootseer.stepapi import Outcome, StepCall, StepResult, StepRow
 
 MARGIN = 1.0  # seconds left to the runner after the agent's answer
 # The agent cannot serve the image in time, but the job may still read a path image
@@ -177,7 +177,7 @@ def background_fill_row(
         return None
     failed = _int(fill.failed)
     state = fill.state
-    outcome = "skipped" if state != "done" else ("failed" if failed else "ok")
+    outcome: Outcome = "skipped" if state != "done" else ("failed" if failed else "ok")
     return StepRow(
         "image_background_fill",
         fill.start,

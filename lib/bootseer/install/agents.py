@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 
-from bootseer.agent.handover import Outcome
+from bootseer.agent.handover import HANDOVER_STATES, Outcome
+from bootseer.choices import one_of
 from bootseer.install.layout import Layout
 from bootseer.install.remote import Node
 
@@ -29,8 +30,11 @@ def restart_agent(node: Node, layout: Layout, force: bool) -> Outcome:
     r = node.run(argv, timeout=TIMEOUT)
     try:
         doc = json.loads(r.out)
+        state = one_of(doc["state"], HANDOVER_STATES)
+        if state is None:
+            return Outcome("failed", detail=f"unknown state {str(doc['state'])[:100]!r}")
         return Outcome(
-            str(doc["state"]),
+            state,
             tuple(int(j) for j in doc.get("jobs", ())),
             int(doc.get("connections", 0)),
             str(doc.get("prefix", "")),

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import bootseer
 from bootseer.errors import BootseerError
-
-HOOKS = ("prolog", "epilog")
+from bootseer.stepapi import HOOKS
 
 
 class BuildError(BootseerError):

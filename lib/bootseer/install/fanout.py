@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ClusterShell.NodeSet import NodeSet
 
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, describe
 from bootseer.install.agents import restart_agent
 from bootseer.install.node import NodeReport, Target, install_node
 from bootseer.install.remote import Node
@@ -55,7 +55,7 @@ def install_all(
         except BootseerError as exc:
             return NodeReport(name, "failed", error=str(exc))
         except Exception as exc:  # one node's surprise must not hide the others' results
-            return NodeReport(name, "failed", error=f"{type(exc).__name__}: {exc}")
+            return NodeReport(name, "failed", error=describe(exc, named=True))
 
     names = list(nodes)
     with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(names)))) as pool:

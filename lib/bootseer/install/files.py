@@ -18,8 +18,9 @@ from pathlib import Path
 
 from bootseer.config import SiteConfig
 from bootseer.errors import ConfigError
-from bootseer.install.bundle import HOOKS, Bundle
+from bootseer.install.bundle import Bundle
 from bootseer.install.layout import Layout
+from bootseer.stepapi import HOOKS, Hook
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def _toml_string(text: str) -> str:
     return json.dumps(text)  # a TOML basic string is JSON's, for a path
 
 
-def hook_wrapper(layout: Layout, hook: str) -> bytes:
+def hook_wrapper(layout: Layout, hook: Hook) -> bytes:
     return (
         "#!/bin/sh\n"
         f"# bootseer install: slurm.conf's {hook.capitalize()}= (Slurm hands a hook no PATH).\n"

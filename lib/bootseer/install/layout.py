@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from bootseer.stepapi import Hook
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -61,11 +63,11 @@ class Layout:
     def libexec(self) -> Path:
         return self.prefix / "libexec"
 
-    def hook(self, hook: str) -> Path:
+    def hook(self, hook: Hook) -> Path:
         """What slurm.conf's Prolog/Epilog name: a wrapper naming this install's paths."""
         return self.libexec / f"bootseer-{hook}"
 
-    def hook_script(self, hook: str) -> Path:
+    def hook_script(self, hook: Hook) -> Path:
         return self.prefix / "share" / "bootseer" / hook / f"bootseer-{hook}"
 
     @property

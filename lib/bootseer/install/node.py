@@ -18,6 +18,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from bootseer.install.bundle import Bundle
 from bootseer.install.files import NodeFile
@@ -77,7 +78,7 @@ class NodeRefused(RemoteError):
 @dataclass
 class NodeReport:
     node: str
-    status: str  # "installed", "unchanged", "would change", "failed"
+    status: Literal["installed", "unchanged", "would change", "failed"]
     changes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""

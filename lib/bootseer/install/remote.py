@@ -20,7 +20,7 @@ from pathlib import Path
 
 import paramiko
 
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, describe
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config").expanduser()
 
@@ -64,7 +64,7 @@ class Node:
                 auth_timeout=timeout,
             )
         except paramiko.SSHException as exc:
-            raise RemoteError(f"ssh: {exc} (is its host key in known_hosts?)") from None
+            raise RemoteError(f"ssh: {describe(exc)} (is its host key in known_hosts?)") from None
         except OSError as exc:
             raise RemoteError(f"ssh: {exc.strerror or exc}") from None
         self.sftp = self.client.open_sftp()
@@ -129,7 +129,7 @@ class Node:
             self.sftp.posix_rename(tmp, str(path))
         except OSError as exc:
             self._remove(tmp)
-            raise RemoteError(f"writing {path}: {exc}") from None
+            raise RemoteError(f"writing {path}: {describe(exc)}") from None
 
     def _remove(self, path: str) -> None:
         try:

@@ -20,13 +20,14 @@ from pathlib import Path
 
 from bootseer.install.layout import Layout
 from bootseer.slurm.conf import TIMEOUT_MARGIN
+from bootseer.stepapi import HOOKS
 
 
 def slurm_conf_lines(layout: Layout, conf: dict[str, str], deadline: float) -> list[str]:
     """``conf``: the site's slurm.conf settings (:func:`~bootseer.slurm.conf.parse_slurm_conf`),
     maybe empty."""
     lines = []
-    for hook in ("prolog", "epilog"):
+    for hook in HOOKS:
         ours = str(layout.hook(hook))
         have = [v.strip() for v in conf.get(hook, "").split(",") if v.strip()]
         if ours not in have:

@@ -17,12 +17,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Literal
 
 from bootseer import filelock
-
-if TYPE_CHECKING:
-    from bootseer.hooks.runner import HookRun
+from bootseer.errors import describe
+from bootseer.stepapi import Hook, Outcome
 
 FILE = "bootseer_hooks.prom"
 LOCK = ".bootseer_hooks.lock"
@@ -107,7 +106,7 @@ FAMILIES = (
 @dataclass(frozen=True)
 class StepSample:
     step: str
-    outcome: str
+    outcome: Outcome
     seconds: float
 
 
@@ -123,29 +122,15 @@ class BytesSample:
 class HookSample:
     """What one hook run adds to the node's counts."""
 
-    hook: str  # prolog, epilog
-    outcome: str  # ok, failed, config_error
+    hook: Hook
+    # failed: a step failed or timed out; config_error: the site config is unusable
+    outcome: Literal["ok", "failed", "config_error"]
     seconds: float
     steps: tuple[StepSample, ...] = ()
     moved: tuple[BytesSample, ...] = ()
     # Sealed records refused by purpose (bootseer.sitekey.refused of the hook's process).
     refused: tuple[tuple[str, int], ...] = ()
     when: float = field(default_factory=time.time)
-
-    @classmethod
-    def of_run(cls, hook: str, run: HookRun, seconds: float) -> HookSample:
-        """The sample of one run of the hook runner (:mod:`bootseer.hooks.runner`)."""
-        return cls(
-            hook,
-            "failed" if run.failed else "ok",
-            seconds,
-            tuple(StepSample(o.step, o.outcome, o.seconds) for o in run.outcomes),
-            tuple(
-                BytesSample(r.phase, r.bytes, r.store_bytes, r.peer_bytes)
-                for o in run.outcomes
-                for r in o.phase_rows()
-            ),
-        )
 
 
 # sample name, sorted labels -> value
@@ -295,4 +280,4 @@ def record(
             tally.add(sample)
             write_atomically(path, tally.render())
     except Exception as exc:
-        log(f"metrics not written to {path}: {exc}")
+        log(f"metrics not written to {path}: {describe(exc)}")

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import defaultdict
 
+from bootseer.errors import describe
 from bootseer.p2p.auth import prove
 from bootseer.p2p.wire import (
     LIVENESS,
@@ -93,7 +94,7 @@ class PeerClient:
                 raise _Stale() from None
             if isinstance(exc, PeerError):
                 raise
-            raise PeerError("unreachable", f"peer {addr[0]}:{addr[1]}: {exc}") from None
+            raise PeerError("unreachable", f"peer {addr[0]}:{addr[1]}: {describe(exc)}") from None
         finally:
             if sock is not None and keep:
                 self._give(addr, sock, nonce)

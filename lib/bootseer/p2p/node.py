@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bootseer.config import P2PSection
-from bootseer.errors import ConfigError
+from bootseer.errors import ConfigError, describe
 from bootseer.p2p.auth import job_token, load_site_key
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.hosts import Resolver
@@ -76,7 +76,7 @@ class PeerNode:
         try:
             peers = cls(cfg, node, load_site_key(cfg.key_file), provide, log)
         except (ConfigError, OSError) as exc:
-            log(f"p2p off: {exc}")
+            log(f"p2p off: {describe(exc)}")
             return None
         peers.server.start()
         log(f"p2p: serving peers on port {cfg.port}")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from bootseer.errors import describe
 from bootseer.image.cache import BlockCache
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import MAX_PIECE, PeerError
@@ -117,7 +118,7 @@ class Pieces:
             try:
                 data = store.read_range(loc.key, loc.offset, loc.length)
             except Exception as exc:
-                raise PeerError("failed", f"{loc.key} at {loc.offset}: {exc}") from None
+                raise PeerError("failed", f"{loc.key} at {loc.offset}: {describe(exc)}") from None
             if hashlib.sha256(data).hexdigest() != loc.sha256:
                 raise PeerError(
                     "failed", f"{loc.key} at {loc.offset}: digest mismatch in the store"

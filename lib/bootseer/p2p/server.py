@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bootseer.errors import describe
 from bootseer.p2p.auth import check_proof
 from bootseer.p2p.wire import (
     HEARTBEAT,
@@ -168,7 +169,7 @@ class PeerServer:
             conn.sendall(PieceReply(pending=True).encode())
         if failure:
             exc = failure[0]
-            raise exc if isinstance(exc, PeerError) else PeerError("failed", str(exc))
+            raise exc if isinstance(exc, PeerError) else PeerError("failed", describe(exc))
         return result[0]
 
     def _answer(self, req: PieceRequest, peer: str, nonce: bytes) -> bytes:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bootseer.errors import describe
 from bootseer.p2p.client import Address, PeerClient
 from bootseer.p2p.owner import owner
 from bootseer.p2p.wire import PeerError, PieceRequest
@@ -114,7 +115,7 @@ class Swarm:
                 self._drop(o, f"{exc.kind}: {exc}")
             return None
         except OSError as exc:  # the name did not resolve, or the connection failed
-            self._drop(o, f"unreachable: {exc}")
+            self._drop(o, f"unreachable: {describe(exc)}")
             return None
         if hashlib.sha256(data).hexdigest() != piece:
             with self._lock:

@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from bootseer.config import SiteConfig
+from bootseer.errors import describe
 
 # (target URI or "" for the main store, key, offset, length, sha256) -> (bytes, where
 # they came from: "peer", "store" or "cache"), or None.
@@ -62,7 +63,7 @@ def agent_via(
             log(f"{key} at {offset} from the store: {exc}")
             return None
         except (AgentError, OSError) as exc:
-            log(f"{key} at {offset} from the store: {exc}")
+            log(f"{key} at {offset} from the store: {describe(exc)}")
             return None
         # The cache file may have changed since the agent checked it: check again.
         if len(data) != length or hashlib.sha256(data).hexdigest() != sha256:

@@ -15,9 +15,10 @@ import socket
 import struct
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from bootseer import jsonlimits
+from bootseer.choices import one_of
 from bootseer.errors import BootseerError
 
 MAX_HEADER = 4096  # no request or reply header is longer; a longer one ends the connection
@@ -28,17 +29,20 @@ HEARTBEAT = 1.0
 LIVENESS = 3.0
 
 
+# refused: not authenticated for the job; unknown: the job is not (yet) on that node;
+# missing: not a piece of the job; failed: the owner could not fetch it; protocol: bad bytes
+PeerErrorKind = Literal[
+    "refused", "unknown", "missing", "failed", "protocol", "unreachable", "timeout"
+]
+KINDS: tuple[PeerErrorKind, ...] = get_args(PeerErrorKind)
+
+
 class PeerError(BootseerError):
     """A peer could not serve a piece; ``kind`` says why (one of :data:`KINDS`)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: PeerErrorKind, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-# refused: not authenticated for the job; unknown: the job is not (yet) on that node;
-# missing: not a piece of the job; failed: the owner could not fetch it; protocol: bad bytes
-KINDS = ("refused", "unknown", "missing", "failed", "protocol", "unreachable", "timeout")
 
 
 @dataclass(frozen=True)
@@ -134,7 +138,7 @@ class PieceReply:
 
     def raise_error(self) -> None:
         if self.error:
-            kind = self.error if self.error in KINDS else "protocol"
+            kind = one_of(self.error, KINDS) or "protocol"  # or one this version lacks
             raise PeerError(kind, self.message or kind)
 
 

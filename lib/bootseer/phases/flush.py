@@ -29,9 +29,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bootseer.errors import describe
 from bootseer.phases.schema import JobMeta, PhaseRow
 from bootseer.phases.spool import Spool, rows_from_marks
-from bootseer.phases.writer import write_rows
+from bootseer.phases.writer import Flush, write_rows
 
 if TYPE_CHECKING:
     from bootseer.config import SiteConfig
@@ -156,7 +157,7 @@ def _stamp(rows: list[PhaseRow], meta: JobMeta) -> list[PhaseRow]:
 def flush(
     spool: Spool,
     store: Store,
-    mode: str,
+    mode: Flush,
     cfg: SiteConfig,
     extra: Sequence[PhaseRow] = (),
     first_node: bool = False,
@@ -197,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         first = args.mode == "prolog" and args.first_node
         key, problems = flush(spool, store, args.mode, cfg, first_node=first)
     except (BootseerError, OSError, ValueError) as exc:
-        print(f"bootseer phase flush: {exc}", file=sys.stderr)
+        print(f"bootseer phase flush: {describe(exc)}", file=sys.stderr)
         return 1
     for problem in problems:
         print(f"bootseer phase flush: {problem}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Phase records from the Prolog and Epilog: the hook runner calls :func:`record_hook_run`
-with the rows of its run (:meth:`bootseer.hooks.runner.HookRun.phase_rows`: the hook's,
-each step's, and those the steps returned), and this module adds the job's metadata.
+with the rows of its run (:class:`bootseer.stepapi.StepRow`: the hook's, each step's, and
+those the steps returned), and this module adds the job's metadata.
 
 The prolog keeps its rows in the node's spool, makes the spool's marks file for the
 job's user, tells the tasks where it is (``BOOTSEER_PHASE_MARKS``), and leaves the
@@ -20,7 +20,7 @@ from bootseer.phases.spool import Spool, remove_stale
 if TYPE_CHECKING:
     from bootseer.config import SiteConfig
     from bootseer.context import JobContext
-    from bootseer.hooks.steps import StepRow
+    from bootseer.stepapi import Hook, StepRow
 
 
 def meta_for(ctx: JobContext) -> JobMeta:
@@ -65,7 +65,7 @@ def marks_template(cfg: SiteConfig, job_id: int) -> str:
 
 
 def record_hook_run(
-    hook: str,
+    hook: Hook,
     ctx: JobContext,
     cfg: SiteConfig,
     rows: Sequence[StepRow],

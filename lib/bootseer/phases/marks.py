@@ -30,9 +30,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from bootseer import nodepaths
+from bootseer.errors import describe
 
-# Kept equal to bootseer.phases.schema (a test checks), not imported from it: a mark
-# from a job script is a process start, and every import counts there.
+TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
+if TYPE_CHECKING:
+    from typing import Literal
+
+    from bootseer.stepapi import Outcome
+
+    Event = Literal["start", "end"]
+
+# Kept equal to bootseer.phases.schema and bootseer.stepapi (a test checks), not imported
+# from them: a mark from a job script is a process start, and every import counts there.
 PHASE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 OUTCOMES = ("ok", "failed", "skipped", "timed_out")
 STARTUP_END = "first_step"
@@ -76,9 +85,9 @@ def _say_once(message: str) -> None:
 
 
 def mark(
-    event: str,
+    event: Event,
     name: str,
-    outcome: str = "ok",
+    outcome: Outcome = "ok",
     detail: str = "",
     bytes: int = 0,
     when: float | None = None,
@@ -147,7 +156,7 @@ def phase(name: str, detail: str = "") -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
-        mark("end", name, outcome="failed", detail=detail or f"{type(exc).__name__}: {exc}")
+        mark("end", name, outcome="failed", detail=detail or describe(exc, named=True))
         raise
     mark("end", name, detail=detail)
 

@@ -18,21 +18,22 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bootseer.hooks.steps import EPILOG_STEPS, PROLOG_STEPS
+from bootseer.stepapi import OUTCOMES, Outcome
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-OUTCOMES = ("ok", "failed", "skipped", "timed_out")
 
 # The phases the Bootseer paper names, marked by the job itself. first_step ends startup.
 JOB_PHASES = ("container_start", "deps_install", "ckpt_load", "framework_init", "first_step")
 STARTUP_END = "first_step"
 
-# The whole hook is a phase of its own ("prolog", "epilog"), and each of its steps one
-# named in its StepSpec (bootseer.hooks.steps: prolog "image" is image_prefetch).
-PROLOG_PHASES = ("prolog", *(s.phase_in("prolog") for s in PROLOG_STEPS))
-EPILOG_PHASES = ("epilog", *(s.phase_in("epilog") for s in EPILOG_STEPS))
+# The whole hook is a phase of its own ("prolog", "epilog"), and each of its steps one,
+# which the hooks' step table names (bootseer.hooks.steps: prolog "image" is
+# image_prefetch; a test holds these tuples and that table together).
+IMAGE_PREFETCH, DEPS_RESTORE, CKPT_MOUNT = "image_prefetch", "deps_restore", "ckpt_mount"
+IMAGE_TRACE, DEPS_CAPTURE, CKPT_UNMOUNT = "image_trace", "deps_capture", "ckpt_unmount"
+PROLOG_PHASES = ("prolog", IMAGE_PREFETCH, DEPS_RESTORE, CKPT_MOUNT)
+EPILOG_PHASES = ("epilog", IMAGE_TRACE, DEPS_CAPTURE, CKPT_UNMOUNT)
 
 # Display order; phases not listed follow, by when they started.
 PHASE_ORDER = (*PROLOG_PHASES, *JOB_PHASES, *EPILOG_PHASES)
@@ -66,7 +67,7 @@ class PhaseRow:
     phase: str
     start: float
     end: float
-    outcome: str = "ok"
+    outcome: Outcome = "ok"
     bytes: int = 0
     store_bytes: int = 0  # of what the phase moved, bytes from the shared store
     peer_bytes: int = 0  # and bytes from the job's other nodes (peer-to-peer)
@@ -154,7 +155,7 @@ class JobMeta:
         phase: str,
         start: float,
         end: float,
-        outcome: str = "ok",
+        outcome: Outcome = "ok",
         bytes: int = 0,
         detail: str = "",
         *,

@@ -10,8 +10,14 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
+if TYPE_CHECKING:
+    from typing import Literal
 
-def spawn_flush(mode: str, spool_dir: str, first_node: bool = False) -> int | None:
+
+def spawn_flush(
+    mode: Literal["prolog", "marks"], spool_dir: str, first_node: bool = False
+) -> int | None:
     """``python -m bootseer.phases.flush --MODE [--first-node] SPOOL_DIR`` in the
     background; its pid."""
     devnull = os.devnull

@@ -30,16 +30,19 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bootseer import jsonlimits, mounts, nodepaths
 from bootseer.phases.schema import (
     DETAIL_MAX,
-    OUTCOMES,
     PHASE_NAME,
     JobMeta,
     PhaseRow,
 )
+from bootseer.stepapi import OUTCOMES, Outcome
+
+if TYPE_CHECKING:
+    from bootseer.phases.marks import Event
 
 MARKS_FILE = "marks.jsonl"
 ROWS_FILE = "rows.jsonl"
@@ -50,11 +53,11 @@ STALE_SECONDS = 14 * 24 * 3600  # a spool whose epilog never ran (node crash) go
 
 @dataclass(frozen=True)
 class MarkEvent:
-    event: str  # start or end
+    event: Event
     phase: str
     time: float
     task: str  # "<step>.<rank>": pairs a start with its end when many ranks mark
-    outcome: str = "ok"
+    outcome: Outcome = "ok"
     bytes: int = 0
     detail: str = ""
     store_bytes: int = 0
@@ -258,7 +261,7 @@ def rows_from_marks(
 
 
 # A node's phase is as bad as its worst rank.
-OUTCOME_RANK = {"skipped": 0, "ok": 1, "timed_out": 2, "failed": 3}
+OUTCOME_RANK: dict[Outcome, int] = {"skipped": 0, "ok": 1, "timed_out": 2, "failed": 3}
 
 
 def remove_stale(run_dir: Path, keep: int, now: float | None = None) -> None:

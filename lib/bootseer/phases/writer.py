@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from bootseer.phases.schema import PhaseRow, to_table
 
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from bootseer.store import Store
 
 PREFIX = "phases"
+# Which flush wrote a file: the prolog's hook rows, the job's marks so far (the background
+# flush after first_step), or the epilog's everything (bootseer.phases.flush).
+Flush = Literal["prolog", "marks", "epilog"]
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -43,7 +46,7 @@ def day_of(t: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(t))
 
 
-def file_key(day: str, job_id: int, node: str, restart: int, source: str) -> str:
+def file_key(day: str, job_id: int, node: str, restart: int, source: Flush) -> str:
     node = _SAFE.sub("_", node)[:64] or "unknown"
     name = f"{node}-r{int(restart)}-{source}-{uuid.uuid4().hex[:12]}.parquet"
     return f"{PREFIX}/day={day}/job={int(job_id)}/{name}"
@@ -58,7 +61,7 @@ def parquet_bytes(table: pa.Table, row_group_size: int = 64 * 1024) -> bytes:
     return bytes(sink.getvalue())
 
 
-def write_rows(store: Store, rows: list[PhaseRow], source: str) -> str | None:
+def write_rows(store: Store, rows: list[PhaseRow], source: Flush) -> str | None:
     """Write ``rows`` (one job, one node) as one new file; return its key, or None if empty."""
     if not rows:
         return None

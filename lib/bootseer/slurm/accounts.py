@@ -21,6 +21,7 @@ import functools
 import subprocess
 from collections.abc import Mapping
 
+from bootseer.errors import describe
 from bootseer.slurm.conf import parse_show_config
 
 # AccountingStorageEnforce options that make slurmctld check the job's association
@@ -52,7 +53,7 @@ def account_check(scontrol: str, timeout: float) -> str:
             [scontrol, "show", "config"], capture_output=True, timeout=timeout, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"cannot ask Slurm whether it checks accounts ({scontrol}: {exc})"
+        return f"cannot ask Slurm whether it checks accounts ({scontrol}: {describe(exc)})"
     if r.returncode != 0 or len(r.stdout) > MAX_CONFIG_BYTES:
         return f"cannot ask Slurm whether it checks accounts ({scontrol} show config failed)"
     return account_unchecked_reason(parse_show_config(r.stdout.decode(errors="replace")))

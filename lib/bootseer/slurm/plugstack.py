@@ -9,26 +9,33 @@ from __future__ import annotations
 import glob
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
+from bootseer.choices import one_of
 from bootseer.slurm.conf import read_file
 
 PLUGIN = "bootseer.so"
 PLUGIN_RUNDIR = "/run/bootseer"  # spank/bootseer.c's default rundir=
 
+# Whether a plugin that fails to load fails the job (required) or is skipped (optional).
+Need = Literal["required", "optional"]
+NEEDS: tuple[Need, ...] = get_args(Need)
 
-def parse_plugstack_line(line: str) -> tuple[str, str, tuple[str, ...]] | None:
+
+def parse_plugstack_line(line: str) -> tuple[Need, str, tuple[str, ...]] | None:
     """``(required|optional, plugin, args)`` of one plugstack.conf line, or None."""
     words = line.split("#", 1)[0].split()
-    if len(words) < 2 or words[0] not in ("required", "optional"):
+    need = one_of(words[0], NEEDS) if words else None
+    if len(words) < 2 or need is None:
         return None
-    return words[0], words[1], tuple(words[2:])
+    return need, words[1], tuple(words[2:])
 
 
 @dataclass(frozen=True)
 class PlugstackEntry:
     source: Path
     lineno: int
-    kind: str
+    kind: Need
     plugin: str
     args: tuple[str, ...]
 

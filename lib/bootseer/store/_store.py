@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import parse_qs, urlsplit
 
-from bootseer.errors import StoreError
+from bootseer.errors import StoreError, describe
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -222,7 +222,7 @@ class Store:
             except FileExistsError:
                 return False
             except OSError as exc:
-                raise StoreError(f"store {self.uri}: {key}: {exc}") from exc
+                raise StoreError(f"store {self.uri}: {key}: {describe(exc)}") from exc
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
             return True
@@ -275,8 +275,8 @@ class Store:
                 raise FileNotFoundError(f"{self.uri}: {key}: not found") from None
             if isinstance(exc, PermissionError) or any(d in str(exc).lower() for d in _DENIED):
                 hint = self._denied_hint(key)
-                raise StoreError(f"store {self.uri}: {key}: {exc}{hint}") from exc
-            raise StoreError(f"store {self.uri}: {key}: {exc}") from exc
+                raise StoreError(f"store {self.uri}: {key}: {describe(exc)}{hint}") from exc
+            raise StoreError(f"store {self.uri}: {key}: {describe(exc)}") from exc
 
     def _denied_hint(self, key: str = "") -> str:
         if os.geteuid() == 0 and not self.anonymous:
@@ -346,7 +346,7 @@ def open_store(
         else:
             fs, root = pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError) as exc:
-        raise StoreError(f"cannot open store {uri}: {exc}") from exc
+        raise StoreError(f"cannot open store {uri}: {describe(exc)}") from exc
     if not root or root == "/":
         raise StoreError(f"store URI {uri} names no directory or bucket")
     anonymous = parts.scheme == "s3" and not access_key

@@ -18,9 +18,9 @@ from bootseer.config import SiteConfig
 from bootseer.deps.frames import encode_stream
 from bootseer.deps.layout import SnapshotPaths, new_data_name, ref_path
 from bootseer.deps.manifest import Entry, Manifest
-from bootseer.hooks.steps import StepCall
-from bootseer.options import Options, parse_deps
+from bootseer.options import Mode, Options, parse_deps
 from bootseer.sitekey import DEPS_MANIFEST, DEPS_REF, SiteKeys, seal_with
+from bootseer.stepapi import StepCall
 from bootseer.store import Store
 from tests import hookkit
 from tests.hookkit import job_context
@@ -85,7 +85,7 @@ def step_call(
     deps: str,
     node: str = "n1",
     nodes: tuple[str, ...] = ("n1",),
-    mode: str = "on",
+    mode: Mode = "on",
     work_dir: str = "",
 ) -> StepCall:
     ctx = job_context(
