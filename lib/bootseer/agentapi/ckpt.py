@@ -87,11 +87,14 @@ class CkptVerifyReply(Reply):
     more_problems: int = 0  # problems past MAX_PROBLEMS
 
 
+ScopeKind = Literal["user", "account"]  # what a checkpoint quota bounds ([ckpt] quota's keys)
+
+
 @dataclass(frozen=True)
 class UsageRow:
     """One quota scope: a user's or an account's stored bytes and its quota (0: none)."""
 
-    kind: Literal["user", "account"]
+    kind: ScopeKind
     name: str
     limit: int
     used: int

@@ -129,12 +129,15 @@ class JobReply(Reply):
     peers: PeerSummary | None = None  # None: the job's blocks came from its origin only
 
 
+PieceSource = Literal["cache", "peer", "store"]  # where a piece came from
+
+
 @dataclass(frozen=True)
 class PieceFile(Reply):
     """Where the agent keeps the verified piece (root reads it; verify again on read)."""
 
     path: str
-    source: Literal["cache", "peer", "store"]
+    source: PieceSource
     size: int
 
 

@@ -45,8 +45,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, get_args
 
+from bootseer.agentapi.ckpt import ScopeKind
 from bootseer.ckpt.layout import CkptError
 from bootseer.errors import describe
 from bootseer.units import iec
@@ -66,7 +67,6 @@ __all__ = [
     "usage",
 ]
 
-ScopeKind = Literal["user", "account"]  # ckpt.quota's keys
 KINDS: tuple[ScopeKind, ...] = get_args(ScopeKind)
 MAX_SACCTMGR_BYTES = 16 << 20
 MEMBERS_TTL = 60.0  # seconds a process keeps Slurm's list of associations

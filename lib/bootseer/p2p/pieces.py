@@ -21,8 +21,8 @@ import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
+from bootseer.agentapi.jobs import PieceSource
 from bootseer.errors import describe
 from bootseer.image.cache import BlockCache
 from bootseer.p2p.swarm import Swarm
@@ -35,7 +35,7 @@ from bootseer.store import Store
 MAIN_STORE_KEY = re.compile(r"deps/[^/]+(/[^/]+)+")
 TARGET_KEY = re.compile(r"[^/]+(/[^/]+)*/units/[^/]+/[^/]+")
 
-Source = Literal["cache", "peer", "store"]  # where a piece came from
+Source = PieceSource
 
 
 @dataclass(frozen=True)
