@@ -166,13 +166,8 @@ class Agent:
 
         names = list_names(self.store, keys=site_keys(self.cfg), limit=MAX_LISTED + 1)
         images = [
-            ImageName(
-                ref,
-                str(doc.get("image", "")),
-                int(doc.get("size", 0)),
-                float(doc.get("added", 0.0)),
-            )
-            for ref, doc in names[:MAX_LISTED]
+            ImageName(ref, record.image, record.size, record.added)
+            for ref, record in names[:MAX_LISTED]
         ]
         return ImageListReply(images, left_out=max(0, len(names) - MAX_LISTED))
 

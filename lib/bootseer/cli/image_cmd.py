@@ -137,17 +137,14 @@ def _ls(args: argparse.Namespace) -> int:
     names = list_names(store)
     paths = list_paths(store)
     if args.json:
-        print(json.dumps({"names": dict(names), "paths": paths}, indent=1))
+        doc = {"names": {n: r.to_json() for n, r in names}, "paths": [p.to_json() for p in paths]}
+        print(json.dumps(doc, indent=1))
         return 0
     from bootseer.cli.listing import print_table
 
-    rows = [
-        [units.iec(doc.get("size", 0)), doc.get("image", "?")[:12], "name", ref]
-        for ref, doc in names
-    ]
+    rows = [[units.iec(record.size), record.image[:12], "name", ref] for ref, record in names]
     rows += [  # registered by the agent on first use
-        [units.iec(doc.get("size", 0)), doc.get("image", "?")[:12], "path", doc.get("path", "?")]
-        for doc in paths
+        [units.iec(record.size), record.image[:12], "path", record.path] for record in paths
     ]
     if not rows:
         print("no images")
@@ -201,7 +198,7 @@ def _show(args: argparse.Namespace) -> int:
     if len(args.ref) == 64 and all(c in "0123456789abcdef" for c in args.ref):
         m = load_manifest(store, args.ref, keys=None)  # shown, not trusted
     elif args.ref.startswith("/"):
-        ids = [d["image"] for d in list_paths(store) if d.get("path") == args.ref]
+        ids = [record.image for record in list_paths(store) if record.path == args.ref]
         if not ids:
             raise BootseerError(f"{args.ref} is not registered")
         m = load_manifest(store, ids[-1], keys=None)

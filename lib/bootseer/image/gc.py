@@ -30,8 +30,8 @@ class GcReport:
 
 def collect(store: Store, grace: float = 3600.0, dry_run: bool = False) -> GcReport:
     now = time.time()
-    live = {str(doc.get("image")) for _, doc in list_names(store)}
-    live |= {str(doc.get("image")) for doc in list_paths(store)}
+    live = {record.image for _, record in list_names(store)}
+    live |= {record.image for record in list_paths(store)}
     report = GcReport()
     keep_blocks: set[str] = set()
     for obj in store.list("images/manifests"):

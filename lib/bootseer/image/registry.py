@@ -17,6 +17,7 @@ against the manifest. A changed file (size or mtime) is a new image.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -26,7 +27,7 @@ import stat
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from dataclasses import asdict, dataclass
 
 from bootseer import jsonlimits, sitekey
 from bootseer.deps.asuser import UserChild, UserChildError, user_groups
@@ -40,6 +41,7 @@ from bootseer.image.manifest import (
     save_manifest,
 )
 from bootseer.image.trace import check_user
+from bootseer.jsondecode import decode
 from bootseer.options import parse_image
 from bootseer.sitekey import Purpose, SealError, SiteKeys
 from bootseer.store import Store
@@ -54,6 +56,41 @@ class UnknownImage(ManifestError):
 
 class RegistrationPending(StoreError):
     """Another node is registering this path image and did not finish in time."""
+
+
+@dataclass(frozen=True)
+class NameRecord:
+    """``images/names/<name>/<tag>.json``: the image a name stands for."""
+
+    image: str
+    size: int = 0
+    block_size: int = 0
+    added: float = 0.0
+    trace_owner: str | None = None  # whose jobs' trace every job of the name prefetches
+
+    def to_json(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class PathRecord:
+    """``images/paths/<sha256 of path>.json``: the image of this very file (its
+    identity: :func:`_identity_of`)."""
+
+    path: str
+    image: str
+    size: int = 0
+    mtime_ns: int = 0
+    ino: int = 0
+    ctime_ns: int = 0
+    block_size: int = 0
+    added: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    def identity(self) -> tuple[str, int, int, int, int]:
+        return (self.path, self.size, self.mtime_ns, self.ino, self.ctime_ns)
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -81,16 +118,10 @@ def tag_image(
 ) -> None:
     """Seal the name record. ``trace_owner``: the user whose jobs' trace of the image
     every job of the name prefetches first (others' jobs keep traces of their own)."""
-    doc: dict[str, Any] = {
-        "image": manifest.id,
-        "size": manifest.size,
-        "block_size": manifest.block_size,
-        "added": time.time(),
-    }
-    if trace_owner is not None:
-        doc["trace_owner"] = check_user(trace_owner)
+    owner = None if trace_owner is None else check_user(trace_owner)
+    record = NameRecord(manifest.id, manifest.size, manifest.block_size, time.time(), owner)
     key = name_key(ref)
-    body = json.dumps(doc, separators=(",", ":")).encode()
+    body = json.dumps(record.to_json(), separators=(",", ":")).encode()
     store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_NAME, key, body))
 
 
@@ -106,26 +137,24 @@ def lookup_name_record(
     """:func:`lookup_name`, and the record's ``trace_owner`` (None: none set)."""
     key = name_key(ref)
     try:
-        doc: Any = _record(store, key, sitekey.IMAGE_NAME, keys)
-        image_id = doc["image"]
-        owner = doc.get("trace_owner")
-        owner = None if owner is None else check_user(owner)
+        record = decode(NameRecord, _record(store, key, sitekey.IMAGE_NAME, keys), key)
+        owner = None if record.trace_owner is None else check_user(record.trace_owner)
     except FileNotFoundError:
         raise UnknownImage(
             f"no image named {ref!r} in {store.uri} (see `bootseer image ls`)"
         ) from None
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise ManifestError(f"image name record {ref!r} is damaged") from None
-    return load_manifest(store, str(image_id), keys=keys), owner
+    except ValueError as exc:  # DecodeError, and a bad trace_owner
+        raise ManifestError(f"image name record {ref!r} is damaged: {exc}") from None
+    return load_manifest(store, record.image, keys=keys), owner
 
 
 def list_names(
     store: Store, *, keys: SiteKeys | None = None, limit: int | None = None
-) -> list[tuple[str, dict[str, Any]]]:
+) -> list[tuple[str, NameRecord]]:
     """Every name's ``NAME:TAG`` and record: shown, not trusted, without ``keys``; with
     them, only the records that verify (those a job of the name would be served). At
     most ``limit`` names read (None: all)."""
-    out: list[tuple[str, dict[str, Any]]] = []
+    out: list[tuple[str, NameRecord]] = []
     for obj in store.list("images/names", recursive=True):
         parts = obj.key.split("/")
         if len(parts) != 4 or not parts[3].endswith(".json"):
@@ -134,23 +163,25 @@ def list_names(
             break
         try:
             doc = _record(store, obj.key, sitekey.IMAGE_NAME, keys)
+            record = decode(NameRecord, doc, obj.key)
         except (ValueError, FileNotFoundError, SealError):
             continue
-        out.append((f"{parts[2]}:{parts[3].removesuffix('.json')}", doc))
+        out.append((f"{parts[2]}:{parts[3].removesuffix('.json')}", record))
     return out
 
 
-def list_paths(store: Store) -> list[dict[str, Any]]:
+def list_paths(store: Store) -> list[PathRecord]:
     out = []
     for obj in store.list("images/paths"):
-        try:
-            out.append(_record(store, obj.key, sitekey.IMAGE_PATH, None))  # shown, not trusted
+        try:  # shown, not trusted
+            doc = _record(store, obj.key, sitekey.IMAGE_PATH, None)
+            out.append(decode(PathRecord, doc, obj.key))
         except (ValueError, FileNotFoundError):
             continue
     return out
 
 
-def _record(store: Store, key: str, purpose: Purpose, keys: SiteKeys | None) -> Any:
+def _record(store: Store, key: str, purpose: Purpose, keys: SiteKeys | None) -> object:
     """A name or path record that verifies under ``keys`` (else SealError; None: not
     checked), within its size and depth limits (else ValueError)."""
     raw = store.read_bytes(key, limit=MAX_RECORD_BYTES + sitekey.SEAL_BYTES + 1)
@@ -172,37 +203,25 @@ def _path_record(
     a record or manifest that does not verify is replaced, never used)."""
     key = path_key(path)
     try:
-        doc: Any = _record(store, key, sitekey.IMAGE_PATH, keys)
+        record = decode(PathRecord, _record(store, key, sitekey.IMAGE_PATH, keys), key)
     except (FileNotFoundError, ValueError, SealError):
         return None
-    if not isinstance(doc, dict):
-        return None
-    if _file_identity(doc) != _file_identity(_identity_of(path, st)):
+    if record.identity() != _identity_of(path, st).identity():
         return None
     try:
-        return load_manifest(store, str(doc.get("image")), keys=keys)
+        return load_manifest(store, record.image, keys=keys)
     except (ManifestError, SealError):
         return None
 
 
-def _identity_of(path: str, st: os.stat_result) -> dict[str, Any]:
+def _identity_of(path: str, st: os.stat_result, image: str = "") -> PathRecord:
     """What makes a path record name this very file, not one that had its name, size and
     mtime before (a user sets her own file's mtime; a node-local path names another
     file on each node; an inode number is reused once freed): its inode number and its
     ctime, which no user can set and any change of the file or its metadata moves. Not
     the device: a shared filesystem's file has one inode and ctime on every node, but
     its device number differs between nodes."""
-    return {
-        "path": path,
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-        "ino": st.st_ino,
-        "ctime_ns": st.st_ctime_ns,
-    }
-
-
-def _file_identity(doc: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(doc.get(k) for k in ("path", "size", "mtime_ns", "ino", "ctime_ns"))
+    return PathRecord(path, image, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
 class RegistrationLock:
@@ -272,14 +291,11 @@ def register_path(
                 t0 = time.monotonic()
                 manifest = hash_file(read_from or path, block_size)
                 save_manifest(store, manifest, keys=keys)
-                doc = {
-                    **_identity_of(path, st),
-                    "image": manifest.id,
-                    "block_size": block_size,
-                    "added": time.time(),
-                }
+                record = dataclasses.replace(
+                    _identity_of(path, st, manifest.id), block_size=block_size, added=time.time()
+                )
                 key = path_key(path)
-                body = json.dumps(doc, separators=(",", ":")).encode()
+                body = json.dumps(record.to_json(), separators=(",", ":")).encode()
                 store.write_bytes(key, sitekey.seal_with(keys, sitekey.IMAGE_PATH, key, body))
                 log(f"registered {path} as {manifest.id[:12]} in {time.monotonic() - t0:.1f}s")
                 return manifest
