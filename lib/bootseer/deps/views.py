@@ -87,8 +87,8 @@ def show_for(
     store: Store, cfg: SiteConfig, keys: SiteKeys, user: str, scope: str, key: str
 ) -> DepsShowReply:
     from bootseer.deps.layout import is_key
-    from bootseer.deps.manifest import ManifestError
     from bootseer.deps.restore import read_manifest
+    from bootseer.errors import ManifestError
     from bootseer.sitekey import SealError
 
     (scope,) = check_scopes([scope] if scope else [], scopes_of(cfg, user), user)

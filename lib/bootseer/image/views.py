@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from bootseer.agentapi.protocol import AgentBadRequest, AgentNotFound, AgentRefused
-from bootseer.image.manifest import Manifest, ManifestError
+from bootseer.errors import ManifestError
+from bootseer.image.manifest import Manifest
 from bootseer.image.trace import Trace
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store
