@@ -23,15 +23,17 @@ import errno
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from bootseer.ckpt.layout import Layout
 from bootseer.ckpt.manifest import Manifest, unit_checksum
 from bootseer.ckpt.names import check_path
-from bootseer.ckpt.reader import StripedReader
-from bootseer.ckpt.writer import StripedWriter
 from bootseer.errors import StoreError
 from bootseer.store import TMP_PREFIX
+
+if TYPE_CHECKING:
+    from bootseer.ckpt.reader import StripedReader
+    from bootseer.ckpt.writer import StripedWriter
 
 
 @dataclass(frozen=True)
@@ -53,12 +55,17 @@ class Namespace(Layout):
         """A file object: ``rb`` a seekable :class:`StripedReader`, ``wb`` a
         :class:`StripedWriter`."""
         check_path(path)
+        # Imported here: a hook that only mounts (bootseer.ckpt.step) never pays for them.
         if mode == "rb":
+            from bootseer.ckpt.reader import StripedReader
+
             m = self.manifest(path)
             if m is None:
                 raise FileNotFoundError(errno.ENOENT, f"no checkpoint file {self.name}:{path}")
             return StripedReader(self, path, m)
         if mode == "wb":
+            from bootseer.ckpt.writer import StripedWriter
+
             if self.is_dir(path):
                 raise IsADirectoryError(errno.EISDIR, f"{self.name}:{path} is a directory")
             return StripedWriter(self, path)

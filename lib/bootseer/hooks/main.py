@@ -102,15 +102,24 @@ def _count(hook: str, cfg: SiteConfig, run: HookRun | None, log: HookLog, until:
     at most (once past it, one try)."""
     if cfg.metrics.textfile_dir is None:
         return
-    from bootseer.metrics.hooks import LOCK_WAIT, HookSample, record
+    from bootseer.metrics.hooks import LOCK_WAIT, BytesSample, HookSample, StepSample, record
 
     began = process_start_time()
     seconds = time.time() - began if began is not None else 0.0
-    sample = (
-        HookSample(hook, "failed", seconds)
-        if run is None
-        else HookSample.of_run(hook, run, seconds)
-    )
+    if run is None:
+        sample = HookSample(hook, "failed", seconds)
+    else:
+        sample = HookSample(
+            hook,
+            "failed" if run.failed else "ok",
+            seconds,
+            tuple(StepSample(o.step, o.outcome, o.seconds) for o in run.outcomes),
+            tuple(
+                BytesSample(r.phase, r.bytes, r.store_bytes, r.peer_bytes)
+                for o in run.outcomes
+                for r in o.phase_rows()
+            ),
+        )
     from bootseer import sitekey  # the records this run refused
 
     refused = tuple((p, sitekey.refused[p]) for p in sitekey.PURPOSES)

@@ -16,13 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from bootseer import filelock
 from bootseer.metrics.families import Family, Tally
-
-if TYPE_CHECKING:
-    from bootseer.hooks.runner import HookRun
 
 FILE = "bootseer_hooks.prom"
 LOCK = ".bootseer_hooks.lock"
@@ -122,21 +118,6 @@ class HookSample:
     # Sealed records refused by purpose (bootseer.sitekey.refused of the hook's process).
     refused: tuple[tuple[str, int], ...] = ()
     when: float = field(default_factory=time.time)
-
-    @classmethod
-    def of_run(cls, hook: str, run: HookRun, seconds: float) -> HookSample:
-        """The sample of one run of the hook runner (:mod:`bootseer.hooks.runner`)."""
-        return cls(
-            hook,
-            "failed" if run.failed else "ok",
-            seconds,
-            tuple(StepSample(o.step, o.outcome, o.seconds) for o in run.outcomes),
-            tuple(
-                BytesSample(r.phase, r.bytes, r.store_bytes, r.peer_bytes)
-                for o in run.outcomes
-                for r in o.phase_rows()
-            ),
-        )
 
 
 def add(tally: Tally, s: HookSample) -> None:
