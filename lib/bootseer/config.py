@@ -208,7 +208,7 @@ class ImageSection:
 
     def __post_init__(self) -> None:
         if self.root_path_trace_owner:
-            from bootseer.image.trace import check_user
+            from bootseer.users import check_user
 
             try:
                 check_user(self.root_path_trace_owner)

@@ -13,12 +13,12 @@ it by hand. Everything downstream takes a :class:`JobContext`, never ``os.enviro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from bootseer.errors import ContextError
 from bootseer.options import Options, parse_options
+from bootseer.users import is_user_name
 
 # The SPANK plugin copies each checked option into the job control environment
 # (spank_job_control_setenv); Slurm hands those to the Prolog/Epilog as SPANK_<NAME>.
@@ -28,7 +28,6 @@ OPTION_ENV = {
     "deps": "SPANK_BOOTSEER_DEPS",
     "ckpt": "SPANK_BOOTSEER_CKPT",
 }
-_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 
 
 def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
@@ -74,7 +73,7 @@ class JobContext:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> JobContext:
         user = env.get("SLURM_JOB_USER", "")
-        if not _USER.fullmatch(user):
+        if not is_user_name(user):
             raise ContextError(f"$SLURM_JOB_USER={user!r} is not a user name")
         node = env.get("SLURMD_NODENAME", "")
         if not node:

@@ -76,3 +76,15 @@ def describe(exc: BaseException, after: float | None = None, named: bool = False
     if after is not None and isinstance(exc, TimeoutError):
         meaning += f" after {after:.1f}".rstrip("0").rstrip(".") + " s"
     return f"{meaning} ({name})"
+
+
+class ManifestError(StoreError):
+    """A stored manifest or record (an image's, a snapshot's, a checkpoint file's) is
+    missing, malformed, over a limit, or disagrees with what it describes."""
+
+
+class QuotaExceeded(BootseerError):
+    """Storing more would take a scope (a user, an account) past its site quota; the
+    message says who holds how much and what frees room. Each technique raises its own
+    kind (:class:`bootseer.ckpt.errors.CkptQuotaExceeded`,
+    :class:`bootseer.deps.capture.SnapshotQuotaExceeded`); this catches both."""

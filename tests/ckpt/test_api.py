@@ -12,12 +12,14 @@ import sys
 import threading
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 
 from bootseer.ckpt import CkptError, CkptIOError, CkptPathError, Namespace, check_path
-from bootseer.ckpt.layout import namespace_name
-from bootseer.ckpt.manifest import ManifestError, parse
-from bootseer.store import open_store
+from bootseer.ckpt.manifest import parse
+from bootseer.ckpt.names import namespace_name
+from bootseer.errors import ManifestError
+from bootseer.store import Store, open_store
 
 from .conftest import UNIT
 
@@ -226,7 +228,7 @@ def test_pwrite_patches_the_unsent_unit_and_refuses_going_back(ns: Namespace) ->
 WRITER = """
 import sys, time
 from bootseer.ckpt import Namespace
-from bootseer.store import open_store
+from bootseer.store import Store, open_store
 ns = Namespace([open_store(u) for u in sys.argv[1:]], "ada/test", unit_size={unit})
 f = ns.open("f", "wb")
 f.write(b"n" * 3 * {unit})
@@ -261,7 +263,11 @@ def test_kill_during_write_leaves_previous_version(ns: Namespace, targets: list[
 
 @pytest.mark.parametrize(
     "path",
-    ["../x", "/etc/passwd", "a/../../b", "a//b", "", "a/./b", ".tmp-x", "a b", "a\nb", "x" * 300],
+    [
+        *("../x", "/etc/passwd", "a/../../b", "a//b", "", "a/./b", ".tmp-x", "a b", "a\nb"),
+        "x" * 300,
+        *("model.pt\n", "a\n/b"),  # a check by re's $ let a last newline through
+    ],
 )
 def test_path_injection_is_refused(ns: Namespace, path: str) -> None:
     with pytest.raises(CkptPathError):
@@ -279,6 +285,8 @@ def test_path_injection_is_refused(ns: Namespace, path: str) -> None:
         ("ada", "a/../../b"),
         ("ada", ""),
         ("a/b", "x"),
+        ("ada\n", "x"),
+        ("ada", "x\n"),
     ],
 )
 def test_namespace_injection_is_refused(user: str, name: str) -> None:
@@ -326,6 +334,27 @@ def test_listdir_rename_remove(ns: Namespace) -> None:
     with pytest.raises(OSError, match="not empty"):
         ns.rmdir("a/b")
     ns.rmdir("a/empty")
+
+
+def test_a_directory_is_no_file_whatever_the_stores_error_text(ns: Namespace) -> None:
+    """A directory's name is no file (None, then ``is_dir``), told by the store's file
+    type: reading a directory fails with a text of the store's own. pyarrow's local
+    filesystem says "... is a directory"; its in-memory one (and S3's) "Not a regular
+    file", which a decision by that text took for a damaged manifest (EIO)."""
+    ns.mkdir("run/step100")
+    mem = pafs._MockFileSystem()
+    on_mem = Namespace([Store("mem://t", mem, "t")], "ada/run", unit_size=UNIT)
+    on_mem.mkdir("run/step100")
+    with pytest.raises(OSError, match="Not a regular file"):
+        mem.open_input_stream(f"t/{on_mem.manifest_key('run/step100')}")
+    for n in (ns, on_mem):
+        for path in ("run", "run/step100"):
+            assert n.manifest(path) is None, (n, path)
+            assert n.is_dir(path)
+        with pytest.raises(FileNotFoundError):
+            n.open("run/step100")
+        with pytest.raises(IsADirectoryError):
+            n.open("run/step100", "wb")
 
 
 def test_torch_load_through_the_reader(ns: Namespace) -> None:

@@ -14,8 +14,9 @@ import pytest
 
 from bootseer.ckpt import Namespace
 from bootseer.ckpt import mount as ckpt_mount
-from bootseer.ckpt.ledger import LedgerFull, StageLedger
-from bootseer.ckpt.stage import Stage, StageFullError
+from bootseer.ckpt.errors import LedgerFull, StageFullError
+from bootseer.ckpt.ledger import StageLedger
+from bootseer.ckpt.stage import Stage
 
 from .conftest import JOB_UID, STAGE_BYTES, UNIT, needs_fuse
 from .test_clients import as_user, py

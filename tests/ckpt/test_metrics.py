@@ -17,7 +17,7 @@ from bootseer import filelock
 from bootseer.ckpt import Namespace
 from bootseer.ckpt import mount as ckpt_mount
 from bootseer.ckpt.stage import Stage
-from bootseer.ckptd.fuse import CkptFS
+from bootseer.ckptd.fs import CkptFS
 from bootseer.ckptd.metrics import FILE, LOCK, CkptMetrics
 from tests.conftest import TEST_PORT_BASE
 from tests.exporterkit import EXPORTER, node_exporter, scrape
@@ -45,7 +45,7 @@ def test_daemons_add_their_increments_to_one_file(
     d = tmp_path / "textfile"
     a = CkptFS(ns, 1000, 1000, Stage(tmp_path / "stage-a", 1 << 20))
     b = CkptFS(Namespace(ns.targets, "bob/run", unit_size=4096), 1001, 1001)
-    ma, mb = CkptMetrics(d, 60, a, print), CkptMetrics(d, 60, b, print)
+    ma, mb = CkptMetrics(d, 60, a.counts, print), CkptMetrics(d, 60, b.counts, print)
     a.bytes_written, b.bytes_written = 100, 7
     assert ma.flush() and mb.flush()
     a.bytes_written += 50

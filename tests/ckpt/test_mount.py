@@ -14,7 +14,7 @@ import pytest
 from bootseer import mounts
 from bootseer.ckpt import Namespace
 from bootseer.ckpt import mount as ckpt_mount
-from bootseer.ckpt.layout import namespace_name
+from bootseer.ckpt.names import namespace_name
 from bootseer.config import SiteConfig
 from bootseer.errors import StepError
 from bootseer.hooks.steps import steps_for

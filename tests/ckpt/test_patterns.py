@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from bootseer.ckpt import Namespace
+from bootseer.ckpt.errors import StageFullError
 from bootseer.ckpt.manifest import unit_checksum
-from bootseer.ckpt.stage import Stage, StageFullError
+from bootseer.ckpt.stage import Stage
 from bootseer.ckpt.writer import StripedWriter
 
 from .conftest import UNIT

@@ -12,7 +12,8 @@ import pytest
 
 from bootseer.ckpt import Namespace
 from bootseer.ckpt import quota as ckpt_quota
-from bootseer.ckpt.quota import QuotaExceeded, QuotaGuard, Scope, scopes_for, user_bytes
+from bootseer.ckpt.errors import CkptQuotaExceeded
+from bootseer.ckpt.quota import QuotaGuard, Scope, scopes_for, user_bytes
 from bootseer.config import SiteConfig
 from bootseer.errors import ConfigError
 from bootseer.store import Store, open_store
@@ -59,7 +60,7 @@ def test_a_write_past_the_quota_fails_with_edquot_and_keeps_the_previous_version
     used = user_bytes(ns.targets, "ada")
     assert 4 * UNIT < used < 5 * UNIT  # the units and the manifest
     # Eleven units: past the quota even with the room of the four it replaces.
-    with pytest.raises(QuotaExceeded) as info, ns.open("model.pt", "wb") as f:
+    with pytest.raises(CkptQuotaExceeded) as info, ns.open("model.pt", "wb") as f:
         for _ in range(11):
             f.write(os.urandom(UNIT))
     assert info.value.errno == errno.EDQUOT
@@ -88,12 +89,12 @@ def test_a_file_written_anew_may_use_the_room_of_the_version_it_replaces(
         assert size * UNIT < user_bytes(ns.targets, "ada") < (size + 1) * UNIT
     # Beyond the quota even with the room of the version it replaces: refused.
     replaced = r"less the 32\.9 KiB of the version it replaces"
-    with pytest.raises(QuotaExceeded, match=replaced), ns.open("latest.pt", "wb") as f:
+    with pytest.raises(CkptQuotaExceeded, match=replaced), ns.open("latest.pt", "wb") as f:
         f.write(os.urandom(11 * UNIT))
     m = ns.manifest("latest.pt")
     assert m is not None and m.size == 8 * UNIT
     # Another file gets no such room.
-    with pytest.raises(QuotaExceeded), ns.open("other.pt", "wb") as f:
+    with pytest.raises(CkptQuotaExceeded), ns.open("other.pt", "wb") as f:
         f.write(os.urandom(3 * UNIT))
 
 
@@ -105,7 +106,7 @@ def test_after_a_commit_mid_write_the_replaced_room_is_not_borrowed_again(
     ns = _ns(targets, "ada/run", limit=10 * UNIT)
     with ns.open("latest.pt", "wb") as f:
         f.write(os.urandom(6 * UNIT))
-    with pytest.raises(QuotaExceeded), ns.open("latest.pt", "wb") as f:
+    with pytest.raises(CkptQuotaExceeded), ns.open("latest.pt", "wb") as f:
         f.write(os.urandom(7 * UNIT))  # borrows the 6 units of the old version
         f.commit()  # which is deleted now
         f.write(os.urandom(6 * UNIT))  # 13 units: past the quota, no room to borrow
@@ -118,7 +119,7 @@ def test_removing_frees_room_at_once_and_other_users_are_not_charged(
     ns = _ns(targets, "ada/run", limit=6 * UNIT)
     with ns.open("a.pt", "wb") as f:
         f.write(os.urandom(5 * UNIT))
-    with pytest.raises(QuotaExceeded), ns.open("b.pt", "wb") as f:
+    with pytest.raises(CkptQuotaExceeded), ns.open("b.pt", "wb") as f:
         f.write(os.urandom(2 * UNIT))
     bea = _ns(targets, "bea/run", limit=6 * UNIT)
     with bea.open("b.pt", "wb") as f:
@@ -146,7 +147,7 @@ def test_another_nodes_uploads_count_at_the_next_count(targets: list[str]) -> No
     assert n2.quota.usage()[0].used == 0
     now[0] = 11.0
     assert n2.quota.usage()[0].used > 4 * UNIT
-    with pytest.raises(QuotaExceeded), n2.open("y", "wb") as f:
+    with pytest.raises(CkptQuotaExceeded), n2.open("y", "wb") as f:
         f.write(os.urandom(5 * UNIT))
     assert n2.quota.scans >= 2
 
@@ -183,7 +184,7 @@ def test_an_account_quota_counts_all_its_users(
     ada = Namespace(stores, "ada/run", unit_size=UNIT)
     ada.quota = guard
     with (
-        pytest.raises(QuotaExceeded, match=r"ckpt\.quota of account physics"),
+        pytest.raises(CkptQuotaExceeded, match=r"ckpt\.quota of account physics"),
         ada.open("x", "wb") as f,
     ):
         f.write(os.urandom(2 * UNIT))
@@ -230,7 +231,7 @@ def test_room_borrowed_from_a_version_another_writer_replaced_is_not_kept(
         f.write(os.urandom(4 * UNIT))
     before = user_bytes(ns.targets, "ada")
     replaced = "of the version it replaces"
-    with pytest.raises(QuotaExceeded, match=replaced), ns.open("latest.pt", "wb") as big:
+    with pytest.raises(CkptQuotaExceeded, match=replaced), ns.open("latest.pt", "wb") as big:
         big.write(os.urandom(7 * UNIT))  # borrows the room of the 4 units
         with ns.open("latest.pt", "wb") as small:
             small.write(b"x")  # committed: the 4 units are deleted

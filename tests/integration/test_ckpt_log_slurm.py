@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bootseer.ckptd.fuse import LOG_FILE_BYTES
+from bootseer.ckptd.log import LOG_FILE_BYTES
 from tests.conftest import DevSlurm
 
 pytestmark = pytest.mark.slurm

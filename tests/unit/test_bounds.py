@@ -19,17 +19,15 @@ import zstandard
 
 from bootseer import jsonlimits
 from bootseer.agent.restart import RestartState
-from bootseer.ckpt.manifest import ManifestError as CkptManifestError
 from bootseer.ckpt.manifest import parse as parse_ckpt
 from bootseer.config import SiteConfig
 from bootseer.deps.frames import decode_frame
 from bootseer.deps.layout import SnapshotPaths, ref_path
 from bootseer.deps.manifest import Frame
 from bootseer.deps.manifest import Manifest as DepsManifest
-from bootseer.deps.manifest import ManifestError as DepsManifestError
 from bootseer.deps.restore import find_snapshot, read_manifest
-from bootseer.errors import ConfigError
-from bootseer.image.manifest import Manifest, ManifestError, load_manifest, manifest_key
+from bootseer.errors import ConfigError, ManifestError
+from bootseer.image.manifest import Manifest, load_manifest, manifest_key
 from bootseer.image.registry import lookup_name, name_key, path_key, register_path
 from bootseer.image.trace import load_trace, trace_key
 from bootseer.p2p.wire import PeerError, read_message
@@ -95,10 +93,10 @@ def test_a_deeply_nested_path_record_is_registered_over(store: Store, tmp_path: 
 def test_a_deeply_nested_deps_manifest_or_ref_is_a_manifest_error(store: Store) -> None:
     scope, key = "user/ada", "2" * 32
     store.write_bytes(SnapshotPaths(scope, key).manifest, DEEP)
-    with pytest.raises(DepsManifestError):
+    with pytest.raises(ManifestError):
         read_manifest(store, scope, key, max_bytes=1 << 30, max_files=1000, keys=None)
     store.write_bytes(ref_path(scope, "3" * 32), DEEP_OBJ)
-    with pytest.raises(DepsManifestError):
+    with pytest.raises(ManifestError):
         find_snapshot(store, scope, "3" * 32, keys=None)
 
 
@@ -123,13 +121,13 @@ def test_a_frame_declaring_more_than_max_frame_bytes_is_refused_unread(store: St
     raw = deps_manifest(96 << 20, bomb)
     scope, key = "user/ada", "2" * 32
     store.write_bytes(SnapshotPaths(scope, key).manifest, raw)
-    with pytest.raises(DepsManifestError, match="max_frame_bytes"):
+    with pytest.raises(ManifestError, match="max_frame_bytes"):
         read_manifest(store, scope, key, max_bytes=64 << 30, max_files=1000, keys=None)
     assert read_manifest(
         store, scope, key, max_bytes=64 << 30, max_files=1000, max_frame_bytes=128 << 20, keys=None
     )
     m = DepsManifest.from_json(raw, max_bytes=64 << 30, max_files=10, max_frame_bytes=1 << 30)
-    with pytest.raises(DepsManifestError, match="max_frame_bytes"):
+    with pytest.raises(ManifestError, match="max_frame_bytes"):
         decode_frame(bomb, m.frames[0], 0, max_raw=64 << 20)
 
 
@@ -140,7 +138,7 @@ def test_max_frame_bytes_is_a_site_setting() -> None:
 
 
 def test_a_deeply_nested_ckpt_manifest_is_a_manifest_error() -> None:
-    with pytest.raises(CkptManifestError):
+    with pytest.raises(ManifestError):
         parse_ckpt(DEEP_OBJ, frozenset({"file:///t0"}))
 
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,22 @@ def test_step_deadline_never_exceeds_the_hook_deadline() -> None:
     assert cfg.deadline("prolog", "image") == 10
     assert cfg.deadline("prolog", "deps") == 30
     assert cfg.deadline("prolog", "ckpt") == 30
+
+
+def test_checking_the_config_loads_no_technique(tmp_path: Path) -> None:
+    """The site config is a base module: checking every section (a trace owner's user
+    name included) imports no technique package (the image code, once)."""
+    p = write(tmp_path, "[image]\nroot_path_trace_owner = 'alice'\n")
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from bootseer.config import load_config\n"
+        "assert load_config(Path(sys.argv[1])).image.root_path_trace_owner == 'alice'\n"
+        "above = ('image', 'deps', 'ckpt', 'p2p', 'phases', 'metrics', 'agent', 'hooks', 'cli')\n"
+        "print(sorted(m for m in sys.modules if m.partition('.')[2].split('.')[0] in above\n"
+        "             and m.startswith('bootseer.')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(p)], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout

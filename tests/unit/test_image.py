@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from bootseer.config import SiteConfig
-from bootseer.errors import ConfigError, StoreError
+from bootseer.errors import ConfigError, ManifestError, StoreError
 from bootseer.image.blocks import block_range, check_block_size, digest
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import BACKGROUND, NEVER, Fetcher, FetchError, FileSource
-from bootseer.image.manifest import Manifest, ManifestError, hash_file, upload_file
+from bootseer.image.manifest import Manifest, hash_file, upload_file
 from bootseer.image.prefetch import BackgroundFill, prefetch_hot
 from bootseer.image.registry import (
     RegistrationLock,

@@ -12,7 +12,7 @@ parts, each a module of its own:
 - :mod:`~bootseer.image.reader`: an image's bytes for the FUSE mount
   (:mod:`~bootseer.agent.fuse`);
 - :mod:`~bootseer.agent.handler`, :mod:`~bootseer.agent.server`: the unix socket the
-  prolog, epilog and jobs ask (:mod:`~bootseer.agentapi.protocol` is its contract,
+  prolog, epilog and jobs ask (:mod:`~bootseer.agentapi` is its contract,
   :mod:`~bootseer.agentapi.client` its one client).
 
     >>> agent = Agent(load_config().for_node("n1"), "n1")  # doctest: +SKIP

@@ -13,16 +13,11 @@ Jobs use the FUSE mount instead (``--bootseer-ckpt=NAMESPACE``, ``$BOOTSEER_CKPT
 which serves the same namespace with the same reader and writer.
 """
 
-from bootseer.ckpt.layout import (
-    CkptError,
-    CkptIOError,
-    CkptPathError,
-    Entry,
-    Namespace,
-    check_path,
-    namespace_name,
-)
-from bootseer.ckpt.manifest import Manifest, ManifestError
+from bootseer.ckpt.errors import CkptError, CkptIOError, CkptPathError
+from bootseer.ckpt.manifest import Manifest
+from bootseer.ckpt.names import check_path, namespace_name
+from bootseer.ckpt.namespace import Entry, Namespace
+from bootseer.errors import ManifestError
 
 __all__ = [
     "CkptError",

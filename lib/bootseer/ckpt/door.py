@@ -53,14 +53,9 @@ from bootseer.agentapi.ckpt import (
 )
 from bootseer.agentapi.errors import AgentBadRequest, AgentError, AgentNotFound, AgentRefused
 from bootseer.agentapi.wire import Reply
-from bootseer.ckpt.layout import (
-    CkptError,
-    CkptIOError,
-    CkptPathError,
-    Namespace,
-    check_path,
-    namespace_name,
-)
+from bootseer.ckpt.errors import CkptError, CkptIOError, CkptPathError, CkptQuotaExceeded
+from bootseer.ckpt.names import check_path, namespace_name
+from bootseer.ckpt.namespace import Namespace
 from bootseer.ckpt.reader import StripedReader
 from bootseer.config import SiteConfig
 from bootseer.errors import BootseerError, StoreError
@@ -165,9 +160,7 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest[Any], caller: Caller
     except FileNotFoundError as exc:
         raise AgentNotFound(exc.strerror or str(exc)) from None
     except (CkptError, StoreError) as exc:
-        from bootseer.ckpt.quota import QuotaExceeded
-
-        if isinstance(exc, QuotaExceeded) and caller.log is not None:
+        if isinstance(exc, CkptQuotaExceeded) and caller.log is not None:
             caller.log(f"ckpt door: uid {caller.uid} {req.op} {name} refused: {exc}")
         raise AgentError(str(exc)) from None
     except OSError as exc:

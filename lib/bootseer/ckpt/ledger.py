@@ -16,7 +16,7 @@ removed and not counted, so a crash frees its share at the next reservation.
     >>> b.reserve(50, "bob/run:b.pt")
     Traceback (most recent call last):
     ...
-    bootseer.ckpt.ledger.LedgerFull: 60 of 100 bytes staged on this node
+    bootseer.ckpt.errors.LedgerFull: 60 of 100 bytes staged on this node
     >>> a.release(60); b.reserve(50, "bob/run:b.pt"); b.used, a.used
     (50, 0)
     >>> a.close(); b.close()
@@ -32,21 +32,12 @@ import stat
 import threading
 from pathlib import Path
 
-from bootseer.ckpt.layout import CkptError
+from bootseer.ckpt.errors import CkptError, LedgerFull
 from bootseer.filelock import held
 
 LOCK_NAME = ".lock"
 RECORD_SUFFIX = ".staged"
 LOCK_WAIT = 10.0  # seconds a reservation waits for another daemon's (a few file reads)
-
-
-class LedgerFull(CkptError):
-    """The node's staged bytes would pass the bound; the message says how many are in use."""
-
-    def __init__(self, used: int, limit: int) -> None:
-        super().__init__(f"{used} of {limit} bytes staged on this node")
-        self.used = used
-        self.limit = limit
 
 
 class StageLedger:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from bootseer.agentapi.ckpt import CkptEntry
 
 if TYPE_CHECKING:
-    from bootseer.ckpt.layout import Namespace
     from bootseer.ckpt.manifest import Manifest
+    from bootseer.ckpt.namespace import Namespace
 
 
 def entry(name: str, m: Manifest) -> CkptEntry:

@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 
 from bootseer import jsonlimits
-from bootseer.errors import StoreError
+from bootseer.errors import ManifestError
 
 FORMAT = 1
 CHECKSUM = "sha256"
@@ -42,10 +42,6 @@ MAX_TARGETS = 256
 _VERSION = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{12}$")
 _UNIT_NAME = re.compile(r"^([0-9]{1,12})(\.[0-9]{1,9})?$")
 _HEX = re.compile(r"^[0-9a-f]{64}$")
-
-
-class ManifestError(StoreError):
-    """A manifest is not valid JSON, or a field is outside what a writer produces."""
 
 
 def unit_checksum(data: bytes | bytearray | memoryview) -> str:

@@ -1,7 +1,7 @@
 """Start and stop a job's checkpoint mount: a FUSE daemon that outlives the prolog.
 
 The prolog calls :func:`start`: it makes the mountpoint ``<mount_root>/<job_id>``
-(owned by the job's user, mode 0700), starts ``python -m bootseer.ckptd.fuse`` in a
+(owned by the job's user, mode 0700), starts ``python -m bootseer.ckptd`` in a
 session of its own, waits until the kernel lists the mount, and keeps the daemon's
 pid in the job dir. The epilog calls :func:`stop` with that record: it unmounts
 (lazily if the job left processes inside), waits for the daemon, escalates to
@@ -31,7 +31,10 @@ from bootseer.ckpt.totals import MountTotals, totals_path
 from bootseer.errors import StepError
 from bootseer.mounts import is_mounted, set_read_ahead, umount
 
-DAEMON_MODULE = "bootseer.ckptd.fuse"
+DAEMON_MODULE = "bootseer.ckptd"
+# What earlier versions started the daemon as: a job mounted before an upgrade of the
+# node is still its daemon's when the new epilog stops it.
+EARLIER_DAEMON_MODULES = ("bootseer.ckpt.fuse",)
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,8 @@ def daemon_alive(pid: int, mountpoint: str) -> bool:
         return False
     if state[state.rfind(b")") + 2 :][:1] in (b"Z", b"X"):
         return False
-    return DAEMON_MODULE.encode() in cmdline and os.fsencode(mountpoint) in cmdline
+    modules = (DAEMON_MODULE, *EARLIER_DAEMON_MODULES)
+    return any(m.encode() in cmdline for m in modules) and os.fsencode(mountpoint) in cmdline
 
 
 def log_tail(path: str | Path, lines: int = 8) -> str:

@@ -15,11 +15,12 @@ unit key look like a manifest key, and the listing is one request per page per t
 instead of one per file.
 
 A :class:`QuotaGuard` is charged before each upload (a unit, a manifest): past the
-quota the upload is refused with :class:`QuotaExceeded` (``EDQUOT``) and the writer
-drops its new version (the previous one stays). It counts the store again when its
-count is older than ``quota_rescan`` seconds, and always before it refuses: its own
-uploads (in flight or landed) are added to the count as they go, deletions only show
-at the next count. What nodes writing at once can do: docs/ckpt.md, "Quotas".
+quota the upload is refused with :class:`~bootseer.ckpt.errors.CkptQuotaExceeded`
+(``EDQUOT``) and the writer drops its new version (the previous one stays). It counts
+the store again when its count is older than ``quota_rescan`` seconds, and always
+before it refuses: its own uploads (in flight or landed) are added to the count as they
+go, deletions only show at the next count. What nodes writing at once can do:
+docs/ckpt.md, "Quotas".
 
     >>> import tempfile
     >>> from bootseer.store import open_store
@@ -33,13 +34,12 @@ at the next count. What nodes writing at once can do: docs/ckpt.md, "Quotas".
     >>> g.charge(1, "ada/ns:f")
     Traceback (most recent call last):
     ...
-    bootseer.ckpt.quota.QuotaExceeded: ada/ns:f: 1 B more would pass the ckpt.quota of ...
+    bootseer.ckpt.errors.CkptQuotaExceeded: ada/ns:f: 1 B more would pass the ckpt.quota of ...
     >>> import shutil; shutil.rmtree(d)
 """
 
 from __future__ import annotations
 
-import errno
 import subprocess
 import threading
 import time
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, get_args
 
 from bootseer.agentapi.ckpt import ScopeKind
-from bootseer.ckpt.layout import CkptError
+from bootseer.ckpt.errors import CkptError, CkptQuotaExceeded
 from bootseer.errors import describe
 from bootseer.units import iec
 
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "KINDS",
-    "QuotaExceeded",
     "QuotaGuard",
     "Scope",
     "ScopeUsage",
@@ -70,18 +69,6 @@ __all__ = [
 KINDS: tuple[ScopeKind, ...] = get_args(ScopeKind)
 MAX_SACCTMGR_BYTES = 16 << 20
 MEMBERS_TTL = 60.0  # seconds a process keeps Slurm's list of associations
-
-
-class QuotaExceeded(CkptError, OSError):
-    """A write would take a scope past its ``ckpt.quota``: ``EDQUOT`` to file-object
-    callers; the message says who holds how much and what frees room."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(errno.EDQUOT, message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 @dataclass(frozen=True)
@@ -162,7 +149,7 @@ class QuotaGuard:
 
     def charge(self, n: int, what: str, credit: int = 0) -> None:
         """Before uploading ``n`` bytes for ``what`` (``user/ns:path``): room for them in
-        every scope, or :class:`QuotaExceeded` and nothing charged. ``credit``: stored
+        every scope, or :class:`CkptQuotaExceeded` and nothing charged. ``credit``: stored
         bytes the write frees when it is done (the version of the file it replaces),
         which it may use meanwhile."""
         if not self.scopes:
@@ -180,7 +167,7 @@ class QuotaGuard:
                 over = self._over(n - credit)
             if over is not None:
                 freed = f", less the {iec(credit)} of the version it replaces" if credit else ""
-                raise QuotaExceeded(
+                raise CkptQuotaExceeded(
                     f"{what}: {iec(n)} more would pass the ckpt.quota of {over.kind} "
                     f"{over.name}, {over.kind}={iec(over.limit)}: it holds {iec(over.used)}, "
                     f"this file's new version so far included{freed} (EDQUOT). Free room "

@@ -21,18 +21,18 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from bootseer.ckpt.layout import CkptError, CkptIOError
+from bootseer.ckpt.errors import CkptError, CkptIOError
 from bootseer.ckpt.manifest import Manifest, unit_checksum
 from bootseer.errors import StoreError
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
-    from bootseer.ckpt.layout import Namespace
+    from bootseer.ckpt.layout import Layout
 
 
 class StripedReader(io.RawIOBase):
-    def __init__(self, ns: Namespace, path: str, manifest: Manifest) -> None:
+    def __init__(self, ns: Layout, path: str, manifest: Manifest) -> None:
         super().__init__()
         self.ns = ns
         self.path = path

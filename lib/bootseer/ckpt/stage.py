@@ -33,8 +33,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from bootseer.ckpt.layout import CkptError
-from bootseer.ckpt.ledger import LedgerFull, StageLedger
+from bootseer.ckpt.errors import CkptError, LedgerFull, StageFullError
+from bootseer.ckpt.ledger import StageLedger
 
 FALLOC_FL_KEEP_SIZE = 0x01  # linux/falloc.h
 FALLOC_FL_PUNCH_HOLE = 0x02
@@ -51,17 +51,6 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
         ctypes.c_int64(length),
     )
     return bool(rc == 0)
-
-
-class StageFullError(CkptError, OSError):
-    """Out-of-order writes need more node-local staging than ``[ckpt] stage_bytes``: ENOSPC."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(errno.ENOSPC, message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class Extents:

@@ -13,7 +13,8 @@ The step is named ``ckpt``: its phase record is the job's ``ckpt_mount``.
 from __future__ import annotations
 
 from bootseer.ckpt import mount
-from bootseer.ckpt.layout import CkptError, namespace_name
+from bootseer.ckpt.errors import CkptError
+from bootseer.ckpt.names import namespace_name
 from bootseer.errors import StepError
 from bootseer.nodepaths import NodePaths
 from bootseer.stepapi import StepCall, StepResult

@@ -26,15 +26,16 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from bootseer.ckpt.layout import CkptError, CkptIOError, check_path
+from bootseer.ckpt.errors import CkptError, CkptIOError, CkptQuotaExceeded
 from bootseer.ckpt.manifest import Manifest, new_version, unit_checksum
+from bootseer.ckpt.names import check_path
+from bootseer.ckpt.reader import StripedReader
 from bootseer.errors import StoreError, describe
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
-    from bootseer.ckpt.layout import Namespace
-    from bootseer.ckpt.reader import StripedReader
+    from bootseer.ckpt.layout import Layout
     from bootseer.ckpt.stage import Stage
 
 
@@ -49,7 +50,7 @@ class StripedWriter(io.RawIOBase):
 
     def __init__(
         self,
-        ns: Namespace,
+        ns: Layout,
         path: str,
         base: Manifest | None = None,
         stage: Stage | None = None,
@@ -389,8 +390,6 @@ class StripedWriter(io.RawIOBase):
         if self._base is None:
             return bytes(n)
         if self._base_reader is None:
-            from bootseer.ckpt.reader import StripedReader
-
             self._base_reader = StripedReader(self.ns, self.path, self._base)
         data = self._base_reader.pread(pos, n)
         if len(data) != n:
@@ -509,7 +508,7 @@ class StripedWriter(io.RawIOBase):
     # -- units
     def _charge(self, n: int) -> None:
         """Room for ``n`` more stored bytes in the quota, before they are uploaded
-        (:class:`~bootseer.ckpt.quota.QuotaExceeded` leaves this writer as it was).
+        (:class:`~bootseer.ckpt.errors.CkptQuotaExceeded` leaves this writer as it was).
 
         A file written anew under its name frees its previous version at the commit, so
         it may use that version's room meanwhile (``latest.pt`` saved again and again
@@ -518,11 +517,9 @@ class StripedWriter(io.RawIOBase):
         quota = self.ns.quota
         if quota is None:
             return
-        from bootseer.ckpt.quota import QuotaExceeded
-
         try:
             quota.charge(n, self.name, self._credit or 0)
-        except QuotaExceeded:
+        except CkptQuotaExceeded:
             if self._credit is not None:
                 raise
             self._credit = self._replaced_bytes()

@@ -6,13 +6,13 @@ job id is a label here) or the same series in several files, which node_exporter
 refuses; and counts kept only until the epilog merged them would show a job of days
 as one jump at its end. So each daemon adds what it moved since its last write to one
 shared file, every ``[metrics] interval`` seconds and when it stops, as the hooks do
-theirs (:class:`~bootseer.metrics.hooks.Tally`: the directory's lock
+theirs (:class:`~bootseer.metrics.families.Tally`: the directory's lock
 ``.bootseer_ckpt.lock``, read, add, write whole by a rename). A write that cannot take
 the lock within a second is given up and its increments carried to the next; a daemon
 killed outright loses at most one interval's. The counters live in the file, across
 daemons; they reset (``rate()`` takes it) when the directory is emptied::
 
-    >>> m = CkptMetrics.start(cfg, fs, log)  # None when metrics are off  # doctest: +SKIP
+    >>> m = CkptMetrics.start(cfg, fs.counts, log)  # None when metrics are off  # doctest: +SKIP
     >>> m.stop()  # the last increments, at unmount  # doctest: +SKIP
 """
 
@@ -23,20 +23,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bootseer.ckptd.counts import REFUSALS, MountCounts
 from bootseer.errors import describe
-from bootseer.metrics.hooks import Family, Key, Tally, _key
+from bootseer.metrics.families import Family, Key, Tally, key
 
 if TYPE_CHECKING:
-    from bootseer.ckptd.fuse import CkptFS
     from bootseer.config import SiteConfig
 
 FILE = "bootseer_ckpt.prom"
 LOCK = ".bootseer_ckpt.lock"
 LOCK_WAIT = 1.0
-# Why a mount refuses a call (the label's whole set): a name it does not take, an
-# operation on its log file or a link (EPERM/EACCES), an append to a file (striped files
-# are written whole), the user's quota (EDQUOT), node-local staging full (ENOSPC).
-REFUSALS = ("name", "not_permitted", "append", "quota", "stage_full")
 
 FAMILIES = (
     Family("bootseer_ckpt_mounts", "counter", "Checkpoint mounts served (a daemon started)", ()),
@@ -95,38 +91,40 @@ FAMILIES = (
 )
 
 
-def counts(fs: CkptFS, started: bool = True) -> dict[Key, float]:
-    """What ``fs`` (one daemon's mount) has done so far, as the file's samples."""
-    from bootseer import sitekey
-
-    ns = fs.ns
-    c = {
-        _key("bootseer_ckpt_mounts_total"): float(started),
-        _key("bootseer_ckpt_read_bytes_total"): fs.bytes_read,
-        _key("bootseer_ckpt_written_bytes_total"): fs.bytes_written,
-        _key("bootseer_ckpt_versions_total", result="committed"): fs.committed,
-        _key("bootseer_ckpt_versions_total", result="dropped"): fs.dropped,
-        _key("bootseer_ckpt_unit_bytes_total", source="store"): ns.store_bytes,
-        _key("bootseer_ckpt_unit_bytes_total", source="peer"): ns.peer_bytes,
-        _key("bootseer_ckpt_verification_failures_total"): ns.corrupt_units,
-        _key("bootseer_ckpt_manifests_refused_total"): sitekey.refused[sitekey.CKPT_MANIFEST],
-        _key("bootseer_ckpt_io_errors_total"): fs.io_errors,
-        _key("bootseer_ckpt_staged_bytes_total"): fs.stage.staged if fs.stage else 0,
+def samples(c: MountCounts, started: bool = True) -> dict[Key, float]:
+    """What one daemon's mount has done so far (``c``), as the file's samples."""
+    out = {
+        key("bootseer_ckpt_mounts_total"): float(started),
+        key("bootseer_ckpt_read_bytes_total"): c.bytes_read,
+        key("bootseer_ckpt_written_bytes_total"): c.bytes_written,
+        key("bootseer_ckpt_versions_total", result="committed"): c.committed,
+        key("bootseer_ckpt_versions_total", result="dropped"): c.dropped,
+        key("bootseer_ckpt_unit_bytes_total", source="store"): c.store_bytes,
+        key("bootseer_ckpt_unit_bytes_total", source="peer"): c.peer_bytes,
+        key("bootseer_ckpt_verification_failures_total"): c.corrupt_units,
+        key("bootseer_ckpt_manifests_refused_total"): c.manifests_refused,
+        key("bootseer_ckpt_io_errors_total"): c.io_errors,
+        key("bootseer_ckpt_staged_bytes_total"): c.staged_bytes,
     }
     for reason in REFUSALS:
-        c[_key("bootseer_ckpt_refused_calls_total", reason=reason)] = fs.refused[reason]
-    return {k: float(v) for k, v in c.items()}
+        out[key("bootseer_ckpt_refused_calls_total", reason=reason)] = c.refused.get(reason, 0)
+    return {k: float(v) for k, v in out.items()}
 
 
 class CkptMetrics:
     """Adds one daemon's increments to the node's file, in a thread of its own."""
 
     def __init__(
-        self, directory: Path, interval: float, fs: CkptFS, log: Callable[[str], object]
+        self,
+        directory: Path,
+        interval: float,
+        counts: Callable[[], MountCounts],
+        log: Callable[[str], object],
     ) -> None:
+        """``counts``: the mount's counters as they are now (:meth:`CkptFS.counts`)."""
         self.dir = directory
         self.interval = interval
-        self.fs = fs
+        self.counts = counts
         self.log = log
         self.added: dict[Key, float] = {}  # what this daemon has put into the file
         self._stop = threading.Event()
@@ -134,10 +132,12 @@ class CkptMetrics:
         self._failing = False
 
     @classmethod
-    def start(cls, cfg: SiteConfig, fs: CkptFS, log: Callable[[str], object]) -> CkptMetrics | None:
+    def start(
+        cls, cfg: SiteConfig, counts: Callable[[], MountCounts], log: Callable[[str], object]
+    ) -> CkptMetrics | None:
         if cfg.metrics.textfile_dir is None:
             return None
-        m = cls(cfg.metrics.textfile_dir, cfg.metrics.interval, fs, log)
+        m = cls(cfg.metrics.textfile_dir, cfg.metrics.interval, counts, log)
         m.flush()
         m._thread.start()
         return m
@@ -148,17 +148,17 @@ class CkptMetrics:
         from bootseer import filelock
         from bootseer.metrics.textfile import read_bounded, write_atomically
 
-        now = counts(self.fs)
+        now = samples(self.counts())
         delta = {k: v - self.added.get(k, 0.0) for k, v in now.items()}
         path = self.dir / FILE
         try:
             self.dir.mkdir(mode=0o755, parents=True, exist_ok=True)
             with filelock.held(self.dir / LOCK, wait, poll=0.005):
                 try:
-                    tally = Tally(read_bounded(path), FAMILIES)
+                    tally = Tally(FAMILIES, read_bounded(path))
                 except ValueError as exc:
                     self.log(f"metrics: {exc}; counting afresh")
-                    tally = Tally(families=FAMILIES)
+                    tally = Tally(FAMILIES)
                 for (name, labels), v in delta.items():
                     tally.inc(name, v, **dict(labels))
                 write_atomically(path, tally.render())

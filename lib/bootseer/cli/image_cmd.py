@@ -106,7 +106,7 @@ def _add(args: argparse.Namespace) -> int:
             print(f"note: {path} has no squashfs magic; storing it anyway", file=sys.stderr)
     name = args.name or os.path.basename(path).rsplit(".", 1)[0].lower()
     from bootseer.image.registry import name_key
-    from bootseer.image.trace import check_user
+    from bootseer.users import check_user
 
     name_key(name)  # check the name and the owner before the long part
     if args.trace_owner is not None:

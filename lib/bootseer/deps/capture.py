@@ -32,7 +32,7 @@ from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.frames import default_threads, encode_stream
 from bootseer.deps.layout import SnapshotPaths, new_data_name, ref_path
 from bootseer.deps.manifest import Entry, Manifest
-from bootseer.errors import StepError
+from bootseer.errors import QuotaExceeded, StepError
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store
 
@@ -41,7 +41,7 @@ class CaptureError(StepError):
     """A capture failed; nothing was published."""
 
 
-class QuotaExceeded(CaptureError):
+class SnapshotQuotaExceeded(QuotaExceeded, CaptureError):
     """The capture would take its scope past its quota (``deps.quota``,
     :mod:`bootseer.deps.quota`); nothing was published."""
 
@@ -68,7 +68,7 @@ class CaptureRequest:
     max_files: int = 1_000_000
     timeout: float = 3600.0
     max_stored: int | None = None  # stored bytes the scope's quota leaves; None: no quota
-    quota_note: str = ""  # what the quota is, for the QuotaExceeded message
+    quota_note: str = ""  # what the quota is, for the SnapshotQuotaExceeded message
 
 
 def snapshot_exists(store: Store, scope: str, key: str, *, keys: SiteKeys | None) -> bool:
@@ -123,7 +123,7 @@ def capture(
         if raw > req.max_bytes:
             raise CaptureError(f"{prefix}: more than deps.max_bytes={req.max_bytes} bytes")
         if req.max_stored is not None and done > req.max_stored:
-            raise QuotaExceeded(
+            raise SnapshotQuotaExceeded(
                 f"{prefix}: more than the {req.max_stored} stored bytes left in "
                 f"{req.quota_note or 'the scope'}"
             )

@@ -26,8 +26,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
-from bootseer.deps.manifest import Frame, ManifestError
-from bootseer.errors import describe
+from bootseer.deps.manifest import Frame
+from bootseer.errors import ManifestError, describe
 
 
 def default_threads(configured: int) -> int:

@@ -22,17 +22,13 @@ from typing import Any
 
 from bootseer import jsonlimits
 from bootseer.deps.layout import is_data_name, is_key
-from bootseer.errors import StoreError
+from bootseer.errors import ManifestError
 
 FORMAT = 1
 MAX_MANIFEST = 512 << 20
 MAX_FRAME_BYTES = 64 << 20  # deps.max_frame_bytes's default
 ENTRY_TYPES = ("f", "d", "l", "h")  # file, directory, symlink, hard link
 _SHA = re.compile(r"^[0-9a-f]{64}$")
-
-
-class ManifestError(StoreError):
-    """The manifest is malformed, or disagrees with a limit or with the archive."""
 
 
 @dataclass(frozen=True)

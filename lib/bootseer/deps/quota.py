@@ -21,12 +21,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from bootseer.deps.capture import QuotaExceeded
+from bootseer.deps.capture import SnapshotQuotaExceeded
 from bootseer.deps.layout import ROOT
 from bootseer.options import SCOPES
 from bootseer.store import Store
 
-__all__ = ["KINDS", "QuotaExceeded", "ScopeQuota", "scope_quota", "scope_usage"]
+__all__ = ["KINDS", "ScopeQuota", "SnapshotQuotaExceeded", "scope_quota", "scope_usage"]
 
 KINDS = SCOPES  # a quota per scope (deps.quota)
 

@@ -27,8 +27,8 @@ from bootseer.deps import archive
 from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
-from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest, ManifestError
-from bootseer.errors import StepError, StoreError
+from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest
+from bootseer.errors import ManifestError, StepError, StoreError
 from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 

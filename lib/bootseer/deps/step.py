@@ -26,7 +26,7 @@ from bootseer.deps.asuser import UserChild, UserChildError, user_groups
 from bootseer.deps.key import hash_key_files_as, key_inputs, scope_dir, snapshot_key
 from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason
-from bootseer.errors import StepError
+from bootseer.errors import ManifestError, StepError
 from bootseer.sitekey import site_keys
 from bootseer.stepapi import StepCall, StepResult
 
@@ -124,7 +124,6 @@ def prolog(call: StepCall) -> StepResult:
         )
 
     from bootseer.deps import nodecache
-    from bootseer.deps.manifest import ManifestError
     from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 
     store = cfg.store.open()
@@ -224,7 +223,6 @@ def _drop_broken(
     store, so this job's install is captured in its place rather than the broken one
     restored by every later job; the step fails, and the job installs."""
     from bootseer.deps.layout import ref_path
-    from bootseer.deps.manifest import ManifestError
     from bootseer.deps.restore import drop_snapshot, find_snapshot
 
     cfg = call.cfg
@@ -360,7 +358,7 @@ def capture_for_job(
     names: object,
 ) -> StepResult:
     from bootseer.deps.capture import CaptureRequest, capture, snapshot_exists, write_ref
-    from bootseer.deps.quota import QuotaExceeded, scope_quota
+    from bootseer.deps.quota import SnapshotQuotaExceeded, scope_quota
 
     cmd = list(command) if isinstance(command, list) else None
     key = snapshot_key(state.base, cmd)
@@ -400,7 +398,7 @@ def capture_for_job(
     )
     try:
         m = capture(store, req, keys=keys)
-    except QuotaExceeded:
+    except SnapshotQuotaExceeded:
         return StepResult(
             outcome="skipped", detail=f"{state.prefix} is larger than the room left: {over}"
         )

@@ -3,7 +3,7 @@
 A user holds no store credentials and may not read ``deps/`` (on S3 the anonymous
 identity reaches ``phases/`` only; on a ``file://`` store snapshots are root's), so her
 ``deps ls`` and ``deps show`` ask the node agent (``deps_ls``, ``deps_show``:
-:class:`~bootseer.agentapi.protocol.DepsList`, :class:`~bootseer.agentapi.protocol.DepsShow`),
+:class:`~bootseer.agentapi.views.DepsList`, :class:`~bootseer.agentapi.views.DepsShow`),
 which answers for the scopes her jobs restore from and no other (:func:`scopes_of`): her
 own (``user/<her>``), ``cluster`` where the site allows it, and ``account/<A>`` where the
 site allows account scopes, Slurm checks a job's account, and she is in ``A``. A
@@ -83,8 +83,8 @@ def show_for(
     store: Store, cfg: SiteConfig, keys: SiteKeys, user: str, scope: str, key: str
 ) -> DepsShowReply:
     from bootseer.deps.layout import is_key
-    from bootseer.deps.manifest import ManifestError
     from bootseer.deps.restore import read_manifest
+    from bootseer.errors import ManifestError
     from bootseer.sitekey import SealError
 
     (scope,) = check_scopes([scope] if scope else [], scopes_of(cfg, user), user)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bootseer import jsonlimits, sitekey
-from bootseer.errors import StoreError
+from bootseer.errors import ManifestError
 from bootseer.image.blocks import (
     DIGEST,
     block_count,
@@ -43,10 +43,6 @@ MAX_RECORD_BYTES = 64 << 10  # a name or path record
 
 # progress(done_bytes, total_bytes, uploaded_bytes)
 Progress = Callable[[int, int, int], None]
-
-
-class ManifestError(StoreError):
-    """A manifest is missing, malformed, or does not match its id."""
 
 
 @dataclass(frozen=True)

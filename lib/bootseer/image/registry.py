@@ -31,20 +31,19 @@ from dataclasses import asdict, dataclass
 
 from bootseer import jsonlimits, sitekey
 from bootseer.deps.asuser import UserChild, UserChildError, user_groups
-from bootseer.errors import StoreError
+from bootseer.errors import ManifestError, StoreError
 from bootseer.image.manifest import (
     MAX_RECORD_BYTES,
     Manifest,
-    ManifestError,
     hash_file,
     load_manifest,
     save_manifest,
 )
-from bootseer.image.trace import check_user
 from bootseer.jsondecode import decode
 from bootseer.options import parse_image
 from bootseer.sitekey import Purpose, SealError, SiteKeys
 from bootseer.store import Store
+from bootseer.users import check_user
 
 SQUASHFS_MAGIC = b"hsqs"
 STALE_LOCK = 900.0  # a registration lock older than this is a crashed registrar's

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import pwd
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +39,7 @@ from bootseer.errors import StoreError
 from bootseer.image.manifest import Manifest, manifest_key
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store
+from bootseer.users import check_user, is_user_name
 
 FORMAT = "bootseer-trace/1"
 MAX_TRACE_BYTES = 64 << 20  # millions of block numbers: more than any image has blocks
@@ -123,24 +123,13 @@ def _checksum(body: dict[str, object]) -> str:
     ).hexdigest()
 
 
-# A user name as it may stand in a store key (POSIX's portable names, and no leading dot).
-_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}")
-
-
-def check_user(name: str) -> str:
-    """``name`` if it may name a trace's user, else ValueError."""
-    if not _USER.fullmatch(name):
-        raise ValueError(f"{name!r} is not a user name a trace can be kept under")
-    return name
-
-
 def trace_user(uid: int) -> str | None:
     """The name traces of ``uid``'s jobs are kept under; None without one (nothing kept)."""
     try:
         name = pwd.getpwuid(uid).pw_name
     except KeyError:
         return None
-    return name if _USER.fullmatch(name) else None
+    return name if is_user_name(name) else None
 
 
 def traces_dir(image_id: str) -> str:

@@ -3,7 +3,7 @@
 Root reads the store itself and sees every user's trace, unchecked (an admin's view).
 A user holds no store credentials and may not read ``images/`` (on S3 the anonymous
 identity reaches ``phases/`` only; on a ``file://`` store the records are root's), so her
-``image show`` asks the node agent (``image_show``, :class:`~bootseer.agentapi.protocol.ImageShow`),
+``image show`` asks the node agent (``image_show``, :class:`~bootseer.agentapi.views.ImageShow`),
 which answers with what is hers to see: a name (published to every job user) whose
 sealed record and manifest verify, and of its traces only the two her jobs use, her own
 and the name's trace owner's. A path image's record names another user's file and an
@@ -19,7 +19,8 @@ import re
 from collections.abc import Callable, Iterable
 
 from bootseer.agentapi.errors import AgentBadRequest, AgentNotFound, AgentRefused
-from bootseer.image.manifest import Manifest, ManifestError
+from bootseer.errors import ManifestError
+from bootseer.image.manifest import Manifest
 from bootseer.image.trace import Trace
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store

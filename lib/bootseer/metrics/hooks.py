@@ -12,7 +12,6 @@ not ours to parse starts the counts afresh (Prometheus' ``rate()`` takes a reset
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Literal
 
 from bootseer import filelock
 from bootseer.errors import describe
+from bootseer.metrics.families import Family, Tally
 from bootseer.stepapi import Hook, Outcome
 
 FILE = "bootseer_hooks.prom"
@@ -28,17 +28,6 @@ LOCK = ".bootseer_hooks.lock"
 LOCK_WAIT = 2.0  # seconds a hook waits for another's write; then it gives its sample up
 # Seconds; from a no-op hook (tens of ms) to a cold 25 GB image's prefetch.
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-# Their ``le`` labels, as prometheus_client writes them.
-_LE = (*((b, repr(b)) for b in BUCKETS), (float("inf"), "+Inf"))
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str  # a counter's without its _total
-    kind: str  # counter, gauge, histogram
-    help: str
-    labels: tuple[str, ...]
-
 
 FAMILIES = (
     Family(
@@ -53,6 +42,7 @@ FAMILIES = (
         "histogram",
         "Duration of a prolog or epilog run, Python's start-up included",
         ("hook",),
+        BUCKETS,
     ),
     Family(
         "bootseer_hook_last_run_timestamp_seconds",
@@ -79,6 +69,7 @@ FAMILIES = (
         "Duration of a hook step: prolog image is the hot-set prefetch, prolog deps the "
         "snapshot restore, prolog ckpt the mount; epilog: trace, capture, unmount",
         ("hook", "step"),
+        BUCKETS,
     ),
     Family(
         "bootseer_hook_records_refused",
@@ -133,127 +124,21 @@ class HookSample:
     when: float = field(default_factory=time.time)
 
 
-# sample name, sorted labels -> value
-Key = tuple[str, tuple[tuple[str, str], ...]]
-
-
-def _key(name: str, **labels: str) -> Key:
-    return name, tuple(sorted(labels.items()))
-
-
-class Tally:
-    """The file's samples as numbers; :meth:`render` writes them back in the text format.
-
-    The hooks read and write their own file without ``prometheus_client``: a hook of a
-    bootseer job is on its start path, and importing that package (its exposition
-    module pulls in ``http.server``, ``ssl``, ``email``) costs tens of milliseconds.
-    The subset written here (``# HELP``, ``# TYPE``, ``name{label="value"} number``) is
-    what its parser and node_exporter read; the tests parse the file with both.
-    """
-
-    def __init__(self, text: str | None = None, families: tuple[Family, ...] = FAMILIES) -> None:
-        """``families``: the file's (the hooks' by default; the checkpoint daemons' file
-        is kept the same way, :mod:`bootseer.ckptd.metrics`)."""
-        self.values: dict[Key, float] = {}
-        self.families = families
-        names = {f"{f.name}{suffix}": f for f in families for suffix in _SUFFIXES[f.kind]}
-        for n, line in enumerate((text or "").splitlines(), start=1):
-            if not line or line.startswith("#"):
-                continue
-            m = _SAMPLE.fullmatch(line)
-            if m is None:
-                raise ValueError(f"line {n} is not a sample: {line[:80]!r}")
-            name, body, value = m.groups()
-            labels = dict(_LABEL.findall(body or ""))
-            spec = names.get(name)
-            if spec is None:
-                continue  # a series this version no longer writes
-            want = set(spec.labels) | ({"le"} if name.endswith("_bucket") else set())
-            if set(labels) == want:
-                self.values[(name, tuple(sorted(labels.items())))] = float(value)
-
-    def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
-        k = _key(name, **labels)
-        self.values[k] = self.values.get(k, 0.0) + amount
-
-    def set(self, name: str, value: float, **labels: str) -> None:
-        self.values[_key(name, **labels)] = value
-
-    def observe(self, name: str, value: float, **labels: str) -> None:
-        for bound, le in _LE:
-            self.inc(f"{name}_bucket", 1.0 if value <= bound else 0.0, le=le, **labels)
-        self.inc(f"{name}_count", 1.0, **labels)
-        self.inc(f"{name}_sum", value, **labels)
-
-    def add(self, s: HookSample) -> None:
-        self.inc("bootseer_hook_runs_total", hook=s.hook, outcome=s.outcome)
-        self.observe("bootseer_hook_seconds", s.seconds, hook=s.hook)
-        self.set("bootseer_hook_last_run_timestamp_seconds", s.when, hook=s.hook)
-        self.set("bootseer_hook_config_error", float(s.outcome == "config_error"), hook=s.hook)
-        for st in s.steps:
-            self.inc("bootseer_step_outcomes_total", hook=s.hook, step=st.step, outcome=st.outcome)
-            self.observe("bootseer_step_seconds", st.seconds, hook=s.hook, step=st.step)
-        for purpose, n in s.refused:
-            self.inc("bootseer_hook_records_refused_total", n, hook=s.hook, purpose=purpose)
-        for b in s.moved:
-            self.inc("bootseer_phase_bytes_total", b.bytes, phase=b.phase)
-            self.inc(
-                "bootseer_phase_source_bytes_total", b.store_bytes, phase=b.phase, source="store"
-            )
-            self.inc(
-                "bootseer_phase_source_bytes_total", b.peer_bytes, phase=b.phase, source="peer"
-            )
-
-    def render(self) -> bytes:
-        """The text format: each family's HELP and TYPE, then its samples (a histogram's
-        buckets in ``le`` order, then its count and sum)."""
-        out: list[str] = []
-        for spec in self.families:
-            name = f"{spec.name}_total" if spec.kind == "counter" else spec.name
-            out.append(f"# HELP {name} {_escape_help(spec.help)}")
-            out.append(f"# TYPE {name} {spec.kind}")
-            if spec.kind != "histogram":
-                out += [
-                    _line(n, labels, v)
-                    for (n, labels), v in sorted(self.values.items())
-                    if n == name
-                ]
-                continue
-            for (n, labels), count in sorted(self.values.items()):
-                if n != f"{spec.name}_count":
-                    continue
-                lv = dict(labels)
-                for _, le in _LE:
-                    key = _key(f"{spec.name}_bucket", le=le, **lv)
-                    v = count if le == "+Inf" else self.values.get(key, 0.0)
-                    out.append(_line(f"{spec.name}_bucket", key[1], v))
-                out.append(_line(n, labels, count))
-                out.append(
-                    _line(
-                        f"{spec.name}_sum",
-                        labels,
-                        self.values.get(_key(f"{spec.name}_sum", **lv), 0.0),
-                    )
-                )
-        return ("\n".join(out) + "\n").encode()
-
-
-_SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_count", "_sum")}
-_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _line(name: str, labels: tuple[tuple[str, str], ...], value: float) -> str:
-    # Label values come from fixed sets of plain words; escaped all the same.
-    body = ",".join(
-        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-        for k, v in labels
-    )
-    return f"{name}{{{body}}} {value!r}" if body else f"{name} {value!r}"
+def add(tally: Tally, s: HookSample) -> None:
+    """Count one hook run into ``tally`` (a file of :data:`FAMILIES`)."""
+    tally.inc("bootseer_hook_runs_total", hook=s.hook, outcome=s.outcome)
+    tally.observe("bootseer_hook_seconds", s.seconds, hook=s.hook)
+    tally.set("bootseer_hook_last_run_timestamp_seconds", s.when, hook=s.hook)
+    tally.set("bootseer_hook_config_error", float(s.outcome == "config_error"), hook=s.hook)
+    for st in s.steps:
+        tally.inc("bootseer_step_outcomes_total", hook=s.hook, step=st.step, outcome=st.outcome)
+        tally.observe("bootseer_step_seconds", st.seconds, hook=s.hook, step=st.step)
+    for purpose, n in s.refused:
+        tally.inc("bootseer_hook_records_refused_total", n, hook=s.hook, purpose=purpose)
+    for b in s.moved:
+        tally.inc("bootseer_phase_bytes_total", b.bytes, phase=b.phase)
+        tally.inc("bootseer_phase_source_bytes_total", b.store_bytes, phase=b.phase, source="store")
+        tally.inc("bootseer_phase_source_bytes_total", b.peer_bytes, phase=b.phase, source="peer")
 
 
 def record(
@@ -273,11 +158,11 @@ def record(
         directory.mkdir(mode=0o755, parents=True, exist_ok=True)
         with filelock.held(directory / LOCK, wait, poll=0.005):
             try:
-                tally = Tally(read_bounded(path))
+                tally = Tally(FAMILIES, read_bounded(path))
             except ValueError as exc:
                 log(f"metrics: {exc}; counting afresh")
-                tally = Tally()
-            tally.add(sample)
+                tally = Tally(FAMILIES)
+            add(tally, sample)
             write_atomically(path, tally.render())
     except Exception as exc:
         log(f"metrics not written to {path}: {describe(exc)}")

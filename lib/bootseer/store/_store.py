@@ -45,6 +45,7 @@ class ObjectInfo:
     key: str
     size: int
     mtime: float  # seconds since the epoch; 0 where the store does not say
+    is_dir: bool = False  # a directory (a prefix with objects under it, on S3)
 
 
 class Store:
@@ -140,7 +141,8 @@ class Store:
         fi = self._call(key, self.fs.get_file_info, self.path(key))
         if fi.type == pafs.FileType.NotFound:
             return None
-        return ObjectInfo(key, fi.size or 0, fi.mtime.timestamp() if fi.mtime else 0.0)
+        mtime = fi.mtime.timestamp() if fi.mtime else 0.0
+        return ObjectInfo(key, fi.size or 0, mtime, fi.type == pafs.FileType.Directory)
 
     def read_bytes(self, key: str, limit: int | None = None) -> bytes:
         """The object's bytes; with ``limit``, at most that many (the rest is never read)."""

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.deps.manifest import Entry, ManifestError
+from bootseer.deps.manifest import Entry
 from bootseer.deps.restore import RestoreRequest, read_manifest, restore
-from bootseer.errors import BootseerError
+from bootseer.errors import BootseerError, ManifestError
 from bootseer.store import Store
 from tests.sitekeys import KEYS
 

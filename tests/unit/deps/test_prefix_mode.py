@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bootseer.deps import step
-from bootseer.deps.manifest import Manifest, ManifestError
+from bootseer.deps.manifest import Manifest
+from bootseer.errors import ManifestError
 from bootseer.store import Store
 
 from .conftest import USER_A, needs_root, site, step_call

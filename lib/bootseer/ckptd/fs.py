@@ -1,11 +1,10 @@
 """The FUSE filesystem that shows one striped namespace as a directory tree.
 
 It runs as root (store credentials never reach the job's user) and is mounted with
-``allow_other,default_permissions``: every inode is reported as the job user's, with
-mode 0700 for directories and 0600 for files, so the kernel lets that user in and
-nobody else (root aside). :mod:`bootseer.ckpt.mount` starts it as a daemon::
-
-    python -m bootseer.ckptd.fuse --namespace ada/llama --uid 1000 --gid 1000 /run/.../ckpt/42
+``allow_other,default_permissions`` (:func:`mount_options`): every inode is reported as
+the job user's, with mode 0700 for directories and 0600 for files, so the kernel lets
+that user in and nobody else (root aside). The daemon process that mounts and serves it
+is :mod:`bootseer.ckptd.daemon`.
 
 Reads go through a :class:`StripedReader` per open file (read-ahead over all targets).
 Writes stream into a :class:`StripedWriter`: bytes written front to back go straight to
@@ -15,39 +14,37 @@ by ``[ckpt] stage_bytes``). A file becomes the new version when it is closed or
 fsync'ed; the manifest goes last. When the writing process dies of a signal (a killed
 job), its half-written file is dropped and the previous version stays. The daemon's
 recent log lines are the read-only file ``.bootseer.log`` at the mount's root, for the
-job's user (the log file itself is root's).
+job's user (the log file itself is root's, :mod:`bootseer.ckptd.log`).
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import errno
 import itertools
 import os
-import signal
 import stat
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pyfuse3
 import trio
 
-from bootseer.ckpt.layout import CkptError, CkptIOError, CkptPathError, Namespace, check_path
+from bootseer import sitekey
+from bootseer.ckpt.errors import CkptIOError, CkptPathError, CkptQuotaExceeded, StageFullError
 from bootseer.ckpt.manifest import Manifest
-from bootseer.ckpt.quota import QuotaExceeded
+from bootseer.ckpt.names import check_path
+from bootseer.ckpt.namespace import Namespace
 from bootseer.ckpt.reader import StripedReader
-from bootseer.ckpt.stage import Stage, StageFullError
-from bootseer.ckpt.totals import MountTotals
+from bootseer.ckpt.stage import Stage
 from bootseer.ckpt.writer import StripedWriter
+from bootseer.ckptd.counts import MountCounts, Refusal
+from bootseer.ckptd.log import LOG_NAME, log
 from bootseer.errors import BootseerError, StoreError, describe
-from bootseer.linelog import LineLog, stamp
 
 # How long a rename, unlink or new write waits for the previous writer's release.
 RELEASE_WAIT = 2.0
@@ -55,57 +52,6 @@ RELEASE_WAIT = 2.0
 T = TypeVar("T")
 TIMEOUT = 1.0  # seconds the kernel may cache names and attributes
 PF_EXITING = 0x4  # include/linux/sched.h
-
-
-# The job's view of the daemon's log: a read-only file at the mount's root.
-LOG_NAME = ".bootseer.log"
-
-
-# What one mount's log file (``[paths] log_dir``/ckpt/<job>.log) may hold. Many of its
-# lines answer a call of the job's user (a refused name, a second writer, an append):
-# without a cap, a loop of such calls filled the node's log disk.
-LOG_FILE_BYTES = 4 << 20
-
-
-class DaemonLog:
-    """The daemon's stderr is its log file (bootseer.ckpt.mount opens it, root's); the
-    last lines are also kept for :data:`LOG_NAME`, so the job's user can read why a call
-    failed. The file takes at most ``max_bytes`` of lines (then a note, and at exit how
-    many were left out, with the daemon's last lines: ``last=True``)."""
-
-    def __init__(self, keep: int = 1000, max_bytes: int = LOG_FILE_BYTES) -> None:
-        self.line = LineLog(None, f"ckpt-fuse[{os.getpid()}]")
-        self.recent: collections.deque[str] = collections.deque(maxlen=keep)
-        self.max_bytes = max_bytes
-        self.written = 0
-        self.dropped = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, message: str, last: bool = False) -> None:
-        text = f"{stamp()} {message}\n"
-        self.recent.append(text)
-        size = len(text) + len(self.line.prefix) + 1
-        with self._lock:
-            if last and self.dropped:
-                self.line(f"{self.dropped} lines left out of this file past its cap")
-                self.dropped = 0
-            elif not last and self.written + size > self.max_bytes:
-                if not self.dropped:
-                    self.line(
-                        f"this log file is at its cap of {self.max_bytes} bytes: further "
-                        f"lines go only to the mount's {LOG_NAME} (its last "
-                        f"{self.recent.maxlen}) until the daemon's last lines"
-                    )
-                self.dropped += 1
-                return
-            self.written += size
-            self.line(message)
-
-    def text(self) -> bytes:
-        return "".join(self.recent).encode(errors="replace")
-
-
-log = DaemonLog()
 
 
 def died_of_signal(pid: int) -> bool:
@@ -173,12 +119,29 @@ class CkptFS(pyfuse3.Operations):
         self.committed = 0  # new versions, and new versions dropped
         self.dropped = 0
         self.reads = 0
-        # Calls refused by reason (REFUSALS), and calls answered EIO: for the metrics.
-        self.refused: collections.Counter[str] = collections.Counter()
+        # Calls refused by reason, and calls answered EIO: for the metrics.
+        self.refused: collections.Counter[Refusal] = collections.Counter()
         self.io_errors = 0
 
-    def _refuse(self, reason: str, err: int) -> pyfuse3.FUSEError:
-        """The error for a call the mount refuses (``reason``: one of REFUSALS), counted."""
+    def counts(self) -> MountCounts:
+        """What this mount has done so far (the metrics' samples, the totals at exit)."""
+        return MountCounts(
+            bytes_read=self.bytes_read,
+            bytes_written=self.bytes_written,
+            reads=self.reads,
+            committed=self.committed,
+            dropped=self.dropped,
+            io_errors=self.io_errors,
+            refused=dict(self.refused),
+            store_bytes=self.ns.store_bytes,
+            peer_bytes=self.ns.peer_bytes,
+            corrupt_units=self.ns.corrupt_units,
+            manifests_refused=sitekey.refused[sitekey.CKPT_MANIFEST],
+            staged_bytes=self.stage.staged if self.stage is not None else 0,
+        )
+
+    def _refuse(self, reason: Refusal, err: int) -> pyfuse3.FUSEError:
+        """The error for a call the mount refuses, counted by ``reason``."""
         self.refused[reason] += 1
         return pyfuse3.FUSEError(err)
 
@@ -221,7 +184,7 @@ class CkptFS(pyfuse3.Operations):
         except StageFullError as exc:
             log(str(exc))
             raise self._refuse("stage_full", errno.ENOSPC) from None
-        except QuotaExceeded as exc:
+        except CkptQuotaExceeded as exc:
             log(str(exc))
             raise self._refuse("quota", errno.EDQUOT) from None
         except CkptIOError as exc:
@@ -664,7 +627,7 @@ class CkptFS(pyfuse3.Operations):
                     w.close()
                 except BaseException as exc:
                     self.dropped += 1
-                    why = "EDQUOT" if isinstance(exc, QuotaExceeded) else describe(exc)
+                    why = "EDQUOT" if isinstance(exc, CkptQuotaExceeded) else describe(exc)
                     log(f"{h.path}: new version dropped at close ({why}); the previous stays")
                     raise
                 finally:
@@ -729,25 +692,6 @@ def _invalidate(ino: int) -> None:
         pyfuse3.invalidate_inode(ino)
 
 
-async def serve(fs: CkptFS) -> None:
-    """Serve until unmounted (``fusermount3 -u``) or told to stop (SIGTERM, SIGINT)."""
-    async with trio.open_nursery() as nursery:
-
-        async def run_fuse() -> None:
-            await pyfuse3.main(max_tasks=64)
-            nursery.cancel_scope.cancel()
-
-        async def on_signal() -> None:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for signum in signals:
-                    log(f"signal {signum}: unmounting", last=True)
-                    nursery.cancel_scope.cancel()
-                    return
-
-        nursery.start_soon(run_fuse)
-        nursery.start_soon(on_signal)
-
-
 def mount_options(ns: Namespace) -> set[str]:
     return {
         f"fsname=bootseer-ckpt:{ns.name}",
@@ -758,83 +702,3 @@ def mount_options(ns: Namespace) -> set[str]:
         "nodev",
         "noatime",
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m bootseer.ckptd.fuse",
-        description="Serve a striped checkpoint namespace over FUSE.",
-    )
-    p.add_argument("--namespace", required=True, help="<user>/<name>")
-    p.add_argument("--uid", type=int, required=True)
-    p.add_argument("--gid", type=int, required=True)
-    p.add_argument("--node", default="", help="node name for %%n in the site config")
-    p.add_argument("--job-id", type=int, default=0, help="the job, for its peers")
-    p.add_argument("--nodes", default="", help="the job's nodes, comma-separated: its peers")
-    p.add_argument("--totals", default="", help="where to leave what the mount moved, at exit")
-    p.add_argument("mountpoint")
-    args = p.parse_args(argv)
-
-    from bootseer.config import load_config
-
-    try:
-        cfg = load_config()
-        if args.node:
-            cfg = cfg.for_node(args.node)
-        user, _, name = args.namespace.partition("/")
-        from bootseer.ckpt.layout import namespace_name
-        from bootseer.sitekey import site_keys
-
-        # Root: it seals what it commits and serves only manifests that verify.
-        keys = site_keys(cfg)
-        keys.require()
-        ns = Namespace.from_config(cfg, namespace_name(user, name), keys=keys)
-        from bootseer.ckpt.quota import guard_for
-
-        ns.quota = guard_for(cfg, ns.targets, user, log)
-        if args.job_id and args.nodes:
-            from bootseer.p2p.via import agent_via
-
-            ns.via = agent_via(cfg, args.job_id, args.nodes.split(","), log)
-    except (BootseerError, CkptError) as exc:
-        log(f"cannot serve {args.namespace}: {exc}")
-        return 1
-    from bootseer.nodepaths import NodePaths
-
-    stage: Stage | None = None
-    try:
-        stage = Stage.root_only(NodePaths(cfg).ckpt_stage, cfg.ckpt.stage_bytes)
-    except (OSError, CkptError) as exc:
-        # Streaming writes work without it; writes out of order then fail (EIO).
-        log(f"no staging for writes out of order: {describe(exc)}")
-    fs = CkptFS(ns, args.uid, args.gid, stage)
-    pyfuse3.init(fs, args.mountpoint, mount_options(ns))
-    log(f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {args.uid}")
-    from bootseer.ckptd.metrics import CkptMetrics
-
-    metrics = CkptMetrics.start(cfg, fs, log)
-    try:
-        trio.run(serve, fs)
-    finally:
-        fs.abort_all()
-        pyfuse3.close(unmount=True)
-        if stage is not None:
-            stage.close()  # leaves the node's staging ledger
-        if metrics is not None:
-            metrics.stop()
-        totals = MountTotals(
-            fs.bytes_read,
-            fs.bytes_written,
-            fs.committed,
-            fs.dropped,
-            ns.store_bytes,
-            ns.peer_bytes,
-        )
-        log(f"unmounted; {totals} in {fs.reads} read requests", last=True)
-        if args.totals:
-            totals.write(Path(args.totals))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
