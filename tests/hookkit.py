@@ -12,8 +12,8 @@ from typing import Any
 
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
-from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
+from bootseer.jobdir import JobDir
 from bootseer.options import Options
 from bootseer.stepapi import StepCall
 

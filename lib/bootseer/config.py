@@ -361,7 +361,7 @@ class SiteConfig:
     def for_node(self, node: str) -> SiteConfig:
         """This config with ``%n`` in every path of every section replaced by ``node``."""
 
-        from bootseer.nodepaths import expand
+        from bootseer.nodename import expand
 
         def section(sec: Any) -> Any:
             paths = {

@@ -28,6 +28,7 @@ it; the SPANK plugin (spank/bootseer.c) computes the env file's path itself, fro
 short host name, and ``tests/unit/test_nodepaths.py`` holds the two to one answer.
 
     >>> from pathlib import Path
+    >>> from bootseer.nodename import expand
     >>> job_env(Path(expand("/var/tmp/dev/nodes/%n/run", "n1")), 42)
     PosixPath('/var/tmp/dev/nodes/n1/run/jobs/42/env')
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
 
     from bootseer.config import SiteConfig
 
-NODE = "%n"
 JOBS = "jobs"
 JOB_ENV = "env"  # spank/bootseer.c: JOB_ENV_FORMAT
 # What the SPANK plugin and the hooks agree on about the env file (where, whose, what
@@ -57,11 +57,6 @@ ENV_CONTRACT = 2
 ENV_HEADER = "#bootseer-env"
 SPOOLS = "phases"
 DEPS_STATE = "prolog.json"
-
-
-def expand(template: str, node: str) -> str:
-    """``template`` with every ``%n`` replaced by ``node``."""
-    return template.replace(NODE, node)
 
 
 def host_name() -> str:

@@ -35,7 +35,7 @@ OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 class JobState(Protocol):
     """The job's directory on this node, as a step keeps its state there between
-    prolog and epilog (:class:`bootseer.hooks.jobdir.JobDir`)."""
+    prolog and epilog (:class:`bootseer.jobdir.JobDir`)."""
 
     @property
     def path(self) -> Path: ...

@@ -16,6 +16,7 @@ from bootseer.ckpt.errors import CkptQuotaExceeded
 from bootseer.ckpt.quota import QuotaGuard, Scope, scopes_for, user_bytes
 from bootseer.config import SiteConfig
 from bootseer.errors import ConfigError
+from bootseer.slurm.accounts import parse_associations
 from bootseer.store import Store, open_store
 
 from .conftest import UNIT
@@ -170,7 +171,7 @@ def test_an_account_quota_counts_all_its_users(
     cfg = SiteConfig.from_mapping(
         {"ckpt": {"quota": {"user": 100 * UNIT, "account": 6 * UNIT}, "sacctmgr": str(sacctmgr)}}
     )
-    monkeypatch.setattr(ckpt_quota, "_members", None)
+    monkeypatch.setattr("bootseer.slurm.accounts._members", None)
     monkeypatch.setattr("bootseer.slurm.accounts.account_check", lambda *_: "")
     stores = _stores(targets)
     guard = ckpt_quota.guard_for(cfg, stores, "ada")
@@ -205,7 +206,7 @@ def test_scopes_for_a_user_in_no_account() -> None:
     assert scopes_for("ada", {"user": 5, "account": 9}, {"bio": {"cyd"}}) == [
         Scope("user", "ada", 5, ("ada",))
     ]
-    assert ckpt_quota.parse_associations("a|\na|x\nb|y\n\nbad\n") == {"a": {"x"}, "b": {"y"}}
+    assert parse_associations("a|\na|x\nb|y\n\nbad\n") == {"a": {"x"}, "b": {"y"}}
 
 
 def test_the_doors_usage_request_names_no_namespace() -> None:

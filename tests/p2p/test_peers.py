@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from bootseer.image.peers import PeerSource
 from bootseer.p2p.auth import job_token, prove
 from bootseer.p2p.client import PeerClient
+from bootseer.p2p.imagesource import PeerSource
 from bootseer.p2p.owner import owner
 from bootseer.p2p.server import PeerServer, ServedJob
 from bootseer.p2p.swarm import Swarm
@@ -196,7 +196,7 @@ def test_an_unknown_job_is_answered_after_the_wait(serve: Callable[..., PeerServ
 def test_a_peer_source_counts_its_own_blocks_by_where_they_came_from(
     serve: Callable[..., PeerServer],
 ) -> None:
-    from bootseer.image.peers import PeerSource
+    from bootseer.p2p.imagesource import PeerSource
 
     theirs, data = piece_owned_by("n1", ("n1", "n2"))
     mine, own = piece_owned_by("n2", ("n1", "n2"))

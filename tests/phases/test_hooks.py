@@ -10,8 +10,8 @@ import pytest
 
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
-from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.runner import HookRun, StepOutcome
+from bootseer.jobdir import JobDir
 from bootseer.phases import marks
 from bootseer.phases.hooks import record_hook_run
 from bootseer.phases.reader import PhaseDataset

@@ -13,7 +13,7 @@ import pytest
 from bootseer import nodepaths
 from bootseer.deps.jobstate import PrologState
 from bootseer.errors import StepError
-from bootseer.hooks.jobdir import JobDir
+from bootseer.jobdir import JobDir
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from bootseer import nodepaths
 from bootseer.config import SiteConfig
-from bootseer.hooks.jobdir import JobDir
+from bootseer.jobdir import JobDir
 from bootseer.nodepaths import NodePaths
 from bootseer.phases.spool import Spool
 

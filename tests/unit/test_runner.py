@@ -14,9 +14,9 @@ from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.errors import StepError
 from bootseer.hooks import runner, steps
-from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
 from bootseer.hooks.steps import StepSpec
+from bootseer.jobdir import JobDir
 from bootseer.stepapi import StepCall, StepResult, StepRow
 
 

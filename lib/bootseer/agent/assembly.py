@@ -25,12 +25,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from bootseer.agent.jobs import Jobs
 from bootseer.agent.sweep import Sweeper
 from bootseer.agentapi.errors import AgentBadRequest, AgentError
-from bootseer.agentapi.jobs import FetchPiece, PieceFile, StatsReply
+from bootseer.agentapi.jobs import FetchPiece, PieceFile, RestartReply, StatsReply
 from bootseer.agentapi.views import ImageListReply, ImageName
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes
@@ -50,8 +50,12 @@ from bootseer.store import Store
 # Names an image listing reads and returns at most (each a sealed record read as root).
 MAX_LISTED = 10_000
 
-if TYPE_CHECKING:
-    from bootseer.agent.handover import Handover
+
+class Restarter(Protocol):
+    """What restarts the agent in place when asked (:class:`bootseer.agent.handover.Handover`,
+    which the daemon sets): the handover knows the agent, not the other way round."""
+
+    def request(self, when_idle: bool, own: int = 1) -> RestartReply: ...
 
 
 class Agent:
@@ -67,7 +71,7 @@ class Agent:
         self.cfg = cfg
         self.node = node
         self.started = time.time()
-        self.handover: Handover | None = None  # set by the daemon: restarts in place
+        self.handover: Restarter | None = None  # set by the daemon: restarts in place
         # The socket's open connections by uid (set by the daemon, which runs the server).
         self.open_connections: Callable[[], dict[int, int]] = dict
         icfg = cfg.image

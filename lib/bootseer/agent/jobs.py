@@ -45,7 +45,6 @@ from bootseer.errors import ContextError, StoreError, describe
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
 from bootseer.image.manifest import Manifest, load_manifest, max_path_image_bytes
-from bootseer.image.peers import PeerSource
 from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
 from bootseer.image.registry import (
     RegistrationPending,
@@ -56,6 +55,7 @@ from bootseer.image.registry import (
 )
 from bootseer.image.trace import Recorder, Trace, hot_order, load_trace, save_trace, trace_user
 from bootseer.nodepaths import NodePaths
+from bootseer.p2p.imagesource import PeerSource
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import PeerError, PieceRequest

@@ -121,7 +121,7 @@ def clean(
         spool.remove()
         done.append("phase spool removed")
     if path.exists():
-        from bootseer.hooks.jobdir import JobDir
+        from bootseer.jobdir import JobDir
 
         JobDir(run_dir, job).remove()
         done.append("job dir removed (deps state with it)")

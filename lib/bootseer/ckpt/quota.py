@@ -40,7 +40,6 @@ docs/ckpt.md, "Quotas".
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,8 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, get_args
 
 from bootseer.agentapi.ckpt import ScopeKind
-from bootseer.ckpt.errors import CkptError, CkptQuotaExceeded
-from bootseer.errors import describe
+from bootseer.ckpt.errors import CkptQuotaExceeded
 from bootseer.units import iec
 
 if TYPE_CHECKING:
@@ -67,8 +65,6 @@ __all__ = [
 ]
 
 KINDS: tuple[ScopeKind, ...] = get_args(ScopeKind)
-MAX_SACCTMGR_BYTES = 16 << 20
-MEMBERS_TTL = 60.0  # seconds a process keeps Slurm's list of associations
 
 
 @dataclass(frozen=True)
@@ -205,48 +201,6 @@ class QuotaGuard:
         return None
 
 
-def parse_associations(text: str) -> dict[str, set[str]]:
-    """``sacctmgr -nP show associations format=account,user``: account -> its users."""
-    out: dict[str, set[str]] = {}
-    for line in text.splitlines():
-        account, sep, user = line.strip().partition("|")
-        if sep and account:
-            users = out.setdefault(account, set())
-            if user:
-                users.add(user)
-    return out
-
-
-_members: tuple[float, str, dict[str, set[str]]] | None = None
-_members_lock = threading.Lock()
-
-
-def associations(sacctmgr: str, timeout: float = 5.0) -> dict[str, set[str]]:
-    """Slurm's accounts and their users, asked at most once a minute per process; a
-    Slurm that does not answer raises :class:`CkptError` (a write is then refused: the
-    account's quota cannot be checked)."""
-    global _members
-    with _members_lock:
-        now = time.monotonic()
-        if _members is not None and _members[1] == sacctmgr and now - _members[0] < MEMBERS_TTL:
-            return _members[2]
-        argv = [sacctmgr, "-nP", "show", "associations", "format=account,user"]
-        try:
-            r = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise CkptError(
-                f"cannot list Slurm's associations ({sacctmgr}: {describe(exc)})"
-            ) from None
-        if r.returncode != 0 or len(r.stdout) > MAX_SACCTMGR_BYTES:
-            raise CkptError(
-                f"cannot list Slurm's associations ({sacctmgr} failed: "
-                f"{r.stderr.decode(errors='replace').strip()[:200]})"
-            )
-        found = parse_associations(r.stdout.decode(errors="replace"))
-        _members = (now, sacctmgr, found)
-        return found
-
-
 def scopes_for(user: str, quota: Mapping[str, int], members: Mapping[str, set[str]]) -> list[Scope]:
     """The scopes a write of ``user`` must fit: her own, and every account she is in."""
     out = [Scope("user", user, int(quota.get("user", 0)), (user,))]
@@ -269,9 +223,11 @@ def members(cfg: SiteConfig, log: Callable[[str], None] | None = None) -> Mappin
     why = account_check(str(cfg.deps.scontrol), 5.0)
     if why:
         return {}
+    from bootseer.slurm.accounts import SlurmAccountsError, associations
+
     try:
         return associations(str(cfg.ckpt.sacctmgr))
-    except CkptError as exc:
+    except SlurmAccountsError as exc:
         if log is not None:
             log(f"ckpt.quota account: {exc}; only the user's quota holds")
         return {}

@@ -7,7 +7,7 @@ One module per idea:
 - :mod:`~bootseer.deps.manifest`: what a snapshot holds, and its checks
 - :mod:`~bootseer.deps.frames`: independent zstd frames, encoded and decoded in parallel
 - :mod:`~bootseer.deps.archive`: tar writing and the hardened extraction filter
-- :mod:`~bootseer.deps.asuser`: work done with the job user's rights
+- :mod:`~bootseer.asuser`: work done with the job user's rights
 - :mod:`~bootseer.deps.capture` / :mod:`~bootseer.deps.restore`: store <-> prefix
 - :mod:`~bootseer.deps.nodecache`: one restore per prefix per node
 - :mod:`~bootseer.deps.jobstate`: what prolog, job and epilog tell each other

@@ -1,6 +1,6 @@
 """The tar side of a snapshot: write one from a prefix, extract one into a prefix.
 
-Both run in a child with the job user's rights (:mod:`bootseer.deps.asuser`), so the
+Both run in a child with the job user's rights (:mod:`bootseer.asuser`), so the
 kernel already keeps them inside what the user may read and write. Extraction builds
 on tarfile's ``data`` filter (PEP 706; :mod:`bootseer.deps.datafilter` brings it to
 Pythons before 3.11.4, such as Debian bookworm's 3.11.2), which rejects ``..``
@@ -33,8 +33,8 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from bootseer.asuser import stop_held
 from bootseer.deps import datafilter
-from bootseer.deps.asuser import stop_held
 from bootseer.deps.manifest import Entry, check_name
 from bootseer.errors import BootseerError, describe
 

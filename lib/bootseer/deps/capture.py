@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bootseer import sitekey
+from bootseer.asuser import UserChild, UserChildError
 from bootseer.deps import archive
-from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.frames import default_threads, encode_stream
 from bootseer.deps.layout import SnapshotPaths, new_data_name, ref_path
 from bootseer.deps.manifest import Entry, Manifest

@@ -90,7 +90,7 @@ def hash_key_files(files: Sequence[str], work_dir: str, max_bytes: int) -> list[
     """sha256 of each key file, with the rights of the calling process.
 
     The prolog calls this in a child that has dropped to the job's user
-    (:mod:`bootseer.deps.asuser`): a file the user cannot read is an error that says
+    (:mod:`bootseer.asuser`): a file the user cannot read is an error that says
     so and nothing more.
     """
     out = []
@@ -129,7 +129,7 @@ def hash_key_files_as(
     timeout: float,
 ) -> list[tuple[str, str]]:
     """:func:`hash_key_files` in a child running as ``uid``/``gid``."""
-    from bootseer.deps.asuser import UserChild, UserChildError
+    from bootseer.asuser import UserChild, UserChildError
 
     child = UserChild.start(
         uid, gid, lambda _i, _o: hash_key_files(files, work_dir, max_bytes), groups=groups

@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from bootseer import jsonlimits, sitekey
+from bootseer.asuser import UserChild, UserChildError
 from bootseer.deps import archive
-from bootseer.deps.asuser import UserChild, UserChildError
 from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
 from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from bootseer import nodepaths
+from bootseer.asuser import UserChild, UserChildError, user_groups
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.deps import jobstate
-from bootseer.deps.asuser import UserChild, UserChildError, user_groups
 from bootseer.deps.key import hash_key_files_as, key_inputs, scope_dir, snapshot_key
 from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason

@@ -45,7 +45,7 @@ def scopes_of(
 
         if not account_check(str(cfg.deps.scontrol), 5.0):
             if accounts is None:
-                from bootseer.ckpt.quota import associations
+                from bootseer.slurm.accounts import associations
 
                 def accounts() -> dict[str, set[str]]:
                     return associations(str(cfg.ckpt.sacctmgr))

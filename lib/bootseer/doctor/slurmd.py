@@ -32,7 +32,7 @@ def check_plugstack(node: Node) -> Check:
     where = f"{e.source}:{e.lineno}"
     if e.plugin.startswith("/") and not os.path.isfile(e.plugin):
         return problem(name, f"{where}: {e.plugin} does not exist", "make -C spank install")
-    from bootseer.nodepaths import expand
+    from bootseer.nodename import expand
 
     rundir = os.path.normpath(expand(e.rundir, node.name))
     run_dir = os.path.normpath(node.cfg.paths.run_dir)

@@ -22,9 +22,9 @@ from bootseer.choices import one_of
 from bootseer.config import SiteConfig, load_config
 from bootseer.context import JobContext, wants_bootseer
 from bootseer.errors import BootseerError
-from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
 from bootseer.hooks.runner import HookRun, run_steps
+from bootseer.jobdir import JobDir
 from bootseer.nodepaths import node_name
 from bootseer.stepapi import HOOKS, Hook
 

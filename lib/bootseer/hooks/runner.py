@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
 from bootseer.errors import BootseerError
-from bootseer.hooks.jobdir import JobDir
 from bootseer.hooks.log import HookLog
 from bootseer.hooks.steps import StepSpec, steps_for
+from bootseer.jobdir import JobDir
 from bootseer.stepapi import Hook, Outcome, StepCall, StepResult, StepRow
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from bootseer import jsonlimits, sitekey
-from bootseer.deps.asuser import UserChild, UserChildError, user_groups
+from bootseer.asuser import UserChild, UserChildError, user_groups
 from bootseer.errors import ManifestError, StoreError
 from bootseer.image.manifest import (
     MAX_RECORD_BYTES,
@@ -377,7 +377,7 @@ def open_image_file(
     user; else StoreError.
 
     The caller runs as root, but the file is opened in a child that has become the
-    job's user (:class:`~bootseer.deps.asuser.UserChild`), so the kernel checks every
+    job's user (:class:`~bootseer.asuser.UserChild`), so the kernel checks every
     directory and the file itself at the moment of the open, as that user: no check
     before the open that a swapped directory or link could outrun. The child hands the
     descriptor back over a socket (``SCM_RIGHTS``); only regular files, opened

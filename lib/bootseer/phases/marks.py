@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from bootseer import nodepaths
+from bootseer import nodename, nodepaths
 from bootseer.errors import describe
 
 TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
@@ -65,7 +65,7 @@ def _task() -> str:
 def marks_path() -> str | None:
     """``$BOOTSEER_PHASE_MARKS`` with ``%n`` as this task's node (see phases.hooks)."""
     path = os.environ.get(MARKS_ENV)
-    return nodepaths.expand(path, nodepaths.node_name()) if path else path
+    return nodename.expand(path, nodepaths.node_name()) if path else path
 
 
 def _fd(path: str) -> int:

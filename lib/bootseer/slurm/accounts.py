@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import functools
 import subprocess
+import threading
+import time
 from collections.abc import Mapping
 
-from bootseer.errors import describe
+from bootseer.errors import BootseerError, describe
 from bootseer.slurm.conf import parse_show_config
 
 # AccountingStorageEnforce options that make slurmctld check the job's association
@@ -57,3 +59,53 @@ def account_check(scontrol: str, timeout: float) -> str:
     if r.returncode != 0 or len(r.stdout) > MAX_CONFIG_BYTES:
         return f"cannot ask Slurm whether it checks accounts ({scontrol} show config failed)"
     return account_unchecked_reason(parse_show_config(r.stdout.decode(errors="replace")))
+
+
+MAX_SACCTMGR_BYTES = 16 << 20
+MEMBERS_TTL = 60.0  # seconds a process keeps Slurm's list of associations
+
+
+class SlurmAccountsError(BootseerError):
+    """Slurm did not say which users each account has (``sacctmgr`` failed or hung)."""
+
+
+def parse_associations(text: str) -> dict[str, set[str]]:
+    """``sacctmgr -nP show associations format=account,user``: account -> its users."""
+    out: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        account, sep, user = line.strip().partition("|")
+        if sep and account:
+            users = out.setdefault(account, set())
+            if user:
+                users.add(user)
+    return out
+
+
+_members: tuple[float, str, dict[str, set[str]]] | None = None
+_members_lock = threading.Lock()
+
+
+def associations(sacctmgr: str, timeout: float = 5.0) -> dict[str, set[str]]:
+    """Slurm's accounts and their users, asked at most once a minute per process; a
+    Slurm that does not answer raises :class:`CkptError` (a write is then refused: the
+    account's quota cannot be checked)."""
+    global _members
+    with _members_lock:
+        now = time.monotonic()
+        if _members is not None and _members[1] == sacctmgr and now - _members[0] < MEMBERS_TTL:
+            return _members[2]
+        argv = [sacctmgr, "-nP", "show", "associations", "format=account,user"]
+        try:
+            r = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SlurmAccountsError(
+                f"cannot list Slurm's associations ({sacctmgr}: {describe(exc)})"
+            ) from None
+        if r.returncode != 0 or len(r.stdout) > MAX_SACCTMGR_BYTES:
+            raise SlurmAccountsError(
+                f"cannot list Slurm's associations ({sacctmgr} failed: "
+                f"{r.stderr.decode(errors='replace').strip()[:200]})"
+            )
+        found = parse_associations(r.stdout.decode(errors="replace"))
+        _members = (now, sacctmgr, found)
+        return found

@@ -27,7 +27,7 @@ from pathlib import Path
 import bootseer
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
-from bootseer.hooks.jobdir import JobDir
+from bootseer.jobdir import JobDir
 from bootseer.hooks.runner import HookRun, StepOutcome
 from bootseer.phases import marks
 from bootseer.phases.hooks import record_hook_run

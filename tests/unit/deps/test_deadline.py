@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.deps import archive, asuser
-from bootseer.deps.asuser import UserChild, UserChildError
+from bootseer import asuser
+from bootseer.asuser import UserChild, UserChildError
+from bootseer.deps import archive
 from bootseer.deps.restore import RestoreRequest, restore
 from bootseer.errors import StepError
 from bootseer.store import Store
