@@ -27,8 +27,8 @@ from pathlib import Path
 import bootseer
 from bootseer.config import SiteConfig
 from bootseer.context import JobContext
-from bootseer.jobdir import JobDir
 from bootseer.hooks.runner import HookRun, StepOutcome
+from bootseer.jobdir import JobDir
 from bootseer.phases import marks
 from bootseer.phases.hooks import record_hook_run
 from bootseer.phases.schema import JobMeta
