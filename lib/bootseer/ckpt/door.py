@@ -20,50 +20,38 @@ the request (a ``put`` then keeps the previous version) and frees its thread.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import pwd
-import select
 import socket
 import stat
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from bootseer.agentapi.ckpt import (
     MAX_ENTRIES,
     MAX_PROBLEMS,
     CkptGet,
-    CkptGetReply,
     CkptList,
-    CkptListReply,
     CkptPut,
-    CkptPutReply,
     CkptRemove,
-    CkptRemoveReply,
     CkptRequest,
     CkptUsage,
-    CkptUsageReply,
     CkptVerify,
-    CkptVerifyReply,
-    UsageRow,
 )
 from bootseer.agentapi.errors import AgentBadRequest, AgentError, AgentNotFound, AgentRefused
 from bootseer.agentapi.wire import Reply
-from bootseer.ckpt.errors import CkptError, CkptIOError, CkptPathError, CkptQuotaExceeded
-from bootseer.ckpt.names import check_path, namespace_name
+from bootseer.ckpt import actions
+from bootseer.ckpt.errors import CkptError, CkptPathError, CkptQuotaExceeded
+from bootseer.ckpt.names import namespace_name
 from bootseer.ckpt.namespace import Namespace
-from bootseer.ckpt.reader import StripedReader
 from bootseer.config import SiteConfig
 from bootseer.errors import BootseerError, StoreError
 from bootseer.sitekey import SiteKeys
 
-CHUNK = 8 << 20  # as root's own ckpt CLI copies
-PIPE_CHUNK = 4096  # at most PIPE_BUF after POLLOUT: a write to a pipe never blocks
-IDLE_SECONDS = 300.0
 # A transfer holds about (read_ahead + 2) or (max_inflight + 1) units of memory in the
 # agent: at most this many at once, of one user's and in all, with a short read-ahead.
 MAX_TRANSFERS = 4
@@ -137,7 +125,7 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest[Any], caller: Caller
         if isinstance(req, CkptUsage):
             _descriptor(req, caller)
             with TRANSFERS.slot(caller.uid):
-                return _usage(cfg, user)
+                return actions.usage(cfg, user)
         name = namespace_name(user, req.ns)
         fd = _descriptor(req, caller)
         ns = Namespace.from_config(cfg, name, keys=keys)
@@ -150,13 +138,15 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest[Any], caller: Caller
         # an ls up to MAX_ENTRIES manifests, an rm up to MAX_PATHS removals. Each holds
         # one of the caller's transfers, so none runs past her share.
         with TRANSFERS.slot(caller.uid):
-            reply = _do(ns, req, fd, caller)
+            reply = ACTIONS[type(req)](ns, req, fd, caller.conn)
         if caller.log is not None and isinstance(req, CkptPut | CkptRemove):
             what = req.path if isinstance(req, CkptPut) else " ".join(req.paths)
             caller.log(f"ckpt door: uid {caller.uid} {req.op} {name}: {what}: {reply}")
         return reply
     except CkptPathError as exc:
         raise AgentBadRequest(str(exc)) from None
+    except actions.BadDescriptor as exc:
+        raise AgentRefused(str(exc)) from None
     except FileNotFoundError as exc:
         raise AgentNotFound(exc.strerror or str(exc)) from None
     except (CkptError, StoreError) as exc:
@@ -165,18 +155,6 @@ def serve(cfg: SiteConfig, keys: SiteKeys, req: CkptRequest[Any], caller: Caller
         raise AgentError(str(exc)) from None
     except OSError as exc:
         raise AgentError(f"{name}: {exc.strerror or exc}") from None
-
-
-def _usage(cfg: SiteConfig, user: str) -> CkptUsageReply:
-    from bootseer.ckpt.quota import usage
-
-    stores = []
-    for uri in cfg.ckpt.targets:
-        try:
-            stores.append(cfg.store.open_uri(uri))
-        except StoreError as exc:
-            raise CkptError(f"checkpoint target {uri} is not reachable: {exc}") from None
-    return CkptUsageReply([UsageRow(**asdict(u)) for u in usage(cfg, stores, user)])
 
 
 def _descriptor(req: CkptRequest[Any], caller: Caller) -> int:
@@ -207,97 +185,14 @@ def _descriptor(req: CkptRequest[Any], caller: Caller) -> int:
     return fd
 
 
-def _do(ns: Namespace, req: CkptRequest[Any], fd: int, caller: Caller) -> Reply:
-    if isinstance(req, CkptPut):
-        check_path(req.path)
-        with ns.open(req.path, "wb") as out:
-            n = _pump(fd, out.write, caller.conn)
-            m = out.commit()
-        return CkptPutReply(n, m.version, m.unit_count)
-    if isinstance(req, CkptGet):
-        with ns.open(req.path) as f:
-            n = _send(f, fd, caller.conn)
-            return CkptGetReply(n, f.manifest.version)
-    if isinstance(req, CkptList):
-        from bootseer.ckpt.listing import list_path
-
-        if req.path:
-            check_path(req.path)
-        found, more = list_path(ns, req.path, MAX_ENTRIES)  # ENOENT: nothing there
-        return CkptListReply(found, more)
-    if isinstance(req, CkptRemove):
-        for path in req.paths:
-            ns.remove(check_path(path))
-        return CkptRemoveReply(len(req.paths))
-    if isinstance(req, CkptVerify):
-        paths = [req.path] if req.path and not ns.is_dir(req.path) else list(ns.walk(req.path))
-        problems: list[str] = []
-        total = 0
-        for p in paths:
-            try:
-                fm = ns.manifest(p)
-                total += fm.size if fm is not None else 0
-                problems += ns.verify_file(p)
-            except CkptIOError as exc:  # a manifest that does not verify is a problem
-                problems.append(str(exc))
-        return CkptVerifyReply(
-            len(paths), total, problems[:MAX_PROBLEMS], max(0, len(problems) - MAX_PROBLEMS)
-        )
-    raise AgentBadRequest(f"op {req.op!r} has no handler")
-
-
-def _wait(fd: int, event: int, conn: socket.socket | None) -> None:
-    """Until ``fd`` is ready for ``event``; the caller gone or silent ends the request."""
-    p = select.poll()
-    p.register(fd, event)
-    if conn is not None:
-        p.register(conn, select.POLLIN | select.POLLRDHUP)
-    ready = dict(p.poll(IDLE_SECONDS * 1000))
-    if not ready:
-        raise AgentError(f"no data moved for {IDLE_SECONDS:g}s: request abandoned")
-    if conn is not None and conn.fileno() in ready:
-        # The client sends nothing after its request: readable means it went away.
-        raise AgentError("the client went away: request abandoned")
-
-
-def _pump(fd: int, write: Callable[[memoryview], object], conn: socket.socket | None) -> int:
-    """Copy the caller's descriptor to ``write`` until its end; the bytes copied."""
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    total = 0
-    while True:
-        _wait(fd, select.POLLIN, conn)
-        try:
-            n = os.readv(fd, [buf])
-        except BlockingIOError:
-            continue
-        if not n:
-            return total
-        write(view[:n])
-        total += n
-
-
-def _send(reader: StripedReader, fd: int, conn: socket.socket | None) -> int:
-    """Write the reader's bytes into the caller's descriptor; the bytes written."""
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    total = 0
-    while True:
-        n = reader.readinto(buf)
-        if not n:
-            return total
-        chunk = view[:n]
-        while chunk:
-            _wait(fd, select.POLLOUT, conn)
-            try:
-                w = os.write(fd, chunk[:PIPE_CHUNK])  # fd: a pipe or a socket (_descriptor)
-            except BlockingIOError:
-                continue
-            except BrokenPipeError:
-                raise AgentError("the reader of the output went away") from None
-            except OSError as exc:
-                if exc.errno in (errno.EBADF, errno.EINVAL):
-                    raise AgentRefused(f"cannot write the descriptor: {exc.strerror}") from None
-                raise
-            chunk = chunk[w:]
-            total += w
+# The door's action for each request: the same functions root's CLI calls
+# (bootseer.ckpt.actions), in the caller's namespace, on the descriptor she passed,
+# watching her connection.
+Action = Callable[[Namespace, Any, int, socket.socket | None], Reply]
+ACTIONS: dict[type[CkptRequest[Any]], Action] = {
+    CkptPut: lambda ns, req, fd, watch: actions.put(ns, req.path, fd, watch),
+    CkptGet: lambda ns, req, fd, watch: actions.get(ns, req.path, fd, watch),
+    CkptList: lambda ns, req, fd, watch: actions.ls(ns, req.path, MAX_ENTRIES),
+    CkptRemove: lambda ns, req, fd, watch: actions.rm(ns, req.paths),
+    CkptVerify: lambda ns, req, fd, watch: actions.verify(ns, req.path, MAX_PROBLEMS),
+}

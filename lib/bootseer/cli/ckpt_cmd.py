@@ -17,21 +17,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import pwd
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from bootseer import units
 from bootseer.errors import BootseerError
-from bootseer.progress import transfer_bar
+from bootseer.progress import Tick, transfer_bar
 from bootseer.units import argparse_age
 
 if TYPE_CHECKING:
     from bootseer.agentapi.ckpt import CkptEntry, UsageRow
-    from bootseer.ckpt import Namespace
     from bootseer.ckpt.quota import ScopeUsage
 
 CHUNK = 8 << 20
@@ -76,22 +75,6 @@ def split_remote(remote: str, need_path: bool) -> tuple[str, str]:
     return ns, path
 
 
-def open_namespace(args: argparse.Namespace, ns: str) -> Namespace:
-    from bootseer.ckpt import Namespace, namespace_name
-    from bootseer.config import load_config
-
-    me = pwd.getpwuid(os.getuid()).pw_name
-    user = args.user or me
-    if user != me and os.getuid() != 0:
-        raise BootseerError("--user is for root only")
-    from bootseer.sitekey import keys_if_root
-
-    cfg = load_config()
-    # A user has no site key: what the CLI commits is unsealed, so job mounts will not
-    # serve it, and what it reads is not checked (docs/security.md). Root seals and checks.
-    return Namespace.from_config(cfg, namespace_name(user, ns), keys=keys_if_root(cfg))
-
-
 def progress(args: argparse.Namespace, what: str, total: int | None) -> Any:
     return transfer_bar(what, total, quiet=args.quiet)
 
@@ -124,106 +107,116 @@ def part_file(local: str) -> Iterator[BinaryIO]:
         raise
 
 
-def _copy(src: Any, dst: Any, tick: Callable[[int], None]) -> int:
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    total = 0
-    while True:
-        n = src.readinto(buf)
-        if not n:
-            return total
-        dst.write(view[:n])
-        total += n
-        tick(n)
-
-
 def run(args: argparse.Namespace) -> int:
+    from bootseer.agentapi.errors import AgentUnavailable
+    from bootseer.cli.caller import through_agent_hint
+
     try:
         return _run(args)
+    except AgentUnavailable as exc:
+        raise through_agent_hint("ckpt", "users hold no store credentials", exc) from None
     except OSError as exc:  # a missing file, a damaged unit: the message names it
         print(f"bootseer ckpt: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
 
 def _run(args: argparse.Namespace) -> int:
+    from bootseer.ckpt.access import access
+    from bootseer.config import load_config
+    from bootseer.nodepaths import node_name
+
     action = args.ckpt_command
-    if os.geteuid() != 0:
-        if args.user:
-            raise BootseerError("--user is for root only")
-        if action == "gc":
-            from bootseer.cli.caller import require_root
-
-            require_root("ckpt gc", "it deletes units no manifest names")
-        from bootseer.cli import ckpt_door
-
-        return ckpt_door.run(args)
-    if action == "usage":
-        return _usage(args)
     if action == "gc":
-        ns = open_namespace(args, args.namespace)
-        print(f"{ns.gc(args.min_age)} orphaned versions removed")
+        return _gc(args)
+    cfg = load_config()
+    if os.geteuid() != 0:
+        cfg = cfg.for_node(node_name())  # where this node's agent listens
+    door = access(cfg, args.user)
+    if action == "usage":
+        print_usage(door.usage().scopes)
         return 0
-    name, path = split_remote(
-        args.remote if action != "rm" else args.remote[0], need_path=action in ("put", "get", "rm")
-    )
-    ns = open_namespace(args, name)
+    if action == "rm":
+        by_ns: dict[str, list[str]] = {}
+        for remote in args.remote:
+            ns, path = split_remote(remote, need_path=True)
+            by_ns.setdefault(ns, []).append(path)
+        for ns, paths in by_ns.items():
+            door.rm(ns, tuple(paths))
+        return 0
+    ns, path = split_remote(args.remote, need_path=action in ("put", "get"))
     if action == "put":
-        src: Any = sys.stdin.buffer if args.local == "-" else open(args.local, "rb")  # noqa: SIM115
-        size = None if args.local == "-" else os.fstat(src.fileno()).st_size
         t0 = time.monotonic()
-        with src, progress(args, f"put {path}", size) as tick, ns.open(path, "wb") as out:
-            n = _copy(src, out, tick)
-        _rate("put", n, t0)
+        if args.local == "-":
+            reply = door.put(ns, path, sys.stdin.buffer.fileno())
+        else:
+            with open(args.local, "rb") as src:
+                size = os.fstat(src.fileno()).st_size
+                with _following(args, f"put {path}", size, src.fileno()):
+                    reply = door.put(ns, path, src.fileno())
+        _rate("put", reply.bytes, t0)
         return 0
     if action == "get":
         t0 = time.monotonic()
-        with ns.open(path) as f, progress(args, f"get {path}", f.size) as tick:
-            if args.local == "-":
-                n = _copy(f, sys.stdout.buffer, tick)
-            else:
-                with part_file(args.local) as out:
-                    n = _copy(f, out, tick)
-        _rate("get", n, t0)
+        if args.local == "-":
+            sys.stdout.flush()
+            got = door.get(ns, path, sys.stdout.buffer.fileno())
+        else:
+            with part_file(args.local) as out, _following(args, f"get {path}", None, out.fileno()):
+                got = door.get(ns, path, out.fileno())
+        _rate("get", got.bytes, t0)
         return 0
     if action == "ls":
-        return _ls(ns, path, remote=args.remote)
-    if action == "rm":
-        for remote in args.remote:
-            n2, p2 = split_remote(remote, need_path=True)
-            (ns if n2 == name else open_namespace(args, n2)).remove(p2)
+        from bootseer.ckpt.listing import check_found
+
+        listing = door.ls(ns, path)
+        check_found(args.remote, path, listing.entries)
+        print_ls(listing.entries)
+        if listing.left_out:
+            print(f"... and {listing.left_out} more entries", file=sys.stderr)
         return 0
     if action == "verify":
-        paths = [path] if path and not ns.is_dir(path) else list(ns.walk(path))
-        problems: list[str] = []
-        total = sum((m.size for m in map(ns.manifest, paths) if m is not None), 0)
-        with progress(args, "verify", total) as tick:
-            for p in paths:
-                problems += ns.verify_file(p, tick)
-        for line in problems:
+        with progress(args, "verify", None) as tick:
+            v = door.verify(ns, path, tick)
+        for line in v.problems:
             print(line, file=sys.stderr)
-        print(f"{len(paths)} files, {units.iec(total)} checked, {len(problems)} problems")
-        return 1 if problems else 0
+        if v.more_problems:
+            print(f"... and {v.more_problems} more problems", file=sys.stderr)
+        n = len(v.problems) + v.more_problems
+        print(f"{v.files} files, {units.iec(v.bytes)} checked, {n} problems")
+        return 1 if n else 0
     raise AssertionError(action)
 
 
-def _ls(ns: Namespace, path: str, remote: str) -> int:
-    from bootseer.ckpt.listing import check_found, list_path
-
-    entries = list_path(ns, path)[0]
-    check_found(remote, path, entries)
-    print_ls(entries)
-    return 0
-
-
-def _usage(args: argparse.Namespace) -> int:
-    from bootseer.ckpt.quota import usage
+def _gc(args: argparse.Namespace) -> int:
+    from bootseer.ckpt.access import Direct
+    from bootseer.cli.caller import require_root, user_name
     from bootseer.config import load_config
 
-    cfg = load_config()
-    user = args.user or pwd.getpwuid(os.getuid()).pw_name
-    rows = usage(cfg, [cfg.store.open_uri(u) for u in cfg.ckpt.targets], user)
-    print_usage(rows)
+    require_root("ckpt gc", "it deletes units no manifest names")
+    ns = Direct(load_config(), args.user or user_name()).namespace(args.namespace)
+    print(f"{ns.gc(args.min_age)} orphaned versions removed")
     return 0
+
+
+@contextlib.contextmanager
+def _following(args: argparse.Namespace, what: str, total: int | None, fd: int) -> Iterator[None]:
+    """A progress bar that follows ``fd``'s offset (whoever reads or writes through it:
+    this process as root, or the agent for a user)."""
+    stop = threading.Event()
+    with transfer_bar(what, total, quiet=args.quiet) as tick:
+        t = threading.Thread(target=_follow, args=(fd, tick, stop), daemon=True)
+        t.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            t.join()
+
+
+def _follow(fd: int, tick: Tick, stop: threading.Event) -> None:
+    while not stop.wait(0.2):
+        with contextlib.suppress(OSError):
+            tick(0, os.lseek(fd, 0, os.SEEK_CUR))
 
 
 def print_usage(scopes: Sequence[ScopeUsage | UsageRow]) -> None:

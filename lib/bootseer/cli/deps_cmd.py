@@ -23,6 +23,7 @@ from typing import Any
 
 from bootseer import units
 from bootseer.agentapi.views import DepsList, DepsShow
+from bootseer.agentapi.wire import R, Request
 from bootseer.cli.caller import require_root, user_name
 from bootseer.errors import BootseerError
 from bootseer.options import SCOPES
@@ -199,24 +200,16 @@ def cmd_key(args: argparse.Namespace) -> int:
     return 0
 
 
-def _agent() -> Any:
-    from bootseer.cli.ckpt_door import door
-
-    return door()
-
-
-def _through_agent(call: Any, what: str) -> Any:
+def _through_agent(request: Request[R], what: str) -> R:
     """A user's view: the node agent reads the store for her (bootseer.deps.views)."""
     from bootseer.agentapi.errors import AgentUnavailable
+    from bootseer.cli.caller import this_nodes_agent, through_agent_hint
 
     try:
-        return call()
+        return this_nodes_agent().ask(request)
     except AgentUnavailable as exc:
-        raise BootseerError(
-            f"{exc}; as a user, `bootseer deps {what}` asks the node agent (users cannot "
-            f"read the store's snapshots): run it on a node where the agent runs (srun "
-            f"bootseer deps {what}), or as root"
-        ) from None
+        why = "users cannot read the store's snapshots"
+        raise through_agent_hint(f"deps {what}", why, exc) from None
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -225,7 +218,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         if args.all:
             raise BootseerError("--all is for root; without it you see your own scope")
-        reply = _through_agent(lambda: _agent().ask(DepsList(tuple(args.scope or ()))), "ls")
+        reply = _through_agent(DepsList(tuple(args.scope or ())), "ls")
         snaps = [SnapshotInfo(**asdict(s)) for s in reply.snapshots]
     else:
         _, store = _store()
@@ -271,7 +264,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         from bootseer.config import load_config
 
         cfg = load_config()
-        reply = _through_agent(lambda: _agent().ask(DepsShow(args.scope or "", args.key)), "show")
+        reply = _through_agent(DepsShow(args.scope or "", args.key), "show")
         m = Manifest.from_json(
             reply.manifest.encode(),
             max_bytes=cfg.deps.max_bytes,

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from bootseer.agentapi.client import AgentClient
 
 
+NO_IMAGE_RECORDS = "users cannot read the store's image records"
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("image", help="container images: add, list, remove, collect garbage")
     isub = p.add_subparsers(dest="image_command", required=True, metavar="ACTION")
@@ -159,16 +162,12 @@ def _ls_through_agent(args: argparse.Namespace) -> int:
     other users' files, registered on first use: root's ``image ls`` shows them."""
     from bootseer.agentapi.errors import AgentUnavailable
     from bootseer.agentapi.views import ImageList
-    from bootseer.cli.ckpt_door import door
+    from bootseer.cli.caller import this_nodes_agent, through_agent_hint
 
     try:
-        reply = door().ask(ImageList())
+        reply = this_nodes_agent().ask(ImageList())
     except AgentUnavailable as exc:
-        raise BootseerError(
-            f"{exc}; as a user, `bootseer image ls` asks the node agent (users cannot read "
-            "the store's image records): run it on a node where the agent runs (srun "
-            "bootseer image ls), or as root"
-        ) from None
+        raise through_agent_hint("image ls", NO_IMAGE_RECORDS, exc) from None
     if args.json:
         names = {i.name: {"image": i.image, "size": i.size, "added": i.added} for i in reply.images}
         print(json.dumps({"names": names, "left_out": reply.left_out}, indent=1))
@@ -218,16 +217,12 @@ def _show_through_agent(args: argparse.Namespace) -> int:
     name, with her own trace and the trace owner's (bootseer.image.views)."""
     from bootseer.agentapi.errors import AgentUnavailable
     from bootseer.agentapi.views import ImageShow
-    from bootseer.cli.ckpt_door import door
+    from bootseer.cli.caller import this_nodes_agent, through_agent_hint
 
     try:
-        reply = door().ask(ImageShow(args.ref))
+        reply = this_nodes_agent().ask(ImageShow(args.ref))
     except AgentUnavailable as exc:
-        raise BootseerError(
-            f"{exc}; as a user, `bootseer image show` asks the node agent (users cannot read "
-            "the store's image records): run it on a node where the agent runs (srun "
-            "bootseer image show NAME), or as root"
-        ) from None
+        raise through_agent_hint("image show", NO_IMAGE_RECORDS, exc) from None
     print(json.dumps(reply.doc, indent=1))
     return 0
 
