@@ -1,0 +1,87 @@
+"""The layering scripts/check holds (pyproject.toml [tool.importlinter]): a library that
+imports a process package, two process packages that import each other, or an import
+cycle among siblings fails the check, naming the import. Each planted into a copy of
+lib/bootseer, checked by the same lint-imports and contracts scripts/check runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TOP = Path(__file__).resolve().parents[2]
+LINT = Path(sys.executable).parent / "lint-imports"
+
+
+def lint(tmp_path: Path, plant: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """lint-imports over a copy of lib/bootseer with ``plant`` (module path -> a line
+    appended to it)."""
+    lib = tmp_path / "lib"
+    shutil.copytree(
+        TOP / "lib" / "bootseer", lib / "bootseer", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for rel, line in plant.items():
+        with open(lib / "bootseer" / rel, "a") as f:
+            f.write(f"\n{line}\n")
+    shutil.copy(TOP / "pyproject.toml", tmp_path / "pyproject.toml")
+    env = {**os.environ, "PYTHONPATH": str(lib)}
+    return subprocess.run(
+        [str(LINT), "--no-cache", "--config", "pyproject.toml"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.skipif(not LINT.exists(), reason="import-linter is a dev dependency")
+def test_the_tree_keeps_its_layering(tmp_path: Path) -> None:
+    r = lint(tmp_path, {})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 kept, 0 broken" in r.stdout
+
+
+@pytest.mark.skipif(not LINT.exists(), reason="import-linter is a dev dependency")
+@pytest.mark.parametrize(
+    ("plant", "named"),
+    [
+        # A technique library reaching up into the agent (a function-level import counts).
+        (
+            {"image/blocks.py": "def _f() -> None:\n    import bootseer.agent.server  # noqa"},
+            "bootseer.image.blocks -> bootseer.agent.server",
+        ),
+        # The base reaching into a library, under TYPE_CHECKING.
+        (
+            {"config.py": "if TYPE_CHECKING:\n    import bootseer.ckpt.layout  # noqa"},
+            "bootseer.config -> bootseer.ckpt.layout",
+        ),
+        # Two process packages, which stay independent.
+        (
+            {"hooks/log.py": "import bootseer.ckptd.log  # noqa"},
+            "bootseer.hooks.log -> bootseer.ckptd.log",
+        ),
+    ],
+)
+def test_an_import_against_the_layers_fails_the_check(
+    tmp_path: Path, plant: dict[str, str], named: str
+) -> None:
+    r = lint(tmp_path, plant)
+    assert r.returncode != 0, r.stdout
+    assert "processes over technique libraries over the base BROKEN" in r.stdout, r.stdout
+    assert named in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(not LINT.exists(), reason="import-linter is a dev dependency")
+def test_a_cycle_among_siblings_fails_the_check(tmp_path: Path) -> None:
+    # units is imported by progress; units importing progress back closes a cycle within
+    # one layer, which only the acyclic-siblings contract sees.
+    r = lint(tmp_path, {"units.py": "def _f() -> None:\n    import bootseer.progress  # noqa"})
+    assert r.returncode != 0, r.stdout
+    assert "no import cycles among the siblings of any package BROKEN" in r.stdout, r.stdout
+    assert "processes over technique libraries over the base KEPT" in r.stdout
+    assert ".units -> .progress" in r.stdout or ".progress -> .units" in r.stdout, r.stdout
