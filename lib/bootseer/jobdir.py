@@ -23,10 +23,9 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 
-from bootseer import nodepaths
+from bootseer import localrecord, nodepaths
 from bootseer.errors import StepError
 
 _ENV_NAME = re.compile(r"^BOOTSEER_[A-Z0-9_]+$")
@@ -97,12 +96,4 @@ class JobDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
     def _write_atomic(self, name: str, text: str, mode: int) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{name}.")  # 0600 from the start
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.chmod(tmp, mode)
-            os.replace(tmp, self.path / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        localrecord.write_bytes(self.path / name, text.encode(), mode)

@@ -146,8 +146,15 @@ def decode(tp: Any, value: object, name: str = "value") -> Any:
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
             raise DecodeError(f"{name} must be a list, not {type(value).__name__}")
-        item = typing.get_args(tp)[0]
-        items = [decode(item, v, f"{name}[{i}]") for i, v in enumerate(value)]
+        args = typing.get_args(tp)
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(value) != len(args):  # tuple[int, str]: so many, each of its type
+                raise DecodeError(f"{name} must be a list of {len(args)} items")
+            return tuple(
+                decode(a, v, f"{name}[{i}]")
+                for i, (a, v) in enumerate(zip(args, value, strict=True))
+            )
+        items = [decode(args[0], v, f"{name}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):

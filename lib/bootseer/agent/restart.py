@@ -17,13 +17,13 @@ inode, size, mtime), or the job's view is dropped.
 
 from __future__ import annotations
 
-import json
-import os
+import dataclasses
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from bootseer import jsonlimits
+from bootseer import localrecord
+from bootseer.errors import describe
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,7 @@ class RestartState:
         return self.dir / f"{job_id}.json"
 
     def save(self, job: SavedJob) -> None:
-        tmp = self.dir / f".{job.job_id}.json.tmp"
-        tmp.write_text(json.dumps(asdict(job)))
-        os.replace(tmp, self._file(job.job_id))
+        localrecord.write(self._file(job.job_id), job)
 
     def forget(self, job_id: int, why: str = "") -> None:
         if why:
@@ -65,25 +63,10 @@ class RestartState:
         """Every saved job; a damaged file is logged and removed."""
         for f in sorted(self.dir.glob("*.json")):
             try:
-                doc = jsonlimits.loads(f.read_bytes(), max_bytes=64 << 10, what=f.name)
-                path = doc.get("path")
-                file = doc.get("file")
-                if file is not None and (
-                    not isinstance(file, list)
-                    or len(file) != 4
-                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in file)
-                ):
-                    raise ValueError(f"file must be four whole numbers, not {file!r}")
-                yield SavedJob(
-                    int(doc["job_id"]),
-                    int(doc["uid"]),
-                    int(doc["gid"]),
-                    str(doc["ref"]),
-                    str(doc["image"]),
-                    bool(doc["refresh"]),
-                    str(path) if path else None,
-                    (file[0], file[1], file[2], file[3]) if file else None,
-                )
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                self.log(f"state {f.name} not restored: {exc}")
+                saved = localrecord.read(SavedJob, f)
+            except (OSError, localrecord.RecordError) as exc:
+                self.log(f"state {f.name} not restored: {describe(exc)}")
                 f.unlink(missing_ok=True)
+                continue
+            if saved is not None:
+                yield dataclasses.replace(saved, path=saved.path or None)

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import signal
 import stat
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from bootseer import localrecord
 from bootseer.ckpt.totals import MountTotals, totals_path
 from bootseer.errors import StepError
 from bootseer.mounts import is_mounted, set_read_ahead, umount
@@ -45,18 +45,14 @@ class MountRecord:
     log: str  # the daemon's stderr
 
     def save(self, state_dir: Path) -> None:
-        tmp = state_dir / ".mount.json.tmp"
-        tmp.write_text(json.dumps(asdict(self)))
-        os.replace(tmp, state_dir / "mount.json")
+        localrecord.write(state_dir / "mount.json", self)
 
     @classmethod
     def load(cls, state_dir: Path) -> MountRecord | None:
+        """The record, or None where there is none, or none that is one."""
         try:
-            doc = json.loads((state_dir / "mount.json").read_text())
-            return cls(
-                int(doc["pid"]), str(doc["mountpoint"]), str(doc["namespace"]), str(doc["log"])
-            )
-        except (OSError, ValueError, KeyError, TypeError):
+            return localrecord.read(cls, state_dir / "mount.json")
+        except (OSError, localrecord.RecordError):
             return None
 
 

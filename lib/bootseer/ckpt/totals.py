@@ -16,14 +16,11 @@ MountTotals(read_bytes=5, written_bytes=0, committed=1, dropped=0, store_bytes=0
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from bootseer import jsonlimits
+from bootseer import localrecord
+from bootseer.jsondecode import Whole
 
 MAX_BYTES = 4096
 
@@ -36,44 +33,20 @@ def totals_path(log_path: str | Path) -> Path:
 
 @dataclass(frozen=True)
 class MountTotals:
-    read_bytes: int = 0  # served to the job through the mount
-    written_bytes: int = 0  # written by the job into the mount
-    committed: int = 0  # new versions committed
-    dropped: int = 0  # new versions dropped (a writer killed, a write failed, open at unmount)
-    store_bytes: int = 0  # units this node read from the targets
-    peer_bytes: int = 0  # units this node had from the job's other nodes
+    read_bytes: Whole = 0  # served to the job through the mount
+    written_bytes: Whole = 0  # written by the job into the mount
+    committed: Whole = 0  # new versions committed
+    dropped: Whole = 0  # new versions dropped (a writer killed, a write failed, open at unmount)
+    store_bytes: Whole = 0  # units this node read from the targets
+    peer_bytes: Whole = 0  # units this node had from the job's other nodes
 
     def write(self, path: Path) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            with open(fd, "w") as f:
-                json.dump(dataclasses.asdict(self), f)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        localrecord.write(path, self)
 
     @classmethod
     def read(cls, path: Path) -> MountTotals | None:
         """The totals at ``path``, or None when there are none (or none that parse)."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
+            return localrecord.read(cls, path, MAX_BYTES)
+        except (OSError, localrecord.RecordError):
             return None
-        with open(fd, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
-        try:
-            doc = jsonlimits.loads(raw, max_bytes=MAX_BYTES, what=str(path))
-        except ValueError:  # not JSON, or past the limits
-            return None
-        if not isinstance(doc, dict):
-            return None
-        counts = {}
-        for fld in dataclasses.fields(cls):
-            v = doc.get(fld.name, 0)
-            if type(v) is not int or v < 0:
-                return None
-            counts[fld.name] = v
-        return cls(**counts)

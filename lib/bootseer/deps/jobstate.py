@@ -26,12 +26,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bootseer import jsonlimits, nodepaths
+from bootseer import jsonlimits, localrecord, nodepaths
 
 MAX_RECORD = 256 << 20
 
@@ -50,25 +49,15 @@ class PrologState:
     @classmethod
     def read(cls, path: Path) -> PrologState | None:
         try:
-            d = jsonlimits.loads(path.read_bytes(), max_bytes=MAX_RECORD, what=path.name)
-            return cls(**d)
-        except (OSError, ValueError, TypeError):
+            return localrecord.read(cls, path, MAX_RECORD)
+        except (OSError, localrecord.RecordError):
             return None
 
     def write(self, path: Path, mode: int = 0o600) -> None:
         """Whole or not at all, root's. A new file by ``mkstemp`` and a rename: ``path``
         may lie in the job user's directory, where a name she planted (a link) is replaced,
         never written through."""
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(asdict(self)))
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        localrecord.write(path, self, mode)
 
 
 def read_install_record(path: str) -> dict[str, Any] | None:

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from bootseer import filelock, jsonlimits
+from bootseer import filelock, localrecord
 from bootseer.errors import StepError
 from bootseer.nodepaths import deps_cache
 
@@ -71,15 +70,10 @@ def prefix_lock(cache_dir: Path, prefix: str, timeout: float) -> Iterator[None]:
 
 def read_stamp(cache_dir: Path, prefix: str) -> Stamp | None:
     try:
-        raw = (_dir(cache_dir, "stamps") / f"{_name(prefix)}.json").read_bytes()
-        d = jsonlimits.loads(raw, what="stamp")
-        return Stamp(**d)
-    except (OSError, ValueError, TypeError):
+        return localrecord.read(Stamp, _dir(cache_dir, "stamps") / f"{_name(prefix)}.json")
+    except (OSError, localrecord.RecordError):
         return None
 
 
 def write_stamp(cache_dir: Path, stamp: Stamp) -> None:
-    d = _dir(cache_dir, "stamps")
-    tmp = d / f".{_name(stamp.prefix)}.{os.getpid()}"
-    tmp.write_text(json.dumps(asdict(stamp)))
-    os.replace(tmp, d / f"{_name(stamp.prefix)}.json")
+    localrecord.write(_dir(cache_dir, "stamps") / f"{_name(stamp.prefix)}.json", stamp)

@@ -13,9 +13,10 @@ made 0644 and synced before the rename (:func:`write_atomically`); the text is
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from bootseer import localrecord
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -32,23 +33,8 @@ def write_textfile(path: Path, registry: Collector) -> None:
 
 def write_atomically(path: Path, data: bytes) -> None:
     """``data`` as ``path``, root's, 0644 whatever the umask, by a rename."""
-    # mkstemp: O_EXCL (never through a planted link); a dot name that node_exporter,
-    # which reads *.prom only, skips.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.rename(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # Its temp file has a dot name, which node_exporter (it reads *.prom only) skips.
+    localrecord.write_bytes(path, data, 0o644, sync=True)
 
 
 def read_bounded(path: Path) -> str | None:

@@ -25,14 +25,13 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bootseer import jsonlimits, mounts, nodepaths
+from bootseer import jsonlimits, localrecord, mounts, nodepaths
 from bootseer.phases.schema import (
     DETAIL_MAX,
     PHASE_NAME,
@@ -286,12 +285,4 @@ def _remove(path: Path) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    localrecord.write_bytes(path, text.encode(), 0o644)
