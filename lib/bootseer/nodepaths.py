@@ -25,7 +25,7 @@ here unless the config sets it (``[image]``'s, ``[ckpt] mount_root``)::
 ``%n`` in a configured path is the node name, as in slurm.conf, so that several slurmd
 on one machine (slurm-dev) keep apart. :func:`node_name` is the one way Python finds
 it; the SPANK plugin (spank/bootseer.c) computes the env file's path itself, from the
-short host name, and ``tests/unit/test_nodepaths.py`` holds the two to one answer.
+short host name, and ``tests/base/test_nodepaths.py`` holds the two to one answer.
 
     >>> from pathlib import Path
     >>> from bootseer.nodename import expand

@@ -135,7 +135,7 @@ def test_an_unwritable_metrics_dir_costs_a_log_line_not_the_agent(tmp_path: Path
 
 
 def test_a_user_over_the_socket_cap_shows_in_the_refused_count(base: Path) -> None:
-    from tests.integration.test_agent_socket import MALLORY, as_user, busy_answers, hold
+    from tests.agent.test_socket import MALLORY, as_user, busy_answers, hold
 
     # mallory reaches the socket: conftest's base, never under pytest's tmp_path
     config = site_config(base, "t1", max_connections=6, max_connections_per_user=4)

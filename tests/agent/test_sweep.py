@@ -1,7 +1,7 @@
 """The sweep's rules without Slurm: squeue's answer read strictly, Slurm asked at most
 once per interval and only when some job's state is on the node, a job dir that changed
-since it was listed kept, nothing swept when squeue fails. (tests/integration/
-test_sweep_slurm.py asks real Slurm.)"""
+since it was listed kept, nothing swept when squeue fails. (tests/agent/test_sweep_slurm.py
+asks real Slurm.)"""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ import pytest
 from bootseer.errors import OptionError
 from bootseer.options import DepsSpec, Options, parse_ckpt, parse_deps, parse_image, parse_options
 
-# Shared with tests/integration/test_options_spank.py, which checks that the SPANK
+# Shared with tests/plugin/test_options_spank.py, which checks that the SPANK
 # plugin accepts exactly the same values at submit time.
 GOOD = {
     "image": ["/shared/images/pytorch.sqsh", "pytorch", "pytorch:24.05", "a-b.c_d:T-1.2"],

@@ -19,7 +19,7 @@ import pytest
 
 from bootseer.sitekey import DEPS_MANIFEST, load_keys, strip
 from tests.conftest import DevSlurm, devcluster
-from tests.unit.deps.conftest import entries_of, member, publish, tar_bytes
+from tests.deps.conftest import entries_of, member, publish, tar_bytes
 
 pytestmark = pytest.mark.slurm
 

@@ -1,6 +1,6 @@
 """A job's directory on a node: what other users may see of it (nothing), and root's
 writes into the one directory of it the job's user owns (never through her links).
-The same on a real cluster: tests/integration/test_envfile_slurm.py."""
+The same on a real cluster: tests/plugin/test_envfile_slurm.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """bootseer's copy of tarfile's ``data`` filter (for Debian bookworm's Python 3.11.2).
 
-The hostile-snapshot tests in tests/unit/deps run with both filters; here the copy is
+The hostile-snapshot tests in tests/deps run with both filters; here the copy is
 held to tarfile's own answers member by member, and a restore runs on Debian's own
 interpreter when the machine has one older than 3.11.4.
 """

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
+from tests.base.test_options import BAD, GOOD
 from tests.conftest import DevSlurm
-from tests.unit.test_options import BAD, GOOD
 
 pytestmark = pytest.mark.slurm
 

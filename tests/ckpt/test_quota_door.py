@@ -17,7 +17,7 @@ from bootseer.store import open_store
 from bootseer.units import iec
 from tests.imagekit import AgentProc, site_config
 
-from .test_ckpt_door import UNIT, _users, as_user, pytestmark, weights
+from .test_door import UNIT, _users, as_user, pytestmark, weights
 
 __all__ = ["pytestmark"]
 QUOTA = 10 * UNIT

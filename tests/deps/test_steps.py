@@ -25,7 +25,7 @@ from tests.sitekeys import KEYS
 
 from .conftest import USER_A, USER_B, needs_root, site, step_call
 
-TOP = Path(__file__).resolve().parents[3]
+TOP = Path(__file__).resolve().parents[2]
 
 
 def fill(prefix: Path, uid: int) -> None:
@@ -444,7 +444,7 @@ def test_a_manifest_that_does_not_parse_is_dropped(scratch: Path) -> None:
     store = cfg.store.open()
     (manifest,) = [o.key for o in store.list("deps", recursive=True) if "manifest" in o.key]
     # Sealed (as by a buggy root-run writer): an unsealed one is refused before parsing,
-    # not dropped (tests/unit/deps/test_sealed.py).
+    # not dropped (tests/deps/test_sealed.py).
     store.write_bytes(manifest, KEYS.seal(DEPS_MANIFEST, manifest, b"{not json}"))
     import shutil
 

@@ -55,7 +55,7 @@ def test_the_helper_refuses_depth_and_size_but_not_brackets_in_strings() -> None
 
 
 # The parsers' limits hold for every reader; a root-run reader checks the site key's MAC
-# first (tests/unit/test_sitekey.py), so these read unchecked (keys=None) to reach them.
+# first (tests/base/test_sitekey.py), so these read unchecked (keys=None) to reach them.
 
 
 def image(store: Store) -> Manifest:
