@@ -27,9 +27,12 @@ def require_root(action: str, why: str) -> None:
         raise BootseerError(f"{action} is an admin action ({why}): run it as root")
 
 
-def through_agent_hint(command: str, why: str, cause: BaseException) -> BootseerError:
+def through_agent_hint(
+    command: str, why: str, cause: BaseException, example: str = ""
+) -> BootseerError:
     """The error for a user's ``bootseer {command}`` that found no node agent: the agent
-    does it for her (``why``: what she may not do herself), so where to run it instead.
+    does it for her (``why``: what she may not do herself), so where to run it instead
+    (``example``: the command as she would type it there, default ``command``).
 
     >>> print(through_agent_hint("image ls", "users cannot read the image records",
     ...                          OSError("no node agent on /run/bootseer/agent.sock")))
@@ -40,7 +43,7 @@ def through_agent_hint(command: str, why: str, cause: BaseException) -> Bootseer
     """
     return BootseerError(
         f"{cause}; as a user, `bootseer {command}` asks the node agent ({why}): run it on "
-        f"a node where the agent runs (srun bootseer {command}), or as root"
+        f"a node where the agent runs (srun bootseer {example or command}), or as root"
     )
 
 

@@ -222,7 +222,7 @@ def _show_through_agent(args: argparse.Namespace) -> int:
     try:
         reply = this_nodes_agent().ask(ImageShow(args.ref))
     except AgentUnavailable as exc:
-        raise through_agent_hint("image show", NO_IMAGE_RECORDS, exc) from None
+        raise through_agent_hint("image show", NO_IMAGE_RECORDS, exc, "image show NAME") from None
     print(json.dumps(reply.doc, indent=1))
     return 0
 
