@@ -380,7 +380,7 @@ def test_every_reply_type_round_trips_typed() -> None:
     for reply in (job, ReleaseReply(True, "saved", job), ReleaseReply(False)):
         assert type(reply).from_wire(json.loads(encode(reply.to_wire()))) == reply
     # A reply that is not what its type says is the agent's error, not a crash later.
-    from bootseer.agentapi.wire import DecodeError
+    from bootseer.jsondecode import DecodeError
 
     with pytest.raises(DecodeError, match="fill"):
         JobReply.from_wire({**job.to_wire(), "fill": {"state": "odd"}})

@@ -22,8 +22,8 @@ from bootseer.agentapi.jobs import (
     Release,
     ReleaseReply,
 )
-from bootseer.agentapi.wire import decode
 from bootseer.image import step
+from bootseer.jsondecode import decode
 from bootseer.options import Options
 from bootseer.phases.compact import compact
 from bootseer.phases.reader import PhaseDataset

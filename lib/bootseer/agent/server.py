@@ -33,8 +33,9 @@ from bootseer.agentapi.errors import (
 )
 from bootseer.agentapi.jobs import Ping
 from bootseer.agentapi.requests import parse_request
-from bootseer.agentapi.wire import MAX_LINE, DecodeError, encode
+from bootseer.agentapi.wire import MAX_LINE, encode
 from bootseer.errors import StoreError
+from bootseer.jsondecode import DecodeError
 
 
 def peer_uid(sock: socket.socket) -> int:

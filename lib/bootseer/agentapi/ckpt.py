@@ -20,7 +20,7 @@ Names are checked here, on the agent's side, before anything is opened
 bounded both ways (:data:`MAX_PATHS` in, :data:`MAX_ENTRIES` and
 :data:`MAX_PROBLEMS` out). ``ckpt gc`` has no door: it is an admin's, run as root.
 
-    >>> from bootseer.agentapi.wire import decode
+    >>> from bootseer.jsondecode import decode
     >>> decode(CkptGet, {"op": "ckpt_get", "ns": "llama-25b", "path": "a/b.pt"})
     CkptGet(ns='llama-25b', path='a/b.pt')
 """
@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, ClassVar, Literal, Self, TypeVar
 
-from bootseer.agentapi.wire import Items, Reply, Request, Text
+from bootseer.agentapi.wire import Reply, Request
+from bootseer.jsondecode import Items, Text
 
 MAX_NAME = 1024  # longer than any valid namespace (256) or path (1024 checked again)
 MAX_PATHS = 1000  # files one ``rm`` may name

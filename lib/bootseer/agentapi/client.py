@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from bootseer import jsonlimits
 from bootseer.agentapi.errors import AgentError, AgentTimeout, AgentUnavailable, error_for
-from bootseer.agentapi.wire import DecodeError, R, Request, encode
+from bootseer.agentapi.wire import R, Request, encode
+from bootseer.jsondecode import DecodeError
 
 if TYPE_CHECKING:
     from bootseer.config import SiteConfig

@@ -19,16 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Literal, Self, TypeVar
 
-from bootseer.agentapi.wire import (
-    Bounds,
-    DecodeError,
-    JobId,
-    Reply,
-    Request,
-    Seconds,
-    Whole,
-    decode,
-)
+from bootseer.agentapi.wire import JobId, Reply, Request
+from bootseer.jsondecode import Bounds, DecodeError, Seconds, Whole, decode
 
 # -- replies -------------------------------------------------------------------------
 

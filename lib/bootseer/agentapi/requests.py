@@ -30,7 +30,8 @@ from bootseer.agentapi.jobs import (
     Status,
 )
 from bootseer.agentapi.views import DepsList, DepsShow, ImageList, ImageShow
-from bootseer.agentapi.wire import DecodeError, Request, decode
+from bootseer.agentapi.wire import Request
+from bootseer.jsondecode import DecodeError, decode
 
 REQUESTS: dict[str, type[Request[Any]]] = {
     cls.op: cls

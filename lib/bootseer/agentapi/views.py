@@ -7,7 +7,7 @@ A user holds no store credentials and cannot read the sealed records, so the age
     {"op": "image_ls"}  /  {"op": "image_show", "ref": "pytorch:24.05"}
     {"op": "deps_ls", "scopes": ["user/alice"]}  /  {"op": "deps_show", "scope": "", "key": K}
 
-    >>> from bootseer.agentapi.wire import decode
+    >>> from bootseer.jsondecode import decode
     >>> decode(DepsList, {"op": "deps_ls", "scopes": ["user/alice"]})
     DepsList(scopes=('user/alice',))
 """
@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from bootseer.agentapi.wire import Items, Reply, Request, Text
+from bootseer.agentapi.wire import Reply, Request
+from bootseer.jsondecode import Items, Text
 
 MAX_VIEW_SCOPES = 64  # scopes one deps_ls names at most
 

@@ -28,9 +28,7 @@ import typing
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, ClassVar, Generic, Self, TypeVar
 
-from bootseer.jsondecode import Bounds, DecodeError, Items, Seconds, Text, Whole, decode
-
-__all__ = ["Bounds", "DecodeError", "Items", "Seconds", "Text", "Whole", "decode"]
+from bootseer.jsondecode import Bounds, decode
 
 MAX_LINE = 64 << 10  # a request longer than this is refused unread
 MAX_JOB_ID = 2**40

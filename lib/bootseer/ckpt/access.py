@@ -32,11 +32,11 @@ from bootseer.agentapi.ckpt import (
     CkptVerify,
     CkptVerifyReply,
 )
+from bootseer.ckpt import actions
 from bootseer.errors import BootseerError
 
 if TYPE_CHECKING:
     from bootseer.agentapi.client import AgentClient
-    from bootseer.ckpt.actions import Tick
     from bootseer.ckpt.namespace import Namespace
     from bootseer.config import SiteConfig
 
@@ -51,7 +51,7 @@ class CkptAccess(Protocol):
     def get(self, ns: str, path: str, fd: int) -> CkptGetReply: ...
     def ls(self, ns: str, path: str) -> CkptListReply: ...
     def rm(self, ns: str, paths: tuple[str, ...]) -> CkptRemoveReply: ...
-    def verify(self, ns: str, path: str, tick: Tick | None = None) -> CkptVerifyReply: ...
+    def verify(self, ns: str, path: str, tick: actions.Tick | None = None) -> CkptVerifyReply: ...
     def usage(self) -> CkptUsageReply: ...
 
 
@@ -85,33 +85,21 @@ class Direct:
         return Namespace.from_config(self.cfg, name, keys=keys_if_root(self.cfg))
 
     def put(self, ns: str, path: str, fd: int) -> CkptPutReply:
-        from bootseer.ckpt import actions
-
         return actions.put(self.namespace(ns), path, fd)
 
     def get(self, ns: str, path: str, fd: int) -> CkptGetReply:
-        from bootseer.ckpt import actions
-
         return actions.get(self.namespace(ns), path, fd)
 
     def ls(self, ns: str, path: str) -> CkptListReply:
-        from bootseer.ckpt import actions
-
         return actions.ls(self.namespace(ns), path)
 
     def rm(self, ns: str, paths: tuple[str, ...]) -> CkptRemoveReply:
-        from bootseer.ckpt import actions
-
         return actions.rm(self.namespace(ns), paths)
 
-    def verify(self, ns: str, path: str, tick: Tick | None = None) -> CkptVerifyReply:
-        from bootseer.ckpt import actions
-
+    def verify(self, ns: str, path: str, tick: actions.Tick | None = None) -> CkptVerifyReply:
         return actions.verify(self.namespace(ns), path, tick=tick)
 
     def usage(self) -> CkptUsageReply:
-        from bootseer.ckpt import actions
-
         return actions.usage(self.cfg, self.user)
 
 
@@ -166,7 +154,7 @@ class ThroughAgent:
     def rm(self, ns: str, paths: tuple[str, ...]) -> CkptRemoveReply:
         return self.client.ask(CkptRemove(ns, paths))
 
-    def verify(self, ns: str, path: str, tick: Tick | None = None) -> CkptVerifyReply:
+    def verify(self, ns: str, path: str, tick: actions.Tick | None = None) -> CkptVerifyReply:
         return self.client.ask(CkptVerify(ns, path))
 
     def usage(self) -> CkptUsageReply:
