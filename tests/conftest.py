@@ -316,3 +316,34 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield squash(src, readable / "hello.sqsh")
     finally:
         shutil.rmtree(readable)
+
+
+# What a test needs beyond this process is said by its markers (pyproject.toml), so that
+# `-m "not slurm"` never starts the cluster: a test that asks for one of these fixtures
+# without its marker is refused at collection.
+FIXTURE_MARKERS = {"_cluster_session": "slurm", "s3_store": "s3"}
+
+
+def unmarked(items: list[pytest.Item]) -> list[str]:
+    """``nodeid: fixture without @marker`` for each test that uses a fixture of
+    :data:`FIXTURE_MARKERS` (directly or through another fixture) without its marker."""
+    return [
+        f"{item.nodeid}: {fixture} without @pytest.mark.{marker}"
+        for item in items
+        for fixture, marker in FIXTURE_MARKERS.items()
+        if fixture in getattr(item, "fixturenames", ()) and item.get_closest_marker(marker) is None
+    ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if bad := unmarked(items):
+        raise pytest.UsageError("tests not marked for what they need:\n  " + "\n  ".join(bad))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``root`` or ``fuse`` is skipped, saying why, where it cannot run."""
+    needs_root = item.get_closest_marker("root") or item.get_closest_marker("fuse")
+    if needs_root and os.geteuid() != 0:
+        pytest.skip("needs root")
+    if item.get_closest_marker("fuse") and not os.path.exists("/dev/fuse"):
+        pytest.skip("needs /dev/fuse")

@@ -11,9 +11,12 @@ import pytest
 from bootseer.sdnotify import notify
 from tests.imagekit import AgentProc, site_config
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and /dev/fuse"
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not os.path.exists("/dev/fuse"), reason="needs root and /dev/fuse"
+    ),
+]
 
 
 def test_notify_reaches_an_abstract_socket() -> None:

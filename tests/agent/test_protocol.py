@@ -183,6 +183,7 @@ def test_client_side_kinds(tmp_path: Path) -> None:
             server.shutdown()
 
 
+@pytest.mark.root
 def test_the_real_server_answers_with_typed_errors(
     agent: tuple[Agent, AgentClient], tmp_path: Path
 ) -> None:

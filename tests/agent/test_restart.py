@@ -18,10 +18,13 @@ from bootseer.agentapi.jobs import AgentRestart, Ping, PingReply, Stats
 from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
-    reason="needs root, /dev/fuse and squashfs-tools",
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
+        reason="needs root, /dev/fuse and squashfs-tools",
+    ),
+]
 
 
 @pytest.fixture

@@ -19,10 +19,13 @@ from bootseer.agentapi.wire import encode
 from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
-    reason="needs root, /dev/fuse and squashfs-tools",
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
+        reason="needs root, /dev/fuse and squashfs-tools",
+    ),
+]
 
 
 ALICE, BOB, MALLORY = 4242, 4343, 4444

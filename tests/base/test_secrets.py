@@ -23,6 +23,8 @@ from bootseer.credentials import read_secrets_file, store_credentials
 from bootseer.errors import ConfigError
 from bootseer.store import open_store
 
+pytestmark = pytest.mark.root
+
 USER = 4242  # any uid but root's (no account needed)
 SECRET = "s3cr3t-never-printed"
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (files owned by root)")

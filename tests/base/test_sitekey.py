@@ -14,6 +14,8 @@ from bootseer.p2p.auth import load_site_key
 from bootseer.sitekey import SealError, SiteKeys, load_keys, read_key_file
 from tests.sitekeys import KEY, KEYS, key_file
 
+pytestmark = pytest.mark.root
+
 OLD = b"the-old-site-key-0123456789abcdef"
 NEW = b"the-new-site-key-0123456789abcdef"
 

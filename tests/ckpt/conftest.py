@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -48,11 +47,8 @@ def site_config(tmp_path: Path, targets: list[str], monkeypatch: pytest.MonkeyPa
     return path
 
 
-def _fuse_ok() -> bool:
-    return os.geteuid() == 0 and os.path.exists("/dev/fuse")
-
-
-needs_fuse = pytest.mark.skipif(not _fuse_ok(), reason="needs root and /dev/fuse")
+# A test that mounts: skipped without root or /dev/fuse (tests/conftest.py)
+needs_fuse = pytest.mark.fuse
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from bootseer.units import iec
 
 from .conftest import UNIT
 
+pytestmark = pytest.mark.root
+
 
 def test_put_ls_get_verify_rm(
     site_config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -24,10 +24,13 @@ from bootseer.sitekey import site_keys
 from bootseer.units import iec
 from tests.imagekit import AgentProc, site_config
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("setpriv"),
-    reason="needs root, /dev/fuse and setpriv",
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("setpriv"),
+        reason="needs root, /dev/fuse and setpriv",
+    ),
+]
 
 BOOTSEER = str(Path(sys.executable).parent / "bootseer")
 UNIT = 1 << 16

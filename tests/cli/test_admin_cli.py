@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("mksquashfs"),
-    reason="needs root, setpriv and squashfs-tools",
-)
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("mksquashfs"),
+        reason="needs root, setpriv and squashfs-tools",
+    ),
+]
 
 BOOTSEER = str(Path(sys.executable).parent / "bootseer")
 

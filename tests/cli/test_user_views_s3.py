@@ -33,6 +33,7 @@ from tests.imagekit import AgentProc, make_squashfs, site_config
 from tests.sitekeys import KEYS
 
 pytestmark = [
+    pytest.mark.fuse,
     pytest.mark.s3,
     pytest.mark.skipif(
         os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("setpriv"),

@@ -16,6 +16,8 @@ from bootseer.store import Store
 from .conftest import USER_A, USER_B, needs_root, site, step_call
 from .test_steps import installed
 
+pytestmark = pytest.mark.root
+
 
 def _installed(scratch: Path):  # type: ignore[no-untyped-def]
     (scratch / "req.txt").write_text("numpy\n")

@@ -26,6 +26,8 @@ from tests.waiting import wait_until
 from .conftest import USER_A, needs_root
 from .test_steps import captured_elsewhere
 
+pytestmark = pytest.mark.root
+
 
 def temporaries(scratch: Path) -> list[str]:
     return [p.name for p in scratch.iterdir() if p.name.startswith(".env.bootseer-")]

@@ -22,6 +22,8 @@ from tests.sitekeys import KEYS
 
 from .conftest import USER_A, entries_of, member, needs_root, publish, tar_bytes
 
+pytestmark = pytest.mark.root
+
 MB = 1 << 20
 Members = list[tuple[tarfile.TarInfo, bytes | None]]
 LIMITS = RestoreRequest("", 0, 0)  # the default max_bytes and max_files

@@ -79,6 +79,7 @@ def test_key_file_errors_are_clear(tmp_path: Path) -> None:
         hash_key_files(["big"], str(tmp_path), 10)
 
 
+@pytest.mark.root
 def test_key_file_read_as_the_user_not_root(scratch: Path) -> None:
     """A user naming /etc/shadow (or any root-only file) learns nothing from the prolog."""
     needs_root()

@@ -18,6 +18,8 @@ from bootseer.store import Store
 from .conftest import USER_A, needs_root, site, step_call
 from .test_steps import installed
 
+pytestmark = pytest.mark.root
+
 
 def _call(scratch: Path, job_id: int, node: str, prefix: Path):  # type: ignore[no-untyped-def]
     return step_call(

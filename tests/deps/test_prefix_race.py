@@ -15,7 +15,10 @@ import pytest
 
 from bootseer.deps.archive import SnapshotRejected, entry_of, extract_snapshot
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a directory of mallory's)")
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a directory of mallory's)"),
+]
 
 
 def _snapshot() -> tuple[int, list]:  # type: ignore[type-arg]

@@ -19,6 +19,8 @@ from bootseer.store import Store
 from .conftest import USER_A, USER_B, needs_root, site, step_call
 from .test_steps import installed
 
+pytestmark = pytest.mark.root
+
 
 def _files(store_dir: Path) -> set[str]:
     """Every file under the store's directory, temporary ones included."""

@@ -20,6 +20,8 @@ from tests.sitekeys import KEY, key_file
 from .conftest import USER_A, entries_of, member, needs_root, publish, site, step_call, tar_bytes
 from .test_steps import installed
 
+pytestmark = pytest.mark.root
+
 SPEC = "{prefix},key=req.txt"
 
 

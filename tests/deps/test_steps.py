@@ -25,6 +25,8 @@ from tests.sitekeys import KEYS
 
 from .conftest import USER_A, USER_B, needs_root, site, step_call
 
+pytestmark = pytest.mark.root
+
 TOP = Path(__file__).resolve().parents[2]
 
 

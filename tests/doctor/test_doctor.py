@@ -221,6 +221,7 @@ def test_a_bad_config_is_a_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "hooks.strict" in check.detail
 
 
+@pytest.mark.root
 @pytest.mark.skipif(not ROOT, reason="the config must be root's")
 def test_config_modes(tmp_path: Path) -> None:
     node = make_node(tmp_path)
@@ -247,6 +248,7 @@ def test_a_missing_site_key_is_reported(tmp_path: Path) -> None:
     assert "umask 077" in check.fix
 
 
+@pytest.mark.root
 @pytest.mark.skipif(not ROOT, reason="the key must be root's")
 def test_a_root_only_site_key_is_ok(tmp_path: Path) -> None:
     key = tmp_path / "site.key"
@@ -511,6 +513,7 @@ def test_a_metrics_dir_others_may_write_is_reported(tmp_path: Path) -> None:
     assert check.status == "problem" and "mode 0777" in check.detail
 
 
+@pytest.mark.root
 @pytest.mark.skipif(not ROOT, reason="the directory must be root's")
 def test_a_stale_or_missing_agent_file_is_reported_and_a_fresh_one_is_ok(tmp_path: Path) -> None:
     d = tmp_path / "metrics"

@@ -9,7 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import DevSlurm
+
+pytestmark = pytest.mark.slurm
 
 
 def doctor(cluster: DevSlurm, *args: str) -> subprocess.CompletedProcess[str]:

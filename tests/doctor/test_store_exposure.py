@@ -76,6 +76,7 @@ def test_a_site_may_keep_phase_records_private(base: Path) -> None:
     assert exposure(public) == []  # public by default
 
 
+@pytest.mark.root
 def test_a_user_reading_private_phase_records_is_told_why(base: Path) -> None:
     """`bootseer report`'s read of a private phases/ fails saying the site keeps them
     private and who may read them."""

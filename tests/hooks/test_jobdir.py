@@ -74,6 +74,7 @@ def test_the_jobs_dir_is_roots_alone_whatever_the_umask(tmp_path: Path, umask0: 
     assert mode(tmp_path / nodepaths.JOBS) & 0o022 == 0
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 def test_a_job_dir_another_user_made_first_is_refused_and_left_as_it_is(
     tmp_path: Path,
@@ -118,6 +119,7 @@ def test_a_jobs_dir_others_may_write_is_refused(tmp_path: Path) -> None:
     assert list(elsewhere.iterdir()) == []
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="a tmpfs mount needs root")
 def test_the_users_deps_dir_fills_a_tmpfs_of_its_own_not_run(tmp_path: Path) -> None:
     """deps/job/ is the one directory of the run dir (/run) a job's user may write: it

@@ -28,10 +28,13 @@ from tests.waiting import wait_until
 # 30 s default, so a timeout not taken from the config fails), not a speed claim.
 HANG = 20.0
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
-    reason="needs root, /dev/fuse and squashfs-tools",
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
+        reason="needs root, /dev/fuse and squashfs-tools",
+    ),
+]
 
 FILES = {"bin/tool": 300_000, "lib/big.so": 1_500_000, "share/data": 700_000, "etc/conf": 5000}
 

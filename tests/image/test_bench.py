@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import TEST_PORT_BASE, TOP
 
-pytestmark = pytest.mark.s3
+pytestmark = [pytest.mark.fuse, pytest.mark.s3]
 
 
 @pytest.mark.skipif(

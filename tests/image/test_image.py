@@ -107,6 +107,7 @@ def test_registration_lock_is_one_holders_and_breaks_when_stale(tmp_path: Path) 
     assert b.acquire()
 
 
+@pytest.mark.root
 def test_check_image_file_refuses_what_the_user_cannot_read(tmp_path: Path) -> None:
     d = tmp_path / "private"
     d.mkdir(mode=0o700)
@@ -145,6 +146,7 @@ def test_registration_reads_the_checked_file_even_if_the_link_is_swapped(
     assert got.id == hash_file(str(mine), BS).id != hash_file(str(secret), BS).id
 
 
+@pytest.mark.root
 @pytest.mark.skipif(os.geteuid() != 0, reason="opens as another user")
 def test_a_directory_swapped_during_the_open_never_yields_a_file_the_user_cannot_reach(
     tmp_path: Path,

@@ -22,10 +22,13 @@ from bootseer.image.registry import tag_image
 from bootseer.store import open_store
 from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("setpriv"),
-    reason="needs root, /dev/fuse and setpriv",
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not os.path.exists("/dev/fuse") or not shutil.which("setpriv"),
+        reason="needs root, /dev/fuse and setpriv",
+    ),
+]
 BOOTSEER = str(Path(sys.executable).parent / "bootseer")
 
 

@@ -19,10 +19,13 @@ import pytest
 from bootseer.agentapi.jobs import Status
 from tests.imagekit import add_image, make_squashfs, running_agent
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
-    reason="needs root, /dev/fuse and squashfs-tools",
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
+        reason="needs root, /dev/fuse and squashfs-tools",
+    ),
+]
 
 FILES = {"bin/tool": 300_000, "lib/big.so": 900_000}
 ALICE, BOB = 4242, 4343

@@ -15,9 +15,10 @@ from tests.conftest import TOP
 
 IMPORTER = str(TOP / "contrib" / "pyxis" / "bootseer-importer")
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0, reason="pyxis runs the importer as the job's user"
-)
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="pyxis runs the importer as the job's user"),
+]
 
 
 def job_env(**extra: str) -> dict[str, str]:

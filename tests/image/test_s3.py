@@ -16,7 +16,7 @@ from tests.conftest import devcluster
 from tests.imagekit import AgentProc, make_squashfs, site_config
 from tests.sitekeys import KEYS
 
-pytestmark = pytest.mark.s3
+pytestmark = [pytest.mark.fuse, pytest.mark.s3]
 
 
 def test_hung_store_gives_eio_after_a_bounded_wait(

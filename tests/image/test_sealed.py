@@ -20,10 +20,13 @@ from bootseer.store import open_store
 from tests.imagekit import add_image, make_squashfs, running_agent
 from tests.sitekeys import KEYS
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
-    reason="needs root, /dev/fuse and squashfs-tools",
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
+        reason="needs root, /dev/fuse and squashfs-tools",
+    ),
+]
 
 
 def test_image_add_seals_and_the_agent_serves_it(base: Path) -> None:

@@ -12,7 +12,10 @@ import pytest
 BIN = Path(sys.executable).parent
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root"),
+]
 
 
 def test_an_unprivileged_user_runs_the_venvs_bootseer() -> None:

@@ -20,9 +20,12 @@ from devconfig import NODE_ROOT
 from network import Network
 from sshd import SSHD, ClusterSsh
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not os.path.exists(SSHD), reason="needs root and openssh-server"
-)
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not os.path.exists(SSHD), reason="needs root and openssh-server"
+    ),
+]
 
 NODES = ("n1", "n2")
 PREFIX = NODE_ROOT / "opt" / "bootseer"

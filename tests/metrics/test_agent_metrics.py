@@ -18,10 +18,13 @@ from bootseer.image.registry import tag_image
 from bootseer.store import open_store
 from tests.imagekit import AgentProc, add_image, make_squashfs, site_config
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
-    reason="needs root, /dev/fuse and squashfs-tools",
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("mksquashfs") or not os.path.exists("/dev/fuse"),
+        reason="needs root, /dev/fuse and squashfs-tools",
+    ),
+]
 
 
 def read_prom(path: Path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

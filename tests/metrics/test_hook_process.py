@@ -16,7 +16,10 @@ from bootseer import mounts
 from bootseer.metrics.hooks import FILE
 from tests.conftest import to_toml
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the hooks run as root")
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the hooks run as root"),
+]
 
 
 def value(path: Path, name: str, **labels: str) -> float:

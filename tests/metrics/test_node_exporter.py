@@ -16,10 +16,13 @@ from tests.conftest import TEST_PORT_BASE
 from tests.exporterkit import EXPORTER, node_exporter, scrape
 from tests.imagekit import AgentProc, site_config
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or EXPORTER is None or not os.path.exists("/dev/fuse"),
-    reason="needs root, /dev/fuse and prometheus-node-exporter (scripts/bootstrap)",
-)
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or EXPORTER is None or not os.path.exists("/dev/fuse"),
+        reason="needs root, /dev/fuse and prometheus-node-exporter (scripts/bootstrap)",
+    ),
+]
 PORT = TEST_PORT_BASE + 90  # inside this checkout's reserved range, on loopback
 
 

@@ -20,6 +20,7 @@ def mapped(path: Path) -> tuple[mmap.mmap, bytes]:
     return m, m[:]
 
 
+@pytest.mark.root
 def test_slurm_dev_replaces_the_plugin_by_a_rename(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("writing a slurm-dev config needs root")

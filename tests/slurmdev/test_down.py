@@ -112,6 +112,7 @@ def test_a_process_of_another_command_line_is_not_taken_for_the_agent(
     assert other.poll() is None
 
 
+@pytest.mark.root
 @pytest.mark.skipif(
     os.geteuid() != 0 or not os.path.exists("/usr/sbin/sshd"), reason="needs root and sshd"
 )

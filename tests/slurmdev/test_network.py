@@ -12,6 +12,8 @@ from network import Network
 
 from tests.conftest import TEST_PORT_BASE
 
+pytestmark = pytest.mark.root
+
 RECEIVE = """
 import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
