@@ -18,14 +18,6 @@ from tests.conftest import DevSlurm
 pytestmark = pytest.mark.slurm
 
 
-@pytest.fixture(autouse=True)
-def tar_filter() -> str:
-    """Once, not per tar filter as tests/deps/conftest.py runs the deps tests: the cluster's
-    hooks extract in processes of their own, which the in-process switch does not reach,
-    and a second run would find the first one's snapshot."""
-    return "native"
-
-
 def _deps_line(cluster: DevSlurm, node: str, job: int, hook: str) -> str:
     lines = [ln for ln in cluster.job_log_lines(node, job) if f"{hook} step=deps" in ln]
     assert lines, cluster.node_log(node)[-2000:]

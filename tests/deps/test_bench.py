@@ -19,14 +19,6 @@ from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP, devcluster, own_clus
 pytestmark = [pytest.mark.slurm, pytest.mark.s3]
 
 
-@pytest.fixture(autouse=True)
-def tar_filter() -> str:
-    """Once, not per tar filter as tests/deps/conftest.py runs the deps tests: the cluster's
-    hooks extract in processes of their own, which the in-process switch does not reach,
-    and a second run would find the first one's snapshot."""
-    return "native"
-
-
 @pytest.fixture
 def bench_cluster() -> Iterator[devcluster.Cluster]:
     if os.geteuid() != 0 or not shutil.which("ip"):

@@ -24,14 +24,6 @@ from tests.deps.conftest import entries_of, member, publish, tar_bytes
 pytestmark = pytest.mark.slurm
 
 
-@pytest.fixture(autouse=True)
-def tar_filter() -> str:
-    """Once, not per tar filter as tests/deps/conftest.py runs the deps tests: the cluster's
-    hooks extract in processes of their own, which the in-process switch does not reach,
-    and a second run would find the first one's snapshot."""
-    return "native"
-
-
 def prefix_of(node: str) -> Path:
     """The prefix of the job on ``node``, as the job sees it."""
     return devcluster.NODE_LOCAL / f"deps-it-{node}"
