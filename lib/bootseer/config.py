@@ -237,8 +237,12 @@ class P2PSection:
     # Node name -> address, /etc/hosts format; unset: the system's resolver.
     hosts_file: Path | None = None
     # The longest a piece from a peer may take (an owner waiting on the store says so every
-    # second; one silent for 3 s is dropped at once), then the store.
+    # second), then the store.
     peer_timeout: float = 30.0
+    # A peer that says nothing at all this long (no connection, hello, heartbeat or byte)
+    # is dead or hung: dropped. Busy is not dead: keep it well above the longest pause a
+    # loaded node makes (docs/p2p.md has the figures).
+    peer_silence: float = 10.0
     dead_for: float = 30.0  # a peer that failed is skipped this long
     max_connections: int = 256  # peer connections an agent serves at once
 

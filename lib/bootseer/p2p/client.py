@@ -18,7 +18,7 @@ from collections import defaultdict
 from bootseer.errors import describe
 from bootseer.p2p.auth import prove
 from bootseer.p2p.wire import (
-    LIVENESS,
+    SILENCE,
     Hello,
     PeerError,
     PieceReply,
@@ -40,9 +40,10 @@ class _Stale(Exception):
 
 
 class PeerClient:
-    def __init__(self, timeout: float, connect_timeout: float = 2.0, idle_per_peer: int = 4):
+    def __init__(self, timeout: float, silence: float = SILENCE, idle_per_peer: int = 4):
         self.timeout = timeout
-        self.connect_timeout = connect_timeout
+        # The longest a peer may say nothing at all, the connection's set-up included.
+        self.silence = silence
         self.idle_per_peer = idle_per_peer
         # per peer: (connection, its nonce, when it was last used)
         self._idle: dict[Address, list[tuple[socket.socket, bytes, float]]] = defaultdict(list)
@@ -69,7 +70,7 @@ class PeerClient:
             sock.settimeout(max(0.01, deadline - time.monotonic()))
             sock.sendall(dataclasses.replace(req, proof=proof).encode())
             while True:  # heartbeats while the owner gets the piece; silence means dead
-                doc = read_message(sock, min(deadline, time.monotonic() + LIVENESS))
+                doc = read_message(sock, min(deadline, time.monotonic() + self.silence))
                 if doc is None:
                     raise ConnectionResetError("the peer closed the connection")
                 answered = True
@@ -87,7 +88,8 @@ class PeerClient:
         except TimeoutError:
             raise PeerError(
                 "timeout",
-                f"peer {addr[0]}: no piece within {self.timeout:g}s, or silent for {LIVENESS:g}s",
+                f"peer {addr[0]}: no piece within {self.timeout:g}s, "
+                f"or silent for {self.silence:g}s",
             ) from None
         except (OSError, PeerError) as exc:
             if sock is not None and kept and not answered:
@@ -113,10 +115,16 @@ class PeerClient:
                 if now - used < REUSE_IDLE:
                     return sock, nonce, True
                 sock.close()
-        sock = socket.create_connection(addr, timeout=self.connect_timeout)
+        wait = max(0.01, min(self.silence, deadline - now))
+        try:
+            sock = socket.create_connection(addr, timeout=wait)
+        except TimeoutError:
+            raise PeerError(
+                "timeout", f"peer {addr[0]}: no connection within {wait:g}s"
+            ) from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            hello = read_message(sock, min(deadline, time.monotonic() + LIVENESS))
+            hello = read_message(sock, min(deadline, time.monotonic() + self.silence))
             if hello is None:
                 raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
             return sock, Hello.decode(hello), False

@@ -53,7 +53,7 @@ class PeerNode:
         self.provide = provide
         self.log = log
         self.resolver = Resolver(cfg.port, cfg.hosts_file)
-        self.client = PeerClient(timeout=cfg.peer_timeout)
+        self.client = PeerClient(timeout=cfg.peer_timeout, silence=cfg.peer_silence)
         self._jobs: dict[int, _Member] = {}
         self._lock = threading.Lock()
         self._retired = SwarmStats()  # the counts of swarms that have ended (metrics)
