@@ -452,6 +452,12 @@ static int read_from_prolog(spank_t sp)
 	return 0;
 }
 
+/*
+ * What the prolog says the job asked for and did not get on this node (a technique whose
+ * step failed): BOOTSEER_NOTICE in the env file, one line, said on the first task's stderr.
+ */
+static char notice[1024];
+
 /* As the job's user: put what the prolog prepared into the tasks' environment. */
 static int import_from_prolog(spank_t sp)
 {
@@ -466,6 +472,8 @@ static int import_from_prolog(spank_t sp)
 		if (eq == NULL || strncmp(line, "BOOTSEER_", 9))
 			continue;
 		*eq = '\0';
+		if (strcmp(line, "BOOTSEER_NOTICE") == 0)
+			snprintf(notice, sizeof(notice), "%s", eq + 1);
 		if (spank_setenv(sp, line, eq + 1, 1) != ESPANK_SUCCESS)
 			slurm_error("bootseer: cannot set %s", line);
 	}
@@ -494,16 +502,22 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 
 /*
  * In each task, as the job's user, just before it runs: the first task of the step on
- * this node says on its stderr (the job's output) why the step has no BOOTSEER_* variables.
+ * this node says on its stderr (the job's output) why the step has no BOOTSEER_* variables,
+ * or which technique the job asked for and does not have on this node.
  */
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	uint32_t task_id;
 	(void)ac;
 	(void)av;
-	if (env_problem[0] && spank_get_item(sp, S_TASK_ID, &task_id) == ESPANK_SUCCESS &&
-	    task_id == 0)
+	if (!env_problem[0] && !notice[0])
+		return 0;
+	if (spank_get_item(sp, S_TASK_ID, &task_id) != ESPANK_SUCCESS || task_id != 0)
+		return 0;
+	if (env_problem[0])
 		dprintf(STDERR_FILENO, "%s\n", env_problem);
+	if (notice[0])
+		dprintf(STDERR_FILENO, "%s\n", notice);
 	return 0;
 }
 

@@ -37,6 +37,9 @@ TEST_STATE = Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-test"
 TEST_PORT_BASE = int(os.environ.get("BOOTSEER_TEST_PORT_BASE", "17900"))
 
 
+NOTICE = "bootseer on "  # how the plugin's line about a technique not set up begins
+
+
 class DevSlurm:
     """A running slurm-dev cluster, as the tests use it."""
 
@@ -114,8 +117,17 @@ class DevSlurm:
         )
         return r.stdout.strip()
 
-    def output(self, job_id: int) -> str:
-        return (self.dir / "out" / f"{job_id}.out").read_text()
+    def output(self, job_id: int, notices: bool = False) -> str:
+        """The job's output (stdout and stderr); without the lines bootseer's plugin said
+        on stderr about techniques a node did not set up, unless ``notices``."""
+        text = (self.dir / "out" / f"{job_id}.out").read_text()
+        if notices:
+            return text
+        return "".join(x for x in text.splitlines(keepends=True) if not x.startswith(NOTICE))
+
+    def notices(self, job_id: int) -> list[str]:
+        """What the job was told on stderr, one line per node's step that missed a technique."""
+        return [x for x in self.output(job_id, notices=True).splitlines() if x.startswith(NOTICE)]
 
     def report(self, *args: str, user: str = "root") -> subprocess.CompletedProcess[str]:
         """``bootseer report ARGS`` against this cluster's store, run as ``user``."""

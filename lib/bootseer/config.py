@@ -139,7 +139,10 @@ class CkptSection:
     verify: bool = True  # check each unit's checksum on read
     # Where jobs' mounts go (``%n`` = node); unset or empty: ``<paths.run_dir>/ckpt``.
     mount_root: Path | None = None
-    mount_timeout: float = 20.0  # seconds the prolog waits for a mount to come up
+    # Seconds the prolog waits for a mount to come up. Unset: as long as the ckpt step's
+    # own deadline allows (a loaded node's daemon can take tens of seconds to start, and
+    # a job that asked for its mount would rather wait than run without it).
+    mount_timeout: float | None = None
     # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
     kernel_read_ahead_kb: int = 4096
     # Node-local space for the parts of a file written out of order (a gap, a rewrite

@@ -93,9 +93,31 @@ def test_failing_step_lets_job_run_and_node_stays_idle(cluster: DevSlurm, image:
     )
     assert cluster.wait(job) == "COMPLETED"
     assert cluster.output(job).split() == ["ran", "no-image"]
+    (notice,) = cluster.notices(job)
+    # The job is told on its stderr what it asked for and did not get, and why.
+    assert notice.startswith(f"bootseer on {cluster.nodes[0]}: not set up: --bootseer-image ")
+    assert "(failed: " in notice and "failpoint image:raise" in notice
     for node in cluster.nodes:
         text = "\n".join(cluster.job_log_lines(node, job))
         assert "step=image outcome=failed" in text and "failpoint image:raise" in text
+
+
+def test_every_node_without_its_mount_tells_the_job_on_stderr(cluster: DevSlurm) -> None:
+    """A job that asked for --bootseer-ckpt and cannot have its mount hears so from each
+    node's first task, on stderr, in one line; the variable is absent."""
+    cluster.configure("hooks", failpoints=["ckpt:raise"])
+    job = cluster.sbatch(
+        "-N2",
+        "--bootseer-ckpt=notice-test",
+        script="#!/bin/sh\nsrun sh -c 'echo \"$SLURMD_NODENAME ckpt=${BOOTSEER_CKPT:-none}\"'\n",
+    )
+    assert cluster.wait(job) == "COMPLETED"
+    nodes = cluster.nodes[:2]
+    assert sorted(cluster.output(job).splitlines()) == [f"{n} ckpt=none" for n in nodes]
+    notices = cluster.notices(job)
+    told = {x.split()[2].rstrip(":") for x in notices}
+    assert told == set(nodes), lines
+    assert all("--bootseer-ckpt (failed: " in x and "failpoint ckpt:raise" in x for x in notices)
     states = cluster.node_states()
     assert all(s.startswith("idle") for s in states.values()), states
 
@@ -112,6 +134,8 @@ def test_failed_deps_step_still_tells_the_job_its_prefix(cluster: DevSlurm) -> N
     )
     assert cluster.wait(job) == "COMPLETED"
     assert cluster.output(job).split() == [f"prefix={prefix}"] * 2
+    assert len(cluster.notices(job)) >= 2  # each node says so
+    assert all("--bootseer-deps (failed: " in x for x in cluster.notices(job))
     for node in cluster.nodes[:2]:
         assert "step=deps outcome=failed" in "\n".join(cluster.job_log_lines(node, job))
 

@@ -102,6 +102,22 @@ def test_outcomes_of_ok_failed_and_crashed_steps(tmp_path: Path, ctx: JobContext
     assert result.failed
 
 
+def test_the_notice_names_each_technique_not_set_up_and_why(
+    tmp_path: Path, ctx: JobContext
+) -> None:
+    """One line for the job's stderr: each failed step as the option the job gave, the
+    first words of why (never a second line), and nothing when every step is ok."""
+    result = run(tmp_path, ctx, {"a": "ok_step", "b": "failing_step"}, {})
+    notice = result.notice("n1")
+    assert notice.startswith("bootseer on n1: not set up: --bootseer-b (failed: ")
+    assert "the store said no" in notice and notice.endswith("the job runs without it")
+    result.outcomes[1].detail = "line one\nline two " + "x" * 1000
+    notice = result.notice("n1")
+    assert "\n" not in notice and "line one line two" in notice
+    assert len(notice) < runner.NOTICE_WHY + 100
+    assert run(tmp_path, ctx, {"a": "ok_step"}, {}).notice("n1") == ""
+
+
 def test_the_run_s_phase_rows_are_the_hook_s_each_step_s_and_the_steps_own(
     tmp_path: Path, ctx: JobContext
 ) -> None:

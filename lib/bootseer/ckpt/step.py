@@ -32,7 +32,7 @@ def prolog(call: StepCall) -> StepResult:
         raise StepError(str(exc)) from None
     mp = mount.prepare_mountpoint(paths.ckpt_mounts, str(ctx.job_id), ctx.uid, ctx.gid)
     state = call.job.sub("ckpt")
-    timeout = max(1.0, min(sec.mount_timeout, call.remaining() - 1.0))
+    timeout = mount_wait(sec.mount_timeout, call.remaining())
     # The daemon's log outlives the job dir, for whoever looks into a failed mount.
     log_path = paths.ckpt_log(ctx.job_id)
     rec = mount.start(
@@ -52,6 +52,13 @@ def prolog(call: StepCall) -> StepResult:
         detail=f"mounted {name} ({len(sec.targets)} targets) at {mp}, daemon pid {rec.pid}",
         env={"BOOTSEER_CKPT": str(mp)},
     )
+
+
+def mount_wait(mount_timeout: float | None, remaining: float) -> float:
+    """How long the prolog waits for the mount: the step's deadline, less a second to
+    clean up a mount that did not come; ``[ckpt] mount_timeout`` if it is set shorter."""
+    wait = remaining - 1.0 if mount_timeout is None else min(mount_timeout, remaining - 1.0)
+    return max(1.0, wait)
 
 
 def epilog(call: StepCall) -> StepResult:

@@ -91,7 +91,8 @@ def _run(hook: Hook, cfg: SiteConfig, log: HookLog, until: float) -> int:
     run = run_steps(hook, ctx, cfg, job, log, until=until - cfg.records_reserve(hook))
     marks_env = _record(hook, ctx, cfg, run, log, until)
     if hook == "prolog":
-        job.write_env({**run.env, **marks_env})
+        notice = run.notice(ctx.node)
+        job.write_env({**run.env, **marks_env, **({"BOOTSEER_NOTICE": notice} if notice else {})})
     else:
         job.remove()
     _count(hook, cfg, run, log, until)

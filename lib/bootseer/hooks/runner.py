@@ -63,6 +63,9 @@ class StepOutcome:
         return [own, *self.extra]
 
 
+NOTICE_WHY = 240  # characters of a step's failure a job's stderr is told
+
+
 @dataclass
 class HookRun:
     outcomes: list[StepOutcome]
@@ -72,6 +75,19 @@ class HookRun:
     @property
     def failed(self) -> bool:
         return any(o.outcome in ("failed", "timed_out") for o in self.outcomes)
+
+    def notice(self, node: str) -> str:
+        """One line for the job's stderr naming what it asked for and did not get on
+        ``node`` (its steps that failed or timed out, and why); "" when it got all."""
+        missed = []
+        for o in self.outcomes:
+            if o.outcome in ("failed", "timed_out"):
+                why = " ".join(o.detail.split())
+                why = why if len(why) <= NOTICE_WHY else why[: NOTICE_WHY - 3] + "..."
+                missed.append(f"--bootseer-{o.step} ({o.outcome}: {why})")
+        if not missed:
+            return ""
+        return f"bootseer on {node}: not set up: {'; '.join(missed)}; the job runs without it"
 
     def phase_rows(self, hook: Hook, began: float | None, now: float) -> list[StepRow]:
         """The hook's own row (``began``, when its process started, to ``now``: failed

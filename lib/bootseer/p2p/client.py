@@ -119,9 +119,7 @@ class PeerClient:
         try:
             sock = socket.create_connection(addr, timeout=wait)
         except TimeoutError:
-            raise PeerError(
-                "timeout", f"peer {addr[0]}: no connection within {wait:g}s"
-            ) from None
+            raise PeerError("timeout", f"peer {addr[0]}: no connection within {wait:g}s") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             hello = read_message(sock, min(deadline, time.monotonic() + self.silence))
