@@ -100,6 +100,8 @@ def test_failing_step_lets_job_run_and_node_stays_idle(cluster: DevSlurm, image:
     for node in cluster.nodes:
         text = "\n".join(cluster.job_log_lines(node, job))
         assert "step=image outcome=failed" in text and "failpoint image:raise" in text
+    states = cluster.node_states()
+    assert all(s.startswith("idle") for s in states.values()), states
 
 
 def test_every_node_without_its_mount_tells_the_job_on_stderr(cluster: DevSlurm) -> None:
@@ -116,7 +118,7 @@ def test_every_node_without_its_mount_tells_the_job_on_stderr(cluster: DevSlurm)
     assert sorted(cluster.output(job).splitlines()) == [f"{n} ckpt=none" for n in nodes]
     notices = cluster.notices(job)
     told = {x.split()[2].rstrip(":") for x in notices}
-    assert told == set(nodes), lines
+    assert told == set(nodes), notices
     assert all("--bootseer-ckpt (failed: " in x and "failpoint ckpt:raise" in x for x in notices)
     states = cluster.node_states()
     assert all(s.startswith("idle") for s in states.values()), states
