@@ -36,7 +36,6 @@ TOP = Path(__file__).resolve().parents[3]
 sys.path[:0] = [str(TOP / "lib"), str(TOP)]
 
 import psutil  # noqa: E402
-
 from tests.imagekit import add_image, make_squashfs, running_agent  # noqa: E402
 
 MIB = 1 << 20
@@ -112,10 +111,20 @@ def main() -> int:
                         drop_caches()
                         if args.profile and job == 2:
                             spy = subprocess.Popen(
-                                [str(Path(sys.executable).parent / "py-spy"), "record",
-                                 "--nonblocking", "--threads", "-f", "raw", "-o", args.profile,
-                                 "-p", str(proc.pid)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                [
+                                    str(Path(sys.executable).parent / "py-spy"),
+                                    "record",
+                                    "--nonblocking",
+                                    "--threads",
+                                    "-f",
+                                    "raw",
+                                    "-o",
+                                    args.profile,
+                                    "-p",
+                                    str(proc.pid),
+                                ],
+                                stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL,
                             )
                             time.sleep(1.0)  # py-spy attaches
                     c0 = cpu(proc)
