@@ -24,7 +24,7 @@ from bootseer.p2p.wire import (
     PieceReply,
     PieceRequest,
     read_message,
-    recv_exact,
+    recv_piece,
 )
 
 Address = tuple[str, int]
@@ -81,8 +81,7 @@ class PeerClient:
                 # The server keeps the connection after a miss, not after a refusal.
                 keep = reply.error not in ("refused", "protocol")
                 reply.raise_error()
-            data = recv_exact(sock, reply.size, deadline)  # all of it by the deadline
-            assert data is not None
+            data = recv_piece(sock, reply.size, deadline)  # all of it by the deadline
             keep = True
             return data
         except TimeoutError:
