@@ -342,16 +342,16 @@ def test_at_the_connection_cap_the_longest_idle_connection_gives_way(
     assert server.served_pieces == 4
 
 
-SERVE_ONE = """
+SERVE_ONE = f"""
 import sys
 from bootseer.p2p.server import PeerServer, ServedJob
 data = bytes.fromhex(sys.stdin.readline())
-job = ServedJob(frozenset({"127.0.0.1"}), lambda req, deadline: data)
-server = PeerServer(("127.0.0.1", 0), %r, {%d: job}.get, lambda _: None)
+job = ServedJob(frozenset(["127.0.0.1"]), lambda req, deadline: data)
+server = PeerServer(("127.0.0.1", 0), {KEY!r}, {{{JOB}: job}}.get, lambda _: None)
 server.start()
 print(server.port, flush=True)
 sys.stdin.read()
-""" % (KEY, JOB)
+"""
 
 
 def test_a_peer_stopped_longer_than_the_old_3s_rule_is_not_dropped() -> None:

@@ -81,6 +81,8 @@ class PeerClient:
                 # The server keeps the connection after a miss, not after a refusal.
                 keep = reply.error not in ("refused", "protocol")
                 reply.raise_error()
+            if req.length and reply.size != req.length:  # a located piece's size is known
+                raise PeerError("protocol", f"{reply.size} bytes for a {req.length}-byte piece")
             data = recv_piece(sock, reply.size, deadline)  # all of it by the deadline
             keep = True
             return data
@@ -118,9 +120,7 @@ class PeerClient:
         try:
             sock = socket.create_connection(addr, timeout=wait)
         except TimeoutError:
-            raise PeerError(
-                "timeout", f"peer {addr[0]}: no connection within {wait:g}s"
-            ) from None
+            raise PeerError("timeout", f"peer {addr[0]}: no connection within {wait:g}s") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             hello = read_message(sock, min(deadline, time.monotonic() + self.silence))

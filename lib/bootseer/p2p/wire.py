@@ -10,6 +10,7 @@ piece is followed by exactly ``size`` bytes::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -215,10 +216,8 @@ def recv_piece(sock: socket.socket, n: int, deadline: float) -> bytes:
     with memoryview(buf) as view:
         while got < n:
             if time.monotonic() >= deadline:
-                try:  # the bytes that are here by now still count
+                with contextlib.suppress(BlockingIOError):  # what is here by now counts
                     got += sock.recv_into(view[got:], n - got, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    pass
                 if got < n:
                     raise TimeoutError(f"{got} of {n} bytes by the deadline")
                 break

@@ -126,7 +126,8 @@ def sender(work: Path, total: int, piece: int) -> None:
     c0 = cpu()
     sys.stdin.readline()  # the receiver is done
     used = since(c0)
-    print(json.dumps({"cpu_s": sum(used), "sys_s": used[1], "served_bytes": server.served_bytes}), flush=True)
+    doc = {"cpu_s": sum(used), "sys_s": used[1], "served_bytes": server.served_bytes}
+    print(json.dumps(doc), flush=True)
     server.close()
 
 
@@ -142,8 +143,18 @@ def one_run(
     work: Path, total: int, piece: int, workers: int, recv_at: Path | None
 ) -> dict[str, Any]:
     child = subprocess.Popen(
-        [sys.executable, __file__, "--role", "sender", "--work", str(work),
-         "--bytes", str(total), "--piece-kib", str(piece >> 10)],
+        [
+            sys.executable,
+            __file__,
+            "--role",
+            "sender",
+            "--work",
+            str(work),
+            "--bytes",
+            str(total),
+            "--piece-kib",
+            str(piece >> 10),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -159,8 +170,13 @@ def one_run(
         cache = BlockCache(recv_dir, cap_bytes=4 * total + (1 << 30))
         client = PeerClient(timeout=30.0)
         swarm = Swarm(
-            JOB, "receiver", NODES, job_token(SITE_KEY, JOB),
-            lambda node: ("127.0.0.1", hello["port"]), client, print,
+            JOB,
+            "receiver",
+            NODES,
+            job_token(SITE_KEY, JOB),
+            lambda node: ("127.0.0.1", hello["port"]),
+            client,
+            print,
         )
         source = PeerSource(NoStore(), swarm)
         fetcher = Fetcher(cache, workers=workers, timeout=60.0)
