@@ -24,6 +24,7 @@ from bootseer.p2p import imagesource
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.imagesource import PeerSource
 from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
+from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import (
     MAX_PIECE,
     Hello,
@@ -53,8 +54,20 @@ def serve() -> Iterator[Callable[[ServedJob], PeerServer]]:
         s.close()
 
 
+FIRST, FIRST_DATA = piece_owned_by("n1", ("n1", "n2"))
+
+
 def never(req: PieceRequest, deadline: float) -> bytes:
+    """The job's first request goes to provide (under heartbeats: the job's prolog may
+    still be coming); a held piece asked for after it must not."""
+    if req.piece == FIRST:
+        return FIRST_DATA
     raise AssertionError("a held piece must not go to provide")
+
+
+def first(swarm: Swarm) -> Swarm:
+    assert swarm.fetch(FIRST, 1) == FIRST_DATA
+    return swarm
 
 
 def holding(d: str, path: Path, size: int) -> Callable[[PieceRequest], HeldPiece | None]:
@@ -67,10 +80,11 @@ def test_a_held_piece_is_sent_from_its_file(
     d, data = piece_owned_by("n1", ("n1", "n2"))
     (tmp_path / d).write_bytes(data)
     server = serve(ServedJob(LOOPBACK, never, holding(d, tmp_path / d, len(data))))
-    swarm = swarm_to(server.port)
+    swarm = first(swarm_to(server.port))
     assert swarm.fetch(d, 1) == data
     assert swarm.fetch(d, 1) == data  # on the kept connection: the stream stayed in step
-    assert server.served_pieces == 2 and server.served_bytes == 2 * len(data)
+    assert server.served_pieces == 3
+    assert server.served_bytes == 2 * len(data) + len(FIRST_DATA)
 
 
 def test_a_held_piece_with_a_wrong_byte_is_refused_and_the_peer_dropped(
@@ -82,9 +96,9 @@ def test_a_held_piece_with_a_wrong_byte_is_refused_and_the_peer_dropped(
     bad[len(bad) // 2] ^= 1
     (tmp_path / d).write_bytes(bad)
     server = serve(ServedJob(LOOPBACK, never, holding(d, tmp_path / d, len(data))))
-    swarm = swarm_to(server.port)
+    swarm = first(swarm_to(server.port))
     assert swarm.fetch(d, 1) is None
-    assert swarm.stats.corrupt == 1 and swarm.stats.peer_bytes == 0
+    assert swarm.stats.corrupt == 1 and swarm.stats.peer_bytes == len(FIRST_DATA)
     assert "do not match" in swarm.stats.dropped["n1"]
 
 
@@ -99,11 +113,30 @@ def test_a_held_file_that_is_not_the_piece_size_goes_to_provide(
 
     def provide(req: PieceRequest, deadline: float) -> bytes:
         asked.append(req.piece)
-        return data
+        return data if req.piece == d else never(req, deadline)
 
     server = serve(ServedJob(LOOPBACK, provide, holding(d, tmp_path / d, len(data))))
-    assert swarm_to(server.port).fetch(d, 1) == data
-    assert asked == [d]
+    assert first(swarm_to(server.port)).fetch(d, 1) == data
+    assert asked == [FIRST, d]
+
+
+def test_a_jobs_first_request_goes_to_provide_the_next_from_the_file(
+    serve: Callable[[ServedJob], PeerServer], tmp_path: Path
+) -> None:
+    """The first request of a job waits for it under heartbeats (its prolog on this node
+    may still be coming, and the job's node names are resolved then); after it, a held
+    piece is sent from its file without asking provide."""
+    (tmp_path / FIRST).write_bytes(FIRST_DATA)
+    asked: list[str] = []
+
+    def provide(req: PieceRequest, deadline: float) -> bytes:
+        asked.append(req.piece)
+        return FIRST_DATA
+
+    server = serve(ServedJob(LOOPBACK, provide, holding(FIRST, tmp_path / FIRST, len(FIRST_DATA))))
+    swarm = swarm_to(server.port)
+    assert swarm.fetch(FIRST, 1) == FIRST_DATA and asked == [FIRST]
+    assert swarm.fetch(FIRST, 1) == FIRST_DATA and asked == [FIRST]
 
 
 def test_a_bad_proof_is_refused_before_the_held_file_is_looked_at(
@@ -219,7 +252,7 @@ def test_a_peer_block_is_hashed_once_and_the_origins_blocks_still_are(
     d, data = piece_owned_by("n1", ("n1", "n2"))
     (tmp_path / d).write_bytes(data)
     server = serve(ServedJob(LOOPBACK, never, holding(d, tmp_path / d, len(data))))
-    source = PeerSource(BadStore(), swarm_to(server.port))
+    source = PeerSource(BadStore(), first(swarm_to(server.port)))
     hashed: list[int] = []
 
     def counted(b: bytes) -> str:

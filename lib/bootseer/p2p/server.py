@@ -77,6 +77,9 @@ class PeerServer:
         self.refused = 0
         self._active = 0
         self._idle: dict[socket.socket, float] = {}  # connections waiting for a request, since
+        # Jobs a request was answered for: the first goes the slow way, under heartbeats
+        # (the job's prolog may still be coming, its nodes' names are resolved then).
+        self._ready: set[int] = set()
         self._jobs_changed = threading.Condition()
         self._lock = threading.Lock()
         self._sock = socket.create_server(address, reuse_port=False, backlog=128)
@@ -211,10 +214,13 @@ class PeerServer:
         return result[0]
 
     def _known(self, req: PieceRequest, peer: str, nonce: bytes) -> ServedJob | None:
-        """The job, if prepared here, that the request proves it is of and the peer is a
-        node of; None if the job is not (yet) here; PeerError("refused") otherwise."""
+        """The job, if prepared here and asked for before, that the request proves it is
+        of and the peer is a node of; None if not (``_answer`` then waits for it, under
+        heartbeats); PeerError("refused") otherwise."""
         if not check_proof(self.site_key, nonce, req.job_id, req.piece, req.proof):
             self._refuse(f"peer {peer}: bad proof for job {req.job_id}")
+        if req.job_id not in self._ready:
+            return None
         job = self.lookup(req.job_id)
         if job is not None and peer not in job.addresses:
             self._refuse(f"peer {peer}: not a node of job {req.job_id}")
@@ -228,6 +234,10 @@ class PeerServer:
             raise PeerError("unknown", f"job {req.job_id} is not prepared here")
         if peer not in job.addresses:
             self._refuse(f"peer {peer}: not a node of job {req.job_id}")
+        with self._lock:
+            if len(self._ready) >= 100_000:  # an agent up for very many jobs
+                self._ready.clear()
+            self._ready.add(req.job_id)
         return job.provide(req, time.monotonic() + self.serve_timeout)
 
     def _refuse(self, why: str) -> None:
