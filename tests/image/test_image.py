@@ -526,3 +526,35 @@ def test_a_peers_request_that_times_out_says_so(tmp_path: Path) -> None:
         assert str(got.value).endswith(" s (TimeoutError)") and src.reads == []
     finally:
         fetcher.stop()
+
+
+def test_a_peer_is_sent_only_a_held_block_of_the_jobs_image(tmp_path: Path) -> None:
+    """``held_block`` (the peer server's sendfile path) names the cache file of a block of
+    the job's image that this node holds, at the block's length; a block it does not
+    hold, a piece of no block of the image and an unknown job go to ``provide_block``."""
+    from bootseer.agent.jobs import Jobs, JobView, PreparedImage
+    from bootseer.nodepaths import NodePaths
+    from bootseer.p2p.wire import PieceRequest
+
+    f = sqsh_file(tmp_path / "f.sqsh", 3 * BS + 100)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f))
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    fetcher = Fetcher(cache, workers=1, timeout=60)
+    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
+    store = open_store(f"file://{tmp_path}/s")
+    jobs = Jobs(cfg.image, NodePaths(cfg), store, cache, fetcher, BS, print, keys=lambda: KEYS)
+    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
+    try:
+        data = f.read_bytes()
+        cache.put(m.blocks[3], data[3 * BS :])
+        held = jobs.held_block(PieceRequest(7, "", m.blocks[3], 1))
+        assert held is not None and held.size == 100
+        assert held.path.read_bytes() == data[3 * BS :]
+        assert jobs.held_block(PieceRequest(7, "", m.blocks[1], 1)) is None  # not held
+        other = digest(b"not a block of the image")
+        cache.put(other, b"not a block of the image")
+        assert jobs.held_block(PieceRequest(7, "", other, 1)) is None  # not the job's
+        assert jobs.held_block(PieceRequest(8, "", m.blocks[3], 1)) is None  # no such job
+    finally:
+        fetcher.stop()

@@ -43,6 +43,7 @@ from bootseer.linelog import LineLog
 from bootseer.nodepaths import NodePaths
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.pieces import Located, Pieces
+from bootseer.p2p.server import HeldPiece
 from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.sitekey import site_keys
 from bootseer.store import Store
@@ -104,7 +105,7 @@ class Agent:
             self.log(f"no site key: every image record will be refused ({keys.missing})")
         self.pieces = Pieces(self.store, self.cache, self._ckpt_target)
         self._targets: dict[str, Store] = {}
-        self.peers = PeerNode.start(cfg.p2p, node, self.provide, self.log)
+        self.peers = PeerNode.start(cfg.p2p, node, self.provide, self.log, self.held)
         self.jobs.peers = self.peers
         self.reader = ImageReader(self.cache, self.fetcher)
         self.sweeper = Sweeper(
@@ -131,6 +132,19 @@ class Agent:
         timeout = max(0.0, deadline - time.monotonic())
         data, _ = self.pieces.get(swarm, loc, req.priority, timeout, local=False)
         return data
+
+    def held(self, req: PieceRequest) -> HeldPiece | None:
+        """The file of a piece of the job's this node holds, for the peer server to send
+        as it is (``provide`` answers what this returns None for, errors included)."""
+        if not req.key:
+            return self.jobs.held_block(req)
+        try:
+            Located(req.target, req.key, req.offset, req.length, req.piece).check()
+        except PeerError:
+            return None
+        if req.piece not in self.cache:
+            return None
+        return HeldPiece(self.cache.path(req.piece), req.length)
 
     def fetch_piece(self, req: FetchPiece) -> PieceFile:
         """A located piece for this node's prolog: from the cache, the job's peers or the store."""

@@ -57,6 +57,7 @@ from bootseer.image.trace import Recorder, Trace, hot_order, load_trace, save_tr
 from bootseer.nodepaths import NodePaths
 from bootseer.p2p.imagesource import PeerSource
 from bootseer.p2p.node import PeerNode
+from bootseer.p2p.server import HeldPiece
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.sitekey import SiteKeys
@@ -212,6 +213,18 @@ class Jobs:
         if view is None:
             raise PeerError("unknown", f"job {req.job_id} has no image here")
         return self._provide(view, req.piece, req.priority, deadline, req.cached_only)
+
+    def held_block(self, req: PieceRequest) -> HeldPiece | None:
+        """The cache file of a block of the job's image, if this node holds it; None
+        (``provide_block`` answers) if not, or if the job has no image here yet."""
+        with self._added:
+            view = self._jobs.get(req.job_id)
+        if view is None:
+            return None
+        i = view.image.index_of(req.piece)
+        if i is None or req.piece not in self.cache:
+            return None
+        return HeldPiece(self.cache.path(req.piece), view.image.manifest.block_length(i))
 
     def _provide(
         self, view: JobView, piece: str, priority: int, deadline: float, cached_only: bool

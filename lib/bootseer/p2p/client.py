@@ -24,7 +24,7 @@ from bootseer.p2p.wire import (
     PieceReply,
     PieceRequest,
     read_message,
-    recv_exact,
+    recv_piece,
 )
 
 Address = tuple[str, int]
@@ -81,8 +81,9 @@ class PeerClient:
                 # The server keeps the connection after a miss, not after a refusal.
                 keep = reply.error not in ("refused", "protocol")
                 reply.raise_error()
-            data = recv_exact(sock, reply.size, deadline)  # all of it by the deadline
-            assert data is not None
+            if req.length and reply.size != req.length:  # a located piece's size is known
+                raise PeerError("protocol", f"{reply.size} bytes for a {req.length}-byte piece")
+            data = recv_piece(sock, reply.size, deadline)  # all of it by the deadline
             keep = True
             return data
         except TimeoutError:

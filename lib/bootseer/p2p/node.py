@@ -20,7 +20,7 @@ from bootseer.errors import ConfigError, describe
 from bootseer.p2p.auth import job_token, load_site_key
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.hosts import Resolver
-from bootseer.p2p.server import PeerServer, ServedJob
+from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
 from bootseer.p2p.swarm import Swarm, SwarmStats
 from bootseer.p2p.wire import PieceRequest
 
@@ -29,6 +29,7 @@ from bootseer.p2p.wire import PieceRequest
 IDLE_JOB = 3600.0
 
 Provide = Callable[[PieceRequest, float], bytes]
+Held = Callable[[PieceRequest], HeldPiece | None]  # the piece's file, if held (ServedJob)
 
 
 @dataclass
@@ -46,11 +47,13 @@ class PeerNode:
         site_key: bytes,
         provide: Provide,
         log: Callable[[str], None],
+        held: Held | None = None,
     ) -> None:
         self.cfg = cfg
         self.node = node
         self.site_key = site_key
         self.provide = provide
+        self.held = held
         self.log = log
         self.resolver = Resolver(cfg.port, cfg.hosts_file)
         self.client = PeerClient(timeout=cfg.peer_timeout, silence=cfg.peer_silence)
@@ -68,13 +71,18 @@ class PeerNode:
 
     @classmethod
     def start(
-        cls, cfg: P2PSection, node: str, provide: Provide, log: Callable[[str], None]
+        cls,
+        cfg: P2PSection,
+        node: str,
+        provide: Provide,
+        log: Callable[[str], None],
+        held: Held | None = None,
     ) -> PeerNode | None:
         """The node's peer service, serving; None (every node uses the store) if off."""
         if not cfg.enabled:
             return None
         try:
-            peers = cls(cfg, node, load_site_key(cfg.key_file), provide, log)
+            peers = cls(cfg, node, load_site_key(cfg.key_file), provide, log, held)
         except (ConfigError, OSError) as exc:
             log(f"p2p off: {describe(exc)}")
             return None
@@ -154,7 +162,7 @@ class PeerNode:
             # Resolved on the first request, not in the prolog: the prolog's path stays
             # free of name lookups (one per node of the job).
             member.addresses = self.resolver.addresses(member.swarm.nodes)
-        return ServedJob(member.addresses, self.provide)
+        return ServedJob(member.addresses, self.provide, self.held)
 
     def close(self) -> None:
         self.server.close()
