@@ -240,7 +240,8 @@ class P2PSection:
     # Node name -> address, /etc/hosts format; unset: the system's resolver.
     hosts_file: Path | None = None
     # The longest a piece from a peer may take (an owner waiting on the store says so every
-    # second), then the store.
+    # second), then the store. An owner whose prolog has not reached the job yet waits
+    # for it two thirds of this, heartbeating (a late prolog is not a dead peer).
     peer_timeout: float = 30.0
     # A peer that says nothing at all this long (no connection, hello, heartbeat or byte)
     # is dead or hung: dropped. Busy is not dead: keep it well above the longest pause a
