@@ -278,6 +278,38 @@ def test_a_peer_killed_mid_transfer_is_dropped_at_once() -> None:
         half_dead.close()
 
 
+def test_a_peer_that_trickles_a_piece_is_bounded_by_the_piece_timeout() -> None:
+    """Bytes still arriving keep a peer from being called silent, but not forever: a peer
+    that trickles a piece (a byte every 0.2 s: alive, far too slow) is given up at the
+    piece's timeout (2 s here), however long its silence bound."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    slow = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = slow.accept()
+        with conn:
+            conn.sendall(Hello(os.urandom(16).hex()).encode())
+            read_message(conn)
+            conn.sendall(PieceReply(size=len(data)).encode())
+            for b in data:
+                if done.wait(0.2):
+                    return
+                conn.sendall(bytes([b]))
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        swarm = swarm_to(slow.getsockname()[1], timeout=2.0, silence=TIMEOUT)
+        t0 = time.monotonic()
+        assert swarm.fetch(d, 1) is None
+        assert 2.0 - 0.1 < time.monotonic() - t0 < TIMEOUT / 2
+        assert "timeout" in swarm.stats.dropped["n1"]
+    finally:
+        done.set()
+        slow.close()
+
+
 class DownStore:
     """A block source whose store is down."""
 
