@@ -380,6 +380,35 @@ static long env_contract(char **body)
 	return contract;
 }
 
+/*
+ * What the prolog says the job asked for and did not get on this node (a technique whose
+ * step failed): BOOTSEER_NOTICE in the env file, one line, said on the stderr of the first
+ * task of the job's first step on the node (notice_due), not of every step: the job dir's
+ * NOTICE_TOLD file, made as root with O_EXCL, says a step already said it.
+ */
+static char notice[1024];
+static int notice_due;
+#define NOTICE_TOLD "notice-told"
+
+/* As root: whether this step is the one that tells the job (the first to ask). */
+static int first_to_tell(const char *env_path)
+{
+	char told[PATH_MAX + 64];
+	const char *slash = strrchr(env_path, '/');
+	int fd;
+
+	if (slash == NULL ||
+	    snprintf(told, sizeof(told), "%.*s/%s", (int)(slash - env_path), env_path, NOTICE_TOLD) >=
+		    (int)sizeof(told))
+		return 1;
+	fd = open(told, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd >= 0) {
+		close(fd);
+		return 1;
+	}
+	return errno != EEXIST; /* cannot tell whether a step said it: say it again */
+}
+
 /* As root: read the job's env file (if the prolog wrote one) into job_env. */
 static int read_from_prolog(spank_t sp)
 {
@@ -394,6 +423,8 @@ static int read_from_prolog(spank_t sp)
 
 	job_env_len = 0;
 	env_problem[0] = '\0';
+	notice[0] = '\0';
+	notice_due = 0;
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS ||
 	    host_name(host, sizeof(host)) < 0 ||
 	    job_env_path(path, sizeof(path), run_dir, host, job_id) < 0)
@@ -449,14 +480,12 @@ static int read_from_prolog(spank_t sp)
 	n -= (size_t)(body - job_env);
 	memmove(job_env, body, n + 1);
 	job_env_len = n;
+	notice_due = (strncmp(job_env, "BOOTSEER_NOTICE=", 16) == 0 ||
+		      strstr(job_env, "\nBOOTSEER_NOTICE=") != NULL) &&
+		     first_to_tell(path);
 	return 0;
 }
 
-/*
- * What the prolog says the job asked for and did not get on this node (a technique whose
- * step failed): BOOTSEER_NOTICE in the env file, one line, said on the first task's stderr.
- */
-static char notice[1024];
 
 /* As the job's user: put what the prolog prepared into the tasks' environment. */
 static int import_from_prolog(spank_t sp)
@@ -472,7 +501,7 @@ static int import_from_prolog(spank_t sp)
 		if (eq == NULL || strncmp(line, "BOOTSEER_", 9))
 			continue;
 		*eq = '\0';
-		if (strcmp(line, "BOOTSEER_NOTICE") == 0)
+		if (strcmp(line, "BOOTSEER_NOTICE") == 0 && notice_due)
 			snprintf(notice, sizeof(notice), "%s", eq + 1);
 		if (spank_setenv(sp, line, eq + 1, 1) != ESPANK_SUCCESS)
 			slurm_error("bootseer: cannot set %s", line);
@@ -502,8 +531,9 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 
 /*
  * In each task, as the job's user, just before it runs: the first task of the step on
- * this node says on its stderr (the job's output) why the step has no BOOTSEER_* variables,
- * or which technique the job asked for and does not have on this node.
+ * this node says on its stderr (the job's output) why the step has no BOOTSEER_* variables;
+ * the first task of the job's first step on the node, which technique the job asked for
+ * and does not have on this node.
  */
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {

@@ -32,6 +32,15 @@ if TYPE_CHECKING:
 DEFAULT_PATH = Path("/etc/bootseer/config.toml")
 ENV_VAR = "BOOTSEER_CONFIG"
 
+# Keys this version no longer has, and why; a config that still sets one is read as if
+# it did not (an upgrade must not break a node's hooks over a setting that went away).
+RETIRED: dict[str, str] = {
+    # A separate 20 s bound for the mount failed every node of a loaded 16-node job
+    # (27-30 s to come up); the ckpt step's own deadline bounds it now.
+    "ckpt.mount_timeout": "the prolog waits for the mount within the ckpt step's "
+    "deadline ([hooks] step_deadlines.ckpt, else prolog_deadline)",
+}
+
 
 @dataclass(frozen=True)
 class SiteSection:
@@ -139,10 +148,8 @@ class CkptSection:
     verify: bool = True  # check each unit's checksum on read
     # Where jobs' mounts go (``%n`` = node); unset or empty: ``<paths.run_dir>/ckpt``.
     mount_root: Path | None = None
-    # Seconds the prolog waits for a mount to come up. Unset: as long as the ckpt step's
-    # own deadline allows (a loaded node's daemon can take tens of seconds to start, and
-    # a job that asked for its mount would rather wait than run without it).
-    mount_timeout: float | None = None
+    # (The prolog waits for the mount within the ckpt step's deadline: ``mount_timeout``
+    # is retired, see RETIRED.)
     # The kernel's read-ahead on a mount (KiB); it also bounds each FUSE read request.
     kernel_read_ahead_kb: int = 4096
     # Node-local space for the parts of a file written out of order (a gap, a rewrite
@@ -240,7 +247,8 @@ class P2PSection:
     # Node name -> address, /etc/hosts format; unset: the system's resolver.
     hosts_file: Path | None = None
     # The longest a piece from a peer may take (an owner waiting on the store says so every
-    # second), then the store.
+    # second), then the store. An owner whose prolog has not reached the job yet waits
+    # for it two thirds of this, heartbeating (a late prolog is not a dead peer).
     peer_timeout: float = 30.0
     # A peer that says nothing at all this long (no connection, hello, heartbeat or byte)
     # is dead or hung: dropped. Busy is not dead: keep it well above the longest pause a
@@ -438,6 +446,7 @@ def _build(
         raise ConfigError(f"[{prefix.rstrip('.')}] must be a table")
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls) if f.name not in skip}
+    data = {k: v for k, v in data.items() if prefix + str(k) not in RETIRED}
     unknown = sorted(set(data) - fields)
     if unknown:
         known = ", ".join(sorted(fields))

@@ -95,3 +95,24 @@ def test_checking_the_config_loads_no_technique(tmp_path: Path) -> None:
         [sys.executable, "-c", code, str(p)], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_retired_key_is_read_as_if_it_were_not_set(tmp_path: Path) -> None:
+    """An upgrade never breaks a node's hooks over a setting that went away: a config
+    that still sets `[ckpt] mount_timeout` (retired: the ckpt step's deadline bounds the
+    mount) loads, with its other keys; a misspelt key is still refused, by name."""
+    path = tmp_path / "config.toml"
+    path.write_text("[ckpt]\nmount_timeout = 20.0\nunit_size = 1048576\n")
+    cfg = load_config(path)
+    assert cfg.ckpt.unit_size == 1 << 20 and not hasattr(cfg.ckpt, "mount_timeout")
+    with pytest.raises(ConfigError, match=r"unknown key ckpt\.mount_timeou "):
+        SiteConfig.from_mapping({"ckpt": {"mount_timeou": 20.0}})
+
+
+def test_the_prolog_waits_for_the_mount_as_long_as_its_step_may() -> None:
+    """A loaded node's mount took 27-30 s to come up: the prolog waits until the ckpt
+    step's own deadline (less a second to clean up), not a separate 20 s."""
+    from bootseer.ckpt.step import mount_wait
+
+    assert mount_wait(90.0) == 89.0
+    assert mount_wait(0.5) == 1.0  # never less than a second's try

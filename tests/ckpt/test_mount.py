@@ -371,15 +371,3 @@ def test_the_epilog_has_what_the_mount_moved_from_the_daemons_totals(
     # What the daemon served: the kernel may ask for a range again (its cache dropped).
     assert res.totals.read_bytes >= 1000 and res.totals.store_bytes >= 1000
     assert res.totals.peer_bytes == 0
-
-
-def test_the_prolog_waits_for_the_mount_as_long_as_its_step_may() -> None:
-    """A loaded node's mount took 27-30 s: by default the prolog waits until the step's
-    own deadline (less a second to clean up), not a separate 20 s; a site's shorter
-    `mount_timeout` still holds."""
-    from bootseer.ckpt.step import mount_wait
-
-    assert SiteConfig().ckpt.mount_timeout is None
-    assert mount_wait(None, 90.0) == 89.0
-    assert mount_wait(20.0, 90.0) == 20.0
-    assert mount_wait(None, 0.5) == 1.0  # never less than a second's try

@@ -193,6 +193,32 @@ def test_a_request_waits_for_the_job_to_be_prepared(serve: Callable[..., PeerSer
     assert swarm_to(server.port).fetch(d, 1) == data
 
 
+def test_an_owner_whose_prolog_comes_late_is_waited_for_not_dropped(
+    serve: Callable[..., PeerServer],
+) -> None:
+    """Busy is not dead: a loaded node's prolog may reach the job seconds after its peers
+    ask it for pieces (26 drops in two loaded 16-node jobs with the old 5 s wait). The
+    owner waits for it, heartbeating (the asker's silence bound, 2 s here, is shorter
+    than the wait) and serves the piece; the asker keeps it."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    jobs: dict[int, ServedJob] = {}
+    server = serve(jobs)  # the server's own wait for a job
+    t0 = time.monotonic()
+
+    def prepare_late() -> None:
+        # Past the old 5 s and past the asker's silence bound, by the asker's clock.
+        wait_until(lambda: time.monotonic() - t0 > 5.5, "5.5 s", timeout=TIMEOUT, interval=0.1)
+        jobs[JOB] = ServedJob(LOOPBACK, provider({d: data}))
+        server.jobs_changed()
+
+    late = threading.Thread(target=prepare_late)
+    late.start()
+    swarm = swarm_to(server.port, timeout=TIMEOUT, silence=2.0)
+    assert swarm.fetch(d, 1) == data
+    assert not swarm.stats.dropped
+    late.join()
+
+
 def test_an_unknown_job_is_answered_after_the_wait(serve: Callable[..., PeerServer]) -> None:
     d, _ = piece_owned_by("n1", ("n1", "n2"))
     server = serve({}, job_wait=0.2)
@@ -250,6 +276,38 @@ def test_a_peer_killed_mid_transfer_is_dropped_at_once() -> None:
         assert swarm.stats.peer_bytes == 0
     finally:
         half_dead.close()
+
+
+def test_a_peer_that_trickles_a_piece_is_bounded_by_the_piece_timeout() -> None:
+    """Bytes still arriving keep a peer from being called silent, but not forever: a peer
+    that trickles a piece (a byte every 0.2 s: alive, far too slow) is given up at the
+    piece's timeout (2 s here), however long its silence bound."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    slow = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = slow.accept()
+        with conn:
+            conn.sendall(Hello(os.urandom(16).hex()).encode())
+            read_message(conn)
+            conn.sendall(PieceReply(size=len(data)).encode())
+            for b in data:
+                if done.wait(0.2):
+                    return
+                conn.sendall(bytes([b]))
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        swarm = swarm_to(slow.getsockname()[1], timeout=2.0, silence=TIMEOUT)
+        t0 = time.monotonic()
+        assert swarm.fetch(d, 1) is None
+        assert 2.0 - 0.1 < time.monotonic() - t0 < TIMEOUT / 2
+        assert "timeout" in swarm.stats.dropped["n1"]
+    finally:
+        done.set()
+        slow.close()
 
 
 class DownStore:
@@ -343,10 +401,19 @@ def test_at_the_connection_cap_the_longest_idle_connection_gives_way(
 
 
 SERVE_ONE = f"""
-import sys
+import sys, threading, time
 from bootseer.p2p.server import PeerServer, ServedJob
+spin, hold = int(sys.argv[1]), float(sys.argv[2])
 data = bytes.fromhex(sys.stdin.readline())
-job = ServedJob(frozenset(["127.0.0.1"]), lambda req, deadline: data)
+def burn():
+    while True:
+        pass
+for _ in range(spin):
+    threading.Thread(target=burn, daemon=True).start()
+def provide(req, deadline):
+    time.sleep(hold)
+    return data
+job = ServedJob(frozenset(["127.0.0.1"]), provide)
 server = PeerServer(("127.0.0.1", 0), {KEY!r}, {{{JOB}: job}}.get, lambda _: None)
 server.start()
 print(server.port, flush=True)
@@ -354,23 +421,32 @@ sys.stdin.read()
 """
 
 
-def test_a_peer_stopped_longer_than_the_old_3s_rule_is_not_dropped() -> None:
-    """Busy is not dead: a peer agent that gets no CPU for 4 s (stopped with SIGSTOP, the
-    extreme of a loaded node) serves its piece once it runs again, and is not dropped.
-    Under the old rule (silent 3 s) it was dropped and the node went to the store."""
-    d, data = piece_owned_by("n1", ("n1", "n2"))
+def serve_in_a_process(
+    data: bytes, spin: int = 0, hold: float = 0.0
+) -> tuple[subprocess.Popen[str], int]:
+    """A peer agent of its own (a process the test can stop, kill or load) serving
+    ``data`` for JOB; ``spin`` threads of it burn CPU (as the agent's own hashing does)
+    and it takes ``hold`` seconds to get each piece (its store is slow)."""
     peer = subprocess.Popen(
-        [sys.executable, "-c", SERVE_ONE],
+        [sys.executable, "-c", SERVE_ONE, str(spin), str(hold)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(LIB)},
     )
+    assert peer.stdin is not None and peer.stdout is not None
+    peer.stdin.write(data.hex() + "\n")
+    peer.stdin.flush()
+    return peer, int(peer.stdout.readline())
+
+
+def test_a_peer_stopped_longer_than_the_old_3s_rule_is_not_dropped() -> None:
+    """Busy is not dead: a peer agent that gets no CPU for 4 s (stopped with SIGSTOP, the
+    extreme of a loaded node) serves its piece once it runs again, and is not dropped.
+    Under the old rule (silent 3 s) it was dropped and the node went to the store."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    peer, port = serve_in_a_process(data)
     try:
-        assert peer.stdin is not None and peer.stdout is not None
-        peer.stdin.write(data.hex() + "\n")
-        peer.stdin.flush()
-        port = int(peer.stdout.readline())
         peer.send_signal(signal.SIGSTOP)
         resume = threading.Timer(4.0, peer.send_signal, (signal.SIGCONT,))
         resume.start()
@@ -380,6 +456,60 @@ def test_a_peer_stopped_longer_than_the_old_3s_rule_is_not_dropped() -> None:
         resume.join()
     finally:
         peer.send_signal(signal.SIGCONT)
+        peer.kill()
+        peer.wait()
+
+
+def connected_to(port: int) -> bool:
+    """A connection to 127.0.0.1:``port`` is established (the kernel completes one while
+    the listening process is stopped)."""
+    want = f"0100007F:{port:04X}"
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(f[2] == want and f[3] == "01" for f in (r.split() for r in rows))
+
+
+def test_a_peer_killed_while_asked_is_dropped_at_once() -> None:
+    """A peer that is really gone (its agent killed while a request waits on it) is
+    dropped as soon as its connection is reset, not after a bound: the asker's silence
+    bound here is a minute, and the drop comes well before it."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    peer, port = serve_in_a_process(data)
+    try:
+        peer.send_signal(signal.SIGSTOP)
+        swarm = swarm_to(port, timeout=TIMEOUT, silence=TIMEOUT)
+        got: list[bytes | None] = []
+        asker = threading.Thread(target=lambda: got.append(swarm.fetch(d, 1)))
+        t0 = time.monotonic()
+        asker.start()
+        wait_until(lambda: connected_to(port), "the asker's connection", timeout=TIMEOUT)
+        peer.kill()
+        peer.wait()
+        asker.join(TIMEOUT)
+        assert got == [None]
+        assert time.monotonic() - t0 < TIMEOUT / 2  # the reset ended it, not a bound
+        assert "unreachable" in swarm.stats.dropped["n1"]
+    finally:
+        peer.kill()
+        peer.wait()
+
+
+def test_a_peer_whose_cpu_is_busy_keeps_serving_and_is_never_dropped() -> None:
+    """The CPU-load variant: an owner whose own threads keep its CPU busy (4 spinning)
+    and whose store takes 2.5 s a piece serves 8 askers at once under the default
+    silence bound; none is dropped, each gets its piece."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    peer, port = serve_in_a_process(data, spin=4, hold=2.5)
+    try:
+        swarms = [swarm_to(port, timeout=TIMEOUT) for _ in range(8)]
+        got: list[bytes | None] = []
+        askers = [threading.Thread(target=lambda s=s: got.append(s.fetch(d, 1))) for s in swarms]
+        for a in askers:
+            a.start()
+        for a in askers:
+            a.join()
+        assert got == [data] * 8
+        assert not any(s.stats.dropped for s in swarms)
+    finally:
         peer.kill()
         peer.wait()
 

@@ -67,6 +67,9 @@ class PeerNode:
             log,
             max_connections=cfg.max_connections,
             serve_timeout=cfg.peer_timeout,
+            # A late prolog is waited for, leaving the owner a third of the asker's
+            # bound to get the piece once it is there.
+            job_wait=cfg.peer_timeout * 2 / 3,
         )
 
     @classmethod
