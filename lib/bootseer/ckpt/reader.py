@@ -3,7 +3,11 @@
 Units are fetched whole (so each can be checked against its checksum) by a pool of
 ``max_inflight`` threads, and a reader moving forward has the next ``read_ahead``
 units on their way from all K targets at once. At most ``read_ahead + 2`` units are
-held in memory per open file.
+held in memory per open file. A unit on a ``file://`` target is read past the page cache
+(``O_DIRECT``) into a page-aligned buffer that the reader uses again once the unit is
+dropped and no view of it is left (:class:`bootseer.store.Buffers`): no page-cache fill,
+no copy out of it, no fresh pages to fault in. :meth:`StripedReader.pview` hands out
+views of a unit's verified bytes (the FUSE daemon replies with them, without a copy).
 
     >>> import torch                                     # doctest: +SKIP
     >>> with ns.open("step100/model.pt") as f:           # doctest: +SKIP
@@ -24,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from bootseer.ckpt.errors import CkptError, CkptIOError
 from bootseer.ckpt.manifest import Manifest, unit_checksum
 from bootseer.errors import StoreError
+from bootseer.store import Buffers
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -40,12 +45,14 @@ class StripedReader(io.RawIOBase):
         self.name = f"{ns.name}:{path}"
         self._pos = 0
         self._lock = threading.Lock()
-        self._units: OrderedDict[int, cf.Future[bytes]] = OrderedDict()
+        self._units: OrderedDict[int, cf.Future[bytes | memoryview]] = OrderedDict()
         self._last = -1
         self._cap = max(ns.read_ahead, 0) + 2
         workers = max(1, min(ns.max_inflight, manifest.unit_count))
         self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="ckpt-read")
         self.fetched = 0  # bytes read from the targets, read-ahead included
+        # The units' buffers, used again as units are dropped (as many as may be held).
+        self._buffers = Buffers(self._cap + workers)
 
     # -- io.RawIOBase
     def readable(self) -> bool:
@@ -102,6 +109,8 @@ class StripedReader(io.RawIOBase):
         if not self.closed:
             self._pool.shutdown(wait=False, cancel_futures=True)
             with self._lock:
+                for fut in self._units.values():
+                    fut.cancel()
                 self._units.clear()
         super().close()
 
@@ -115,13 +124,24 @@ class StripedReader(io.RawIOBase):
         index = offset // u
         if (offset + n - 1) // u == index:  # inside one unit: a single copy
             start = offset - index * u
-            return self._unit(index)[start : start + n]
+            return bytes(self._unit(index)[start : start + n])
         out = bytearray(n)
         self._copy(offset, memoryview(out))
         return bytes(out)
 
-    def pread_ready(self, offset: int, size: int) -> bytes | None:
-        """Like :meth:`pread` if the units it needs are in memory already, else None.
+    def pview(self, offset: int, size: int) -> memoryview:
+        """Like :meth:`pread`, as a view: inside one unit, of the unit's verified bytes
+        themselves (no copy; the FUSE daemon hands it to the kernel as it is)."""
+        n = max(0, min(offset + size, self.manifest.size) - offset)
+        u = self.manifest.unit_size
+        index = offset // u
+        if n and (offset + n - 1) // u == index:
+            start = offset - index * u
+            return memoryview(self._unit(index))[start : start + n]
+        return memoryview(self.pread(offset, size))
+
+    def pread_ready(self, offset: int, size: int) -> memoryview | None:
+        """Like :meth:`pview` if the units it needs are in memory already, else None.
 
         It never waits, so an event loop (the FUSE daemon's) can call it directly and
         hand only the reads that must wait for a target to a thread.
@@ -129,7 +149,7 @@ class StripedReader(io.RawIOBase):
         m = self.manifest
         n = max(0, min(offset + size, m.size) - offset)
         if n == 0:
-            return b""
+            return memoryview(b"")
         indexes = range(offset // m.unit_size, (offset + n - 1) // m.unit_size + 1)
         with self._lock:
             futs = [self._units.get(i) for i in indexes]
@@ -142,8 +162,15 @@ class StripedReader(io.RawIOBase):
         parts = [f.result() for f in futs if f is not None]
         start = offset - indexes[0] * m.unit_size
         if len(parts) == 1:
-            return parts[0][start : start + n]
-        return b"".join(parts)[start : start + n]
+            return memoryview(parts[0])[start : start + n]
+        out = bytearray(n)  # across units: one copy of the bytes asked for, no more
+        done = 0
+        for part in parts:
+            take = min(len(part) - start, n - done)
+            out[done : done + take] = memoryview(part)[start : start + take]
+            done += take
+            start = 0
+        return memoryview(out)
 
     def _copy(self, offset: int, out: memoryview) -> int:
         m = self.manifest
@@ -160,7 +187,7 @@ class StripedReader(io.RawIOBase):
         return done
 
     # -- units
-    def _unit(self, index: int) -> bytes:
+    def _unit(self, index: int) -> bytes | memoryview:
         while True:
             with self._lock:
                 fut = self._want(index)
@@ -177,7 +204,7 @@ class StripedReader(io.RawIOBase):
                         del self._units[index]  # a later read retries
                 raise
 
-    def _want(self, index: int) -> cf.Future[bytes]:
+    def _want(self, index: int) -> cf.Future[bytes | memoryview]:
         fut = self._units.get(index)
         if fut is None:
             fut = self._pool.submit(self._fetch, index)
@@ -201,9 +228,14 @@ class StripedReader(io.RawIOBase):
             if len(self._units) <= self._cap:
                 break
             if k not in keep:
-                self._units.pop(k).cancel()
+                self._drop(self._units.pop(k))
 
-    def _fetch(self, index: int) -> bytes:
+    def _drop(self, fut: cf.Future[bytes | memoryview]) -> None:
+        """A unit no longer held: its buffer is read into again once nobody uses it."""
+        if not fut.cancel() and fut.done() and fut.exception() is None:
+            self._buffers.retire(fut.result())
+
+    def _fetch(self, index: int) -> bytes | memoryview:
         m = self.manifest
         unit, digest = m.units[index]
         uri = m.target_of(index)
@@ -222,7 +254,8 @@ class StripedReader(io.RawIOBase):
                 return data
         try:
             store = self.ns.store_for(uri)
-            data = store.read_bytes(key)
+            # A file:// target is read past the page cache into the unit's own buffer.
+            unit_data = store.read_direct(key, self._buffers)
         except FileNotFoundError:
             raise CkptIOError(
                 f"{self.name}: unit {index} ({key}) is missing on target {uri}: the file was "
@@ -230,20 +263,20 @@ class StripedReader(io.RawIOBase):
             ) from None
         except (StoreError, CkptError) as exc:
             raise CkptIOError(f"{self.name}: unit {index}: target {uri} failed: {exc}") from None
-        if len(data) != want:
+        if len(unit_data) != want:
             raise CkptIOError(
-                f"{self.name}: unit {index} on target {uri} is damaged: {len(data)} bytes, "
+                f"{self.name}: unit {index} on target {uri} is damaged: {len(unit_data)} bytes, "
                 f"the manifest says {want}"
             )
-        if self.ns.verify and unit_checksum(data) != digest:
+        if self.ns.verify and unit_checksum(unit_data) != digest:
             self.ns.corrupt_units += 1
             raise CkptIOError(
                 f"{self.name}: unit {index} on target {uri} is corrupt: its checksum does not "
                 f"match the manifest (version {m.version}); run `bootseer ckpt verify`"
             )
-        self.fetched += len(data)
-        self.ns.store_bytes += len(data)
-        return data
+        self.fetched += len(unit_data)
+        self.ns.store_bytes += len(unit_data)
+        return unit_data
 
     def _check_open(self) -> None:
         if self.closed:

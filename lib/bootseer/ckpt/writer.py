@@ -1,8 +1,9 @@
 """The parallel writer: a new version of a striped file, committed by its manifest.
 
 Bytes are cut into units as they come; each full unit is checksummed and uploaded
-to its target by a pool of ``max_inflight`` threads (the writer blocks when that many
-are pending, so memory stays bounded). :meth:`StripedWriter.commit` (``close``,
+(to a ``file://`` target past the page cache, ``O_DIRECT``) by a pool of
+``max_inflight`` threads (the writer blocks when that many are pending, so memory
+stays bounded). :meth:`StripedWriter.commit` (``close``,
 ``fsync`` through the mount) uploads the last partial unit, writes the manifest (the
 switch to the new version) and then deletes the previous version's units. Leaving
 the ``with`` block by an exception aborts instead: the previous version stays.
@@ -141,6 +142,28 @@ class StripedWriter(io.RawIOBase):
                 self._stage.put(pos, part)
             pos += take
         self.size = max(self.size, end)
+        return n
+
+    def pwrite_nowait(self, offset: int, data: ReadableBuffer) -> int | None:
+        """:meth:`pwrite` if it is a plain append that stays inside the unit being filled
+        (a memory copy: no upload, no quota count, no staging, nothing that waits), else
+        None and nothing is written. The FUSE daemon serves such writes (7 in 8 of a
+        sequential save, at 1 MiB requests and 8 MiB units) on its event loop, without a
+        thread hop each, and hands the rest to a thread as :meth:`pwrite`."""
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        mv = memoryview(data).cast("B")
+        n = len(mv)
+        if (
+            offset != self._frontier
+            or len(self._buf) + n >= self.unit_size
+            or (self._stage is not None and self._stage.extents)
+        ):
+            return None
+        self._dirty = True
+        self._buf += mv
+        self._frontier += n
+        self.size = max(self.size, self._frontier)
         return n
 
     def truncate(self, size: int | None = None) -> int:
@@ -594,7 +617,7 @@ class StripedWriter(io.RawIOBase):
         stored = False
         try:
             self.ns.store_for(uri).write_bytes(
-                self.ns.unit_key(self.version, name), data, atomic=False
+                self.ns.unit_key(self.version, name), data, atomic=False, direct=True
             )
             stored = True
         except (OSError, StoreError, CkptError) as exc:

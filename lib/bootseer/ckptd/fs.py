@@ -553,7 +553,8 @@ class CkptFS(pyfuse3.Operations):
         # Other nodes see the name from the first commit on; this node sees the writer.
         return info, self._attrs(ino, self._writing[path])
 
-    async def read(self, fh: int, off: int, size: int) -> bytes:
+    # pyfuse3 replies with any buffer (PyObject_GetBuffer), though its stub says bytes.
+    async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:  # type: ignore[override]
         h = self._handles[fh]
         if h.log:
             text: bytes = log.text()
@@ -564,10 +565,11 @@ class CkptFS(pyfuse3.Operations):
             return got
         if h.reader is None:
             raise pyfuse3.FUSEError(errno.EBADF)
-        # Read-ahead keeps most reads in memory: served here, without a thread hop.
+        # Read-ahead keeps most reads in memory: served here, without a thread hop, as
+        # views of the verified units (pyfuse3 takes any buffer: no copy before the kernel's).
         data = h.reader.pread_ready(off, size)
         if data is None:
-            data = await self._run(h.reader.pread, off, size)
+            data = await self._run(h.reader.pview, off, size)
         self.bytes_read += len(data)
         self.reads += 1
         return data
@@ -578,9 +580,31 @@ class CkptFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         if h.failed:
             raise pyfuse3.FUSEError(h.errno)
+        # Most of a sequential save only fills the unit in memory: done here, without a
+        # thread hop (which cost more CPU than the copy); the rest goes to a thread.
+        quick = self._write_nowait(h, off, buf)
+        if quick is not None:
+            self.bytes_written += quick
+            return quick
         n: int = await self._run(self._locked, h, h.writer.pwrite, off, buf)
         self.bytes_written += n
         return n
+
+    @staticmethod
+    def _write_nowait(h: _Handle, off: int, buf: bytes) -> int | None:
+        """The write, if it needs no waiting (the handle's lock is free, and the writer
+        takes it as an append in memory: :meth:`StripedWriter.pwrite_nowait`); else None."""
+        assert h.writer is not None
+        if not h.lock.acquire(blocking=False):
+            return None  # a commit or an upload of this handle is under way: in turn
+        try:
+            if h.failed:
+                raise pyfuse3.FUSEError(h.errno)
+            return h.writer.pwrite_nowait(off, buf)
+        except ValueError:  # closed meanwhile: as the thread would have answered
+            raise pyfuse3.FUSEError(errno.EBADF) from None
+        finally:
+            h.lock.release()
 
     async def flush(self, fh: int) -> None:
         h = self._handles[fh]

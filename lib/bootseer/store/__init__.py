@@ -19,6 +19,14 @@ Temporary keys start with ``.tmp-`` and are never listed.
 
 from __future__ import annotations
 
-from bootseer.store._store import PUBLIC_TOP, TMP_PREFIX, ObjectInfo, Store, check_key, open_store
+from bootseer.store._store import (
+    PUBLIC_TOP,
+    TMP_PREFIX,
+    Buffers,
+    ObjectInfo,
+    Store,
+    check_key,
+    open_store,
+)
 
-__all__ = ["PUBLIC_TOP", "TMP_PREFIX", "ObjectInfo", "Store", "check_key", "open_store"]
+__all__ = ["PUBLIC_TOP", "TMP_PREFIX", "Buffers", "ObjectInfo", "Store", "check_key", "open_store"]

@@ -1,0 +1,87 @@
+"""file:// stores: writes and reads past the page cache, and the buffers reads reuse."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bootseer.store import Buffers, open_store
+
+SIZES = [0, 1, 4095, 4096, 4097, 3 * 4096 + 5, 1 << 20]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_direct_round_trip(tmp_path: Path, size: int) -> None:
+    store = open_store(f"file://{tmp_path}/store")
+    data = os.urandom(size)
+    store.write_bytes("u/v/0", data, atomic=False, direct=True)
+    path = tmp_path / "store/u/v/0"
+    assert path.read_bytes() == data
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # a unit is root's alone, as before
+    assert bytes(store.read_direct("u/v/0")) == data
+    assert bytes(store.read_direct("u/v/0", Buffers(2))) == data
+    assert store.read_bytes("u/v/0") == data
+    assert store.read_bytes("u/v/0", limit=3) == data[:3]
+    # Written again shorter: nothing of the longer version is left.
+    store.write_bytes("u/v/0", data[: size // 2], atomic=False, direct=True)
+    assert bytes(store.read_direct("u/v/0")) == data[: size // 2]
+
+
+def test_missing_key_is_file_not_found_read_direct(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/store")
+    with pytest.raises(FileNotFoundError, match="nope: not found"):
+        store.read_direct("nope")
+    with pytest.raises(FileNotFoundError, match="nope: not found"):
+        store.read_bytes("nope")
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="needs util-linux fincore")
+def test_direct_write_leaves_no_page_cache(tmp_path: Path) -> None:
+    """The point of ``direct``: a unit's whole blocks do not fill this node's page cache
+    (the kernel's copy into fresh pages was the daemon's biggest cost per byte)."""
+    store = open_store(f"file://{tmp_path}/store")
+    store.write_bytes("d", b"x" * (1 << 20), atomic=False, direct=True)
+    store.write_bytes("b", b"x" * (1 << 20), atomic=False)
+
+    def cached(name: str) -> int:
+        path = str(tmp_path / "store" / name)
+        out = subprocess.run(
+            ["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return int(out.split()[0])
+
+    if cached("b") == 0:
+        pytest.skip("this filesystem keeps no page cache for the buffered write either")
+    assert cached("d") == 0
+
+
+def test_buffers_are_reused_only_when_no_view_is_left() -> None:
+    buffers = Buffers(keep=4)
+    a = buffers.get(8192)
+    view = memoryview(a)[:100]
+    buffers.retire(memoryview(a))
+    del a
+    b = buffers.get(8192)
+    assert b is not view.obj  # a view of the retired buffer is alive: a fresh one
+    view.release()
+    del view
+    c = buffers.get(8192)
+    assert len(c) >= 8192 and len(c) % 4096 == 0
+    buffers.retire(memoryview(c))
+    cid = id(c)
+    del c
+    assert id(buffers.get(4096)) == cid  # nothing holds it: taken again
+
+
+def test_buffers_keep_at_most_keep() -> None:
+    buffers = Buffers(keep=2)
+    bufs = [buffers.get(4096) for _ in range(5)]
+    for b in bufs:
+        buffers.retire(memoryview(b))
+    assert len(buffers._free) == 2
