@@ -65,7 +65,7 @@ def filtered_mode(member: tarfile.TarInfo) -> int | None:
     none unless by its owner; None for a directory or symlink (the umask decides);
     :class:`FilterError` for anything else (devices, FIFOs).
 
-    >>> m = tarfile.TarInfo("f"); m.mode = 0o6771
+    >>> m = tarfile.TarInfo("f"); m.mode = 0o6777
     >>> oct(filtered_mode(m))
     '0o755'
     """
