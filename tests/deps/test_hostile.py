@@ -340,3 +340,13 @@ def test_the_filter_refuses_what_the_data_filter_refuses(
     )
     with pytest.raises(SnapshotRejected):
         flt(ti)
+
+
+def test_contents_across_the_stream_buffers(store: Store, scratch: Path) -> None:
+    """File bytes read past tarfile's stream (bootseer.deps.archive._data_reader) land
+    in the right files, whatever their sizes around the 10 KiB and 1 MiB buffers."""
+    sizes = [0, 1, 511, 512, 513, 10_240, 10_241, (1 << 20) - 1, 1 << 20, (3 << 20) + 7, 5]
+    members = [member(f"f{i}", data=os.urandom(n)) for i, n in enumerate(sizes)]
+    prefix = do_restore(store, scratch, members)
+    for ti, data in members:
+        assert (prefix / ti.name).read_bytes() == data, ti.name

@@ -52,7 +52,12 @@ class MemberWriter:
         return os.path.join(self.dest, name)
 
     def file(
-        self, name: str, size: int, mode: int, mtime: int, read: Callable[[int], bytes]
+        self,
+        name: str,
+        size: int,
+        mode: int,
+        mtime: int,
+        read: Callable[[int], bytes | memoryview],
     ) -> None:
         """Create ``name`` and fill it with ``size`` bytes of ``read(n)``."""
         try:
