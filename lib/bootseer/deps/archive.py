@@ -263,7 +263,7 @@ def _data_reader(tf: tarfile.TarFile) -> Callable[[int], bytes | memoryview]:
     the rest is read straight into one buffer, and the stream's offset kept right, so
     its next header read (and its skip of the padding) start where they must."""
     stream: Any = tf.fileobj
-    raw = getattr(stream, "fileobj", None)
+    raw: Any = getattr(stream, "fileobj", None)
     if not (isinstance(getattr(stream, "buf", None), bytes) and hasattr(raw, "readinto")):
         return stream.read  # type: ignore[no-any-return]  # not the stream this knows
     buf = memoryview(bytearray(CHUNK))
