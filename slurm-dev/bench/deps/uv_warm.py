@@ -37,8 +37,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--uv", default=shutil.which("uv") or "uv")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("uv_args", nargs="*", help="after --: index options for uv")
-    args = ap.parse_args(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cut])
+    args.uv_args = argv[cut + 1 :]  # after --: index options for uv
     work = args.work.resolve()
     env = {**os.environ, "UV_CACHE_DIR": str(work / "uv-cache"), "UV_NO_PROGRESS": "1"}
     venv = work / "uv-venv"
