@@ -264,3 +264,89 @@ def test_relative_link_to_an_allowed_absolute_link(store: Store, scratch: Path) 
     ]
     prefix = do_restore(store, scratch, members)
     assert os.readlink(prefix / "bin" / "python3") == "python"
+
+
+# The member writer (bootseer.deps.writer) and the filter's textual checks.
+
+
+def test_a_name_twice_is_refused_not_replaced(store: Store, scratch: Path) -> None:
+    """A second entry of a name would replace what was checked (a directory turned into
+    a link out of the prefix, and later members written through it)."""
+    twice = [
+        member("lib", tarfile.DIRTYPE, mode=0o755),
+        member("lib", tarfile.SYMTYPE, link="/usr/lib"),
+    ]
+    rejects(store, scratch, twice, "appears twice")
+    rejects(store, scratch, [member("a", data=b"1"), member("a", data=b"2")], "appears twice")
+    hard = [member("a", data=b"1"), member("b", data=b"2"), member("b", tarfile.LNKTYPE, link="a")]
+    rejects(store, scratch, hard, "appears twice")
+
+
+def test_modes_times_and_owner_of_every_kind(store: Store, scratch: Path) -> None:
+    """Files keep their mode less setuid/setgid/group-other write, get their owner's
+    rw; directories the umask's; mtimes are the archive's; the job's user owns all."""
+    modes = {"x": 0o755, "r": 0o644, "w": 0o666, "o": 0o400, "e": 0o711, "s": 0o4755}
+    members = [member("d", tarfile.DIRTYPE, mode=0o777)]
+    members += [member(f"d/{n}", data=n.encode(), mode=m) for n, m in modes.items()]
+    members += [member("d/link", tarfile.SYMTYPE, link="x")]
+    for ti, _ in members:
+        ti.mtime = 1_600_000_000
+    prefix = do_restore(store, scratch, members)
+    want = {"x": 0o755, "r": 0o644, "w": 0o644, "o": 0o600, "e": 0o711, "s": 0o755}
+    for n, m in want.items():
+        st = os.lstat(prefix / "d" / n)
+        assert (stat.S_IMODE(st.st_mode), st.st_mtime, st.st_uid) == (m, 1_600_000_000, USER_A)
+        assert (prefix / "d" / n).read_bytes() == n.encode()
+    st = os.lstat(prefix / "d")
+    assert (st.st_mtime, st.st_uid, st.st_mode & 0o022) == (1_600_000_000, USER_A, 0)
+    assert os.lstat(prefix / "d" / "link").st_uid == USER_A
+
+
+def test_a_file_without_its_directory_entry(store: Store, scratch: Path) -> None:
+    """A capture of the names an install changed may hold a/b/c without a/ and a/b/."""
+    prefix = do_restore(store, scratch, [member("a/b/c", data=b"x")])
+    assert (prefix / "a" / "b" / "c").read_bytes() == b"x"
+    assert os.lstat(prefix / "a" / "b").st_uid == USER_A
+
+
+HOSTILE_FOR_THE_DATA_FILTER = [
+    member("../up", data=b"x"),
+    member("a/../../up", data=b"x"),
+    member("l", tarfile.SYMTYPE, link="../../etc"),
+    member("l", tarfile.SYMTYPE, link="a/../../etc"),
+    member("l", tarfile.SYMTYPE, link="/etc/passwd"),
+    member("h", tarfile.LNKTYPE, link="/etc/passwd"),
+    member("h", tarfile.LNKTYPE, link="../x"),
+    member("c", tarfile.CHRTYPE),
+    member("b", tarfile.BLKTYPE),
+    member("f", tarfile.FIFOTYPE),
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_FOR_THE_DATA_FILTER, ids=lambda m: m[0].name)
+def test_the_filter_refuses_what_the_data_filter_refuses(
+    hostile: tuple[tarfile.TarInfo, bytes | None], tmp_path: Path
+) -> None:
+    """The textual checks refuse each member tarfile's own data filter refuses."""
+    from bootseer.deps.archive import SnapshotFilter, SnapshotRejected, entry_of
+
+    ti, _ = hostile
+    if hasattr(tarfile, "data_filter"):
+        with pytest.raises(tarfile.FilterError):  # type: ignore[attr-defined]
+            tarfile.data_filter(ti, str(tmp_path))  # type: ignore[attr-defined]
+    e = entry_of(ti)
+    flt = SnapshotFilter(
+        [e] if e is not None else [], link_roots=["/usr"], max_bytes=1 << 20, max_files=10
+    )
+    with pytest.raises(SnapshotRejected):
+        flt(ti)
+
+
+def test_contents_across_the_stream_buffers(store: Store, scratch: Path) -> None:
+    """File bytes read past tarfile's stream (bootseer.deps.archive._data_reader) land
+    in the right files, whatever their sizes around the 10 KiB and 1 MiB buffers."""
+    sizes = [0, 1, 511, 512, 513, 10_240, 10_241, (1 << 20) - 1, 1 << 20, (3 << 20) + 7, 5]
+    members = [member(f"f{i}", data=os.urandom(n)) for i, n in enumerate(sizes)]
+    prefix = do_restore(store, scratch, members)
+    for ti, data in members:
+        assert (prefix / ti.name).read_bytes() == data, ti.name

@@ -59,6 +59,26 @@ def data_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
     return replace(member, **_filtered_attrs(member, dest))
 
 
+def filtered_mode(member: tarfile.TarInfo) -> int | None:
+    """The mode the ``data`` filter gives ``member``: a file's without setuid, setgid,
+    sticky or group/other write, readable and writable by its owner, executable by
+    none unless by its owner; None for a directory or symlink (the umask decides);
+    :class:`FilterError` for anything else (devices, FIFOs).
+
+    >>> m = tarfile.TarInfo("f"); m.mode = 0o6777
+    >>> oct(filtered_mode(m))
+    '0o755'
+    """
+    if member.isreg() or member.islnk():
+        mode = member.mode & 0o755
+        if not mode & 0o100:
+            mode &= ~0o111
+        return mode | 0o600
+    if member.isdir() or member.issym():
+        return None
+    raise FilterError(f"{member.name!r} is a special file")
+
+
 def _outside(path: str, dest: str) -> bool:
     return os.path.commonpath([path, dest]) != dest
 
@@ -76,15 +96,7 @@ def _filtered_attrs(member: tarfile.TarInfo, dest_path: str) -> dict[str, Any]:
         raise FilterError(f"{member.name!r} would be extracted to {target!r}, outside {dest_path}")
     mode: int | None = member.mode
     if mode is not None:
-        mode &= 0o755
-        if member.isreg() or member.islnk():
-            if not mode & 0o100:
-                mode &= ~0o111
-            mode |= 0o600
-        elif member.isdir() or member.issym():
-            mode = None
-        else:
-            raise FilterError(f"{member.name!r} is a special file")
+        mode = filtered_mode(member)
         if mode != member.mode:
             new["mode"] = mode
     new.update(uid=None, gid=None, uname=None, gname=None)

@@ -11,7 +11,9 @@ directory. Prints per-run times, the medians, the ratio and the load average.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -38,8 +40,9 @@ def prepared(src: Path, work: Path) -> tuple[str, Manifest]:
     found = read_manifest(store, SCOPE, KEY, max_bytes=1 << 40, max_files=10**7, keys=None)
     if found is None:
         prefix = work / "prefix"
-        shutil.rmtree(prefix, ignore_errors=True)
-        shutil.copytree(src, prefix, symlinks=True)
+        if src != prefix:  # SRC may be WORK/prefix itself (a 1 GB tree need not be twice)
+            shutil.rmtree(prefix, ignore_errors=True)
+            shutil.copytree(src, prefix, symlinks=True)
         capture(
             store,
             CaptureRequest(
@@ -67,9 +70,17 @@ def settle(path: str | Path) -> None:
     time.sleep(SETTLE)
 
 
-def time_restore(uri: str, m: Manifest) -> float:
+def cpu() -> float:
+    """CPU seconds of this process and its reaped children (the extracting child, tar, zstd)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def time_restore(uri: str, m: Manifest, other: Path) -> tuple[float, float]:
+    """Wall and CPU seconds of one restore (the settling before it not counted)."""
+    settle(other)  # one tree on disk at a time: a 1 GB install thrice does not fit
     settle(m.prefix)
-    t0 = time.perf_counter()
+    c0, t0 = cpu(), time.perf_counter()
     restore(
         open_store(uri),
         m,
@@ -82,15 +93,16 @@ def time_restore(uri: str, m: Manifest) -> float:
             max_files=10**7,
         ),
     )
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, cpu() - c0
 
 
-def time_tar(archive: str, dest: Path) -> float:
+def time_tar(archive: str, dest: Path, other: str) -> tuple[float, float]:
+    settle(other)
     settle(dest)
-    t0 = time.perf_counter()
+    c0, t0 = cpu(), time.perf_counter()
     dest.mkdir()
     subprocess.run(["tar", "-I", "zstd", "-xf", archive, "-C", str(dest)], check=True)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, cpu() - c0
 
 
 def main(argv: list[str]) -> int:
@@ -99,6 +111,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("work", type=Path)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--settle", type=float, default=5.0, help="seconds between runs")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--label", default="", help="what this run measures (into the JSON)")
     args = ap.parse_args(argv)
     global SETTLE
     SETTLE = args.settle
@@ -110,14 +124,55 @@ def main(argv: list[str]) -> int:
     )
     ours: list[float] = []
     floor: list[float] = []
+    ours_cpu: list[float] = []
+    floor_cpu: list[float] = []
+    loads = [os.getloadavg()[0]]
     print(f"load before: {os.getloadavg()}")
+    tar_out = args.work.resolve() / "tar-out"
     for i in range(args.runs):
-        ours.append(time_restore(uri, m))
-        floor.append(time_tar(archive, args.work.resolve() / "tar-out"))
-        print(f"run {i}: restore {ours[-1]:.2f}s  tar {floor[-1]:.2f}s")
+        wall, used = time_restore(uri, m, tar_out)
+        ours.append(wall)
+        ours_cpu.append(used)
+        wall, used = time_tar(archive, tar_out, m.prefix)
+        floor.append(wall)
+        floor_cpu.append(used)
+        loads.append(os.getloadavg()[0])
+        print(
+            f"run {i}: restore {ours[-1]:.2f}s {ours_cpu[-1]:.2f} CPU-s  "
+            f"tar {floor[-1]:.2f}s {floor_cpu[-1]:.2f} CPU-s  load1 {loads[-1]:.1f}"
+        )
+    settle(tar_out)
     a, b = statistics.median(ours), statistics.median(floor)
+    ca, cb = statistics.median(ours_cpu), statistics.median(floor_cpu)
+    gib = m.raw_bytes / (1 << 30)
     print(f"BENCH restore median {a:.2f}s  tar median {b:.2f}s  ratio {a / b:.2f}x")
+    print(
+        f"BENCH CPU-s/GiB restore {ca / gib:.2f}  tar {cb / gib:.2f}  ratio {ca / cb:.2f}x; "
+        f"MB/s restore {m.raw_bytes / a / 1e6:.0f}  tar {m.raw_bytes / b / 1e6:.0f}"
+    )
     print(f"load after: {os.getloadavg()}")
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "label": args.label,
+                    "raw_bytes": m.raw_bytes,
+                    "stored_bytes": m.stored_bytes,
+                    "entries": len(m.entries),
+                    "frames": len(m.frames),
+                    "restore_s": ours,
+                    "tar_s": floor,
+                    "restore_cpu_s": ours_cpu,
+                    "tar_cpu_s": floor_cpu,
+                    "load1": loads,
+                    "median": {"restore_s": a, "tar_s": b, "ratio": a / b},
+                    "cpu_s_per_gib": {"restore": ca / gib, "tar": cb / gib, "ratio": ca / cb},
+                    "mb_per_s": {"restore": m.raw_bytes / a / 1e6, "tar": m.raw_bytes / b / 1e6},
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     return 0
 
 
