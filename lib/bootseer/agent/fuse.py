@@ -3,9 +3,11 @@
 The mount holds one file per prepared job, ``<job_id>.sqsh``, owned by the job's
 user and readable by no one else (``default_permissions`` makes the kernel check).
 The mount is ``ro``: opening for write, chmod, truncate and create fail (EROFS).
-Reads are served by threads (up to :data:`READERS` at once): one that waits for the
-disk or for the fetcher never holds up reads of others. A read the
-store cannot serve in time fails with EIO. :func:`bootseer.agent.daemon.serve` mounts it.
+Every read is served by a worker thread (``READ_THREADS`` at once), never on the event
+loop: a read of the cache's disk (cold) or a miss that waits for the fetcher holds up
+no other request, and the preads and CRC checks (which release the GIL) of several
+requests run at once. A read the store cannot serve in time fails with EIO.
+:func:`bootseer.agent.daemon.serve` mounts it.
 
     >>> pyfuse3.init(ImageFS(agent), "/run/bootseer/images", set(MOUNT_OPTIONS))  # doctest: +SKIP
 """
@@ -17,7 +19,7 @@ import itertools
 import os
 import stat
 import time
-from typing import Any
+from typing import Any, cast
 
 import pyfuse3
 import trio
@@ -27,7 +29,7 @@ from bootseer.agent.jobs import INODE_BASE, JobView
 from bootseer.image.fetch import FetchError
 
 READ_AHEAD_KIB = 8192
-READERS = 16  # threads serving reads at once (each waits on the disk or the fetcher)
+READ_THREADS = 8
 ROOT = pyfuse3.ROOT_INODE
 MOUNT_OPTIONS = {
     "fsname=bootseer",
@@ -45,7 +47,7 @@ class ImageFS(pyfuse3.Operations):  # type: ignore[misc]
         self._handles: dict[int, JobView] = {}
         self._next = itertools.count(1)
         self._started = time.time_ns()
-        self._readers = trio.CapacityLimiter(READERS)
+        self._readers = trio.CapacityLimiter(READ_THREADS)
 
     def _root_attr(self) -> pyfuse3.EntryAttributes:
         a = pyfuse3.EntryAttributes()
@@ -122,11 +124,6 @@ class ImageFS(pyfuse3.Operations):  # type: ignore[misc]
         if view is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         try:
-            # Off the event loop, always: a block read from the cache's disk blocks its
-            # thread until the disk answers, and the kernel has several requests in flight
-            # (its read-ahead), which threads serve at once. Served on the loop, one cold
-            # read at a time, a first read of an image ran at 124 MB/s against the local
-            # disk's 584 (docs/image.md, "The read path").
             data = await trio.to_thread.run_sync(
                 self.agent.reader.read,
                 view,
@@ -139,7 +136,8 @@ class ImageFS(pyfuse3.Operations):  # type: ignore[misc]
             self.agent.log(f"job={view.job_id} read at {off}: EIO: {exc}")
             raise pyfuse3.FUSEError(errno.EIO) from None
         assert data is not None
-        return data
+        # pyfuse3 replies with any contiguous buffer: the reader's own, no copy to bytes.
+        return cast(bytes, data)
 
     async def release(self, fh: pyfuse3.FileHandleT) -> None:
         self._handles.pop(fh, None)

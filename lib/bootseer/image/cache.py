@@ -2,13 +2,16 @@
 
 Layout: ``<cache_dir>/blocks/<aa>/<digest>``. A block is written to a temporary name
 and renamed into place only after its digest checked, so a name in the cache always
-held the right bytes. Every read from the disk checks the whole block again, so bytes
+held the right bytes. Every read from the disk checks what it read again, so bytes
 damaged on disk (a flipped bit, a bad sector, a stray write) are never served: the block
-is dropped and fetched again. The check is a CRC-32 (``zlib.crc32``) the cache records
-in memory when it writes a block, not the SHA-256 that names it: ~8x faster here
-(docs/image.md has the figures), and the cache (root's alone, 0700) guards against
-damage, not an adversary. Blocks found on disk when the agent starts (a restart keeps
-the cache) have no CRC yet: their first read checks the SHA-256, then records one.
+is dropped and fetched again. The check is a CRC-32 (``zlib.crc32``) of each 32 KiB
+piece of the block (``CHECK_CHUNK``), which the cache records in memory when it writes
+the block: a read reads and checks the pieces it touches, not the whole block (a 128 KiB
+FUSE request of a 256 KiB block used to read and check 256 KiB). Not the SHA-256 that
+names it: ~8x slower here (docs/image.md has the figures), and the cache (root's alone,
+0700) guards against damage, not an adversary. Blocks found on disk when the agent
+starts (a restart keeps the cache) have no CRCs yet: their first read checks the
+SHA-256 of the whole block, then records them.
 
 Eviction is least-recently-used among blocks that no running job's image holds
 (those are *pinned*); only when that is not enough does it take pinned blocks too,
@@ -28,17 +31,46 @@ import os
 import threading
 import uuid
 import zlib
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from bootseer.image.blocks import DIGEST, digest
 
+CHECK_CHUNK = 32 << 10  # a CRC-32 per this many bytes of a block (the last piece: shorter)
+
+
+def chunk_crcs(data: bytes | bytearray | memoryview) -> array[int]:
+    """The CRC-32 of each ``CHECK_CHUNK`` piece of a block."""
+    view = memoryview(data)
+    return array(
+        "I", (zlib.crc32(view[i : i + CHECK_CHUNK]) for i in range(0, len(view), CHECK_CHUNK))
+    )
+
+
+def _pieces_ok(crcs: array[int], lo: int, parts: tuple[memoryview, ...]) -> bool:
+    """Whether ``parts``, laid end to end from ``lo`` (a piece's start) to a piece's end
+    or the block's, match the block's piece CRCs."""
+    index, crc, filled = lo // CHECK_CHUNK, 0, 0
+    for part in parts:
+        pos = 0
+        while pos < len(part):
+            take = min(CHECK_CHUNK - filled, len(part) - pos)
+            crc = zlib.crc32(part[pos : pos + take], crc)
+            filled += take
+            pos += take
+            if filled == CHECK_CHUNK:
+                if crc != crcs[index]:
+                    return False
+                index, crc, filled = index + 1, 0, 0
+    return filled == 0 or crc == crcs[index]
+
 
 @dataclass
 class _Entry:
     size: int
-    crc: int | None  # zlib.crc32 of the block, once written or checked by this process
+    crcs: array[int] | None  # chunk_crcs of the block, once written or checked by this process
 
 
 class BlockCache:
@@ -70,7 +102,7 @@ class BlockCache:
                 st = f.stat()
                 found.append((st.st_mtime_ns, f.name, st.st_size))
         for _, name, size in sorted(found):
-            self._lru[name] = _Entry(size, crc=None)
+            self._lru[name] = _Entry(size, crcs=None)
             self.bytes += size
         if found:
             self.log(
@@ -94,24 +126,67 @@ class BlockCache:
             entry = self._lru.get(block_digest)
             if entry is None:
                 return None
+            length = max(0, min(length, entry.size - offset))
+        buf = bytearray(length)
+        return bytes(buf) if self.read_into(block_digest, offset, memoryview(buf)) else None
+
+    def read_into(self, block_digest: str, offset: int, out: memoryview) -> bool:
+        """Fill ``out`` with the cached block's bytes at ``offset``; False (``out`` left
+        in any state) if the block is not here, or was damaged on disk (then dropped).
+
+        Reads the ``CHECK_CHUNK`` pieces the range touches, straight into ``out`` (the
+        parts of the first and last pieces outside it into scratch buffers: one
+        ``preadv``), and checks each piece's CRC before returning.
+        """
+        with self._lock:
+            entry = self._lru.get(block_digest)
+            if entry is None:
+                return False
             self._lru.move_to_end(block_digest)
-            crc, size = entry.crc, entry.size
-        if crc is None:
+            crcs, size = entry.crcs, entry.size
+        end = offset + len(out)
+        if offset < 0 or end > size:
+            raise ValueError(f"bytes {offset}-{end} of a block of {size}")
+        if crcs is None:
             whole = self._verify(block_digest)
-            return None if whole is None else whole[offset : offset + length]
+            if whole is None:
+                return False
+            out[:] = whole[offset:end]
+            return True
+        lo = offset - offset % CHECK_CHUNK
+        hi = min(size, -(-end // CHECK_CHUNK) * CHECK_CHUNK)
+        head = memoryview(bytearray(offset - lo))
+        tail = memoryview(bytearray(hi - end + 1))  # one byte more: a longer file shows
         try:
-            fd = os.open(self.path(block_digest), os.O_RDONLY)
+            fd = os.open(self.path(block_digest), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:  # evicted meanwhile
             self._forget(block_digest)
-            return None
+            return False
         try:
-            whole = os.pread(fd, size + 1, 0)
+            got = os.preadv(fd, [head, out, tail], lo)
         finally:
             os.close(fd)
-        if len(whole) != size or zlib.crc32(whole) != crc:
+        # Exactly the block's length on disk: the byte past ``hi`` is there unless ``hi``
+        # is the end (a shorter or longer file is damage too).
+        if got != hi - lo + (hi < size) or not _pieces_ok(crcs, lo, (head, out, tail[: hi - end])):
             self._bad(block_digest)
-            return None
-        return whole[offset : offset + length]
+            return False
+        return True
+
+    def advise(self, digests: Iterable[str]) -> None:
+        """Ask the kernel to start reading these cached blocks' files from the disk
+        (``POSIX_FADV_WILLNEED``: it returns at once). Each block is its own file, so
+        the disk's read-ahead never runs past one block: a reader that knows what comes
+        next says so here, and its later reads find the pages in memory."""
+        for d in digests:
+            try:
+                fd = os.open(self.path(d), os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue  # not here (any more): nothing to read ahead
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
 
     def _verify(self, block_digest: str) -> bytes | None:
         try:
@@ -125,7 +200,7 @@ class BlockCache:
         with self._lock:
             entry = self._lru.get(block_digest)
             if entry is not None:
-                entry.crc = zlib.crc32(data)
+                entry.crcs = chunk_crcs(data)
         return data
 
     def _bad(self, block_digest: str) -> None:
@@ -159,7 +234,7 @@ class BlockCache:
             return
         with self._lock:
             if block_digest not in self._lru:
-                self._lru[block_digest] = _Entry(len(data), crc=zlib.crc32(data))
+                self._lru[block_digest] = _Entry(len(data), crcs=chunk_crcs(data))
                 self.bytes += len(data)
             victims = self._victims()
         for v in victims:
