@@ -4,7 +4,8 @@ On slurm-dev's networked cluster (each node a host behind its own link, the S3 s
 behind a slower one), with an image, an install and a checkpoint of a real job's kind::
 
     slurm-dev/up --s3 --store-mbit 1000 --node-mbit 10000 --nodes 2
-    slurm-dev/bench/realsize/bench.py --json realsize.json          # N = 1, 2; ~25 min
+    slurm-dev/bench/realsize/bench.py --json realsize.json          # N = 1, 2; ~30 min
+    slurm-dev/bench/realsize/bench.py --size mid --json mid.json    # 2 GiB image, checkpoint
     slurm-dev/bench/realsize/bench.py --smoke --json smoke.json     # small sizes, < 5 min
     slurm-dev/bench/realsize/bench.py --clean                       # drop the cached inputs
 
@@ -118,6 +119,22 @@ FULL = Size(
     2048,
     32.0,
 )
+# What fits this shared machine's disk when the full size does not: the same torch tree,
+# install and start (>= 1 GiB read), no filler; a 2 GiB checkpoint.
+MID = Size(
+    "mid",
+    (),
+    "torch",
+    ("torch/lib/libtorch_cpu.so",),
+    (("libcublasLt.so.12", 400), ("libnccl.so.2", 220)),
+    2048,
+    ("torch==2.13.0",),
+    "torch",
+    4,
+    512,
+    2048,
+    19.0,
+)
 SMOKE = Size(
     "smoke",
     ("idna", "packaging"),
@@ -167,6 +184,7 @@ def build_image(size: Size, out: Path) -> Path:
     CUDA-sized libraries and filler, with the entry point and its read list."""
     if out.exists():
         return out
+    log(f"building the image ({size.image_mib} MiB) in {out}")
     root = out.with_suffix(".root")
     shutil.rmtree(root, ignore_errors=True)
     src = Path(sysconfig.get_paths()["purelib"])
@@ -210,6 +228,7 @@ def build_ckpt(size: Size, out: Path) -> Path:
         path = out / f"shard{i:02d}.pt"
         if path.exists():
             continue
+        log(f"saving checkpoint shard {path.name} ({size.shard_mib} MiB)")
         n = size.shard_mib * MiB // 4 // 8
         state = {f"layer{i}.{j}.weight": torch.empty(n).uniform_(-1, 1) for j in range(8)}
         tmp = path.with_suffix(".tmp")
@@ -340,6 +359,7 @@ class Bench(ClusterJobs):
             f"(index {du(self.work / 'index') / MiB:.0f} MiB)"
         )
         self.http_proc = self.c.serve_http(self.work, HTTP_PORT)
+        log(f"registering the image in the store ({self.image_name})")
         t0 = time.monotonic()
         sh(["bootseer", "image", "add", str(self.image), "--name", self.image_name], env=self.env)
         # The recording run saves the checkpoint anew.
@@ -355,32 +375,22 @@ class Bench(ClusterJobs):
         return self.c.dir / "nodes" / node / "local" / LOCAL
 
     def warm_nodes(self, nodes: list[str]) -> None:
-        """The warm node's floor on local disk: the image and checkpoint (hard links to the
-        bench's copies: no disk), the prefix and its tar (the setup job)."""
+        """The warm node's floor on local disk: the prefix and its tar (the setup job);
+        the image and checkpoint are the bench's own files (no copy on a shared disk)."""
         import pwd
 
         pw = pwd.getpwnam(self.user)
         for node in nodes:
             d = self.local(node)
             d.mkdir(parents=True, exist_ok=True)
-            (d / "ckpt").mkdir(exist_ok=True)
-            for path in (d, d / "ckpt"):
-                os.chown(path, pw.pw_uid, pw.pw_gid)
-            pairs = [(self.image, d / "image.sqsh")]
-            pairs += [(p, d / "ckpt" / p.name) for p in sorted(self.ckpt.glob("shard*.pt"))]
-            for src, dst in pairs:
-                dst.unlink(missing_ok=True)
-                try:
-                    os.link(src, dst)
-                except OSError:
-                    shutil.copy(src, dst)
+            os.chown(d, pw.pw_uid, pw.pw_gid)
         p = self.point("warm_setup", nodes)
         prefix = p.of("prefix")
         self.prefix_bytes = max(int(r["bytes"]) for r in prefix)
         log(f"warm nodes {','.join(nodes)}: prefix {self.prefix_bytes / MiB:.0f} MiB installed")
 
     def unwarm(self, nodes: list[str]) -> None:
-        """The warm floor's prefix, uv cache and tar off the nodes (the links stay)."""
+        """The warm floor's prefix, uv cache and tar off the nodes."""
         for node in nodes:
             for sub in ("env", "uvcache", "prefix.tar.zst", "scratch"):
                 path = self.local(node) / sub
@@ -503,7 +513,21 @@ class Bench(ClusterJobs):
         self.wait(job)
         return job
 
+    def room(self, variant: str, n: int) -> None:
+        """Stop before a point the disk cannot hold (it is shared): what the point writes
+        on each node, and 2 GiB for everyone else."""
+        image = self.image.stat().st_size
+        each = image + self.size.shard_mib * MiB if variant == "fullcopy" else 0
+        need = n * (each + getattr(self, "prefix_bytes", GiB)) + 2 * GiB
+        free = shutil.disk_usage(self.c.dir).free
+        if free < need:
+            raise SystemExit(
+                f"bench: {variant} at N={n} needs {need / GiB:.1f} GiB free on disk, "
+                f"{free / GiB:.1f} GiB are (the disk is shared): stopping"
+            )
+
     def point(self, variant: str, nodes: list[str]) -> Point:
+        self.room(variant, len(nodes))
         if variant in ("record", "bootseer", "fullcopy"):
             self.cold(nodes)
         else:
@@ -701,6 +725,12 @@ def check_disk(size: Size, work: Path, cluster_dir: Path) -> None:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="small sizes (< 5 min; CI)")
+    p.add_argument(
+        "--size",
+        choices=["full", "mid", "smoke"],
+        default="full",
+        help="full: 4 GiB image and checkpoint; mid: 2 GiB each (a shared disk); smoke",
+    )
     p.add_argument("--nodes", default="1,2", help="comma-separated N (default 1,2)")
     p.add_argument(
         "--state-dir", default=os.environ.get("BOOTSEER_DEV_STATE", "/var/tmp/bootseer-dev")
@@ -724,7 +754,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit("bench: run as root (it restarts agents and reads link counters)")
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     counts = [int(x) for x in args.nodes.split(",")]
-    size = SMOKE if args.smoke else FULL
+    size = {"full": FULL, "mid": MID, "smoke": SMOKE}["smoke" if args.smoke else args.size]
     work = args.work / size.name
     cluster = devcluster.Cluster.load(Path(args.state_dir))
     if not cluster.s.s3:
@@ -732,7 +762,7 @@ def main(argv: list[str]) -> int:
     if max(counts) > cluster.s.nodes:
         raise SystemExit(f"bench: N up to {max(counts)} needs as many nodes: slurm-dev/up --nodes")
     net = cluster.s.network
-    if not args.smoke and (net.store_mbit < 1000 or net.node_mbit < 10000):
+    if size is not SMOKE and (net.store_mbit < 1000 or net.node_mbit < 10000):
         raise SystemExit(
             "bench: real links: slurm-dev/up --s3 --store-mbit 1000 --node-mbit 10000 "
             f"(this cluster: store {net.store_mbit}, nodes {net.node_mbit} Mbit/s)"
@@ -797,7 +827,7 @@ def main(argv: list[str]) -> int:
         with contextlib.suppress(Exception):
             b.cold(nodes_all)  # per-run scratch: node caches, restored prefixes
         b.cpu.release()
-        for node in nodes_all:  # and the warm floor's links, prefix, uv cache
+        for node in nodes_all:  # and the warm floor's prefix, uv cache, tar
             shutil.rmtree(b.local(node), ignore_errors=True)
     rows.sort(key=lambda r: (PATHS.index(r["path"]), r["nodes"], r.get("variant", "")))
     save()

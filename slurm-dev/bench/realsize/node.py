@@ -12,8 +12,9 @@ checkpoint, the floors). Every timing is a ``BENCH {json}`` line on stdout.
   mount (``torch.save`` then ``fsync``, each shard).
 - ``warm_setup``: installs the prefix on local disk (filling a local uv cache) and packs it
   with ``tar -I zstd`` (the restore's floor).
-- ``warm``: the warm-node floor: image, prefix and checkpoint on local disk (page cache
-  dropped with ``posix_fadvise(DONTNEED)`` before each first read).
+- ``warm``: the warm-node floor: image, prefix and checkpoint on local disk (the image and
+  checkpoint are the bench's own files; page cache dropped with ``posix_fadvise(DONTNEED)``
+  before each first read).
 - ``fullcopy``: the image and checkpoint copied whole from the store host, a fresh install.
 - ``bootseer``: ``$BOOTSEER_IMAGE``, ``bootseer deps run``, ``$BOOTSEER_CKPT``.
 """
@@ -166,7 +167,8 @@ def main() -> None:
         return
     full = LOCAL / "full"
     if VARIANT == "warm":
-        image, prefix, ckpt = LOCAL / "image.sqsh", LOCAL / "env", LOCAL / "ckpt"
+        # The bench's own copies: on this node's local disk, as the warm node's would be.
+        image, prefix, ckpt = WORK / "image.sqsh", LOCAL / "env", WORK / "ckpt"
         drop(image)
     elif VARIANT == "fullcopy":
         shutil.rmtree(full, ignore_errors=True)
