@@ -56,8 +56,6 @@ the S3 store host, deadlines inside PrologEpilogTimeout) and puts it back at the
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime as dt
 import json
 import os
 import shutil
@@ -65,7 +63,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import tomllib
 from dataclasses import dataclass
@@ -79,6 +76,20 @@ sys.path.insert(0, str(TOP / "lib"))
 
 import devcluster  # noqa: E402
 from storehost import stop_http  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent))
+from benchkit import (  # noqa: E402
+    ClusterJobs,
+    CpuGroups,
+    Sample,
+    Sampler,
+    default_user,
+    deps_bench,
+    dump_toml,
+    epoch,
+    log,
+    sh,
+)
 
 MiB = 1 << 20
 WORK = Path(os.environ.get("BOOTSEER_BENCH_DIR", "/var/tmp/bootseer-startup-bench"))
@@ -110,17 +121,6 @@ DATA_PHASES = {
     "ckpt_mount",
     "ckpt_load",
 }
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def sh(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-    r = subprocess.run(cmd, text=True, capture_output=True, **kw)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
-    return r
 
 
 # -- the workload's artifacts ---------------------------------------------------------
@@ -162,147 +162,16 @@ def build_ckpt(size: Size, out: Path) -> Path:
 # -- sampling: link counters, CPU per node, load --------------------------------------
 
 
-class CpuGroups:
-    """A cpuacct cgroup (v1) per node and one for the store host: every process a node's
-    slurmd or agent starts inherits it, so its usage is the node's CPU time."""
-
-    ROOT = Path("/sys/fs/cgroup/cpuacct")
-
-    def __init__(self, cluster: devcluster.Cluster) -> None:
-        self.c = cluster
-        self.base = self.ROOT / f"bootseer-startup-bench-{cluster.s.port_base}"
-        self.ok = (self.ROOT / "cgroup.procs").exists()
-
-    def group(self, name: str) -> Path:
-        return self.base / name
-
-    def adopt(self, name: str, pid: int | None) -> None:
-        if not self.ok or pid is None:
-            return
-        g = self.group(name)
-        g.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(OSError):
-            (g / "cgroup.procs").write_text(f"{pid}\n")
-
-    def adopt_cluster(self) -> None:
-        for node in self.c.s.node_names:
-            self.adopt(node, self.c.alive(f"slurmd-{node}"))
-            self.adopt(node, self.c.alive(f"bootseer-agent-{node}"))
-        self.adopt("store", self.c.alive("weed"))
-
-    def usage(self, name: str) -> float | None:
-        try:
-            return int((self.group(name) / "cpuacct.usage").read_text()) / 1e9
-        except (OSError, ValueError):
-            return None
-
-    def release(self) -> None:
-        """Move every process back to the root group and remove ours."""
-        if not self.ok or not self.base.exists():
-            return
-        for g in sorted(self.base.iterdir(), reverse=True):
-            if not g.is_dir():
-                continue
-            for _ in range(3):
-                pids = (g / "cgroup.procs").read_text().split()
-                for pid in pids:
-                    with contextlib.suppress(OSError):
-                        (self.ROOT / "cgroup.procs").write_text(f"{pid}\n")
-                if not pids:
-                    break
-            with contextlib.suppress(OSError):
-                g.rmdir()
-        with contextlib.suppress(OSError):
-            self.base.rmdir()
-
-
-@dataclass
-class Sample:
-    t: float
-    egress: int
-    rx: dict[str, int]
-    cpu: dict[str, float | None]
-    load1: float
-
-
-class Sampler:
-    def __init__(self, cluster: devcluster.Cluster, cpu: CpuGroups, nodes: list[str]) -> None:
-        self.net = cluster.s.network
-        self.cpu = cpu
-        self.nodes = nodes
-        self.samples: list[Sample] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def sample(self) -> Sample:
-        load1 = float(Path("/proc/loadavg").read_text().split()[0])
-        return Sample(
-            time.time(),
-            self.net.store_egress_bytes(),
-            {n: self.net.node_rx_bytes(n) for n in self.nodes},
-            {n: self.cpu.usage(n) for n in [*self.nodes, "store"]},
-            load1,
-        )
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append(self.sample())
-            self._stop.wait(0.2)
-
-    def __enter__(self) -> Sampler:
-        self.samples.append(self.sample())
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.samples.append(self.sample())
-
-    def at(self, t: float) -> Sample:
-        """The counters at wall time ``t`` (the first sample at or after it)."""
-        for s in self.samples:
-            if s.t >= t:
-                return s
-        return self.samples[-1]
-
-
 # -- the cluster -------------------------------------------------------------------------
 
 
-def toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(v)
-
-
-def dump_toml(data: dict[str, Any]) -> str:
-    out = ["# slurm-dev site config, changed for the startup benchmark (restored after)."]
-    for section, table in data.items():
-        out.append(f"\n[{section}]")
-        out += [f"{k} = {toml_value(v)}" for k, v in table.items()]
-    return "\n".join(out) + "\n"
-
-
-class Bench:
+class Bench(ClusterJobs):
     def __init__(
         self, cluster: devcluster.Cluster, size: Size, mode: str, user: str, train_s: float = 0
     ) -> None:
-        self.c = cluster
+        super().__init__(cluster, user, WORK / mode / "out")
         self.train_s = train_s
         self.size = size
-        self.user = user
-        self.env = {**os.environ, **cluster.env()}
-        self.user_env = self.env if user == "root" else {**self.env, **devcluster.user_env(user)}
-        self.as_user = [] if user == "root" else devcluster.as_user(user)
         self.cpu = CpuGroups(cluster)
         # The interpreter the jobs build their own environments on (`venv`/`uv venv --python`),
         # as a site's would be: the bare binary on purpose, so no job env is layered on
@@ -315,7 +184,6 @@ class Bench:
         self.store_url = f"http://{store_ip}:{cluster.s.s3_port}/bootseer/store"
         self.index_proc: subprocess.Popen[bytes] | None = None
         self.work = WORK / mode
-        self.out = self.work / "out"
         self.req = self.work / "requirements.txt"
         self.image_name = f"startup-bench:{mode}"
         self.saved_config: str | None = None
@@ -402,20 +270,6 @@ class Bench:
             self.cpu.adopt(node, self.c.alive(f"bootseer-agent-{node}"))
         self.quiet()
 
-    def quiet(self, secs: float = 1.5, timeout: float = 120) -> None:
-        """Wait until the store link has carried (almost) nothing for ``secs``."""
-        net = self.c.s.network
-        t_end = time.monotonic() + timeout
-        last, since = net.store_egress_bytes(), time.monotonic()
-        while time.monotonic() < t_end:
-            time.sleep(0.25)
-            now = net.store_egress_bytes()
-            if now - last > 64 * 1024:
-                since = time.monotonic()
-            last = now
-            if time.monotonic() - since >= secs:
-                return
-
     # -- one job -----------------------------------------------------------------------
 
     def job(self, variant: str, nodes: list[str], mode: str = "on", save: bool = False) -> int:
@@ -468,55 +322,6 @@ class Bench:
         self.wait(job)
         return job
 
-    def wait(self, job: int, timeout: float = 3600) -> None:
-        t_end = time.monotonic() + timeout
-        while time.monotonic() < t_end:
-            r = subprocess.run(
-                ["squeue", "-h", "-j", str(job), "-t", "all", "-o", "%T"],
-                env=self.env,
-                text=True,
-                capture_output=True,
-            )
-            state = r.stdout.strip()
-            if state and state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
-                if state != "COMPLETED":
-                    raise RuntimeError(f"job {job} ended {state}:\n{self.output(job)[-3000:]}")
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"job {job} still running after {timeout:.0f}s")
-
-    def output(self, job: int) -> str:
-        try:
-            return (self.out / f"{job}.out").read_text()
-        except FileNotFoundError:
-            return "(no output)"
-
-    def report(self, job: int, nodes: int, timeout: float = 60) -> dict[str, Any]:
-        """``bootseer report JOB --json`` once every node's first_step is in it."""
-        t_end = time.monotonic() + timeout
-        got: dict[str, Any] = {}
-        while time.monotonic() < t_end:
-            r = subprocess.run(
-                ["bootseer", "report", str(job), "--json"],
-                env=self.env,
-                text=True,
-                capture_output=True,
-            )
-            if r.returncode == 0:
-                got = json.loads(r.stdout)
-                runs = got.get("runs") or []
-                if (
-                    runs
-                    and sum(
-                        any(p["phase"] == "first_step" for p in n["phases"])
-                        for n in runs[-1]["nodes"]
-                    )
-                    >= nodes
-                ):
-                    return dict(runs[-1])
-            time.sleep(1)
-        raise RuntimeError(f"job {job}: no complete report after {timeout:.0f}s: {got}")
-
     # -- one point ---------------------------------------------------------------------
 
     def point(self, variant: str, n: int) -> dict[str, Any]:
@@ -528,31 +333,6 @@ class Bench:
         run = self.report(job, n)
         row = summarize(variant, nodes, job, run, sampler, t0, self.output(job))
         return {**row, "train_s": self.train_s} if self.train_s else row
-
-
-def deps_bench() -> Any:
-    """The dependency benchmark's module (its PEP 503 index builder)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("deps_bench", HERE.parent / "deps" / "bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def user_exists(user: str) -> bool:
-    import pwd
-
-    try:
-        pwd.getpwnam(user)
-        return True
-    except KeyError:
-        return False
-
-
-def epoch(iso: str) -> float:
-    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def summarize(
@@ -668,7 +448,7 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument(
         "--user",
-        default=next((u for u in devcluster.USERS if user_exists(u)), "root"),
+        default=default_user(),
         help="submit the jobs as this user (default: slurm-dev's alice)",
     )
     args = p.parse_args(argv)

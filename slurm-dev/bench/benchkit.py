@@ -1,0 +1,336 @@
+"""What the end-to-end benchmarks on slurm-dev's networked cluster share (the startup
+benchmark of issue 10, ``startup/bench.py``, and the real-size one of issue 19,
+``realsize/bench.py``): logging, the per-node CPU cgroups, the sampler of link counters,
+CPU and load, the site config writer, and the jobs' plumbing (submit as the job user,
+wait, read ``bootseer report --json``, let the store link go quiet).
+
+Import it after putting ``slurm-dev`` and ``lib`` on ``sys.path`` (each bench does)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib.util
+import json
+import os
+import pwd
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import devcluster
+
+MiB = 1 << 20
+GiB = 1 << 30
+BENCH = Path(__file__).resolve().parent
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def sh(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    r = subprocess.run(cmd, text=True, capture_output=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr[-2000:]}")
+    return r
+
+
+def deps_bench() -> ModuleType:
+    """The dependency benchmark's module (its PEP 503 index builder)."""
+    spec = importlib.util.spec_from_file_location("deps_bench", BENCH / "deps" / "bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def user_exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+        return True
+    except KeyError:
+        return False
+
+
+def default_user() -> str:
+    return next((u for u in devcluster.USERS if user_exists(u)), "root")
+
+
+def epoch(iso: str) -> float:
+    return dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def load1() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+# -- CPU: a cgroup per node ------------------------------------------------------------
+
+
+class CpuGroups:
+    """A cpuacct cgroup (v1) per node and one for the store host: every process a node's
+    slurmd or agent starts inherits it, so its usage is the node's CPU time."""
+
+    ROOT = Path("/sys/fs/cgroup/cpuacct")
+
+    def __init__(self, cluster: devcluster.Cluster, name: str = "startup") -> None:
+        self.c = cluster
+        self.base = self.ROOT / f"bootseer-{name}-bench-{cluster.s.port_base}"
+        self.ok = (self.ROOT / "cgroup.procs").exists()
+
+    def group(self, name: str) -> Path:
+        return self.base / name
+
+    def adopt(self, name: str, pid: int | None) -> None:
+        if not self.ok or pid is None:
+            return
+        g = self.group(name)
+        g.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            (g / "cgroup.procs").write_text(f"{pid}\n")
+
+    def adopt_cluster(self) -> None:
+        for node in self.c.s.node_names:
+            self.adopt(node, self.c.alive(f"slurmd-{node}"))
+            self.adopt(node, self.c.alive(f"bootseer-agent-{node}"))
+        self.adopt("store", self.c.alive("weed"))
+
+    def usage(self, name: str) -> float | None:
+        try:
+            return int((self.group(name) / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            return None
+
+    def pids(self, name: str) -> list[int]:
+        try:
+            return [int(p) for p in (self.group(name) / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def release(self) -> None:
+        """Move every process back to the root group and remove ours."""
+        if not self.ok or not self.base.exists():
+            return
+        for g in sorted(self.base.iterdir(), reverse=True):
+            if not g.is_dir():
+                continue
+            for _ in range(3):
+                pids = (g / "cgroup.procs").read_text().split()
+                for pid in pids:
+                    with contextlib.suppress(OSError):
+                        (self.ROOT / "cgroup.procs").write_text(f"{pid}\n")
+                if not pids:
+                    break
+            with contextlib.suppress(OSError):
+                g.rmdir()
+        with contextlib.suppress(OSError):
+            self.base.rmdir()
+
+
+# Processes in a node's cgroup that are not bootseer's own: Slurm's, and the job's (which
+# run as the job user; bootseer's agent, hooks and checkpoint daemon run as root).
+NOT_BOOTSEER = {"slurmd", "slurmstepd", "sleep", "sh", "bash", "srun"}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+class OwnCpu:
+    """Bootseer's own CPU seconds on the nodes (agent, prolog/epilog, checkpoint daemon):
+    the root processes of the nodes' cgroups but Slurm's, summed from ``/proc/PID/stat``
+    at every sample. Each process counts with the most CPU it was seen with, so the total
+    only grows; a process that lives less than a sampling period is missed, one that exits
+    loses at most the CPU of its last period."""
+
+    def __init__(self, cpu: CpuGroups, nodes: list[str]) -> None:
+        self.cpu = cpu
+        self.nodes = nodes
+        self.seen: dict[tuple[int, int], float] = {}  # (pid, start time) -> CPU seconds
+
+    def total(self) -> float:
+        for node in self.nodes:
+            for pid in self.cpu.pids(node):
+                try:
+                    stat = Path(f"/proc/{pid}/stat").read_text()
+                    uid = os.stat(f"/proc/{pid}").st_uid
+                except OSError:
+                    continue
+                comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+                if uid != 0 or comm in NOT_BOOTSEER:
+                    continue
+                f = stat[stat.rindex(")") + 2 :].split()
+                key = (pid, int(f[19]))
+                secs = (int(f[11]) + int(f[12])) / TICK
+                self.seen[key] = max(self.seen.get(key, 0.0), secs)
+        return sum(self.seen.values())
+
+
+# -- sampling: link counters, CPU per node, load ------------------------------------------
+
+
+@dataclass
+class Sample:
+    t: float
+    egress: int
+    rx: dict[str, int]
+    cpu: dict[str, float | None]
+    load1: float
+    own_cpu: float = 0.0
+
+
+class Sampler:
+    def __init__(
+        self, cluster: devcluster.Cluster, cpu: CpuGroups, nodes: list[str], own: bool = False
+    ) -> None:
+        self.net = cluster.s.network
+        self.cpu = cpu
+        self.nodes = nodes
+        self.own = OwnCpu(cpu, nodes) if own else None
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> Sample:
+        return Sample(
+            time.time(),
+            self.net.store_egress_bytes(),
+            {n: self.net.node_rx_bytes(n) for n in self.nodes},
+            {n: self.cpu.usage(n) for n in [*self.nodes, "store"]},
+            load1(),
+            self.own.total() if self.own else 0.0,
+        )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(self.sample())
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> Sampler:
+        self.samples.append(self.sample())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append(self.sample())
+
+    def at(self, t: float) -> Sample:
+        """The counters at wall time ``t`` (the first sample at or after it)."""
+        for s in self.samples:
+            if s.t >= t:
+                return s
+        return self.samples[-1]
+
+    def own_cpu(self, t0: float, t1: float) -> float:
+        """Bootseer's own CPU seconds between wall times ``t0`` and ``t1``."""
+        before = [s for s in self.samples if s.t <= t0]
+        start = before[-1] if before else self.samples[0]
+        return max(0.0, self.at(t1).own_cpu - start.own_cpu)
+
+
+# -- the site config ---------------------------------------------------------------------
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(v)
+
+
+def dump_toml(data: dict[str, Any], who: str = "the startup benchmark") -> str:
+    out = [f"# slurm-dev site config, changed for {who} (restored after)."]
+    for section, table in data.items():
+        out.append(f"\n[{section}]")
+        out += [f"{k} = {toml_value(v)}" for k, v in table.items()]
+    return "\n".join(out) + "\n"
+
+
+# -- jobs ----------------------------------------------------------------------------------
+
+
+class ClusterJobs:
+    """Jobs on the cluster as ``user``: their environment, waiting, output, report."""
+
+    def __init__(self, cluster: devcluster.Cluster, user: str, out: Path) -> None:
+        self.c = cluster
+        self.user = user
+        self.out = out
+        self.env = {**os.environ, **cluster.env()}
+        self.user_env = self.env if user == "root" else {**self.env, **devcluster.user_env(user)}
+        self.as_user = [] if user == "root" else devcluster.as_user(user)
+
+    def wait(self, job: int, timeout: float = 3600) -> None:
+        t_end = time.monotonic() + timeout
+        while time.monotonic() < t_end:
+            r = subprocess.run(
+                ["squeue", "-h", "-j", str(job), "-t", "all", "-o", "%T"],
+                env=self.env,
+                text=True,
+                capture_output=True,
+            )
+            state = r.stdout.strip()
+            if state and state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
+                if state != "COMPLETED":
+                    raise RuntimeError(f"job {job} ended {state}:\n{self.output(job)[-3000:]}")
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"job {job} still running after {timeout:.0f}s")
+
+    def output(self, job: int) -> str:
+        try:
+            return (self.out / f"{job}.out").read_text()
+        except FileNotFoundError:
+            return "(no output)"
+
+    def report(self, job: int, nodes: int, timeout: float = 60) -> dict[str, Any]:
+        """``bootseer report JOB --json`` once every node's first_step is in it."""
+        t_end = time.monotonic() + timeout
+        got: dict[str, Any] = {}
+        while time.monotonic() < t_end:
+            r = subprocess.run(
+                ["bootseer", "report", str(job), "--json"],
+                env=self.env,
+                text=True,
+                capture_output=True,
+            )
+            if r.returncode == 0:
+                got = json.loads(r.stdout)
+                runs = got.get("runs") or []
+                if (
+                    runs
+                    and sum(
+                        any(p["phase"] == "first_step" for p in n["phases"])
+                        for n in runs[-1]["nodes"]
+                    )
+                    >= nodes
+                ):
+                    return dict(runs[-1])
+            time.sleep(1)
+        raise RuntimeError(f"job {job}: no complete report after {timeout:.0f}s: {got}")
+
+    def quiet(self, secs: float = 1.5, timeout: float = 120) -> None:
+        """Wait until the store link has carried (almost) nothing for ``secs``."""
+        net = self.c.s.network
+        t_end = time.monotonic() + timeout
+        last, since = net.store_egress_bytes(), time.monotonic()
+        while time.monotonic() < t_end:
+            time.sleep(0.25)
+            now = net.store_egress_bytes()
+            if now - last > 64 * 1024:
+                since = time.monotonic()
+            last = now
+            if time.monotonic() - since >= secs:
+                return

@@ -1,0 +1,848 @@
+"""Real sizes, real links: each of bootseer's data paths against its floor (issue 19).
+
+On slurm-dev's networked cluster (each node a host behind its own link, the S3 store host
+behind a slower one), with an image, an install and a checkpoint of a real job's kind::
+
+    slurm-dev/up --s3 --store-mbit 1000 --node-mbit 10000 --nodes 2
+    slurm-dev/bench/realsize/bench.py --json realsize.json          # N = 1, 2; ~30 min
+    slurm-dev/bench/realsize/bench.py --size mid --json mid.json    # 2 GiB image, checkpoint
+    slurm-dev/bench/realsize/bench.py --smoke --json smoke.json     # small sizes, < 5 min
+    slurm-dev/bench/realsize/bench.py --clean                       # drop the cached inputs
+
+The workload (full size; ``--smoke`` scales every part down):
+
+- an image of 4 GiB (squashfs, uncompressed) made of real files: the Python tree of
+  bootseer's venv (torch 2.13.0 CPU and its dependencies, 1.4 GiB), three CUDA-sized
+  shared libraries as data files (1.1 GiB) and data the start never reads. Its start
+  (``start.py``) imports torch from the image and reads the big libraries whole: >= 1.5 GiB;
+- a real install of torch==2.13.0 (CPU wheel, from this machine's wheel directory) and its
+  dependencies, >= 1 GiB unpacked, by ``uv`` from a PEP 503 index on the store host;
+- a checkpoint of 4 GiB in 4 shards, each saved with ``torch.save``: every node loads all
+  of it with ``torch.load`` (a data-parallel restart) and, after the start, its own part
+  (DCP-style: node r reads shards r, r+N, ...).
+
+Jobs (each node runs ``node.py``; the jobs run as ``--user``, default slurm-dev's alice):
+a recording run (``--bootseer=refresh``, N = 1: the image's trace, the dependency
+snapshot, the checkpoint saved through the mount), a setup job that puts the warm node's
+floor on local disk, then for each N three points: ``warm`` (image, prefix and checkpoint
+on local disk: the warm-node floor), ``fullcopy`` (copy the image and checkpoint whole from
+the store host, install, then start) and ``bootseer`` (a cold node: agent restarted, its
+caches and the restored prefix wiped).
+
+Records (``--json``: a list, one per path and size): ``path``, ``bytes`` (per node),
+``bootseer_s`` and ``floor_s`` (the slowest node's), ``ratio`` = bootseer_s / floor_s,
+``cpu_s_per_gib`` (bootseer's own processes: agent, hooks, checkpoint daemon; root
+processes of the nodes' cgroups but Slurm's, per GiB all nodes moved), ``nodes``,
+``load1``; see ``docs/performance.md`` for what each path and floor is.
+
+The inputs (image, wheel index, checkpoint) are kept under ``--work`` so that a second
+run starts faster; per-point scratch (copies, prefixes, node caches) is deleted as it goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+TOP = HERE.parents[2]
+sys.path.insert(0, str(TOP / "slurm-dev"))
+sys.path.insert(0, str(TOP / "lib"))
+sys.path.insert(0, str(HERE.parent))
+
+
+import devcluster  # noqa: E402
+from benchkit import (  # noqa: E402
+    ClusterJobs,
+    CpuGroups,
+    GiB,
+    MiB,
+    Sampler,
+    default_user,
+    deps_bench,
+    dump_toml,
+    epoch,
+    load1,
+    log,
+    sh,
+)
+from storehost import stop_http  # noqa: E402
+
+HTTP_PORT = 8767  # in the store host's namespace: the index, the image and checkpoint copies
+LOCAL = "realsize-bench"  # under each node's local dir
+JOB_LOCAL = f"/var/tmp/slurm-dev-local/{LOCAL}"
+CKPT_NS = "realsize-bench"
+LINK_PORT = 8768  # the plain TCP transfer between two nodes (the peer link's floor)
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    site_packages: tuple[str, ...]  # what of the venv's tree goes into the image; () = all
+    start_imports: str  # what the container's start imports from it (a:b)
+    read_whole: tuple[str, ...]  # what else of the tree it reads whole
+    cuda: tuple[tuple[str, int], ...]  # CUDA-sized libraries (name, MiB), read whole
+    image_mib: int  # the image's size, filled up with data the start never reads
+    packages: tuple[str, ...]  # the install
+    imports: str  # what the first step imports from it (a:b)
+    shards: int
+    shard_mib: int
+    link_mib: int  # what the plain transfer between two nodes sends
+    disk_gib: float  # the most the run holds on disk at its peak
+
+
+FULL = Size(
+    "full",
+    (),
+    "torch",
+    ("torch/lib/libtorch_cpu.so",),
+    (("libcublasLt.so.12", 480), ("libcudnn_engines_precompiled.so.9", 420), ("libnccl.so.2", 220)),
+    4096,
+    ("torch==2.13.0",),
+    "torch",
+    4,
+    1024,
+    2048,
+    32.0,
+)
+# What fits this shared machine's disk when the full size does not: the same torch tree,
+# install and start (>= 1 GiB read), no filler; a 2 GiB checkpoint.
+MID = Size(
+    "mid",
+    (),
+    "torch",
+    ("torch/lib/libtorch_cpu.so",),
+    (("libcublasLt.so.12", 400), ("libnccl.so.2", 220)),
+    2048,
+    ("torch==2.13.0",),
+    "torch",
+    4,
+    512,
+    2048,
+    19.0,
+)
+SMOKE = Size(
+    "smoke",
+    ("idna", "packaging"),
+    "idna:packaging",
+    (),
+    (("libcublasLt.so.12", 6), ("libnccl.so.2", 3)),
+    40,
+    ("six", "idna"),
+    "six:idna",
+    2,
+    8,
+    64,
+    1.5,
+)
+
+PATHS = (
+    "image_first_read",
+    "image_reread",
+    "peer_transfer",
+    "ckpt_read",
+    "ckpt_write",
+    "deps_restore",
+    "startup_cold_vs_warm",
+    "startup_vs_full_copy",
+)
+
+
+# -- inputs ----------------------------------------------------------------------------------
+
+
+def du(path: Path) -> int:
+    if not path.exists():
+        return 0
+    if path.is_file():
+        return path.stat().st_size
+    return sum((Path(d) / f).lstat().st_size for d, _, fs in os.walk(path) for f in fs)
+
+
+def write_random(path: Path, mib: int) -> None:
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(MiB))
+
+
+def build_image(size: Size, out: Path) -> Path:
+    """A squashfs (uncompressed: no CPU to unpack) of a real Python tree with torch,
+    CUDA-sized libraries and filler, with the entry point and its read list."""
+    if out.exists():
+        return out
+    log(f"building the image ({size.image_mib} MiB) in {out}")
+    root = out.with_suffix(".root")
+    shutil.rmtree(root, ignore_errors=True)
+    src = Path(sysconfig.get_paths()["purelib"])
+    dest = root / "site-packages"
+    if size.site_packages:
+        dest.mkdir(parents=True)
+        for name in size.site_packages:
+            if (src / name).is_dir():
+                shutil.copytree(src / name, dest / name, symlinks=True)
+            else:
+                shutil.copy2(src / name, dest / name)
+    else:
+        shutil.copytree(src, dest, symlinks=True)
+    (root / "app").mkdir()
+    (root / "cuda").mkdir()
+    shutil.copy(HERE / "start.py", root / "app" / "start.py")
+    for name, mib in size.cuda:
+        write_random(root / "cuda" / name, mib)
+    whole = [f"site-packages/{p}" for p in size.read_whole] + [f"cuda/{n}" for n, _ in size.cuda]
+    (root / "app" / "read_whole.txt").write_text("\n".join(whole) + "\n")
+    left = size.image_mib - du(root) // MiB
+    (root / "data").mkdir()
+    for i in range(max(1, left // 64)):
+        write_random(root / "data" / f"shard{i:03d}.bin", min(64, max(1, left)))
+    tmp = out.with_suffix(".tmp")
+    quiet = ["-noappend", "-quiet", "-no-progress"]
+    sh(["mksquashfs", str(root), str(tmp), *quiet, "-noI", "-noD", "-noF", "-noX"])
+    tmp.chmod(0o644)
+    os.replace(tmp, out)
+    shutil.rmtree(root)
+    return out
+
+
+def build_ckpt(size: Size, out: Path) -> Path:
+    """``size.shards`` files, each a ``torch.save`` of 8 float32 tensors (random)."""
+    import torch
+
+    out.mkdir(exist_ok=True)
+    out.chmod(0o755)
+    for i in range(size.shards):
+        path = out / f"shard{i:02d}.pt"
+        if path.exists():
+            continue
+        log(f"saving checkpoint shard {path.name} ({size.shard_mib} MiB)")
+        n = size.shard_mib * MiB // 4 // 8
+        state = {f"layer{i}.{j}.weight": torch.empty(n).uniform_(-1, 1) for j in range(8)}
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        tmp.chmod(0o644)
+        os.replace(tmp, path)
+        del state
+    return out
+
+
+# -- the bench -------------------------------------------------------------------------------
+
+
+@dataclass
+class Point:
+    variant: str
+    nodes: list[str]
+    job: int
+    t0: float
+    sampler: Sampler
+    lines: list[dict[str, Any]]
+    run: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def of(self, key: str) -> list[dict[str, Any]]:
+        return [r for r in self.lines if r["key"] == key]
+
+    def secs(self, key: str) -> float:
+        return max(r["t1"] - r["t0"] for r in self.of(key))
+
+    def nbytes(self, key: str) -> int:
+        return max(int(r["bytes"]) for r in self.of(key))
+
+    def total_bytes(self, key: str) -> int:
+        return sum(int(r["bytes"]) for r in self.of(key))
+
+    def window(self, key: str) -> tuple[float, float]:
+        rs = self.of(key)
+        return min(r["t0"] for r in rs), max(r["t1"] for r in rs)
+
+    def own_cpu(self, key: str) -> float:
+        return self.sampler.own_cpu(*self.window(key))
+
+    def phase(self, name: str) -> list[dict[str, Any]]:
+        """Every node's record of phase ``name`` in the report, with wall times."""
+        assert self.run is not None
+        t = epoch(self.run["allocated"])
+        return [
+            {
+                **p,
+                "t0": t + p["start_offset_seconds"],
+                "t1": t + p["start_offset_seconds"] + p["seconds"],
+            }
+            for n in self.run["nodes"]
+            for p in n["phases"]
+            if p["phase"] == name
+        ]
+
+    @property
+    def startup_s(self) -> float:
+        assert self.run is not None
+        return float(self.run["startup_seconds"])
+
+    @property
+    def ready_t(self) -> float:
+        assert self.run is not None
+        return epoch(self.run["allocated"]) + self.startup_s
+
+
+class Bench(ClusterJobs):
+    def __init__(self, cluster: devcluster.Cluster, size: Size, work: Path, user: str) -> None:
+        super().__init__(cluster, user, work / "out")
+        self.size = size
+        self.work = work
+        self.cpu = CpuGroups(cluster, "realsize")
+        self.py = os.path.realpath(sys.executable)  # the bare interpreter (see startup/bench.py)
+        self.uv = shutil.which("uv", path=self.env["PATH"]) or "uv"
+        store_ip = cluster.s.store_ips[1]
+        self.http = f"http://{store_ip}:{HTTP_PORT}"
+        self.http_proc: subprocess.Popen[bytes] | None = None
+        self.image_name = f"realsize-bench:{size.name}"
+        self.saved_config: str | None = None
+        self.link_bps: float | None = None
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def site_config(self) -> None:
+        self.saved_config = self.c.site_config.read_text()
+        data = tomllib.loads(self.saved_config)
+        uri = self.c.store_uri()
+        base, _, query = uri.partition("?")
+        data.setdefault("hooks", {}).update(
+            prolog_deadline=170,
+            epilog_deadline=170,
+            step_deadlines={"image": 170, "deps": 170, "ckpt": 120},
+        )
+        data.setdefault("image", {})["hot_deadline"] = 160.0
+        data.setdefault("ckpt", {})["targets"] = [f"{base}-ckpt/t{i}?{query}" for i in (1, 2, 3)]
+        data["ckpt"]["unit_size"] = 4 * MiB
+        data["ckpt"]["mount_timeout"] = 120.0
+        data.setdefault("deps", {})["link_roots"] = ["/usr", "/opt", str(Path(self.py).parents[1])]
+        self.c.site_config.write_text(dump_toml(data, "the real-size benchmark"))
+
+    def restore_config(self) -> None:
+        if self.saved_config is not None:
+            self.c.site_config.write_text(self.saved_config)
+
+    def prepare(self) -> None:
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.work.chmod(0o755)
+        self.out.mkdir(exist_ok=True)
+        self.out.chmod(0o1777)
+        (self.work / "requirements.txt").write_text("\n".join(self.size.packages) + "\n")
+        t0 = time.monotonic()
+        deps_bench().build_index(list(self.size.packages), self.work / "index")
+        self.image = build_image(self.size, self.work / "image.sqsh")
+        self.ckpt = build_ckpt(self.size, self.work / "ckpt")
+        for d in (
+            self.work / "index",
+            self.work / "index" / "simple",
+            self.work / "index" / "files",
+        ):
+            d.chmod(0o755)
+        log(
+            f"inputs in {time.monotonic() - t0:.0f}s: image {self.image.stat().st_size / MiB:.0f} "
+            f"MiB, checkpoint {du(self.ckpt) / MiB:.0f} MiB in {self.size.shards} shards, "
+            f"install {' '.join(self.size.packages)} "
+            f"(index {du(self.work / 'index') / MiB:.0f} MiB)"
+        )
+        self.http_proc = self.c.serve_http(self.work, HTTP_PORT)
+        log(f"registering the image in the store ({self.image_name})")
+        t0 = time.monotonic()
+        sh(["bootseer", "image", "add", str(self.image), "--name", self.image_name], env=self.env)
+        # The recording run saves the checkpoint anew.
+        names = [f"{CKPT_NS}:shard{i:02d}.pt" for i in range(self.size.shards)]
+        subprocess.run(
+            ["bootseer", "ckpt", "--user", self.user, "-q", "rm", *names],
+            env=self.env,
+            capture_output=True,
+        )
+        log(f"image registered in the store in {time.monotonic() - t0:.0f}s")
+
+    def local(self, node: str) -> Path:
+        return self.c.dir / "nodes" / node / "local" / LOCAL
+
+    def warm_nodes(self, nodes: list[str]) -> None:
+        """The warm node's floor on local disk: the prefix and its tar (the setup job);
+        the image and checkpoint are the bench's own files (no copy on a shared disk)."""
+        import pwd
+
+        pw = pwd.getpwnam(self.user)
+        for node in nodes:
+            d = self.local(node)
+            d.mkdir(parents=True, exist_ok=True)
+            os.chown(d, pw.pw_uid, pw.pw_gid)
+        p = self.point("warm_setup", nodes)
+        prefix = p.of("prefix")
+        self.prefix_bytes = max(int(r["bytes"]) for r in prefix)
+        log(f"warm nodes {','.join(nodes)}: prefix {self.prefix_bytes / MiB:.0f} MiB installed")
+
+    def unwarm(self, nodes: list[str]) -> None:
+        """The warm floor's prefix, uv cache and tar off the nodes."""
+        for node in nodes:
+            for sub in ("env", "uvcache", "prefix.tar.zst", "scratch"):
+                path = self.local(node) / sub
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+
+    def measure_link(self, a: str, b: str) -> None:
+        """The node link's floor: a plain TCP stream of ``link_mib`` MiB from ``a`` to ``b``."""
+        net = self.c.s.network
+        server = (
+            "import socket,sys\n"
+            "s=socket.create_server((sys.argv[1],int(sys.argv[2])))\n"
+            "c,_=s.accept();b=bytearray(1<<20);n=0\n"
+            "while (k:=c.recv_into(b)):n+=k\n"
+            "c.sendall(str(n).encode());c.close()\n"
+        )
+        client = (
+            "import socket,sys,time\n"
+            "n=int(sys.argv[3]);b=bytes(1<<20)\n"
+            "for _ in range(100):\n"
+            "  try: c=socket.create_connection((sys.argv[1],int(sys.argv[2])));break\n"
+            "  except OSError: time.sleep(0.05)\n"
+            "t=time.perf_counter()\n"
+            "for _ in range(n): c.sendall(b)\n"
+            "c.shutdown(socket.SHUT_WR);got=int(c.recv(64))\n"
+            "print(got, time.perf_counter()-t)\n"
+        )
+        ip = net.node_ip(b)
+        srv = subprocess.Popen([*net.enter(b), sys.executable, "-c", server, ip, str(LINK_PORT)])
+        try:
+            r = sh(
+                [
+                    *net.enter(a),
+                    sys.executable,
+                    "-c",
+                    client,
+                    ip,
+                    str(LINK_PORT),
+                    str(self.size.link_mib),
+                ],
+                timeout=300,
+            )
+        finally:
+            srv.wait(timeout=30)
+        got, secs = r.stdout.split()
+        self.link_bps = int(got) / float(secs)
+        log(
+            f"node link {a} -> {b}: {self.link_bps * 8 / 1e9:.2f} Gbit/s ({int(got) / MiB:.0f} MiB)"
+        )
+
+    def cold(self, nodes: list[str]) -> None:
+        """Agents stopped, their caches and the nodes' restored prefixes wiped, agents
+        started again (the warm node's floor on local disk stays)."""
+        for node in nodes:
+            pid = self.c.alive(f"bootseer-agent-{node}")
+            if pid:
+                devcluster.stop_pid(pid, f"bootseer-agent-{node}")
+        for node in nodes:
+            d = self.c.dir / "nodes" / node
+            for sub in (d / "cache", self.local(node) / "boot-env", self.local(node) / "full"):
+                shutil.rmtree(sub, ignore_errors=True)
+            (d / "cache").mkdir(parents=True, exist_ok=True)
+        for node in nodes:
+            self.c.start_agent(node)
+            self.cpu.adopt(node, self.c.alive(f"bootseer-agent-{node}"))
+        self.quiet()
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def job(self, variant: str, nodes: list[str]) -> int:
+        if variant in ("record", "bootseer"):
+            mode = "refresh" if variant == "record" else "on"
+            opts = [
+                f"--bootseer={mode}",
+                f"--bootseer-image={self.image_name}",
+                f"--bootseer-deps={JOB_LOCAL}/boot-env,key={self.work}/requirements.txt",
+                f"--bootseer-ckpt={CKPT_NS}",
+            ]
+        elif variant == "warm_setup":
+            opts = []
+        else:
+            opts = ["--bootseer"]  # only the phase records: every variant timed alike
+        exports = {
+            "BENCH_VARIANT": variant,
+            "BENCH_HERE": str(HERE),
+            "BENCH_NODE_PY": sys.executable,  # torch.load/save
+            "BENCH_DIR": str(self.work),
+            "BENCH_LOCAL": JOB_LOCAL,
+            "BENCH_HTTP": self.http,
+            "BENCH_INDEX": f"{self.http}/index/simple",
+            "BENCH_PY": self.py,
+            "BENCH_UV": self.uv,
+            "BENCH_IMPORTS": self.size.imports,
+            "BENCH_START_IMPORTS": self.size.start_imports,
+            "BENCH_SHARDS": str(self.size.shards),
+            "PIP_CONFIG_FILE": "/dev/null",
+        }
+        r = sh(
+            [
+                *self.as_user,
+                "sbatch",
+                "--parsable",
+                "-N",
+                str(len(nodes)),
+                "-w",
+                ",".join(nodes),
+                "-J",
+                f"realsize-{variant}",
+                f"--output={self.out}/%j.out",
+                "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
+                *opts,
+                str(HERE / "job.sh"),
+            ],
+            env=self.user_env,
+            cwd=self.work,
+        )
+        job = int(r.stdout.strip().split(";")[0])
+        self.wait(job)
+        return job
+
+    def room(self, variant: str, n: int) -> None:
+        """Stop before a point the disk cannot hold (it is shared): what the point writes
+        on each node, and 2 GiB for everyone else."""
+        image = self.image.stat().st_size
+        each = image + self.size.shard_mib * MiB if variant == "fullcopy" else 0
+        need = n * (each + getattr(self, "prefix_bytes", GiB)) + 2 * GiB
+        free = shutil.disk_usage(self.c.dir).free
+        if free < need:
+            raise SystemExit(
+                f"bench: {variant} at N={n} needs {need / GiB:.1f} GiB free on disk, "
+                f"{free / GiB:.1f} GiB are (the disk is shared): stopping"
+            )
+
+    def point(self, variant: str, nodes: list[str]) -> Point:
+        self.room(variant, len(nodes))
+        if variant in ("record", "bootseer", "fullcopy"):
+            self.cold(nodes)
+        else:
+            self.quiet()
+        with Sampler(self.c, self.cpu, nodes, own=True) as sampler:
+            t0 = time.time()
+            job = self.job(variant, nodes)
+            out = self.output(job)
+            lines = [json.loads(m) for m in re.findall(r"BENCH (\{.*\})", out)]
+            p = Point(variant, nodes, job, t0, sampler, lines)
+            if variant != "warm_setup":
+                p.run = self.report(job, len(nodes))
+            # the epilogs (snapshot capture, unmount) are bootseer's too: wait them out
+            self.c.wait_idle(timeout=300)
+        return p
+
+
+# -- records ---------------------------------------------------------------------------------
+
+
+def record(
+    path: str,
+    nbytes: int,
+    bootseer_s: float,
+    floor_s: float,
+    cpu_s: float,
+    moved: int,
+    nodes: int,
+    load1: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    b, f = round(bootseer_s, 3), round(floor_s, 3)
+    return {
+        "path": path,
+        "bytes": int(nbytes),
+        "bootseer_s": b,
+        "floor_s": f,
+        "ratio": round(b / f, 4) if f > 0 else None,
+        "cpu_s_per_gib": round(cpu_s / (moved / GiB), 3) if moved else None,
+        "nodes": nodes,
+        "load1": load1,
+        "bootseer_mb_s": round(nbytes / b / 1e6, 1) if b > 0 else None,
+        "floor_mb_s": round(nbytes / f / 1e6, 1) if f > 0 else None,
+        **extra,
+    }
+
+
+def records_for(
+    n: int, warm: Point, full: Point, boot: Point, prefix_bytes: int, link_bps: float | None
+) -> list[dict[str, Any]]:
+    load = boot.sampler.at(boot.ready_t).load1
+    out: list[dict[str, Any]] = []
+    for path, key in (("image_first_read", "start"), ("image_reread", "restart")):
+        out.append(
+            record(
+                path,
+                boot.nbytes(key),
+                boot.secs(key),
+                warm.secs(key),
+                boot.own_cpu(key),
+                boot.total_bytes(key),
+                n,
+                load,
+                floor="the same start from the image on local disk"
+                + (" (page cache dropped)" if key == "start" else " (page cache)"),
+            )
+        )
+    if n >= 2 and link_bps:
+        # Between two samples (0.2 s apart), what the job's nodes received that the store
+        # did not send came from a peer; the transfer's time is that of the sampling
+        # periods in which peers sent (> 256 KiB), its CPU bootseer's in those periods.
+        s = boot.sampler.samples
+        nbytes, busy, cpu = 0, 0.0, 0.0
+        for a, z in itertools.pairwise(s):
+            got = sum(z.rx[nd] - a.rx[nd] for nd in boot.nodes) - (z.egress - a.egress)
+            if got > 256 * 1024:
+                nbytes, busy, cpu = nbytes + got, busy + z.t - a.t, cpu + z.own_cpu - a.own_cpu
+        if nbytes:
+            out.append(
+                record(
+                    "peer_transfer",
+                    nbytes,
+                    busy,
+                    nbytes / link_bps,
+                    cpu,
+                    nbytes,
+                    n,
+                    load,
+                    floor=f"the same bytes over the node link "
+                    f"({link_bps * 8 / 1e9:.1f} Gbit/s, plain TCP)",
+                    recorded_peer_bytes=boot.run.get("peer_bytes") if boot.run else None,
+                )
+            )
+        else:
+            out.append(
+                record("peer_transfer", 0, 0.0, 0.0, 0.0, 0, n, load, floor="no peer bytes seen")
+            )
+    for variant, key in (("torch.load", "ckpt_all"), ("dcp", "ckpt_part")):
+        out.append(
+            record(
+                "ckpt_read",
+                boot.nbytes(key),
+                boot.secs(key),
+                warm.secs(key),
+                boot.own_cpu(key),
+                boot.total_bytes(key),
+                n,
+                load,
+                variant=variant,
+                floor="the same files on local disk (page cache dropped)",
+            )
+        )
+    restore = boot.phase("deps_restore")
+    restored = bool(restore)
+    if not restore:
+        restore = boot.phase("deps_install")
+    rs = max(p["seconds"] for p in restore) if restore else 0.0
+    t0, t1 = (min(p["t0"] for p in restore), max(p["t1"] for p in restore)) if restore else (0, 0)
+    out.append(
+        record(
+            "deps_restore",
+            prefix_bytes,
+            rs,
+            warm.secs("tar"),
+            boot.sampler.own_cpu(t0, t1),
+            prefix_bytes * n,
+            n,
+            load,
+            restored=restored,
+            floor="tar -I zstd -xf of the same tree (archive's page cache dropped)",
+            uv_warm_s=round(warm.secs("uv_warm"), 3),
+        )
+    )
+    held = boot.nbytes("start") + prefix_bytes + boot.nbytes("ckpt_all")
+    cpu = boot.sampler.own_cpu(boot.t0, boot.ready_t)
+    for path, base, what in (
+        (
+            "startup_cold_vs_warm",
+            warm,
+            "the same start, image, prefix and checkpoint on local disk",
+        ),
+        ("startup_vs_full_copy", full, "copy the image and checkpoint whole, install, then start"),
+    ):
+        out.append(
+            record(path, held, boot.startup_s, base.startup_s, cpu, held * n, n, load, floor=what)
+        )
+    return out
+
+
+def write_record(rec: Point, warm1: Point) -> dict[str, Any]:
+    return record(
+        "ckpt_write",
+        rec.nbytes("ckpt_save"),
+        rec.secs("ckpt_save"),
+        warm1.secs("ckpt_save"),
+        rec.own_cpu("ckpt_save"),
+        rec.total_bytes("ckpt_save"),
+        1,
+        rec.sampler.at(rec.window("ckpt_save")[1]).load1,
+        floor="torch.save + fsync of the same tensors to local disk",
+    )
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'path':<22}{'N':>2}{'GiB':>7}{'bootseer s':>11}{'floor s':>9}{'ratio':>7}"
+        f"{'MB/s':>7}{'floor MB/s':>11}{'CPU s/GiB':>10}{'load':>6}"
+    )
+    lines = [head]
+    for r in rows:
+        name = r["path"] + (f" {r['variant']}" if "variant" in r else "")
+        fmt = lambda v, w, p: f"{v:>{w}.{p}f}" if v is not None else f"{'-':>{w}}"  # noqa: E731
+        lines.append(
+            f"{name:<22}{r['nodes']:>2}{r['bytes'] / GiB:>7.2f}{r['bootseer_s']:>11.2f}"
+            f"{r['floor_s']:>9.2f}{fmt(r['ratio'], 7, 2)}{fmt(r['bootseer_mb_s'], 7, 0)}"
+            f"{fmt(r['floor_mb_s'], 11, 0)}{fmt(r['cpu_s_per_gib'], 10, 2)}{r['load1']:>6.1f}"
+        )
+    return "\n".join(lines)
+
+
+def check_disk(size: Size, work: Path, cluster_dir: Path) -> None:
+    """Fail early unless the run's peak fits: what it needs less what is cached already."""
+    cached = du(work)
+    need = size.disk_gib * GiB - cached
+    free = min(shutil.disk_usage(p).free for p in (work.parent, cluster_dir))
+    if free < need:
+        raise SystemExit(
+            f"bench: the {size.name} run needs {need / GiB:.1f} GiB free on disk at its peak "
+            f"({size.disk_gib:.0f} GiB less {cached / GiB:.1f} GiB cached in {work}), "
+            f"but {free / GiB:.1f} GiB are free"
+        )
+    log(f"disk: {free / GiB:.1f} GiB free, the run needs {max(0, need) / GiB:.1f} GiB more")
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--smoke", action="store_true", help="small sizes (< 5 min; CI)")
+    p.add_argument(
+        "--size",
+        choices=["full", "mid", "smoke"],
+        default="full",
+        help="full: 4 GiB image and checkpoint; mid: 2 GiB each (a shared disk); smoke",
+    )
+    p.add_argument("--nodes", default="1,2", help="comma-separated N (default 1,2)")
+    p.add_argument(
+        "--state-dir", default=os.environ.get("BOOTSEER_DEV_STATE", "/var/tmp/bootseer-dev")
+    )
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=Path("/var/tmp/bootseer-realsize"),
+        help="the inputs, kept for the next run (default /var/tmp/bootseer-realsize)",
+    )
+    p.add_argument("--clean", action="store_true", help="remove --work and exit")
+    p.add_argument("--json", help="write the records here (a JSON list)")
+    p.add_argument("--text", help="write the table here too")
+    p.add_argument("--user", default=default_user(), help="the jobs' user (default alice)")
+    args = p.parse_args(argv)
+    if args.clean:
+        shutil.rmtree(args.work, ignore_errors=True)
+        log(f"removed {args.work}")
+        return 0
+    if os.geteuid() != 0:
+        raise SystemExit("bench: run as root (it restarts agents and reads link counters)")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    counts = [int(x) for x in args.nodes.split(",")]
+    size = {"full": FULL, "mid": MID, "smoke": SMOKE}["smoke" if args.smoke else args.size]
+    work = args.work / size.name
+    cluster = devcluster.Cluster.load(Path(args.state_dir))
+    if not cluster.s.s3:
+        raise SystemExit("bench: the cluster needs the S3 store host: slurm-dev/up --s3")
+    if max(counts) > cluster.s.nodes:
+        raise SystemExit(f"bench: N up to {max(counts)} needs as many nodes: slurm-dev/up --nodes")
+    net = cluster.s.network
+    if size is not SMOKE and (net.store_mbit < 1000 or net.node_mbit < 10000):
+        raise SystemExit(
+            "bench: real links: slurm-dev/up --s3 --store-mbit 1000 --node-mbit 10000 "
+            f"(this cluster: store {net.store_mbit}, nodes {net.node_mbit} Mbit/s)"
+        )
+    args.work.mkdir(parents=True, exist_ok=True)
+    args.work.chmod(0o755)
+    check_disk(size, work, cluster.dir)
+    b = Bench(cluster, size, work, args.user)
+    log(
+        f"cluster {cluster.dir}: {cluster.s.nodes} nodes, store link {net.store_mbit} Mbit/s, "
+        f"node links {net.node_mbit} Mbit/s; N = {counts}; {os.cpu_count()} CPUs; "
+        f"jobs as {args.user}; {size.name} sizes"
+    )
+    t_start = time.monotonic()
+    rows: list[dict[str, Any]] = []
+    nodes_all = cluster.s.node_names[: max(counts)]
+
+    def save() -> None:
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+    try:
+        b.cpu.adopt_cluster()
+        b.site_config()
+        b.prepare()
+        if len(nodes_all) >= 2:
+            b.measure_link(nodes_all[1], nodes_all[0])
+        rec = b.point("record", nodes_all[:1])
+        if not rec.of("ckpt_save"):
+            raise RuntimeError(
+                f"the recording run {rec.job} saved no checkpoint:\n{b.output(rec.job)[-3000:]}"
+            )
+        log(
+            f"recording run: job {rec.job} (trace, snapshot; "
+            f"checkpoint saved in {rec.secs('ckpt_save'):.1f}s)"
+        )
+        b.warm_nodes(nodes_all)
+        pts: dict[tuple[str, int], Point] = {}
+        # The warm floor first, at every N; its prefixes, cache and tar go before the
+        # full copies (which hold the image on every node) so the peak stays low.
+        order = [("warm", n) for n in counts]
+        order += [(v, n) for n in counts for v in ("fullcopy", "bootseer")]
+        for v, n in order:
+            if v == "fullcopy" and not any(k[0] == "fullcopy" for k in pts):
+                b.unwarm(nodes_all)
+            p = pts[v, n] = b.point(v, cluster.s.node_names[:n])
+            log(
+                f"N={n} {v}: job {p.job}, startup {p.startup_s:.1f}s, load {load1():.1f} "
+                f"(at {(time.monotonic() - t_start) / 60:.1f} min)"
+            )
+            if v != "bootseer":
+                continue
+            if n == 1:
+                rows.append(write_record(rec, pts["warm", 1]))
+            rows += records_for(
+                n, pts["warm", n], pts["fullcopy", n], p, b.prefix_bytes, b.link_bps
+            )
+            save()
+    finally:
+        stop_http(b.http_proc)
+        b.restore_config()
+        with contextlib.suppress(Exception):
+            b.cold(nodes_all)  # per-run scratch: node caches, restored prefixes
+        b.cpu.release()
+        for node in nodes_all:  # and the warm floor's prefix, uv cache, tar
+            shutil.rmtree(b.local(node), ignore_errors=True)
+    rows.sort(key=lambda r: (PATHS.index(r["path"]), r["nodes"], r.get("variant", "")))
+    save()
+    text = (
+        f"real sizes ({size.name}): image {b.image.stat().st_size / GiB:.2f} GiB, checkpoint "
+        f"{du(b.ckpt) / GiB:.2f} GiB in {size.shards} shards, install {' '.join(size.packages)} "
+        f"({b.prefix_bytes / GiB:.2f} GiB); store link {net.store_mbit} Mbit/s, node links "
+        f"{net.node_mbit} Mbit/s; {os.cpu_count()} CPUs; "
+        f"{(time.monotonic() - t_start) / 60:.1f} min\n" + table(rows)
+    )
+    print(text)
+    if args.text:
+        Path(args.text).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,104 @@
+"""The real-size benchmark's smoke size (issue 19), as CI runs it: N = 1 and 2 on a 2-node
+networked slurm-dev cluster of its own (S3 store host behind a 1 Gbit/s link, node links
+10 Gbit/s). It must run through and write one well-formed, sane record per path. No timing
+targets here: the machine is shared (it must pass at load 10)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP, devcluster, own_cluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.s3, pytest.mark.timeout(900)]
+
+PATHS = {
+    "image_first_read",
+    "image_reread",
+    "peer_transfer",
+    "ckpt_read",
+    "ckpt_write",
+    "deps_restore",
+    "startup_cold_vs_warm",
+    "startup_vs_full_copy",
+}
+FIELDS = {"path", "bytes", "bootseer_s", "floor_s", "ratio", "cpu_s_per_gib", "nodes", "load1"}
+
+
+@pytest.fixture
+def bench_cluster() -> Iterator[devcluster.Cluster]:
+    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("squashfuse"):
+        pytest.skip("the benchmark's cluster needs root, iproute2 and squashfuse")
+    settings = devcluster.Settings(
+        str(TEST_STATE) + "-realsizebench",
+        nodes=2,
+        port_base=TEST_PORT_BASE + 130,
+        s3=True,
+        store_mbit=1000,
+        node_mbit=10000,
+    )
+    with own_cluster(settings) as cluster:
+        yield cluster
+
+
+def test_realsize_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path) -> None:
+    out, text = tmp_path / "realsize.json", tmp_path / "realsize.txt"
+    work = bench_cluster.dir / "bench"  # the job user reads here (tmp_path is root's)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(TOP / "slurm-dev" / "bench" / "realsize" / "bench.py"),
+            "--smoke",
+            "--state-dir",
+            str(bench_cluster.dir),
+            "--work",
+            str(work),
+            "--json",
+            str(out),
+            "--text",
+            str(text),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    print(r.stdout)
+    rows = json.loads(out.read_text())
+    assert {row["path"] for row in rows} == PATHS, rows
+    for n in (1, 2):
+        at_n = {row["path"] for row in rows if row["nodes"] == n}
+        # the write is measured once (N = 1); peer transfer needs a peer
+        assert at_n >= PATHS - {"ckpt_write", "peer_transfer"}, (n, at_n)
+    assert {row["nodes"] for row in rows if row["path"] == "peer_transfer"} == {2}
+    reads = {(row["nodes"], row.get("variant")) for row in rows if row["path"] == "ckpt_read"}
+    assert reads == {(1, "torch.load"), (1, "dcp"), (2, "torch.load"), (2, "dcp")}
+    for row in rows:
+        assert set(row) >= FIELDS, row
+        assert row["bytes"] > 0, row
+        assert row["bootseer_s"] > 0 and row["floor_s"] > 0, row
+        assert math.isclose(row["ratio"], row["bootseer_s"] / row["floor_s"], rel_tol=1e-3), row
+        assert row["cpu_s_per_gib"] is not None and row["cpu_s_per_gib"] >= 0, row
+        assert row["load1"] >= 0, row
+    by = {(row["path"], row["nodes"], row.get("variant")): row for row in rows}
+    # The smoke image's start reads its libraries whole (9 MiB) through the mount.
+    assert by["image_first_read", 1, None]["bytes"] >= 9 << 20
+    # The smoke checkpoint: 2 shards of 8 MiB; at N = 2 each node's own part is one shard.
+    assert by["ckpt_read", 1, "torch.load"]["bytes"] == 16 << 20
+    assert by["ckpt_read", 2, "dcp"]["bytes"] == 8 << 20
+    assert by["deps_restore", 1, None]["restored"] is True
+    assert "image_first_read" in text.read_text()
+    # The bench leaves none of its per-node CPU cgroups behind, nor its node scratch.
+    assert not (
+        Path("/sys/fs/cgroup/cpuacct") / f"bootseer-realsize-bench-{TEST_PORT_BASE + 130}"
+    ).exists()
+    for node in bench_cluster.s.node_names:
+        assert not (bench_cluster.dir / "nodes" / node / "local" / "realsize-bench").exists()
