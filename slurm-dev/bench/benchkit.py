@@ -272,6 +272,40 @@ class ClusterJobs:
         self.user_env = self.env if user == "root" else {**self.env, **devcluster.user_env(user)}
         self.as_user = [] if user == "root" else devcluster.as_user(user)
 
+    def submit(
+        self,
+        name: str,
+        nodes: list[str],
+        exports: dict[str, str],
+        opts: list[str],
+        script: Path,
+        cwd: Path,
+    ) -> int:
+        """``sbatch`` ``script`` on exactly ``nodes`` as the user, with ``exports`` added to
+        the environment and ``opts`` (the job's ``--bootseer*``); waits for it to end."""
+        r = sh(
+            [
+                *self.as_user,
+                "sbatch",
+                "--parsable",
+                "-N",
+                str(len(nodes)),
+                "-w",
+                ",".join(nodes),
+                "-J",
+                name,
+                f"--output={self.out}/%j.out",
+                "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
+                *opts,
+                str(script),
+            ],
+            env=self.user_env,
+            cwd=cwd,
+        )
+        job = int(r.stdout.strip().split(";")[0])
+        self.wait(job)
+        return job
+
     def wait(self, job: int, timeout: float = 3600) -> None:
         t_end = time.monotonic() + timeout
         while time.monotonic() < t_end:

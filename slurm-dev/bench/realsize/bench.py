@@ -490,28 +490,7 @@ class Bench(ClusterJobs):
             "BENCH_SHARDS": str(self.size.shards),
             "PIP_CONFIG_FILE": "/dev/null",
         }
-        r = sh(
-            [
-                *self.as_user,
-                "sbatch",
-                "--parsable",
-                "-N",
-                str(len(nodes)),
-                "-w",
-                ",".join(nodes),
-                "-J",
-                f"realsize-{variant}",
-                f"--output={self.out}/%j.out",
-                "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
-                *opts,
-                str(HERE / "job.sh"),
-            ],
-            env=self.user_env,
-            cwd=self.work,
-        )
-        job = int(r.stdout.strip().split(";")[0])
-        self.wait(job)
-        return job
+        return self.submit(f"realsize-{variant}", nodes, exports, opts, HERE / "job.sh", self.work)
 
     def room(self, variant: str, n: int) -> None:
         """Stop before a point the disk cannot hold (it is shared): what the point writes

@@ -299,28 +299,7 @@ class Bench(ClusterJobs):
             "BENCH_TRAIN_S": "0" if save else f"{self.train_s:g}",
             "PIP_CONFIG_FILE": "/dev/null",
         }
-        r = sh(
-            [
-                *self.as_user,
-                "sbatch",
-                "--parsable",
-                "-N",
-                str(len(nodes)),
-                "-w",
-                ",".join(nodes),
-                "-J",
-                f"startup-{variant}",
-                f"--output={self.out}/%j.out",
-                "--export=ALL," + ",".join(f"{k}={v}" for k, v in exports.items()),
-                *opts,
-                str(HERE / "job.sh"),
-            ],
-            env=self.user_env,
-            cwd=self.work,
-        )
-        job = int(r.stdout.strip().split(";")[0])
-        self.wait(job)
-        return job
+        return self.submit(f"startup-{variant}", nodes, exports, opts, HERE / "job.sh", self.work)
 
     # -- one point ---------------------------------------------------------------------
 
