@@ -5,11 +5,9 @@ daemon's CPU per GiB, and leave nothing behind. No speed is asserted here."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import TOP
+from tests.benchrun import run_bench
 
 from .conftest import needs_fuse
 
@@ -18,21 +16,15 @@ pytestmark = needs_fuse
 
 def test_mount_bench_smoke(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(TOP / "slurm-dev" / "bench" / "ckpt" / "mount_bench.py"),
-            "--smoke",
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    run_bench(
+        "ckpt/mount_bench.py",
+        "--smoke",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--out",
+        str(out),
         timeout=900,
     )
-    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     res = json.loads(out.with_suffix(".json").read_text())
     for w in ("write_seq", "read_seq", "read_part"):
         assert res["mb_s_median"]["local"][w] > 0 and res["mb_s_median"]["mount"][w] > 0

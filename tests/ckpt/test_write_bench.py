@@ -4,11 +4,9 @@ speed is asserted here: figures come from the benchmark's own runs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import TOP
+from tests.benchrun import run_bench
 
 from .conftest import needs_fuse
 
@@ -17,21 +15,15 @@ pytestmark = needs_fuse
 
 def test_write_bench_smoke(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(TOP / "slurm-dev" / "bench" / "ckpt" / "write_bench.py"),
-            "--smoke",
-            "--state-dir",
-            str(tmp_path / "state"),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    run_bench(
+        "ckpt/write_bench.py",
+        "--smoke",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--out",
+        str(out),
         timeout=900,
     )
-    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     text = out.with_suffix(".txt").read_text()
     for saver in ("seq", "np.save", "safetensors"):
         assert saver in text

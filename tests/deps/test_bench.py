@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP, devcluster, own_cluster
+from tests.benchrun import run_bench
+from tests.conftest import TEST_PORT_BASE, TEST_STATE, devcluster, own_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.s3]
 
@@ -33,22 +32,16 @@ def bench_cluster() -> Iterator[devcluster.Cluster]:
 
 def test_deps_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path) -> None:
     out = tmp_path / "deps.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(TOP / "slurm-dev" / "bench" / "deps" / "bench.py"),
-            "--smoke",
-            "--state-dir",
-            str(bench_cluster.dir),
-            "--json",
-            str(out),
-        ],
-        env={**os.environ, "BOOTSEER_BENCH_DIR": str(tmp_path / "work")},
-        capture_output=True,
-        text=True,
+    r = run_bench(
+        "deps/bench.py",
+        "--smoke",
+        "--state-dir",
+        str(bench_cluster.dir),
+        "--json",
+        str(out),
         timeout=600,
+        env={**os.environ, "BOOTSEER_BENCH_DIR": str(tmp_path / "work")},
     )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     print(r.stdout)
     got = json.loads(out.read_text())
     methods = {"pip", "uv", "restore", "restore-local", "floor"}

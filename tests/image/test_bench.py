@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_PORT_BASE, TOP
+from tests.benchrun import run_bench
+from tests.conftest import TEST_PORT_BASE
 
 pytestmark = [pytest.mark.fuse, pytest.mark.s3]
 
@@ -20,21 +19,15 @@ pytestmark = [pytest.mark.fuse, pytest.mark.s3]
     os.geteuid() != 0 or not shutil.which("squashfuse"), reason="needs root and squashfuse"
 )
 def test_image_bench_smoke(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(TOP / "slurm-dev" / "bench" / "image" / "bench.py"),
-            "--smoke",
-            "--port-base",
-            str(TEST_PORT_BASE + 70),
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
+    r = run_bench(
+        "image/bench.py",
+        "--smoke",
+        "--port-base",
+        str(TEST_PORT_BASE + 70),
+        "--out",
+        str(tmp_path),
         timeout=170,
     )
-    assert r.returncode == 0, r.stderr[-3000:]
     print(r.stdout)
     s = json.loads((tmp_path / "results.json").read_text())["summary"]
     assert set(s["first_step_s"]) >= {"full", "lazy", "prefetch"}

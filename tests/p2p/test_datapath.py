@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,7 +32,7 @@ from bootseer.p2p.wire import (
     read_message,
     recv_piece,
 )
-from tests.conftest import TOP
+from tests.benchrun import run_bench
 
 from .test_peers import JOB, KEY, LOOPBACK, TIMEOUT, piece_owned_by, swarm_to
 
@@ -295,21 +293,15 @@ def test_the_datapath_bench_smoke(tmp_path: Path) -> None:
     """slurm-dev/bench/p2p/datapath.py at its smoke size: every byte from the peer, both
     sides' CPU counted. No speed is asserted: figures come from the bench's own runs."""
     out = tmp_path / "out.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(TOP / "slurm-dev" / "bench" / "p2p" / "datapath.py"),
-            "--smoke",
-            "--work",
-            str(tmp_path / "work"),
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
+    run_bench(
+        "p2p/datapath.py",
+        "--smoke",
+        "--work",
+        str(tmp_path / "work"),
+        "--json",
+        str(out),
         timeout=300,
     )
-    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     (run,) = json.loads(out.read_text())["runs"]
     assert run["bytes"] == 32 << 20 and run["pieces"] == 128
     assert run["sender_cpu_s_per_gib"] > 0 and run["receiver_cpu_s_per_gib"] > 0

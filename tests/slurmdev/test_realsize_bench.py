@@ -9,14 +9,13 @@ import json
 import math
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP, devcluster, own_cluster
+from tests.benchrun import run_bench
+from tests.conftest import TEST_PORT_BASE, TEST_STATE, devcluster, own_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.s3, pytest.mark.timeout(900)]
 
@@ -52,25 +51,19 @@ def bench_cluster() -> Iterator[devcluster.Cluster]:
 def test_realsize_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path) -> None:
     out, text = tmp_path / "realsize.json", tmp_path / "realsize.txt"
     work = bench_cluster.dir / "bench"  # the job user reads here (tmp_path is root's)
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(TOP / "slurm-dev" / "bench" / "realsize" / "bench.py"),
-            "--smoke",
-            "--state-dir",
-            str(bench_cluster.dir),
-            "--work",
-            str(work),
-            "--json",
-            str(out),
-            "--text",
-            str(text),
-        ],
-        capture_output=True,
-        text=True,
+    r = run_bench(
+        "realsize/bench.py",
+        "--smoke",
+        "--state-dir",
+        str(bench_cluster.dir),
+        "--work",
+        str(work),
+        "--json",
+        str(out),
+        "--text",
+        str(text),
         timeout=840,
     )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     print(r.stdout)
     rows = json.loads(out.read_text())
     assert {row["path"] for row in rows} == PATHS, rows

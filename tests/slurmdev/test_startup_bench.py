@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_PORT_BASE, TEST_STATE, TOP, devcluster, own_cluster
+from tests.benchrun import run_bench
+from tests.conftest import TEST_PORT_BASE, TEST_STATE, devcluster, own_cluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.s3]
 
@@ -41,22 +40,16 @@ def bench_cluster() -> Iterator[devcluster.Cluster]:
 def test_startup_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path) -> None:
     out = tmp_path / "startup.json"
     work = bench_cluster.dir / "bench"  # the job user reads and writes here (tmp_path is root's)
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(TOP / "slurm-dev" / "bench" / "startup" / "bench.py"),
-            "--smoke",
-            "--state-dir",
-            str(bench_cluster.dir),
-            "--json",
-            str(out),
-        ],
-        env={**os.environ, "BOOTSEER_BENCH_DIR": str(work)},
-        capture_output=True,
-        text=True,
+    r = run_bench(
+        "startup/bench.py",
+        "--smoke",
+        "--state-dir",
+        str(bench_cluster.dir),
+        "--json",
+        str(out),
         timeout=300,
+        env={**os.environ, "BOOTSEER_BENCH_DIR": str(work)},
     )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     print(r.stdout)
     rows = json.loads(out.read_text())
     assert [(row["variant"], row["nodes"]) for row in rows] == [
