@@ -140,9 +140,8 @@ class _Job:
         self.recorder = Recorder(image.manifest.nblocks, 60)
 
 
-def read(reader: ImageReader, job: _Job, offset: int, size: int, **kw: bool) -> bytes | None:
-    got = reader.read(job, offset, size, **kw)
-    return None if got is None else bytes(got)
+def read(reader: ImageReader, job: _Job, offset: int, size: int) -> bytes:
+    return bytes(reader.read(job, offset, size))
 
 
 def _image(size: int, block: int, seed: int = 2) -> tuple[_Job, bytes]:
@@ -162,7 +161,6 @@ def test_reads_across_block_boundaries_come_whole_from_cache_and_fetcher(tmp_pat
     try:
         m = job.image.manifest
         cache.put(m.blocks[1], data[block : 2 * block])  # one local, its neighbours not
-        assert read(reader, job, block - 10, 20, cached_only=True) is None
         rng = random.Random(3)
         cases = [(block - 10, 20), (0, len(data)), (3 * block - 1, block + 2), (len(data) - 7, 100)]
         cases += [
@@ -170,11 +168,10 @@ def test_reads_across_block_boundaries_come_whole_from_cache_and_fetcher(tmp_pat
         ]
         for off, size in cases:
             assert read(reader, job, off, size) == data[off : off + size], (off, size)
-        # Now all local: the cached-only path serves the same bytes, across blocks.
-        assert (
-            read(reader, job, block - 10, 3 * block, cached_only=True)
-            == data[block - 10 : 4 * block - 10]
-        )
+        # Now all local: the cache serves the same bytes across blocks, nothing fetched.
+        before = job.image.source.reads
+        assert read(reader, job, block - 10, 3 * block) == data[block - 10 : 4 * block - 10]
+        assert job.image.source.reads == before
         assert read(reader, job, len(data), 10) == b""
     finally:
         fetcher.stop()
@@ -191,7 +188,8 @@ def test_a_damaged_cached_block_is_fetched_again_not_served(tmp_path: Path) -> N
         source = job.image.source
         before = source.reads
         flip(cache.path(job.image.manifest.blocks[1]), CHECK_CHUNK + 5)
-        assert read(reader, job, block + CHECK_CHUNK, 4096, cached_only=True) is None
+        piece = memoryview(bytearray(4096))
+        assert not cache.read_into(job.image.manifest.blocks[1], CHECK_CHUNK, piece)
         assert read(reader, job, block, block) == data[block : 2 * block]
         assert source.reads == before + 1
     finally:

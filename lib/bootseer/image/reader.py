@@ -70,15 +70,12 @@ class ImageReader:
         self.misses = 0
         self._count = threading.Lock()
 
-    def read(
-        self, view: ReadingJob, offset: int, size: int, cached_only: bool = False
-    ) -> bytearray | None:
-        """Bytes of the job's image; with ``cached_only``, None unless all are local.
+    def read(self, view: ReadingJob, offset: int, size: int) -> bytearray:
+        """Bytes of the job's image, waiting for the fetcher for blocks not local.
 
         The blocks' bytes go straight into one buffer (each block's part read and
-        checked by :meth:`BlockCache.read_into`). Without ``cached_only`` it waits for
-        the fetcher, and raises :class:`~bootseer.image.fetch.FetchError` when a block
-        does not come in time.
+        checked by :meth:`BlockCache.read_into`). Raises
+        :class:`~bootseer.image.fetch.FetchError` when a block does not come in time.
         """
         m = view.image.manifest
         if offset >= m.size or size <= 0:
@@ -87,7 +84,7 @@ class ImageReader:
         blocks = block_range(offset, size, m.block_size)
         view.recorder.record(blocks.start, blocks.stop - 1)
         self.fetcher.last_read = time.monotonic()
-        if not cached_only and len(blocks) > 1:
+        if len(blocks) > 1:
             for i in blocks:
                 if m.blocks[i] not in self.cache:
                     self.fetcher.request(view.image.source, m, i, DEMAND)
@@ -103,8 +100,6 @@ class ImageReader:
             if self.cache.read_into(m.blocks[i], lo, part):
                 hits += 1
                 continue
-            if cached_only:
-                return None
             misses += 1
             part[:] = memoryview(self.fetcher.get(view.image.source, m, i))[lo:hi]
         with self._count:
