@@ -486,7 +486,6 @@ static int read_from_prolog(spank_t sp)
 	return 0;
 }
 
-
 /* As the job's user: put what the prolog prepared into the tasks' environment. */
 static int import_from_prolog(spank_t sp)
 {
