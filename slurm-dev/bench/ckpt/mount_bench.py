@@ -168,6 +168,19 @@ def drop_cache(root: Path, sync: bool = True) -> None:
                 os.close(fd)
 
 
+def s3_targets(cfg: Path, site: Path) -> str:
+    """Point ``cfg``'s checkpoint targets at three buckets of ``site``'s S3 store."""
+    import tomllib
+
+    store = tomllib.loads(site.read_text())["store"]
+    secrets = store.get("secrets_file") or str(site.parent / "secrets.toml")
+    base, _, query = store["uri"].partition("?")
+    targets = ", ".join(f'"{base}-ckptm/t{i}?{query}"' for i in range(3))
+    text = cfg.read_text().replace("[ckpt]\ntargets = [", f"[ckpt]\ntargets = [{targets}] #", 1)
+    cfg.write_text(text + f'[store]\nuri = "{store["uri"]}"\nsecrets_file = "{secrets}"\n')
+    return f"3 x S3 buckets of {base} (SeaweedFS)"
+
+
 def run_one(python: str, work: str, size: int, path: Path) -> tuple[float, int]:
     r = subprocess.run(
         [python, "-c", textwrap.dedent(WORK[work]), str(size), str(path)],
@@ -190,6 +203,13 @@ def main() -> int:
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--before", default="", help="also a mount served by this git revision's daemon")
     p.add_argument(
+        "--s3-site",
+        type=Path,
+        default=None,
+        help="a slurm-dev site config (`slurm-dev/up --s3`): the targets are 3 buckets of its "
+        "S3 store, written with its secrets file",
+    )
+    p.add_argument(
         "--state-dir",
         type=Path,
         default=Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-bench")) / "ckptm",
@@ -209,7 +229,11 @@ def main() -> int:
 
 
 def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool) -> int:
-    os.environ["BOOTSEER_CONFIG"] = str(write_config(state))
+    cfg = write_config(state)
+    where = "3 x file:// on the local disk"
+    if args.s3_site:
+        where = s3_targets(cfg, args.s3_site)
+    os.environ["BOOTSEER_CONFIG"] = str(cfg)
     works = ["write_seq", "read_seq", "read_part"]
     if torch:
         works += ["write_torch", "read_torch"]
@@ -245,7 +269,7 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
                 continue
             with mounted(state, variant, libs[variant]) as (mp, pid):
                 for w in works:
-                    if w.startswith("read"):
+                    if w.startswith("read") and not args.s3_site:
                         drop_cache(state / "t0")
                         drop_cache(state / "t1")
                         drop_cache(state / "t2")
@@ -273,7 +297,7 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "size_bytes": size,
         "bytes": nbytes,
-        "targets": "3 x file:// on the local disk",
+        "targets": where,
         "reps": reps,
         "before": args.before,
         "commit": subprocess.run(
