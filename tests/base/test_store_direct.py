@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.store import Buffers, open_store
+from bootseer.directio import Buffers
+from bootseer.store import open_store
 
 SIZES = [0, 1, 4095, 4096, 4097, 3 * 4096 + 5, 1 << 20]
 
@@ -85,3 +86,20 @@ def test_buffers_keep_at_most_keep() -> None:
     for b in bufs:
         buffers.retire(memoryview(b))
     assert len(buffers._free) == 2
+
+
+def test_buffers_take_back_only_their_own_once() -> None:
+    # A pool that took another pool's buffer (a checkpoint reader dropping a piece the
+    # peers' way read) would hold a reference the other does not count: neither would
+    # ever reuse it.
+    mine, other = Buffers(keep=4), Buffers(keep=4)
+    theirs = other.get(4096)
+    mine.retire(memoryview(theirs))
+    assert mine._free == []
+    own = mine.get(4096)
+    mine.retire(memoryview(own))
+    mine.retire(memoryview(own))
+    assert len(mine._free) == 1
+    oid = id(own)
+    del own
+    assert id(mine.get(4096)) == oid

@@ -5,6 +5,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import os
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -235,6 +237,30 @@ class CountingSource(FileSource):
             assert self.go.wait(60), "the test never released the held reads"
         time.sleep(self.delay)  # a slow disk: allowed in a unit test
         return super().read_block(index, block_digest, offset, length, priority)
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="needs util-linux fincore")
+def test_cache_writes_blocks_past_the_page_cache(tmp_path: Path) -> None:
+    """A piece (a checkpoint unit of 4-8 MiB) is read once, by the daemon that asked or
+    a peer's sendfile: filling fresh page-cache pages with it was the agent's biggest
+    cost per byte receiving checkpoint units (docs/p2p.md, "Per byte")."""
+    cache = BlockCache(tmp_path / "c", cap_bytes=1 << 30)
+    data = os.urandom(4 << 20)
+    cache.put(digest(data), data)
+    buffered = tmp_path / "buffered"
+    buffered.write_bytes(data)
+
+    def cached(path: Path) -> int:
+        out = subprocess.run(
+            ["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return int(out.split()[0])
+
+    if cached(buffered) == 0:
+        pytest.skip("this filesystem keeps no page cache for a buffered write either")
+    assert cached(cache.path(digest(data))) == 0
+    assert cache.read(digest(data), 0, len(data)) == data
 
 
 def test_fetcher_fetches_a_block_once_however_many_wait(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ Units are fetched whole (so each can be checked against its checksum) by a pool 
 units on their way from all K targets at once. At most ``read_ahead + 2`` units are
 held in memory per open file. A unit on a ``file://`` target is read past the page cache
 (``O_DIRECT``) into a page-aligned buffer that the reader uses again once the unit is
-dropped and no view of it is left (:class:`bootseer.store.Buffers`): no page-cache fill,
+dropped and no view of it is left (:class:`bootseer.directio.Buffers`): no page-cache fill,
 no copy out of it, no fresh pages to fault in. :meth:`StripedReader.pview` hands out
 views of a unit's verified bytes (the FUSE daemon replies with them, without a copy).
 
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from bootseer.ckpt.errors import CkptError, CkptIOError
 from bootseer.ckpt.manifest import Manifest, unit_checksum
+from bootseer.directio import Buffers
 from bootseer.errors import StoreError
-from bootseer.store import Buffers
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer

@@ -267,7 +267,14 @@ def _via_peers(call: StepCall) -> FrameVia | None:
     )
     if via is None:
         return None
-    return lambda key, offset, length, sha: via("", key, offset, length, sha)
+
+    def frame(key: str, offset: int, length: int, sha: str) -> tuple[bytes, str] | None:
+        got = via("", key, offset, length, sha)
+        # Out of the via's buffer, which it hands out again once dropped: the decoder
+        # threads hold frames past the next fetch.
+        return None if got is None else (bytes(got[0]), got[1])
+
+    return frame
 
 
 def _empty_dir(path: str) -> bool:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bootseer.directio import write_all
 from bootseer.image.blocks import DIGEST, digest
 
 CHECK_CHUNK = 32 << 10  # a CRC-32 per this many bytes of a block (the last piece: shorter)
@@ -218,8 +219,14 @@ class BlockCache:
         tmp = final.parent / f".tmp-{uuid.uuid4().hex[:8]}"
         try:
             final.parent.mkdir(exist_ok=True, mode=0o700)
-            with open(tmp, "wb") as f:
-                f.write(data)
+            # Past the page cache: a piece is read once, by the daemon that asked for it
+            # or a peer's sendfile, and fresh page-cache pages cost this VM more than the
+            # disk's read does (docs/p2p.md, "Per byte").
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                write_all(fd, data, direct=True)
+            finally:
+                os.close(fd)
             os.replace(tmp, final)
         except OSError as exc:
             # A full disk (a user's staged checkpoint bytes share it by default) costs

@@ -19,11 +19,15 @@ import os
 from collections.abc import Callable, Sequence
 
 from bootseer.config import SiteConfig
+from bootseer.directio import Buffers, read_direct
 from bootseer.errors import describe
 
-# (target URI or "" for the main store, key, offset, length, sha256) -> (bytes, where
+# (target URI or "" for the main store, key, offset, length, sha256) -> (the bytes, where
 # they came from: "peer", "store" or "cache"), or None.
-Via = Callable[[str, str, int, int, str], tuple[bytes, str] | None]
+Via = Callable[[str, str, int, int, str], tuple[bytes | memoryview, str] | None]
+# Pieces held at once by a caller (a checkpoint reader's read-ahead and its fetches in
+# flight): the buffers kept for reuse.
+KEEP_BUFFERS = 32
 
 
 def agent_via(
@@ -45,18 +49,21 @@ def agent_via(
     client = AgentClient(socket)
     nodelist = ",".join(nodes)
     broken = False
+    buffers = Buffers(KEEP_BUFFERS)
 
     def via(
         target: str, key: str, offset: int, length: int, sha256: str
-    ) -> tuple[bytes, str] | None:
+    ) -> tuple[bytes | memoryview, str] | None:
         nonlocal broken
         if broken:
             return None
         req = FetchPiece(job_id, nodelist, key, offset, length, sha256, target=target)
         try:
             piece = client.ask(req, timeout=timeout)
-            with open(piece.path, "rb") as f:
-                data = f.read(length + 1)
+            # The agent wrote it past the page cache: read it the same way, into a buffer
+            # used again once the caller drops it.
+            data = read_direct(piece.path, buffers)
+            buffers.retire(data)
         except (AgentUnavailable, AgentRefused) as exc:
             # No agent, or not root: the store for every piece, without asking again.
             broken = isinstance(exc, AgentRefused) or not os.path.exists(socket)

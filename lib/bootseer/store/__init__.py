@@ -8,7 +8,8 @@ A store is a URI handled by :mod:`pyarrow.fs`::
 
 Keys are relative, ``/``-separated and never contain ``..``. Every write becomes
 visible whole or not at all: data goes to a temporary key first and is moved into
-place when complete (a rename on POSIX, a copy of a complete object on S3).
+place when complete (a rename on POSIX, a copy of a complete object on S3), except an
+object S3 receives in one upload, which it shows only once complete anyway.
 Temporary keys start with ``.tmp-`` and are never listed.
 
     >>> store = open_store("file:///tmp/doc-store")
@@ -22,11 +23,10 @@ from __future__ import annotations
 from bootseer.store._store import (
     PUBLIC_TOP,
     TMP_PREFIX,
-    Buffers,
     ObjectInfo,
     Store,
     check_key,
     open_store,
 )
 
-__all__ = ["PUBLIC_TOP", "TMP_PREFIX", "Buffers", "ObjectInfo", "Store", "check_key", "open_store"]
+__all__ = ["PUBLIC_TOP", "TMP_PREFIX", "ObjectInfo", "Store", "check_key", "open_store"]

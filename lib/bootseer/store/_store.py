@@ -2,20 +2,16 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
-import fcntl
-import mmap
 import os
 import posixpath
 import re
-import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import parse_qs, urlsplit
 
+from bootseer.directio import Buffers, read_direct, read_file, write_all
 from bootseer.errors import StoreError, describe
 
 if TYPE_CHECKING:
@@ -142,16 +138,13 @@ class Store:
         """``data`` into the file ``path`` (for ``key``), created or emptied with ``key``'s
         mode: one copy, from ``data`` into the page cache (``os.pwrite`` releases the GIL),
         where pyarrow's stream cost a Python round and a buffer more; with ``direct``, its
-        whole blocks past the page cache (:func:`_pwrite_direct`), the tail through it."""
+        whole blocks past the page cache (:func:`bootseer.directio.write_all`)."""
         fmode = self.modes(key)[0]
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(path, flags, fmode)
         try:
             os.fchmod(fd, fmode)
-            mv = memoryview(data).cast("B")
-            done = _pwrite_direct(fd, mv) if direct else 0
-            while done < len(mv):
-                done += os.pwrite(fd, mv[done:], done)
+            write_all(fd, data, direct)
         finally:
             os.close(fd)
 
@@ -162,7 +155,7 @@ class Store:
         if not self.is_local:
             return self.read_bytes(key)
         try:
-            data: bytes | memoryview = self._call(key, _read_direct, self.path(key), buffers)
+            data: bytes | memoryview = self._call(key, read_direct, self.path(key), buffers)
         except FileNotFoundError:
             raise FileNotFoundError(f"{self.uri}: {key}: not found") from None
         return data
@@ -191,7 +184,7 @@ class Store:
         """The object's bytes; with ``limit``, at most that many (the rest is never read)."""
         if self.is_local:
             try:
-                data: bytes = self._call(key, _read_local, self.path(key), limit)
+                data: bytes = self._call(key, read_file, self.path(key), limit)
                 return data
             except FileNotFoundError:
                 raise FileNotFoundError(f"{self.uri}: {key}: not found") from None
@@ -352,125 +345,6 @@ class Store:
         )
 
 
-DIRECT_ALIGN = 4096  # O_DIRECT's alignment of offsets, lengths, buffers (block sizes up to it)
-_direct_buf = threading.local()
-
-
-def _aligned(n: int) -> mmap.mmap:
-    """A page-aligned buffer of at least ``n`` bytes, one per thread, kept for its next use."""
-    buf: mmap.mmap | None = getattr(_direct_buf, "buf", None)
-    if buf is None or len(buf) < n:
-        if buf is not None:
-            buf.close()
-        buf = _direct_buf.buf = mmap.mmap(-1, max(n, DIRECT_ALIGN))
-    return buf
-
-
-def _pwrite_direct(fd: int, mv: memoryview) -> int:
-    """Write the whole blocks at the start of ``mv`` to ``fd`` with ``O_DIRECT`` (through an
-    aligned buffer: one memory copy); how many bytes were written (0: the filesystem has no
-    O_DIRECT, or refused it). ``fd`` is left without O_DIRECT for the rest."""
-    n = len(mv) // DIRECT_ALIGN * DIRECT_ALIGN
-    if n == 0:
-        return 0
-    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-    try:
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT)
-    except OSError:
-        return 0
-    done = 0
-    try:
-        buf = _aligned(n)
-        buf[:n] = mv[:n]
-        view = memoryview(buf)
-        try:
-            while done < n:
-                got = os.pwrite(fd, view[done:n], done)
-                done += got
-                if got % DIRECT_ALIGN:
-                    break  # a short write off a block: the rest through the page cache
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-        finally:
-            view.release()
-    finally:
-        fcntl.fcntl(fd, fcntl.F_SETFL, flags)
-    return done
-
-
-class Buffers:
-    """Page-aligned buffers that :meth:`Store.read_direct` reads into, used again once
-    nothing holds them: a fresh buffer's pages are faulted in and zeroed by the kernel,
-    which cost 0.9 CPU-s per GiB read on this machine's VM, against 0.08 for a buffer
-    used again. The owner (a checkpoint reader) retires what it drops (:meth:`retire`); a retired
-    buffer is taken again only when no view of it is left (CPython's reference count:
-    a view handed to the kernel's reply, or to a caller, keeps its bytes as they are)."""
-
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self._free: list[mmap.mmap] = []
-        self._lock = threading.Lock()
-
-    def get(self, n: int) -> mmap.mmap:
-        with self._lock:
-            for i in range(len(self._free)):
-                buf = self._free[i]
-                # References: the list's, ``buf``'s and getrefcount's argument: no view.
-                if len(buf) >= n and sys.getrefcount(buf) <= 3:
-                    del self._free[i]
-                    return buf
-        return mmap.mmap(-1, -(-max(n, 1) // DIRECT_ALIGN) * DIRECT_ALIGN)
-
-    def retire(self, data: object) -> None:
-        """``data`` (what :meth:`Store.read_direct` gave) is no longer the owner's."""
-        buf = data.obj if isinstance(data, memoryview) else None
-        if not isinstance(buf, mmap.mmap):
-            return
-        with self._lock:
-            self._free.append(buf)
-            if len(self._free) > self.keep:
-                del self._free[0]  # freed when its last view goes
-
-
-def _read_direct(path: str, buffers: Buffers | None = None) -> bytes | memoryview:
-    """The file's bytes, read with ``O_DIRECT`` into a page-aligned buffer (of ``buffers``,
-    else fresh; the view returned keeps it); through the page cache where the filesystem
-    has no O_DIRECT."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECT)
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:
-            raise
-        return _read_local(path, None)
-    try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return b""
-        n = -(-size // DIRECT_ALIGN) * DIRECT_ALIGN
-        buf = buffers.get(n) if buffers is not None else mmap.mmap(-1, n)
-        view = memoryview(buf)[:n]
-        done = 0
-        try:
-            while done < size:
-                got = os.preadv(fd, [view[done:]], done)
-                if got == 0:
-                    break  # it shrank: what there is (the caller checks the length)
-                done += got
-                if got % DIRECT_ALIGN and done < size:
-                    break
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            done = -1
-        if done < 0 or (done < size and done % DIRECT_ALIGN):
-            view.release()
-            return _read_local(path, None)
-        return view[: min(done, size)]
-    finally:
-        os.close(fd)
-
-
 def _read_remote(fs: pafs.FileSystem, path: str, limit: int | None) -> bytes:
     """One GET of the whole object (or its first ``limit`` bytes). Not a stream's
     ``read()``: pyarrow's S3 stream reads to the end in many small ranged GETs (a 4 MiB
@@ -478,30 +352,6 @@ def _read_remote(fs: pafs.FileSystem, path: str, limit: int | None) -> bytes:
     with fs.open_input_file(path) as f:
         size = f.size()
         return bytes(f.read_at(size if limit is None else min(size, limit), 0))
-
-
-def _read_local(path: str, limit: int | None) -> bytes:
-    """The file's bytes (at most ``limit``) in one copy, from the page cache into the bytes
-    returned (``os.read`` releases the GIL): pyarrow's stream read into a buffer of its own,
-    copied again into bytes."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        size = os.fstat(fd).st_size
-        want = size if limit is None else min(size, limit)
-        parts = [os.read(fd, want)] if want else []
-        got = len(parts[0]) if parts else 0
-        # A read cut short (a signal, 2 GiB per call) or a file that grew: the rest as it comes.
-        while limit is None or got < limit:
-            chunk = os.read(fd, 1 << 20 if limit is None else min(limit - got, 1 << 30))
-            if not chunk:
-                break
-            parts.append(chunk)
-            got += len(chunk)
-    finally:
-        os.close(fd)
-    if len(parts) == 1:
-        return parts[0]
-    return b"".join(parts)
 
 
 def open_store(
