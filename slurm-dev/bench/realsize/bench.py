@@ -15,8 +15,9 @@ The workload (full size; ``--smoke`` scales every part down):
   bootseer's venv (torch 2.13.0 CPU and its dependencies, 1.4 GiB), three CUDA-sized
   shared libraries as data files (1.1 GiB) and data the start never reads. Its start
   (``start.py``) imports torch from the image and reads the big libraries whole: >= 1.5 GiB;
-- a real install of torch==2.13.0 (CPU wheel, from this machine's wheel directory) and its
-  dependencies, >= 1 GiB unpacked, by ``uv`` from a PEP 503 index on the store host;
+- a real install of torch==2.13.0 (CPU wheel, from this machine's wheel directory) with
+  numpy, scipy, pandas and pyarrow and their dependencies, >= 1 GiB unpacked (mid: torch
+  alone, 0.69 GiB), by ``uv`` from a PEP 503 index on the store host;
 - a checkpoint of 4 GiB in 4 shards, each saved with ``torch.save``: every node loads all
   of it with ``torch.load`` (a data-parallel restart) and, after the start, its own part
   (DCP-style: node r reads shards r, r+N, ...).
@@ -112,8 +113,10 @@ FULL = Size(
     ("torch/lib/libtorch_cpu.so",),
     (("libcublasLt.so.12", 480), ("libcudnn_engines_precompiled.so.9", 420), ("libnccl.so.2", 220)),
     4096,
-    ("torch==2.13.0",),
-    "torch",
+    # torch alone unpacks to 0.69 GiB; the issue asks for >= 1 GB: a training stack's usual
+    # companions bring it to about 1.1 GiB
+    ("torch==2.13.0", "numpy", "scipy", "pandas", "pyarrow"),
+    "torch:numpy:scipy:pandas:pyarrow",
     4,
     1024,
     2048,
