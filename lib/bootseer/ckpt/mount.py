@@ -5,7 +5,8 @@ The prolog calls :func:`start`: it makes the mountpoint ``<mount_root>/<job_id>`
 session of its own, waits until the kernel lists the mount, and keeps the daemon's
 pid in the job dir. What names the user's data (the namespace, the uid, the job and its
 nodes: :class:`Identity`) reaches the daemon in a memfd it inherits, never on its
-command line, which ``ps`` shows every user of the node. The epilog calls :func:`stop` with that record: it unmounts
+command line, which ``ps`` shows every user of the node. The epilog calls :func:`stop`
+with that record: it unmounts
 (lazily if the job left processes inside), waits for the daemon, escalates to
 signals if it must, and says whether the daemon had died during the job.
 

@@ -103,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         log(f"no staging for writes out of order: {describe(exc)}")
     fs = CkptFS(ns, ident.uid, ident.gid, stage)
     pyfuse3.init(fs, args.mountpoint, mount_options(ns))
-    log(f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {ident.uid}")
+    log(
+        f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {ident.uid}"
+    )
     from bootseer.ckptd.metrics import CkptMetrics
 
     metrics = CkptMetrics.start(cfg, fs.counts, log)
