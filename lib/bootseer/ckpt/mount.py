@@ -6,9 +6,9 @@ session of its own, waits until the kernel lists the mount, and keeps the daemon
 pid in the job dir. What names the user's data (the namespace, the uid, the job and its
 nodes: :class:`Identity`) reaches the daemon in a memfd it inherits, never on its
 command line, which ``ps`` shows every user of the node. The epilog calls :func:`stop`
-with that record: it unmounts
-(lazily if the job left processes inside), waits for the daemon, escalates to
-signals if it must, and says whether the daemon had died during the job.
+with that record: it unmounts (lazily if the job left processes inside), waits for the
+daemon, escalates to signals if it must, and says whether the daemon had died during
+the job.
 
     >>> m = start(mountpoint, "ada/llama", uid=1000, gid=1000, state_dir=job_dir / "ckpt",
     ...           node="n1", timeout=20)                      # doctest: +SKIP
