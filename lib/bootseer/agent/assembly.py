@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from bootseer.agent.agentlog import MAX_BYTES, AgentLog
 from bootseer.agent.jobs import Jobs
 from bootseer.agent.sweep import Sweeper
 from bootseer.agentapi.errors import AgentBadRequest, AgentError
@@ -77,7 +78,8 @@ class Agent:
         self.open_connections: Callable[[], dict[int, int]] = dict
         icfg = cfg.image
         self.paths = NodePaths(cfg)
-        self.log = log or LineLog(self.paths.agent_log(node), "agent")
+        # Bounded: anyone can make the agent log (a refused peer, a user's long name).
+        self.log = log or AgentLog(LineLog(self.paths.agent_log(node), "agent", MAX_BYTES))
         self.store = store or cfg.store.open()
         self.cache = BlockCache(
             self.paths.image_cache, int(icfg.cache_size_gib * (1 << 30)), self.log
@@ -219,6 +221,8 @@ class Agent:
         )
 
     def close(self) -> None:
+        if isinstance(self.log, AgentLog):
+            self.log.flush(float("inf"))
         self.sweeper.close()
         self.fetcher.stop()
         self.jobs.close()
