@@ -87,7 +87,37 @@ def node_jobs(
     node: str, squeue: Path = Path("/usr/bin/squeue"), timeout: float = TIMEOUT
 ) -> NodeJobs:
     """The jobs Slurm lists on ``node``; :class:`SlurmUnavailable` when it cannot say."""
-    cmd = [str(squeue), "--noheader", "--states=all", f"--nodelist={node}", "--format=%A %T"]
+    return NodeJobs(parse_jobs(_squeue(node, "%A %T", squeue, timeout)))
+
+
+def node_users(
+    node: str, squeue: Path = Path("/usr/bin/squeue"), timeout: float = TIMEOUT
+) -> frozenset[int]:
+    """The uids of the users with a job running on ``node`` (``%U %T`` lines: the job's
+    uid and state); :class:`SlurmUnavailable` when Slurm cannot say."""
+    return running_users(_squeue(node, "%U %T", squeue, timeout))
+
+
+def running_users(text: str) -> frozenset[int]:
+    """``%U %T`` lines into the uids with a job in a state before it ended.
+
+    >>> sorted(running_users("1001 COMPLETED\\n1001 RUNNING\\n1002 FAILED\\n"))
+    [1001]
+    """
+    uids: set[int] = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not fields[0].isdigit() or not fields[1].replace("_", "").isalpha():
+            raise SlurmUnavailable(f"squeue printed a line that is not 'UID STATE': {line!r}")
+        if fields[1].upper() not in ENDED:
+            uids.add(int(fields[0]))
+    return frozenset(uids)
+
+
+def _squeue(node: str, fmt: str, squeue: Path, timeout: float) -> str:
+    cmd = [str(squeue), "--noheader", "--states=all", f"--nodelist={node}", f"--format={fmt}"]
     try:
         r = subprocess.run(
             cmd,
@@ -109,4 +139,4 @@ def node_jobs(
         )
     if len(r.stdout) > MAX_OUTPUT:
         raise SlurmUnavailable(f"squeue printed more than {MAX_OUTPUT} bytes for {node}")
-    return NodeJobs(parse_jobs(r.stdout.decode(errors="replace")))
+    return r.stdout.decode(errors="replace")
