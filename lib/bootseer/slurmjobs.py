@@ -87,7 +87,7 @@ def node_jobs(
     node: str, squeue: Path = Path("/usr/bin/squeue"), timeout: float = TIMEOUT
 ) -> NodeJobs:
     """The jobs Slurm lists on ``node``; :class:`SlurmUnavailable` when it cannot say."""
-    return NodeJobs(parse_jobs(_squeue(node, "%A %T", squeue, timeout)))
+    return NodeJobs(parse_jobs(_squeue(f"--nodelist={node}", "%A %T", squeue, timeout)))
 
 
 def node_users(
@@ -95,7 +95,7 @@ def node_users(
 ) -> frozenset[int]:
     """The uids of the users with a job running on ``node`` (``%U %T`` lines: the job's
     uid and state); :class:`SlurmUnavailable` when Slurm cannot say."""
-    return running_users(_squeue(node, "%U %T", squeue, timeout))
+    return running_users(_squeue(f"--nodelist={node}", "%U %T", squeue, timeout))
 
 
 def running_users(text: str) -> frozenset[int]:
@@ -116,8 +116,38 @@ def running_users(text: str) -> frozenset[int]:
     return frozenset(uids)
 
 
-def _squeue(node: str, fmt: str, squeue: Path, timeout: float) -> str:
-    cmd = [str(squeue), "--noheader", "--states=all", f"--nodelist={node}", f"--format={fmt}"]
+@dataclass(frozen=True)
+class JobOwner:
+    """Whose a job is: its user's uid and the account it runs under."""
+
+    uid: int
+    account: str
+
+
+def job_owner(
+    job_id: int, squeue: Path = Path("/usr/bin/squeue"), timeout: float = TIMEOUT
+) -> JobOwner | None:
+    """The user and account of ``job_id`` as Slurm lists it (any state), None if Slurm
+    lists no such job; :class:`SlurmUnavailable` when it cannot say.
+
+    >>> parse_owner("1001 physics\\n")
+    JobOwner(uid=1001, account='physics')
+    """
+    return parse_owner(_squeue(f"--jobs={job_id}", "%U %a", squeue, timeout))
+
+
+def parse_owner(text: str) -> JobOwner | None:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return None
+    fields = lines[0].split()
+    if len(fields) != 2 or not fields[0].isdigit():
+        raise SlurmUnavailable(f"squeue printed a line that is not 'UID ACCOUNT': {lines[0]!r}")
+    return JobOwner(int(fields[0]), fields[1])
+
+
+def _squeue(select: str, fmt: str, squeue: Path, timeout: float) -> str:
+    cmd = [str(squeue), "--noheader", "--states=all", select, f"--format={fmt}"]
     try:
         r = subprocess.run(
             cmd,
@@ -138,5 +168,5 @@ def _squeue(node: str, fmt: str, squeue: Path, timeout: float) -> str:
             f"squeue failed (exit {r.returncode}): {said[-1][:200] if said else 'no message'}"
         )
     if len(r.stdout) > MAX_OUTPUT:
-        raise SlurmUnavailable(f"squeue printed more than {MAX_OUTPUT} bytes for {node}")
+        raise SlurmUnavailable(f"squeue printed more than {MAX_OUTPUT} bytes for {select}")
     return r.stdout.decode(errors="replace")
