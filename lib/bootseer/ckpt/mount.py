@@ -70,7 +70,11 @@ class Identity:
         finally:
             os.close(fd)
         try:
-            raw = json.loads(data) if len(data) <= MAX_IDENTITY else None
+            if len(data) > MAX_IDENTITY:
+                raise ValueError(f"more than {MAX_IDENTITY} bytes")
+            raw = json.loads(data)
+            if not isinstance(raw, dict):
+                raise ValueError("not a JSON object")
             return cls(
                 str(raw["namespace"]),
                 int(raw["uid"]),
