@@ -132,7 +132,10 @@ class PhasesSection:
     max_marks_bytes: int = 1 << 20  # per job and node; marks beyond are dropped with a note
 
 
-DEFAULT_CKPT_QUOTA = {"user": 16 << 40, "account": 0}
+# A user's checkpoints: 1 TiB unless the site says more (the door and the mount write as
+# root, past any filesystem quota of hers: a default that fits most sites' targets).
+DEFAULT_CKPT_QUOTA = {"user": 1 << 40, "account": 0}
+DOOR_MODES = ("off", "job", "any")
 
 
 @dataclass(frozen=True)
@@ -168,8 +171,16 @@ class CkptSection:
     quota_rescan: float = 10.0
     # Lists the users of each account (for the "account" quota).
     sacctmgr: Path = Path("/usr/bin/sacctmgr")
+    # Who may use the checkpoint door (a user's `bootseer ckpt` through the node agent):
+    # "job": a user with a job on the node (Slurm's squeue says, [phases] squeue), "any":
+    # every user who can reach the agent's socket, "off": nobody (root's CLI still works).
+    door: str = "job"
 
     def __post_init__(self) -> None:
+        if self.door not in DOOR_MODES:
+            raise ConfigError(
+                f"ckpt.door must be one of {', '.join(DOOR_MODES)}, not {self.door!r}"
+            )
         for kind in self.quota:
             if kind not in DEFAULT_CKPT_QUOTA:
                 raise ConfigError(f"ckpt.quota.{kind}: not one of user, account")

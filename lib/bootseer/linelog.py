@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,14 +41,25 @@ class LineLog:
 
     With ``path`` None, or when the file cannot be opened (no log is no reason to
     fail a job), lines go to stderr, where slurmd or systemd may keep them.
+
+    With ``max_bytes``, a file that has grown past it is renamed ``<path>.1`` (the one
+    before that goes) and a new one begun: one process's log (the node agent's) then
+    holds at most about twice that on the node, whatever is logged.
     """
 
-    def __init__(self, path: Path | None, prefix: str) -> None:
+    def __init__(self, path: Path | None, prefix: str, max_bytes: int = 0) -> None:
         self.path = path
         self.prefix = prefix
+        self.max_bytes = max_bytes
         self._fd: int | None = None
+        self._lock = threading.Lock()  # a rotation closes the descriptor others write on
         if path is None:
             return
+        self._open()
+
+    def _open(self) -> None:
+        assert self.path is not None
+        path = self.path
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -64,7 +76,26 @@ class LineLog:
             sys.stderr.buffer.write(line)
             sys.stderr.flush()
             return
-        os.write(self._fd, line)
+        if not self.max_bytes:
+            os.write(self._fd, line)
+            return
+        with self._lock:
+            if self._fd is None:
+                return
+            os.write(self._fd, line)
+            if os.fstat(self._fd).st_size > self.max_bytes:
+                self._rotate()
+
+    def _rotate(self) -> None:
+        assert self.path is not None and self._fd is not None
+        try:
+            os.rename(self.path, self.path.with_name(self.path.name + ".1"))
+        except OSError as exc:
+            print(f"bootseer: cannot rotate {self.path}: {describe(exc)}", file=sys.stderr)
+            return
+        os.close(self._fd)
+        self._fd = None
+        self._open()
 
     def close(self) -> None:
         if self._fd is not None:

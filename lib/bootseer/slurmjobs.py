@@ -87,7 +87,67 @@ def node_jobs(
     node: str, squeue: Path = Path("/usr/bin/squeue"), timeout: float = TIMEOUT
 ) -> NodeJobs:
     """The jobs Slurm lists on ``node``; :class:`SlurmUnavailable` when it cannot say."""
-    cmd = [str(squeue), "--noheader", "--states=all", f"--nodelist={node}", "--format=%A %T"]
+    return NodeJobs(parse_jobs(_squeue(f"--nodelist={node}", "%A %T", squeue, timeout)))
+
+
+def node_users(
+    node: str, squeue: Path = Path("/usr/bin/squeue"), timeout: float = TIMEOUT
+) -> frozenset[int]:
+    """The uids of the users with a job running on ``node`` (``%U %T`` lines: the job's
+    uid and state); :class:`SlurmUnavailable` when Slurm cannot say."""
+    return running_users(_squeue(f"--nodelist={node}", "%U %T", squeue, timeout))
+
+
+def running_users(text: str) -> frozenset[int]:
+    """``%U %T`` lines into the uids with a job in a state before it ended.
+
+    >>> sorted(running_users("1001 COMPLETED\\n1001 RUNNING\\n1002 FAILED\\n"))
+    [1001]
+    """
+    uids: set[int] = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not fields[0].isdigit() or not fields[1].replace("_", "").isalpha():
+            raise SlurmUnavailable(f"squeue printed a line that is not 'UID STATE': {line!r}")
+        if fields[1].upper() not in ENDED:
+            uids.add(int(fields[0]))
+    return frozenset(uids)
+
+
+@dataclass(frozen=True)
+class JobOwner:
+    """Whose a job is: its user's uid and the account it runs under."""
+
+    uid: int
+    account: str
+
+
+def job_owner(
+    job_id: int, squeue: Path = Path("/usr/bin/squeue"), timeout: float = TIMEOUT
+) -> JobOwner | None:
+    """The user and account of ``job_id`` as Slurm lists it (any state), None if Slurm
+    lists no such job; :class:`SlurmUnavailable` when it cannot say.
+
+    >>> parse_owner("1001 physics\\n")
+    JobOwner(uid=1001, account='physics')
+    """
+    return parse_owner(_squeue(f"--jobs={job_id}", "%U %a", squeue, timeout))
+
+
+def parse_owner(text: str) -> JobOwner | None:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return None
+    fields = lines[0].split()
+    if len(fields) != 2 or not fields[0].isdigit():
+        raise SlurmUnavailable(f"squeue printed a line that is not 'UID ACCOUNT': {lines[0]!r}")
+    return JobOwner(int(fields[0]), fields[1])
+
+
+def _squeue(select: str, fmt: str, squeue: Path, timeout: float) -> str:
+    cmd = [str(squeue), "--noheader", "--states=all", select, f"--format={fmt}"]
     try:
         r = subprocess.run(
             cmd,
@@ -108,5 +168,5 @@ def node_jobs(
             f"squeue failed (exit {r.returncode}): {said[-1][:200] if said else 'no message'}"
         )
     if len(r.stdout) > MAX_OUTPUT:
-        raise SlurmUnavailable(f"squeue printed more than {MAX_OUTPUT} bytes for {node}")
-    return NodeJobs(parse_jobs(r.stdout.decode(errors="replace")))
+        raise SlurmUnavailable(f"squeue printed more than {MAX_OUTPUT} bytes for {select}")
+    return r.stdout.decode(errors="replace")

@@ -14,6 +14,8 @@ import pytest
 from bootseer.ckpt import mount as ckpt_mount
 from tests.waiting import wait_until
 
+from .conftest import needs_fuse
+
 MOUNTPOINT = "/run/bootseer/ckpt/4711"
 
 
@@ -25,7 +27,8 @@ def test_the_daemon_starts_as_a_module_of_its_package() -> None:
         check=True,
     )
     assert out.stdout.startswith("usage: python -m bootseer.ckptd ")
-    assert "--namespace" in out.stdout and "--totals" in out.stdout
+    assert "--identity-fd" in out.stdout and "--totals" in out.stdout
+    assert "--namespace" not in out.stdout and "--uid" not in out.stdout
 
 
 @contextmanager
@@ -55,3 +58,24 @@ def test_the_epilog_knows_a_daemon_an_earlier_version_started(module: str) -> No
 def test_another_process_on_the_mountpoint_is_not_the_daemon() -> None:
     with process_with_args("-m", "bootseer.agent", MOUNTPOINT) as pid:
         assert not ckpt_mount.daemon_alive(pid, MOUNTPOINT)
+
+
+def test_an_identity_survives_its_descriptor() -> None:
+    ident = ckpt_mount.Identity("ada/secret-project/run2", 1001, 1002, 42, ("n1", "n2"))
+    fd = ident.to_fd()
+    assert ckpt_mount.Identity.from_fd(fd) == ident
+
+
+@needs_fuse
+def test_ps_and_the_mount_table_name_no_namespace(
+    mounted: tuple[Path, ckpt_mount.MountRecord],
+) -> None:
+    """Issue 21 item 6: with ``public_phases = false`` a user must not learn from ``ps``
+    or /proc/mounts which namespace (project, run) another user's job works on."""
+    mp, rec = mounted
+    cmdline = Path(f"/proc/{rec.pid}/cmdline").read_bytes()
+    assert b"nobody/test" not in cmdline and b"65534" not in cmdline, cmdline
+    assert str(mp).encode() in cmdline  # the epilog still knows its daemon by it
+    assert ckpt_mount.daemon_alive(rec.pid, str(mp))
+    table = Path("/proc/mounts").read_text()
+    assert str(mp) in table and "nobody/test" not in table

@@ -49,7 +49,11 @@ def door(base: Path) -> Iterator[AgentProc]:
     """An agent whose site config has two file:// checkpoint targets."""
     _users()
     config = site_config(base, max_connections_per_user=4)
-    config["ckpt"] = {"targets": [f"file://{base}/t1", f"file://{base}/t2"], "unit_size": UNIT}
+    config["ckpt"] = {
+        "targets": [f"file://{base}/t1", f"file://{base}/t2"],
+        "unit_size": UNIT,
+        "door": "any",
+    }
     agent = AgentProc(base, "t1", config)
     try:
         yield agent.start()

@@ -123,8 +123,10 @@ def test_outside_a_job_a_user_is_told_where_the_door_is(
     cluster: DevSlurm, targets: list[str]
 ) -> None:
     """A login shell is no node (slurm-dev's host runs no agent of its own): one line
-    says why and where to run it. On a node's agent, outside any job, the same user
-    reaches her own namespaces (the door's authority is the uid, not the job)."""
+    says why and where to run it. On a node's agent, outside any job, a user is refused
+    by default (issue 21 item 4: ``[ckpt] door = "job"``; on main she made root write
+    2 GiB of her sparse file to the targets in 16 s with no job at all); in a job she
+    reaches her own namespaces (``test_bob_reaches_none_of_alices_...``)."""
     r = subprocess.run(
         [*cluster.as_user("alice"), BOOTSEER, "ckpt", "ls", "door/proj"],
         env={k: v for k, v in cluster.user_env("alice").items() if not k.startswith("SLURM")},
@@ -141,9 +143,10 @@ def test_outside_a_job_a_user_is_told_where_the_door_is(
         text=True,
         timeout=60,
     )
-    # His own namespace, reached (not "no node agent"): he stored nothing in it, and
-    # ls of what does not exist is an error, as anywhere (issue 13).
-    assert r.returncode == 1 and "no such checkpoint namespace" in r.stderr, (r.stdout, r.stderr)
+    # The node's agent answers (not "no node agent"), and refuses: he has no job there.
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"has no job on {cluster.nodes[0]}" in r.stderr, r.stderr
 
 
 def ckpt_ls() -> list[str]:

@@ -39,7 +39,7 @@ def _objects(targets: list[str]) -> set[str]:
 
 def test_quota_is_a_site_setting_per_kind(tmp_path: Path) -> None:
     cfg = SiteConfig.from_mapping({})
-    assert cfg.ckpt.quota == {"user": 16 << 40, "account": 0}
+    assert cfg.ckpt.quota == {"user": 1 << 40, "account": 0}
     cfg = SiteConfig.from_mapping({"ckpt": {"quota": {"user": 5}}})
     assert cfg.ckpt.quota == {"user": 5, "account": 0}
     cfg = SiteConfig.from_mapping({"ckpt": {"quota": {"user": 0, "account": 7}}})

@@ -30,6 +30,7 @@ def door(base: Path) -> Iterator[AgentProc]:
     config["ckpt"] = {
         "targets": [f"file://{base}/t1", f"file://{base}/t2"],
         "unit_size": UNIT,
+        "door": "any",  # no Slurm here: test_door_slurm.py has the default
         "quota": {"user": QUOTA},
         "quota_rescan": 3600.0,  # a count per put, and before refusing (docs/ckpt.md)
     }

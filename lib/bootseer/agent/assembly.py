@@ -27,7 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from bootseer.agent.agentlog import MAX_BYTES, AgentLog
 from bootseer.agent.jobs import Jobs
+from bootseer.agent.jobscope import JobScopes
 from bootseer.agent.sweep import Sweeper
 from bootseer.agentapi.errors import AgentBadRequest, AgentError
 from bootseer.agentapi.jobs import FetchPiece, PieceFile, RestartReply, StatsReply
@@ -77,7 +79,8 @@ class Agent:
         self.open_connections: Callable[[], dict[int, int]] = dict
         icfg = cfg.image
         self.paths = NodePaths(cfg)
-        self.log = log or LineLog(self.paths.agent_log(node), "agent")
+        # Bounded: anyone can make the agent log (a refused peer, a user's long name).
+        self.log = log or AgentLog(LineLog(self.paths.agent_log(node), "agent", MAX_BYTES))
         self.store = store or cfg.store.open()
         self.cache = BlockCache(
             self.paths.image_cache, int(icfg.cache_size_gib * (1 << 30)), self.log
@@ -105,6 +108,8 @@ class Agent:
             self.log(f"no site key: every image record will be refused ({keys.missing})")
         self.pieces = Pieces(self.store, self.cache, self._ckpt_target)
         self._targets: dict[str, Store] = {}
+        # Whose each job is (Slurm): a peer gets only located pieces of that job's scopes.
+        self.scopes = JobScopes(cfg.phases.squeue, cfg.phases.squeue_timeout, self.log)
         self.peers = PeerNode.start(cfg.p2p, node, self.provide, self.log, self.held)
         self.jobs.peers = self.peers
         self.reader = ImageReader(self.cache, self.fetcher)
@@ -122,6 +127,7 @@ class Agent:
         """A piece for another node of one of this node's jobs (the peer server asks)."""
         if not req.key:
             return self.jobs.provide_block(req, deadline)
+        self.scopes.check(req.job_id, req.target, req.key)  # one of the job's pieces
         swarm = self.peers.join_existing(req.job_id) if self.peers else None
         loc = Located(req.target, req.key, req.offset, req.length, req.piece)
         if req.cached_only:
@@ -140,6 +146,7 @@ class Agent:
             return self.jobs.held_block(req)
         try:
             Located(req.target, req.key, req.offset, req.length, req.piece).check()
+            self.scopes.check(req.job_id, req.target, req.key)
         except PeerError:
             return None
         if req.piece not in self.cache:
@@ -219,6 +226,8 @@ class Agent:
         )
 
     def close(self) -> None:
+        if isinstance(self.log, AgentLog):
+            self.log.flush(float("inf"))
         self.sweeper.close()
         self.fetcher.stop()
         self.jobs.close()

@@ -4,7 +4,8 @@ The caller is known by ``SO_PEERCRED`` (:mod:`bootseer.agent.server`): root (the
 prolog and epilog) may send every request; any other user may only ask ``status``
 or ``first_step`` about a job of their own, and learns nothing of others' jobs (a
 job of another user is "not found", exactly as a job that is not there); any user
-may use the checkpoint door (``ckpt_*``) in their own namespaces, list the image
+may use the checkpoint door (``ckpt_*``) in their own namespaces (where the site's
+``[ckpt] door`` lets them: by default with a job on the node), list the image
 names (``image_ls``: published to every job user; path images are not listed), and
 look at what is theirs to see in the store (``image_show``: a name and the traces her
 jobs use; ``deps_ls``, ``deps_show``: the scopes her jobs restore from). A request
@@ -184,6 +185,7 @@ def _ckpt(agent: Agent, req: Any, caller: Caller) -> Reply:
     from bootseer.sitekey import site_keys
 
     cfg = door.current_config(agent.cfg, agent.node)
+    door.admit(cfg, agent.node, caller.uid, {v.uid for v in agent.jobs.views()})
     who = door.Caller(caller.uid, list(caller.fds), caller.conn, agent.log)
     request: CkptRequest[Any] = req
     return door.serve(cfg, site_keys(cfg), request, who)

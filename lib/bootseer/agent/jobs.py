@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from bootseer.agent.hashing import HashBudget, check_dense
 from bootseer.agent.restart import RestartState, SavedJob
 from bootseer.agentapi.errors import (
     AgentBadRequest,
@@ -165,6 +166,7 @@ class Jobs:
         self._lock = threading.RLock()
         self._added = threading.Condition(self._lock)
         self._ref_locks: dict[str, threading.Lock] = {}
+        self.hashing = HashBudget()  # path images hashed at once, stopped with their job
 
     # -- the job table ------------------------------------------------------------------
 
@@ -266,7 +268,7 @@ class Jobs:
             return view  # a retried prolog: the same answer
         swarm = self._swarm(req)
         with self._single_flight(ref):
-            manifest, source, owner = self._resolve(ref, req.uid, req.gid, until)
+            manifest, source, owner = self._resolve(ref, req.uid, req.gid, until, req.job_id)
             if time.monotonic() >= until:
                 raise AgentTimeout(f"image {ref} took longer than the prolog waits to prepare")
             if swarm is not None:
@@ -336,7 +338,7 @@ class Jobs:
         return owners, own
 
     def _resolve(
-        self, ref: str, uid: int, gid: int, until: float
+        self, ref: str, uid: int, gid: int, until: float, job_id: int = 0
     ) -> tuple[Manifest, BlockSource, str | None]:
         """The image's manifest, where its blocks come from, and its trace owner."""
         if ref.startswith("/"):
@@ -355,16 +357,21 @@ class Jobs:
                 )
             wait = max(0.0, min(self.icfg.register_wait, until - time.monotonic() - 1.0))
             try:
-                manifest = register_path(
-                    self.store,
-                    ref,
-                    st,
-                    self.block_size,
-                    wait,
-                    self.log,
-                    f"/proc/self/fd/{fd}",
-                    keys=self.keys(),
-                )
+                # Holes, hashings at once, and a job gone: what the hashing may cost
+                # (bootseer.agent.hashing).
+                check_dense(ref, st)
+                with self.hashing.slot(job_id, uid, ref) as progress:
+                    manifest = register_path(
+                        self.store,
+                        ref,
+                        st,
+                        self.block_size,
+                        wait,
+                        self.log,
+                        f"/proc/self/fd/{fd}",
+                        keys=self.keys(),
+                        progress=progress,
+                    )
             except RegistrationPending as exc:
                 source.close()
                 raise AgentPending(f"{exc}; not ready within {wait:.0f}s") from None
@@ -427,6 +434,8 @@ class Jobs:
     # -- release ------------------------------------------------------------------------
 
     def release(self, job_id: int) -> ReleaseReply:
+        if self.hashing.cancel(job_id):
+            self.log(f"job={job_id} ended: its path image's hashing stops")
         with self._lock:
             view = self._jobs.pop(job_id, None)
         self.restart.forget(job_id)

@@ -8,6 +8,11 @@ connections; it holds the store credentials and the site key, so what a user sav
 sealed like what a job saves through its mount. The namespace is
 ``<user name of the caller's uid>/<ns>``: nothing in the request names the user.
 
+Who may use it is the site's (``[ckpt] door``): by default a user with a job on the
+node (:func:`admit`: the agent's prepared jobs, else Slurm's ``squeue`` for the
+node, asked at most every :data:`USERS_TTL` seconds), so no user without a job fills
+the targets; ``any`` opens it to every user who reaches the socket, ``off`` to none.
+
 File contents travel through a descriptor the caller opened (``SCM_RIGHTS``): the agent
 never opens a user's path. It polls that descriptor together with the connection, so
 a caller that goes away, or a pipe that stays silent for :data:`IDLE_SECONDS`, ends
@@ -26,8 +31,9 @@ import pwd
 import socket
 import stat
 import threading
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +95,61 @@ class _Transfers:
 
 
 TRANSFERS = _Transfers()
+
+USERS_TTL = 5.0  # seconds a node's list of users with jobs is trusted (one squeue)
+
+
+class _NodeUsers:
+    """The users with a job on a node, from Slurm, asked at most every USERS_TTL: a
+    user without a job who asks again and again costs slurmctld one squeue per TTL."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._at = float("-inf")
+        self._node = ""
+        self._users: frozenset[int] = frozenset()
+        self._error = ""
+
+    def get(self, cfg: SiteConfig, node: str) -> tuple[frozenset[int], str]:
+        from bootseer.slurmjobs import SlurmUnavailable, node_users
+
+        with self._lock:
+            if node != self._node or time.monotonic() - self._at > USERS_TTL:
+                try:
+                    self._users, self._error = (
+                        node_users(node, cfg.phases.squeue, cfg.phases.squeue_timeout),
+                        "",
+                    )
+                except SlurmUnavailable as exc:
+                    self._users, self._error = frozenset(), str(exc)
+                self._node, self._at = node, time.monotonic()
+            return self._users, self._error
+
+
+NODE_USERS = _NodeUsers()
+
+
+def admit(cfg: SiteConfig, node: str, uid: int, prepared: Collection[int] = ()) -> None:
+    """Whether ``uid`` may use the door on ``node`` under ``[ckpt] door``; AgentRefused
+    if not. ``prepared``: the uids of the jobs the agent prepared here (no squeue)."""
+    mode = cfg.ckpt.door
+    if uid == 0 or mode == "any":
+        return
+    if mode == "off":
+        raise AgentRefused(
+            f'the checkpoint door is closed on {node} ([ckpt] door = "off"): use '
+            "the job's checkpoint mount (--bootseer-ckpt)"
+        )
+    if uid in prepared:
+        return
+    users, error = NODE_USERS.get(cfg, node)
+    if uid in users:
+        return
+    why = f" (Slurm could not say: {error})" if error else ""
+    raise AgentRefused(
+        f"uid {uid} has no job on {node}{why}: the checkpoint door serves users with a job "
+        'on the node ([ckpt] door = "job"); run `bootseer ckpt` inside your job'
+    )
 
 
 @dataclass

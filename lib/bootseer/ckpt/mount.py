@@ -3,9 +3,12 @@
 The prolog calls :func:`start`: it makes the mountpoint ``<mount_root>/<job_id>``
 (owned by the job's user, mode 0700), starts ``python -m bootseer.ckptd`` in a
 session of its own, waits until the kernel lists the mount, and keeps the daemon's
-pid in the job dir. The epilog calls :func:`stop` with that record: it unmounts
-(lazily if the job left processes inside), waits for the daemon, escalates to
-signals if it must, and says whether the daemon had died during the job.
+pid in the job dir. What names the user's data (the namespace, the uid, the job and its
+nodes: :class:`Identity`) reaches the daemon in a memfd it inherits, never on its
+command line, which ``ps`` shows every user of the node. The epilog calls :func:`stop`
+with that record: it unmounts (lazily if the job left processes inside), waits for the
+daemon, escalates to signals if it must, and says whether the daemon had died during
+the job.
 
     >>> m = start(mountpoint, "ada/llama", uid=1000, gid=1000, state_dir=job_dir / "ckpt",
     ...           node="n1", timeout=20)                      # doctest: +SKIP
@@ -17,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import signal
 import stat
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bootseer import localrecord
@@ -35,6 +39,51 @@ DAEMON_MODULE = "bootseer.ckptd"
 # What earlier versions started the daemon as: a job mounted before an upgrade of the
 # node is still its daemon's when the new epilog stops it.
 EARLIER_DAEMON_MODULES = ("bootseer.ckpt.fuse",)
+
+
+MAX_IDENTITY = 1 << 20  # bytes of an identity (a job's node list fits many times over)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Whose data a mount daemon serves: passed in an inherited descriptor, not argv."""
+
+    namespace: str  # <user>/<name>
+    uid: int
+    gid: int
+    job_id: int = 0
+    nodes: tuple[str, ...] = ()
+
+    def to_fd(self) -> int:
+        """A memfd holding this identity, positioned at its start (inheritable)."""
+        fd = os.memfd_create("bootseer-ckpt-identity", 0)
+        data = json.dumps(asdict(self)).encode()
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return fd
+
+    @classmethod
+    def from_fd(cls, fd: int) -> Identity:
+        """The identity in ``fd`` (closed after); :class:`StepError` if it is not one."""
+        try:
+            data = os.read(fd, MAX_IDENTITY + 1)
+        finally:
+            os.close(fd)
+        try:
+            if len(data) > MAX_IDENTITY:
+                raise ValueError(f"more than {MAX_IDENTITY} bytes")
+            raw = json.loads(data)
+            if not isinstance(raw, dict):
+                raise ValueError("not a JSON object")
+            return cls(
+                str(raw["namespace"]),
+                int(raw["uid"]),
+                int(raw["gid"]),
+                int(raw.get("job_id", 0)),
+                tuple(str(n) for n in raw.get("nodes", ())),
+            )
+        except (TypeError, KeyError, ValueError) as exc:
+            raise StepError(f"the mount daemon's identity (fd {fd}) is not one: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -125,37 +174,34 @@ def start(
     """Start the daemon and wait for the mount; on failure nothing is left running."""
     log_path = log_path or state_dir / "fuse.log"
     log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ident = Identity(namespace, uid, gid, job_id, tuple(nodes)).to_fd()
     cmd = [
         sys.executable,
         "-m",
         DAEMON_MODULE,
-        "--namespace",
-        namespace,
-        "--uid",
-        str(uid),
-        "--gid",
-        str(gid),
+        "--identity-fd",
+        str(ident),
         "--node",
         node,
-        "--job-id",
-        str(job_id),
-        "--nodes",
-        ",".join(nodes),
         "--totals",
         str(totals_path(log_path)),
         str(mountpoint),
     ]
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with open(fd, "ab") as logf:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=logf,
-            stderr=subprocess.STDOUT,
-            cwd="/",
-            close_fds=True,
-            start_new_session=True,
-        )
+    try:
+        with open(fd, "ab") as logf:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                cwd="/",
+                close_fds=True,
+                pass_fds=(ident,),
+                start_new_session=True,
+            )
+    finally:
+        os.close(ident)
     record = MountRecord(proc.pid, str(mountpoint), namespace, str(log_path))
     record.save(state_dir)
     t_end = time.monotonic() + timeout

@@ -3,7 +3,11 @@
 :mod:`bootseer.ckpt.mount` starts it (as root, in a session of its own, its stderr the
 daemon's log) and stops it::
 
-    python -m bootseer.ckptd --namespace ada/llama --uid 1000 --gid 1000 /run/.../ckpt/42
+    python -m bootseer.ckptd --identity-fd 3 --node n1 /run/.../ckpt/42
+
+Whose data it serves (namespace, uid, gid, the job and its nodes) it reads from the
+inherited descriptor (:class:`~bootseer.ckpt.mount.Identity`): its command line, which
+every user of the node sees in ``ps``, names no user's namespace.
 
 It opens the namespace with the site's keys and the user's quota, mounts
 :class:`~bootseer.ckptd.fs.CkptFS`, serves until unmounted or signalled (SIGTERM,
@@ -53,23 +57,26 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bootseer.ckptd",
         description="Serve a striped checkpoint namespace over FUSE.",
     )
-    p.add_argument("--namespace", required=True, help="<user>/<name>")
-    p.add_argument("--uid", type=int, required=True)
-    p.add_argument("--gid", type=int, required=True)
+    p.add_argument(
+        "--identity-fd",
+        type=int,
+        required=True,
+        help="an inherited descriptor holding the namespace, uid, gid, job and its nodes",
+    )
     p.add_argument("--node", default="", help="node name for %%n in the site config")
-    p.add_argument("--job-id", type=int, default=0, help="the job, for its peers")
-    p.add_argument("--nodes", default="", help="the job's nodes, comma-separated: its peers")
     p.add_argument("--totals", default="", help="where to leave what the mount moved, at exit")
     p.add_argument("mountpoint")
     args = p.parse_args(argv)
 
+    from bootseer.ckpt.mount import Identity
     from bootseer.config import load_config
 
     try:
+        ident = Identity.from_fd(args.identity_fd)
         cfg = load_config()
         if args.node:
             cfg = cfg.for_node(args.node)
-        user, _, name = args.namespace.partition("/")
+        user, _, name = ident.namespace.partition("/")
         from bootseer.sitekey import site_keys
 
         # Root: it seals what it commits and serves only manifests that verify.
@@ -79,12 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         from bootseer.ckpt.quota import guard_for
 
         ns.quota = guard_for(cfg, ns.targets, user, log)
-        if args.job_id and args.nodes:
+        if ident.job_id and ident.nodes:
             from bootseer.p2p.via import agent_via
 
-            ns.via = agent_via(cfg, args.job_id, args.nodes.split(","), log)
+            ns.via = agent_via(cfg, ident.job_id, list(ident.nodes), log)
     except (BootseerError, CkptError) as exc:
-        log(f"cannot serve {args.namespace}: {exc}")
+        log(f"cannot serve the namespace of fd {args.identity_fd}: {exc}")
         return 1
     from bootseer.nodepaths import NodePaths
 
@@ -94,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, CkptError) as exc:
         # Streaming writes work without it; writes out of order then fail (EIO).
         log(f"no staging for writes out of order: {describe(exc)}")
-    fs = CkptFS(ns, args.uid, args.gid, stage)
+    fs = CkptFS(ns, ident.uid, ident.gid, stage)
     pyfuse3.init(fs, args.mountpoint, mount_options(ns))
-    log(f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {args.uid}")
+    log(
+        f"serving {ns.name} over {len(ns.targets)} targets at {args.mountpoint} for uid {ident.uid}"
+    )
     from bootseer.ckptd.metrics import CkptMetrics
 
     metrics = CkptMetrics.start(cfg, fs.counts, log)

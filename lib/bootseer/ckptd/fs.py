@@ -718,7 +718,8 @@ def _invalidate(ino: int) -> None:
 
 def mount_options(ns: Namespace) -> set[str]:
     return {
-        f"fsname=bootseer-ckpt:{ns.name}",
+        # /proc/mounts is every user's to read: it names no namespace (docs/security.md).
+        "fsname=bootseer-ckpt:job",
         "subtype=bootseer-ckpt",
         "default_permissions",
         "allow_other",

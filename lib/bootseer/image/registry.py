@@ -35,6 +35,7 @@ from bootseer.errors import ManifestError, StoreError
 from bootseer.image.manifest import (
     MAX_RECORD_BYTES,
     Manifest,
+    Progress,
     hash_file,
     load_manifest,
     save_manifest,
@@ -263,13 +264,15 @@ def register_path(
     read_from: str | None = None,
     *,
     keys: SiteKeys | None,
+    progress: Progress | None = None,
 ) -> Manifest:
     """The manifest of the image file at ``path``, registering it if no node has yet.
 
     Many nodes may ask at once: the one that creates the lock hashes the file (from
     ``read_from`` if given: the checked descriptor's ``/proc/self/fd/N``); the others
     poll for the record for up to ``wait`` seconds, then raise
-    :class:`RegistrationPending` (the job then reads the file directly).
+    :class:`RegistrationPending` (the job then reads the file directly). ``progress``
+    is called as the file is hashed; what it raises stops the hashing.
     """
     if keys is not None:
         keys.require()  # a record it could not seal would be refused by every node
@@ -288,7 +291,7 @@ def register_path(
                     return found
                 log(f"registering {path} ({st.st_size} bytes)")
                 t0 = time.monotonic()
-                manifest = hash_file(read_from or path, block_size)
+                manifest = hash_file(read_from or path, block_size, progress)
                 save_manifest(store, manifest, keys=keys)
                 record = dataclasses.replace(
                     _identity_of(path, st, manifest.id), block_size=block_size, added=time.time()

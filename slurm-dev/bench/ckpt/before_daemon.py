@@ -1,10 +1,14 @@
 """The checkpoint mount daemon of the ``--before`` tree, started by today's
 ``ckpt.mount.start``: drops the arguments the older daemon does not take (``--totals``,
-issue 14's typed totals), then runs it as ``python -m bootseer.ckpt.fuse`` would. The
-mount's own arguments and the daemon's behaviour are the older tree's, unchanged."""
+issue 14's typed totals), turns ``--identity-fd`` (issue 21: the namespace and uid in an
+inherited descriptor, not on the command line) back into the older arguments, then runs
+it as ``python -m bootseer.ckpt.fuse`` would. The mount's own arguments and the daemon's
+behaviour are the older tree's, unchanged."""
 
 from __future__ import annotations
 
+import json
+import os
 import runpy
 import sys
 
@@ -14,4 +18,16 @@ for name in NEWER_ARGS:
     if name in sys.argv:
         i = sys.argv.index(name)
         del sys.argv[i : i + 2]
+if "--identity-fd" in sys.argv:
+    i = sys.argv.index("--identity-fd")
+    fd = int(sys.argv[i + 1])
+    ident = json.loads(os.read(fd, 1 << 20))
+    os.close(fd)
+    sys.argv[i : i + 2] = [
+        "--namespace", ident["namespace"],
+        "--uid", str(ident["uid"]),
+        "--gid", str(ident["gid"]),
+        "--job-id", str(ident.get("job_id", 0)),
+        "--nodes", ",".join(ident.get("nodes", ())),
+    ]  # fmt: skip
 runpy.run_module("bootseer.ckpt.fuse", run_name="__main__", alter_sys=True)
