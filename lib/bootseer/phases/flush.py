@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bootseer.errors import describe
-from bootseer.phases.schema import JobMeta, PhaseRow
+from bootseer.phases.schema import HOOK_PHASES, JobMeta, PhaseRow
 from bootseer.phases.spool import Spool, rows_from_marks
 from bootseer.phases.writer import Flush, write_rows
 
@@ -175,6 +175,13 @@ def flush(
         rows += spool.hook_rows()
     if mode in ("marks", "epilog"):
         events, problems = spool.marks(cfg.phases.max_marks_bytes)
+        hooks = [e for e in events if e.phase in HOOK_PHASES]
+        if hooks:  # the job's window is the hooks' rows: a mark may not stretch it
+            problems.append(
+                f"{len(hooks)} mark(s) named like a hook phase ignored "
+                f"({', '.join(sorted({e.phase for e in hooks}))})"
+            )
+            events = [e for e in events if e.phase not in HOOK_PHASES]
         rows += rows_from_marks(events, meta, final=(mode == "epilog"))
     rows += extra
     return write_rows(store, _stamp(rows, meta), source=mode), problems

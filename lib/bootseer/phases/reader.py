@@ -75,6 +75,9 @@ class PhaseDataset:
         self.store = store
         self.on_skip = on_skip
         self.skipped: set[str] = set()  # store paths of files that could not be read
+        # Mark rows outside their run's window (phases.window), over every read so far.
+        self.marks_dropped = 0
+        self.marks_clipped = 0
 
     def read_files(self, keys: list[str]) -> pa.Table:
         """All rows of these files; the unreadable ones end up in :attr:`skipped`."""
@@ -143,11 +146,20 @@ class PhaseDataset:
             keys = [f.key for f in files if f.key not in drop]
             try:
                 table = self._scan(keys, where, columns)
-                return merge(table) if exact else table
+                return self._in_windows(merge(table) if exact else table)
             except FileNotFoundError:
                 if attempt:  # compaction moved files twice while we read: say so
                     raise
         raise AssertionError("unreachable")
+
+    def _in_windows(self, table: pa.Table) -> pa.Table:
+        """``table`` with each mark kept to its job's window; counts what was not."""
+        from bootseer.phases.window import within_windows
+
+        kept = within_windows(table, now=time.time())
+        self.marks_dropped += kept.dropped
+        self.marks_clipped += kept.clipped
+        return kept.table
 
     def _scan(self, keys: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
         """The rows of these files; byte counts a file lacks (written before they

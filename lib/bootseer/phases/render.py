@@ -21,6 +21,7 @@ from bootseer.phases.startup import in_startup
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+    from rich.text import Text
 
     from bootseer.phases.cluster import ClusterReport
 
@@ -428,7 +429,23 @@ def job_parts(
     history = history_table(report, width)
     if history is not None:
         parts.append(history)
+    note = out_of_window(report.marks_dropped, report.marks_clipped)
+    if note is not None:
+        parts.append(note)
     return parts
+
+
+def out_of_window(dropped: int, clipped: int) -> Text | None:
+    """The line that says how many marks lay outside their job's window, or None."""
+    from rich.text import Text
+
+    if not dropped and not clipped:
+        return None
+    return Text(
+        f"{dropped:,} mark(s) outside their job's window dropped, {clipped:,} clipped to it "
+        "(a job's marks count from its prolog to its epilog)",
+        style="yellow",
+    )
 
 
 def render_job(report: JobReport, console: Console, run_index: int | None = None) -> None:
@@ -476,6 +493,9 @@ def cluster_parts(view: ClusterReport) -> list[RenderableType]:
     for p in view.top_phases:
         phases.add_row(esc(p.phase), f"{p.node_seconds:,.0f}", str(p.runs), secs(p.median))
     parts.append(phases)
+    note = out_of_window(view.marks_dropped, view.marks_clipped)
+    if note is not None:
+        parts.append(note)
     parts.append(
         Text(
             f"{view.rows:,} rows read in {view.read_seconds:.2f} s, "

@@ -236,6 +236,9 @@ class JobReport:
     job_id: int
     runs: list[RunReport]  # this job's runs (restarts), oldest first
     earlier: list[RunReport] = field(default_factory=list)  # same user, same batch script
+    # Marks outside their job's window (phases.window): dropped, or clipped to it.
+    marks_dropped: int = 0
+    marks_clipped: int = 0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -243,6 +246,8 @@ class JobReport:
             "found": bool(self.runs),
             "runs": [r.to_json() for r in self.runs],
             "earlier_jobs": [r.to_json() for r in self.earlier],
+            "marks_dropped": self.marks_dropped,
+            "marks_clipped": self.marks_clipped,
         }
 
 
@@ -389,8 +394,11 @@ def job_report(
     ``history_days`` before it. A job whose script Slurm did not name (``sbatch`` reading
     standard input) is compared with its own restarts only: a job name says too little
     (every notebook's job is ``interactive``, every test's ``test``)."""
+    dropped, clipped = ds.marks_dropped, ds.marks_clipped
     runs = runs_of(ds.job(job_id))
     report = JobReport(job_id, runs)
+    report.marks_dropped = ds.marks_dropped - dropped
+    report.marks_clipped = ds.marks_clipped - clipped
     if not runs or not runs[0].script:
         return report
     import pyarrow.compute as pc

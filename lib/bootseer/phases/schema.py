@@ -39,6 +39,9 @@ EPILOG_PHASES = ("epilog", IMAGE_TRACE, DEPS_CAPTURE, CKPT_UNMOUNT)
 PHASE_ORDER = (*PROLOG_PHASES, *JOB_PHASES, *EPILOG_PHASES)
 # Phases that belong to the job's end, not to its startup.
 TEARDOWN_PHASES = frozenset(EPILOG_PHASES)
+# Rows only the hooks (root) write: they bound a job's window (phases.window), so a mark
+# by one of these names is not taken (phases.flush).
+HOOK_PHASES = (*PROLOG_PHASES, *EPILOG_PHASES)
 
 PHASE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 DETAIL_MAX = 500
