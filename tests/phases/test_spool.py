@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,3 +107,16 @@ def test_the_spools_dir_is_roots_alone_whatever_the_umask(tmp_path: Path) -> Non
     finally:
         os.umask(old)
     assert (tmp_path / "phases").stat().st_mode & 0o022 == 0
+
+
+def test_root_s_spool_files_are_root_s_alone(tmp_path: Path) -> None:
+    """Another user on the node learns nothing of a running job from its spool (which
+    job, its phases): with `public_phases = false` that was the last of it in the open
+    (issue 21 item 6). The job's user still reaches her marks file by name."""
+    spool = Spool(tmp_path / "run", 7)
+    spool.create(META, os.getuid(), os.getgid())
+    spool.append_rows([])
+    assert stat.S_IMODE(spool.path.stat().st_mode) == 0o711
+    for name in ("job.json", "rows.jsonl"):
+        assert stat.S_IMODE((spool.path / name).stat().st_mode) == 0o600, name
+    assert stat.S_IMODE(spool.marks_path.stat().st_mode) == 0o600

@@ -3,8 +3,8 @@
 Rows wait here, node-local and cheap to append, until a flush writes them to the
 store as one Parquet file (:mod:`bootseer.phases.flush`):
 
-- ``job.json`` (root's): what every row of this run on this node shares (:class:`JobMeta`).
-- ``rows.jsonl`` (root's): the prolog's rows, one JSON object a line.
+- ``job.json`` (root's alone, like the directory's listing): what every row of this run on this node shares (:class:`JobMeta`).
+- ``rows.jsonl`` (root's alone): the prolog's rows, one JSON object a line.
 - ``marks.jsonl`` (the job user's, mode 0600, in a directory only root may change):
   the job's own ``start``/``end`` marks, appended by :mod:`bootseer.phases.marks`.
 
@@ -88,12 +88,15 @@ class Spool:
         nodepaths.root_only_dir(self.path.parent.parent, sticky_ok=True, follow=True)
         nodepaths.root_only_dir(self.path.parent)
         self.remove()
-        self.path.mkdir(mode=0o755)
+        self.path.mkdir(mode=0o711)
         if cap is not None and os.geteuid() == 0:
             # Not mounted (no tmpfs in a container without CAP_SYS_ADMIN): a plain directory.
             with contextlib.suppress(OSError):
                 mounts.mount_tmpfs(self.path, cap + ROOM)
-        os.chmod(self.path, 0o755)  # whatever the umask: the job's user reads job.json
+        # Whatever the umask: the job's user reaches her marks file by name, and no user
+        # lists the spool or reads root's files in it (which jobs run here, and their
+        # phases, where the site keeps phases private: issue 21 item 6).
+        os.chmod(self.path, 0o711)
         self.write_meta(meta)
         fd = os.open(self.marks_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
@@ -111,7 +114,7 @@ class Spool:
     def append_rows(self, rows: list[PhaseRow]) -> None:
         text = "".join(json.dumps(r.to_dict()) + "\n" for r in rows)
         fd = os.open(
-            self.path / ROWS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644
+            self.path / ROWS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600
         )
         try:
             os.write(fd, text.encode())
@@ -285,4 +288,4 @@ def _remove(path: Path) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    localrecord.write_bytes(path, text.encode(), 0o644)
+    localrecord.write_bytes(path, text.encode(), 0o600)
