@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -136,13 +137,21 @@ def test_outside_a_job_a_user_is_told_where_the_door_is(
     )
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1 and "no node agent" in r.stderr, r.stderr
-    r = subprocess.run(
-        [*cluster.as_user("bob"), "env", f"SLURMD_NODENAME={cluster.nodes[0]}", *ckpt_ls()],
-        env=cluster.user_env("bob"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+
+    def bob_ls() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cluster.as_user("bob"), "env", f"SLURMD_NODENAME={cluster.nodes[0]}", *ckpt_ls()],
+            env=cluster.user_env("bob"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    # The agent keeps Slurm's list of the node's users for a few seconds (door.NODE_USERS):
+    # a job of bob's that just ended (an earlier test's) may still count that long.
+    deadline = time.monotonic() + 60
+    while "has no job" not in (r := bob_ls()).stderr and time.monotonic() < deadline:
+        time.sleep(0.5)
     # The node's agent answers (not "no node agent"), and refuses: he has no job there.
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
