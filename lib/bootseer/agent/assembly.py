@@ -156,6 +156,8 @@ class Agent:
     def fetch_piece(self, req: FetchPiece) -> PieceFile:
         """A located piece for this node's prolog: from the cache, the job's peers or the store."""
         swarm = None
+        if req.uid >= 0:  # root's word (FetchPiece is root's alone): no squeue for the job
+            self.scopes.learn(req.job_id, req.uid, req.account)
         if self.peers is not None and req.nodelist:
             try:
                 swarm = self.peers.join(req.job_id, expand_nodes(req.nodelist))

@@ -91,6 +91,20 @@ class JobScopes:
                 self._known[job_id] = scope
         return scope
 
+    def learn(self, job_id: int, uid: int, account: str) -> None:
+        """Whose ``job_id`` is, as this node's own prolog or mount daemon says (root's
+        word, from Slurm's environment): a job known so costs slurmctld no squeue, which
+        on N nodes would be N queries per job start."""
+        try:
+            scope = Scope(pwd.getpwuid(uid).pw_name, account)
+        except KeyError:
+            return  # no such user here: Slurm is asked when a peer needs it
+        with self._lock:
+            if len(self._known) >= KEEP:
+                self._known.clear()
+            self._known[job_id] = scope
+            self._unknown.pop(job_id, None)
+
     def check(self, job_id: int, target: str, key: str) -> None:
         """PeerError("missing") unless the piece at ``key`` can be one of job's."""
         scope = self.scope(job_id)

@@ -272,3 +272,7 @@ class FetchPiece(JobRequest[PieceFile]):
     sha256: str
     priority: Annotated[int, Bounds(0, 3)] = 1
     target: str = ""  # a checkpoint target's URI; "" for the main store
+    # Whose the job is, from the prolog's Slurm environment (-1: not said): the agent
+    # serves the job's peers only pieces of its scopes, and need not ask Slurm.
+    uid: Annotated[int, Bounds(-1, 1 << 32)] = -1
+    account: str = ""

@@ -53,6 +53,7 @@ class Identity:
     gid: int
     job_id: int = 0
     nodes: tuple[str, ...] = ()
+    account: str = ""  # the job's Slurm account (peers: which snapshots are the job's)
 
     def to_fd(self) -> int:
         """A memfd holding this identity, positioned at its start (inheritable)."""
@@ -81,6 +82,7 @@ class Identity:
                 int(raw["gid"]),
                 int(raw.get("job_id", 0)),
                 tuple(str(n) for n in raw.get("nodes", ())),
+                str(raw.get("account", "")),
             )
         except (TypeError, KeyError, ValueError) as exc:
             raise StepError(f"the mount daemon's identity (fd {fd}) is not one: {exc}") from None
@@ -170,11 +172,12 @@ def start(
     read_ahead_kb: int = 4096,
     job_id: int = 0,
     nodes: tuple[str, ...] = (),
+    account: str = "",
 ) -> MountRecord:
     """Start the daemon and wait for the mount; on failure nothing is left running."""
     log_path = log_path or state_dir / "fuse.log"
     log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    ident = Identity(namespace, uid, gid, job_id, tuple(nodes)).to_fd()
+    ident = Identity(namespace, uid, gid, job_id, tuple(nodes), account).to_fd()
     cmd = [
         sys.executable,
         "-m",

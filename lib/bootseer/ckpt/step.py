@@ -47,6 +47,7 @@ def prolog(call: StepCall) -> StepResult:
         sec.kernel_read_ahead_kb,
         job_id=ctx.job_id,
         nodes=ctx.nodes,
+        account=ctx.account,
     )
     return StepResult(
         detail=f"mounted {name} ({len(sec.targets)} targets) at {mp}, daemon pid {rec.pid}",

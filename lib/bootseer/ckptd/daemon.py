@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         if ident.job_id and ident.nodes:
             from bootseer.p2p.via import agent_via
 
-            ns.via = agent_via(cfg, ident.job_id, list(ident.nodes), log)
+            owner = (ident.uid, ident.account)
+            ns.via = agent_via(cfg, ident.job_id, list(ident.nodes), log, owner=owner)
     except (BootseerError, CkptError) as exc:
         log(f"cannot serve the namespace of fd {args.identity_fd}: {exc}")
         return 1

@@ -264,6 +264,7 @@ def _via_peers(call: StepCall) -> FrameVia | None:
         ctx.nodes,
         lambda m: call.log(f"step=deps {m}"),
         timeout=max(1.0, call.remaining() - 1.0),
+        owner=(ctx.uid, ctx.account),
     )
     if via is None:
         return None

@@ -36,8 +36,10 @@ def agent_via(
     nodes: Sequence[str],
     log: Callable[[str], None],
     timeout: float = 30.0,
+    owner: tuple[int, str] | None = None,
 ) -> Via | None:
-    """None for a one-node job or with p2p off: nothing to share."""
+    """None for a one-node job or with p2p off: nothing to share. ``owner``: the job's
+    uid and account (the prolog's Slurm environment), told to the agent with each ask."""
     if len(nodes) < 2 or not cfg.p2p.enabled:
         return None
     from bootseer.agentapi.client import AgentClient
@@ -50,6 +52,7 @@ def agent_via(
     nodelist = ",".join(nodes)
     broken = False
     buffers = Buffers(KEEP_BUFFERS)
+    uid, account = owner if owner is not None else (-1, "")
 
     def via(
         target: str, key: str, offset: int, length: int, sha256: str
@@ -57,7 +60,9 @@ def agent_via(
         nonlocal broken
         if broken:
             return None
-        req = FetchPiece(job_id, nodelist, key, offset, length, sha256, target=target)
+        req = FetchPiece(
+            job_id, nodelist, key, offset, length, sha256, target=target, uid=uid, account=account
+        )
         try:
             piece = client.ask(req, timeout=timeout)
             # The agent wrote it past the page cache: read it the same way, into a buffer

@@ -3,7 +3,8 @@
 Rows wait here, node-local and cheap to append, until a flush writes them to the
 store as one Parquet file (:mod:`bootseer.phases.flush`):
 
-- ``job.json`` (root's alone, like the directory's listing): what every row of this run on this node shares (:class:`JobMeta`).
+- ``job.json`` (root's alone, like the directory's listing): what every row of this run
+  on this node shares (:class:`JobMeta`).
 - ``rows.jsonl`` (root's alone): the prolog's rows, one JSON object a line.
 - ``marks.jsonl`` (the job user's, mode 0600, in a directory only root may change):
   the job's own ``start``/``end`` marks, appended by :mod:`bootseer.phases.marks`.
