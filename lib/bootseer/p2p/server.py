@@ -179,13 +179,15 @@ class PeerServer:
         try:
             if os.fstat(fd).st_size != held.size:
                 return False
+            # Counted before it is sent, as a provided piece is: counted after, the asker
+            # could hold the whole piece before the count said so.
+            with self._lock:
+                self.served_bytes += held.size
+                self.served_pieces += 1
             conn.sendall(PieceReply(size=held.size).encode(), socket.MSG_MORE)
             _sendfile(conn, fd, held.size, self.idle_timeout)
         finally:
             os.close(fd)
-        with self._lock:
-            self.served_bytes += held.size
-            self.served_pieces += 1
         return True
 
     def _answer_beating(
