@@ -141,3 +141,26 @@ def test_what_became_of_each_agent_reads_in_the_summary() -> None:
     assert Outcome("unsupported", detail=why).line() == f"agent not restarted: {why}"
     report = NodeReport("n1", "installed", ["1 files (config.toml)"], ["agent restarted"])
     assert fold([report]) == ["n1: installed: 1 files (config.toml) (agent restarted)"]
+
+
+def test_the_documented_metrics_dir_is_where_debians_node_exporter_reads() -> None:
+    """Issue 22, item 9: the README's and docs/admin.md's sample [metrics] textfile_dir
+    named /var/lib/node_exporter/textfile, where Debian's exporter never looks."""
+    import re
+    import shutil
+    import subprocess
+
+    from bootseer.install.files import DEFAULT_TEXTFILE_DIR
+
+    exporter = shutil.which("prometheus-node-exporter")
+    if exporter is not None:  # the installed exporter's own default, as it says
+        help_text = subprocess.run([exporter, "--help"], capture_output=True, text=True)
+        found = re.search(
+            r'--collector\.textfile\.directory="([^"]+)"', help_text.stdout + help_text.stderr
+        )
+        assert found is not None and Path(found.group(1)) == DEFAULT_TEXTFILE_DIR
+    top = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/admin.md"):
+        text = (top / doc).read_text()
+        dirs = re.findall(r'^textfile_dir = "([^"]+)"', text, re.M)
+        assert dirs and all(Path(d) == DEFAULT_TEXTFILE_DIR for d in dirs), (doc, dirs)
