@@ -44,8 +44,8 @@ class Site:
         # install's own, so that no other checkout's run on this machine shares it.
         self.admin_root = state / "admin-root"
 
-    def install(self, *extra: str) -> subprocess.CompletedProcess[str]:
-        cmd = [*BOOTSEER, "install", "n[1-2]", "--config", str(self.config)]
+    def install(self, *extra: str, nodes: str = "n[1-2]") -> subprocess.CompletedProcess[str]:
+        cmd = [*BOOTSEER, "install", nodes, "--config", str(self.config)]
         cmd += ["--prefix", str(PREFIX), "--etc", str(ETC)]
         cmd += ["--unit-dir", str(NODE_ROOT / "systemd"), "--bin-dir", str(NODE_ROOT / "bin")]
         cmd += ["--ssh-config", str(self.ssh.config), "--slurm-conf", str(self.slurm_conf)]
@@ -245,3 +245,40 @@ def test_a_path_root_runs_from_that_a_user_can_write_is_refused(site: Site) -> N
         for root in roots.values():
             shutil.rmtree(root / "srv", ignore_errors=True)
             shutil.rmtree(root / "home", ignore_errors=True)
+
+
+def test_a_client_host_gets_the_plugin_and_cli_and_the_steps_name_it_alone(site: Site) -> None:
+    """Issue 22, item 1: submit and login hosts (here n2) get the plugin, the CLI and the
+    config, no agent, no hooks, no root-only files; each install's next steps name the
+    hosts it prepared alone (before: the plugstack line for "every node and submit host"
+    after an install on the compute nodes, which broke every sbatch on a submit host)."""
+    for root in (site.ssh.node_root(n) for n in NODES):  # hosts as fresh as a new cluster's
+        for entry in root.iterdir():
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    r = site.install("--role", "client", nodes="n2")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "n2: installed:" in r.stdout, r.stdout
+    out = r.stdout.split("\n\n", 1)[1]
+    assert "on n2 alone" in out and f"required {PREFIX}/lib/slurm/bootseer.so" in out
+    assert "slurm.conf" not in out and "Prolog" not in out and "n1" not in out
+    nobody = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+    assert site.on("n2", f"{nobody} {NODE_ROOT}/bin/bootseer --help").startswith("usage:")
+    site.on("n2", f"test -f {PREFIX}/lib/slurm/bootseer.so && test -f {ETC}/config.toml")
+    absent = [
+        f"{PREFIX}/libexec",
+        f"{NODE_ROOT}/systemd/bootseer-agent.service",
+        f"{ETC}/site.key",
+        f"{ETC}/secrets.toml",
+        f"{NODE_ROOT}/metrics",
+    ]
+    assert site.on("n2", f"ls -d {' '.join(absent)} 2>/dev/null || true") == ""
+    again = site.install("--role", "client", nodes="n2")
+    assert "n2: unchanged" in again.stdout, again.stdout
+
+    r = site.install(nodes="n1")  # the compute role
+    assert r.returncode == 0, r.stderr + r.stdout
+    out = r.stdout.split("\n\n", 1)[1]
+    assert "on n1 alone" in out and "n2" not in out and "submit host" not in out
+    assert f"Prolog={PREFIX}/libexec/bootseer-prolog" in out
+    assert "bootseer install --role client HOSTS" in out
+    assert out.rstrip().endswith("bootseer doctor n1")

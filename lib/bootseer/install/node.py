@@ -109,6 +109,8 @@ class Target:
     # Directories made if missing (root's, 0755), and left as they are: [metrics]
     # textfile_dir, which node_exporter reads.
     dirs: tuple[Path, ...] = ()
+    # A compute node runs the agent (its unit, --restart-agents); a client host does not.
+    agent: bool = True
 
 
 def install_node(
@@ -184,10 +186,11 @@ def install_node(
     changes += [f"{d}/" for d in missing]
     report = NodeReport(node.name, "unchanged")
     # The agent reads none of the prefix's files but its venv (the hooks, plugin, docs).
-    report.agent_stale = not venv_ok or any(
-        not f.path.is_relative_to(lay.prefix) and f.path != lay.unit for f in files
+    report.agent_stale = target.agent and (
+        not venv_ok
+        or any(not f.path.is_relative_to(lay.prefix) and f.path != lay.unit for f in files)
     )
-    if not have["systemd"] and lay.unit is not None:
+    if not have["systemd"] and lay.unit is not None and target.agent:
         report.notes.append("no systemd here: start the agent yourself")
     if not changes:
         return report
@@ -228,7 +231,12 @@ def install_node(
                 f"{lay.bin_dir}/bootseer",
             ]
         )
-    if lay.unit is not None and have["systemd"] and any(f.path == lay.unit for f in files):
+    if (
+        lay.unit is not None
+        and target.agent
+        and have["systemd"]
+        and any(f.path == lay.unit for f in files)
+    ):
         node.check(["systemctl", "daemon-reload"])
         node.check(["systemctl", "enable", "--now", "bootseer-agent.service"])
     _verify(node, lay)
