@@ -203,3 +203,19 @@ def test_a_client_host_gets_the_plugin_cli_and_config_alone(tmp_path: Path) -> N
     assert {LAYOUT.hook("prolog"), LAYOUT.hook("epilog"), LAYOUT.unit} <= compute - client
     root_only = {Path("/etc/bootseer/site.key"), Path("/etc/bootseer/secrets.toml")}
     assert root_only <= compute and not root_only & client
+
+
+def test_the_readmes_sample_steps_are_what_install_prints() -> None:
+    from bootseer.install.slurmconf import render, with_node_exporter
+
+    text = render(
+        LAYOUT,
+        {"prologflags": "Contain"},
+        90,
+        Path("/run/bootseer"),
+        "compared with /etc/slurm/slurm.conf",
+        "node[001-100]",
+    )
+    text = with_node_exporter(text, Path("/var/lib/prometheus/node-exporter"))
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert text in readme

@@ -282,3 +282,26 @@ def test_a_client_host_gets_the_plugin_and_cli_and_the_steps_name_it_alone(site:
     assert f"Prolog={PREFIX}/libexec/bootseer-prolog" in out
     assert "bootseer install --role client HOSTS" in out
     assert out.rstrip().endswith("bootseer doctor n1")
+
+
+def test_a_compute_node_without_fuse3_is_refused_before_anything_is_written(site: Site) -> None:
+    """Issue 22, item 3: the installer checked python3 but not fuse3, which doctor found
+    later. n1's Python here runs where /usr/bin/fusermount3 is hidden (a mount namespace
+    of its own, as if fuse3 were not installed): the install stops at its first look."""
+    wrapper = site.ssh.node_root("n1") / "nofuse" / "python3"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "exec unshare --mount --propagation private sh -c "
+        '\'mount --bind /dev/null /usr/bin/fusermount3 && exec /usr/bin/python3 "$@"\' - "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    try:
+        before = site.on("n1", f"ls -A {NODE_ROOT}")
+        r = site.install("--python", str(NODE_ROOT / "nofuse" / "python3"), nodes="n1")
+        assert r.returncode == 1, r.stdout
+        assert "n1: FAILED: no fusermount3 there (the agent serves images over FUSE): " in r.stdout
+        assert "apt-get install fuse3" in r.stdout
+        assert site.on("n1", f"ls -A {NODE_ROOT}") == before
+    finally:
+        shutil.rmtree(wrapper.parent)
