@@ -305,3 +305,31 @@ def test_a_compute_node_without_fuse3_is_refused_before_anything_is_written(site
         assert site.on("n1", f"ls -A {NODE_ROOT}") == before
     finally:
         shutil.rmtree(wrapper.parent)
+
+
+def test_proxyjump_in_the_ssh_config_is_followed(site: Site, tmp_path: Path) -> None:
+    """Issue 22, item 5: ``ssh`` and ``doctor --rsh`` reached a node through a jump host,
+    ``install`` went straight to the name and failed. Here n2 is named through n1: its
+    sshd sees the connection come from n1's address, not this machine's."""
+    from bootseer.install.remote import Node, RemoteError
+
+    n1_ip, n2_ip = site.ssh.net.node_ip("n1"), site.ssh.net.node_ip("n2")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host n2-behind-n1 n2-loop\n"
+        f"    HostName {n2_ip}\n"
+        "    User root\n"
+        f"    IdentityFile {site.ssh.key}\n"
+        f"    UserKnownHostsFile {site.ssh.known_hosts}\n"
+        "Host n2-behind-n1\n"
+        "    ProxyJump n1\n"
+        "Host n2-loop\n"
+        "    ProxyJump n2-loop\n\n" + site.ssh.config.read_text()
+    )
+    with Node("n2-behind-n1", config) as node:
+        came_from = node.sh("echo $SSH_CONNECTION").out.split()
+    assert came_from[0] == n1_ip and came_from[2] == n2_ip, came_from
+    with Node("n2", site.ssh.config) as node:  # without the jump: from this machine
+        assert node.sh("echo $SSH_CONNECTION").out.split()[0] != n1_ip
+    with pytest.raises(RemoteError, match="ProxyJump hops"):
+        Node("n2-loop", config)
