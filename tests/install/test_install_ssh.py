@@ -333,3 +333,59 @@ def test_proxyjump_in_the_ssh_config_is_followed(site: Site, tmp_path: Path) -> 
         assert node.sh("echo $SSH_CONNECTION").out.split()[0] != n1_ip
     with pytest.raises(RemoteError, match="ProxyJump hops"):
         Node("n2-loop", config)
+
+
+def test_uninstall_waits_for_slurm_to_let_go_then_removes_everything(site: Site) -> None:
+    """Issue 22, item 7: no command removed bootseer (six order-sensitive commands by hand).
+    ``bootseer uninstall`` refuses while a node's Slurm configuration still names the
+    plugin (every sbatch would fail) or the hooks (every prolog), then removes the agent's
+    unit, the hooks, the plugin, the venvs, the docs, the config, key, secrets and link."""
+    r = site.install()
+    assert r.returncode == 0, r.stderr + r.stdout
+    slurm_etc = NODE_ROOT / "etc" / "slurm"
+    for node in NODES:  # each node's own Slurm files, as a site that followed the steps
+        d = site.ssh.node_root(node) / slurm_etc.relative_to(NODE_ROOT)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "plugstack.conf").write_text(
+            f"# required {PREFIX}/lib/slurm/bootseer.so (an old comment)\n"
+            f"required {PREFIX}/lib/slurm/bootseer.so rundir={NODE_ROOT}/run\n"
+        )
+        (d / "slurm.conf").write_text(f"Prolog={PREFIX}/libexec/bootseer-prolog\n")
+
+    def uninstall(*extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = [*BOOTSEER, "uninstall", "n[1-2]", "--config", str(site.config)]
+        cmd += ["--prefix", str(PREFIX), "--etc", str(ETC), "--slurm-etc", str(slurm_etc)]
+        cmd += ["--unit-dir", str(NODE_ROOT / "systemd"), "--bin-dir", str(NODE_ROOT / "bin")]
+        cmd += ["--ssh-config", str(site.ssh.config), *extra]
+        bind = 'mount --bind "$0" "$1" && shift && exec "$@"'
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind,
+               str(site.state / "admin-root"), str(NODE_ROOT), *cmd]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    r = uninstall()
+    assert r.returncode == 1
+    assert "n[1-2]: FAILED: Slurm still runs bootseer here: " in r.stdout, r.stdout
+    assert "plugstack.conf:2:" in r.stdout and "nothing was removed" in r.stdout
+    site.on("n1", f"test -x {PREFIX}/venv/bin/bootseer && test -f {ETC}/site.key")
+    for node in NODES:  # the plugstack line first, then the hooks
+        d = site.ssh.node_root(node) / slurm_etc.relative_to(NODE_ROOT)
+        (d / "plugstack.conf").write_text("")
+    r = uninstall()
+    assert r.returncode == 1 and "slurm.conf:1:Prolog=" in r.stdout, r.stdout
+    for node in NODES:
+        d = site.ssh.node_root(node) / slurm_etc.relative_to(NODE_ROOT)
+        (d / "slurm.conf").write_text("Prolog=/etc/slurm/site-prolog\n")
+    r = uninstall("--dry-run")
+    assert r.returncode == 0 and "n[1-2]: would change: " in r.stdout, r.stdout
+    site.on("n1", f"test -x {PREFIX}/venv/bin/bootseer")
+    r = uninstall()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "n[1-2]: removed: " in r.stdout, r.stdout
+    for node in NODES:
+        left = site.on(
+            node,
+            f"ls -d {PREFIX} {ETC} {NODE_ROOT}/bin/bootseer "
+            f"{NODE_ROOT}/systemd/bootseer-agent.service 2>/dev/null || true",
+        )
+        assert left == "", (node, left)
+    assert "n[1-2]: unchanged" in uninstall().stdout  # again: nothing of bootseer there

@@ -85,7 +85,7 @@ class NodeRefused(RemoteError):
 @dataclass
 class NodeReport:
     node: str
-    status: Literal["installed", "unchanged", "would change", "failed"]
+    status: Literal["installed", "removed", "unchanged", "would change", "failed"]
     changes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
