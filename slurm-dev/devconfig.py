@@ -141,7 +141,8 @@ class ClusterConfig:
             self.logs,
             self.dir / "spool",
             self.dir / "ctld",
-            self.dir / "store",
+            self.dir / "store",  # bootseer never makes a store's root: the site does
+            *(self.dir / "ckpt" / f"t{i}" for i in (1, 2, 3)),  # the checkpoint targets'
             self.dir / "lib",
         ):
             d.mkdir(parents=True, exist_ok=True)

@@ -181,6 +181,7 @@ class DevSlurm:
         roots = [self.dir / f"{name}-t{i}" for i in range(count)]
         for r in roots:
             shutil.rmtree(r, ignore_errors=True)
+            r.mkdir()  # the site makes a store's root, never bootseer
         uris = [f"file://{r}" for r in roots]
         self.configure("ckpt", targets=uris, **ckpt)
         try:

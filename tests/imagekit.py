@@ -42,6 +42,7 @@ def make_squashfs(dest: Path, files: dict[str, int], seed: int = 1) -> Path:
 
 def site_config(base: Path, node: str = "t1", **image: Any) -> dict[str, dict[str, Any]]:
     keyfile = base / "site.key"
+    (base / "store").mkdir(parents=True, exist_ok=True)  # bootseer never makes a store's root
     return {
         "site": {"key_file": str(keyfile if keyfile.exists() else key_file(base))},
         "store": {"uri": f"file://{base}/store"},

@@ -79,7 +79,9 @@ class StoreSection:
 
         creds = store_credentials(self.secrets_file)
         public = PUBLIC_TOP if self.public_phases else frozenset()
-        return open_store(uri, creds.access_key, creds.secret_key, create, public)
+        # A file:// root is never made here: a missing one is an unmounted shared
+        # filesystem (store/_store.py, missing_root).
+        return open_store(uri, creds.access_key, creds.secret_key, create, public, make_root=False)
 
 
 @dataclass(frozen=True)

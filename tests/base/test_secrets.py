@@ -189,6 +189,8 @@ def test_the_ckpt_cli_as_a_user_fails_with_a_clear_message(shared: Path) -> None
     except KeyError:
         pytest.skip("needs slurm-dev's user alice")
     config = write_site(shared)
+    for target in ("t1", "t2"):  # the site makes the targets' roots, never bootseer
+        (shared / target).mkdir()
     with config.open("a") as f:
         f.write(f'[ckpt]\ntargets = ["file://{shared}/t1", "file://{shared}/t2"]\n')
     data = shared / "model.bin"

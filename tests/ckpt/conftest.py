@@ -23,6 +23,8 @@ OTHER_UID = 1  # daemon: another user who must not get in
 
 @pytest.fixture
 def targets(tmp_path: Path) -> list[str]:
+    for i in range(3):  # made by the site, as a store's root (bootseer never makes one)
+        (tmp_path / f"t{i}").mkdir(exist_ok=True)
     return [f"file://{tmp_path}/t{i}" for i in range(3)]
 
 

@@ -49,6 +49,8 @@ def door(base: Path) -> Iterator[AgentProc]:
     """An agent whose site config has two file:// checkpoint targets."""
     _users()
     config = site_config(base, max_connections_per_user=4)
+    for target in ("t1", "t2"):  # the site makes the targets' roots, never bootseer
+        (base / target).mkdir()
     config["ckpt"] = {
         "targets": [f"file://{base}/t1", f"file://{base}/t2"],
         "unit_size": UNIT,

@@ -27,6 +27,8 @@ QUOTA = 10 * UNIT
 def door(base: Path) -> Iterator[AgentProc]:
     _users()
     config = site_config(base, max_connections_per_user=4)
+    for target in ("t1", "t2"):  # the site makes the targets' roots, never bootseer
+        (base / target).mkdir()
     config["ckpt"] = {
         "targets": [f"file://{base}/t1", f"file://{base}/t2"],
         "unit_size": UNIT,

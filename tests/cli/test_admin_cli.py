@@ -40,6 +40,8 @@ def site() -> Iterator[Path]:
     key = d / "site.key"
     key.write_text(os.urandom(32).hex() + "\n")
     key.chmod(0o600)
+    for root in ("store", "t1"):  # the site makes the stores' roots, never bootseer
+        (d / root).mkdir()
     config = d / "config.toml"
     config.write_text(
         f'[site]\nkey_file = "{key}"\n[store]\nuri = "file://{d}/store"\n'

@@ -61,6 +61,7 @@ def _key(scratch: Path) -> Path:
 
 
 def site(scratch: Path, **deps: object) -> SiteConfig:
+    (scratch / "store").mkdir(parents=True, exist_ok=True)  # bootseer never makes its root
     return SiteConfig.from_mapping(
         {
             "site": {"key_file": str(_key(scratch))},

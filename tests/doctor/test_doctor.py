@@ -85,7 +85,7 @@ def test_plugstack_without_the_plugin_is_reported(tmp_path: Path) -> None:
     check = check_plugstack(make_node(tmp_path, plugstack="required /x/pyxis.so\n"))
     assert check.status == "problem"
     assert "no bootseer.so line" in check.detail
-    assert f"rundir={tmp_path}/nodes/n1/run" in check.fix
+    assert f"rundir={tmp_path}/nodes/%n/run" in check.fix  # one line for every node
 
 
 def test_plugstack_naming_a_missing_plugin_is_reported(tmp_path: Path) -> None:

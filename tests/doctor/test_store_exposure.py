@@ -56,6 +56,7 @@ def test_a_site_may_keep_phase_records_private(base: Path) -> None:
 
     uri = f"file://{base}/store"
     cfg = SiteConfig.from_mapping({"store": {"uri": uri, "public_phases": False}})
+    (base / "store").mkdir(exist_ok=True)  # a store's root is the site's to make
     store = cfg.store.open()
     os.chmod(store.root, 0o755)
     key = write_rows(store, [JobMeta(job_id=7, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")
@@ -90,6 +91,7 @@ def test_a_user_reading_private_phase_records_is_told_why(base: Path) -> None:
     from bootseer.phases.writer import write_rows
 
     cfg = SiteConfig.from_mapping({"store": {"uri": f"file://{base}/store"}})
+    (base / "store").mkdir(exist_ok=True)  # a store's root is the site's to make
     store = cfg.store.open()
     os.chmod(store.root, 0o755)
     write_rows(store, [JobMeta(job_id=7, node="n1").row("prolog", 1e9, 1e9 + 2)], "prolog")

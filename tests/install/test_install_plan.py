@@ -141,3 +141,81 @@ def test_what_became_of_each_agent_reads_in_the_summary() -> None:
     assert Outcome("unsupported", detail=why).line() == f"agent not restarted: {why}"
     report = NodeReport("n1", "installed", ["1 files (config.toml)"], ["agent restarted"])
     assert fold([report]) == ["n1: installed: 1 files (config.toml) (agent restarted)"]
+
+
+def test_the_documented_metrics_dir_is_where_debians_node_exporter_reads() -> None:
+    """Issue 22, item 9: the README's and docs/admin.md's sample [metrics] textfile_dir
+    named /var/lib/node_exporter/textfile, where Debian's exporter never looks."""
+    import re
+    import shutil
+    import subprocess
+
+    from bootseer.install.files import DEFAULT_TEXTFILE_DIR
+
+    exporter = shutil.which("prometheus-node-exporter")
+    if exporter is not None:  # the installed exporter's own default, as it says
+        help_text = subprocess.run([exporter, "--help"], capture_output=True, text=True)
+        found = re.search(
+            r'--collector\.textfile\.directory="([^"]+)"', help_text.stdout + help_text.stderr
+        )
+        assert found is not None and Path(found.group(1)) == DEFAULT_TEXTFILE_DIR
+    top = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "docs/admin.md"):
+        text = (top / doc).read_text()
+        dirs = re.findall(r'^textfile_dir = "([^"]+)"', text, re.M)
+        assert dirs and all(Path(d) == DEFAULT_TEXTFILE_DIR for d in dirs), (doc, dirs)
+
+
+def test_the_steps_name_only_the_hosts_this_run_prepared() -> None:
+    """Issue 22, item 1: the plugstack line was for "every node and submit host" after an
+    install on compute nodes alone; on a submit host without the plugin a ``required``
+    line fails every sbatch. Each step now names the hosts this run prepared."""
+    from bootseer.install.slurmconf import render
+
+    run_dir = Path("/run/bootseer")
+    compute = render(LAYOUT, {}, 90, run_dir, "compared with x", "n[1-4]")
+    assert "submit host" not in compute and "every node" not in compute
+    assert "plugstack.conf (or a file in plugstack.conf.d/) on n[1-4] alone" in compute
+    assert "bootseer install --role client HOSTS" in compute
+    assert compute.endswith("bootseer doctor n[1-4]")
+    assert "Prolog=/opt/bootseer/libexec/bootseer-prolog" in compute
+    client = render(LAYOUT, {}, 90, run_dir, "compared with x", "login1", "client")
+    assert "on login1 alone" in client and str(LAYOUT.plugin) in client
+    assert "Prolog" not in client and "slurm.conf" not in client  # no hooks there
+    nothing = render(LAYOUT, {}, 90, run_dir, "compared with x", "")
+    assert "plugstack" not in nothing and "Prolog" not in nothing
+
+
+def test_a_client_host_gets_the_plugin_cli_and_config_alone(tmp_path: Path) -> None:
+    from bootseer.install.bundle import Bundle
+    from bootseer.install.files import SiteFiles, node_files
+
+    top = Path(__file__).resolve().parents[2]
+    so = tmp_path / "bootseer.so"
+    so.write_bytes(b"plugin")
+    bundle = Bundle(top, (), {}, so, (3, 11))
+    config = b'[site]\nkey_file = "/etc/bootseer/site.key"\n'
+    site = SiteFiles(config, b"[store]\n", b"k" * 64)
+    compute = {f.path for f in node_files(LAYOUT, bundle, site)}
+    client = {f.path for f in node_files(LAYOUT, bundle, site, "client")}
+    assert client < compute
+    assert LAYOUT.plugin in client and LAYOUT.config in client
+    assert {LAYOUT.hook("prolog"), LAYOUT.hook("epilog"), LAYOUT.unit} <= compute - client
+    root_only = {Path("/etc/bootseer/site.key"), Path("/etc/bootseer/secrets.toml")}
+    assert root_only <= compute and not root_only & client
+
+
+def test_the_readmes_sample_steps_are_what_install_prints() -> None:
+    from bootseer.install.slurmconf import render, with_node_exporter
+
+    text = render(
+        LAYOUT,
+        {"prologflags": "Contain"},
+        90,
+        Path("/run/bootseer"),
+        "compared with /etc/slurm/slurm.conf",
+        "node[001-100]",
+    )
+    text = with_node_exporter(text, Path("/var/lib/prometheus/node-exporter"))
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert text in readme

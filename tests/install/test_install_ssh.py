@@ -44,8 +44,8 @@ class Site:
         # install's own, so that no other checkout's run on this machine shares it.
         self.admin_root = state / "admin-root"
 
-    def install(self, *extra: str) -> subprocess.CompletedProcess[str]:
-        cmd = [*BOOTSEER, "install", "n[1-2]", "--config", str(self.config)]
+    def install(self, *extra: str, nodes: str = "n[1-2]") -> subprocess.CompletedProcess[str]:
+        cmd = [*BOOTSEER, "install", nodes, "--config", str(self.config)]
         cmd += ["--prefix", str(PREFIX), "--etc", str(ETC)]
         cmd += ["--unit-dir", str(NODE_ROOT / "systemd"), "--bin-dir", str(NODE_ROOT / "bin")]
         cmd += ["--ssh-config", str(self.ssh.config), "--slurm-conf", str(self.slurm_conf)]
@@ -245,3 +245,147 @@ def test_a_path_root_runs_from_that_a_user_can_write_is_refused(site: Site) -> N
         for root in roots.values():
             shutil.rmtree(root / "srv", ignore_errors=True)
             shutil.rmtree(root / "home", ignore_errors=True)
+
+
+def test_a_client_host_gets_the_plugin_and_cli_and_the_steps_name_it_alone(site: Site) -> None:
+    """Issue 22, item 1: submit and login hosts (here n2) get the plugin, the CLI and the
+    config, no agent, no hooks, no root-only files; each install's next steps name the
+    hosts it prepared alone (before: the plugstack line for "every node and submit host"
+    after an install on the compute nodes, which broke every sbatch on a submit host)."""
+    for root in (site.ssh.node_root(n) for n in NODES):  # hosts as fresh as a new cluster's
+        for entry in root.iterdir():
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    r = site.install("--role", "client", nodes="n2")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "n2: installed:" in r.stdout, r.stdout
+    out = r.stdout.split("\n\n", 1)[1]
+    assert "on n2 alone" in out and f"required {PREFIX}/lib/slurm/bootseer.so" in out
+    assert "slurm.conf" not in out and "Prolog" not in out and "n1" not in out
+    nobody = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+    assert site.on("n2", f"{nobody} {NODE_ROOT}/bin/bootseer --help").startswith("usage:")
+    site.on("n2", f"test -f {PREFIX}/lib/slurm/bootseer.so && test -f {ETC}/config.toml")
+    absent = [
+        f"{PREFIX}/libexec",
+        f"{NODE_ROOT}/systemd/bootseer-agent.service",
+        f"{ETC}/site.key",
+        f"{ETC}/secrets.toml",
+        f"{NODE_ROOT}/metrics",
+    ]
+    assert site.on("n2", f"ls -d {' '.join(absent)} 2>/dev/null || true") == ""
+    again = site.install("--role", "client", nodes="n2")
+    assert "n2: unchanged" in again.stdout, again.stdout
+
+    r = site.install(nodes="n1")  # the compute role
+    assert r.returncode == 0, r.stderr + r.stdout
+    out = r.stdout.split("\n\n", 1)[1]
+    assert "on n1 alone" in out and "n2" not in out and "submit host" not in out
+    assert f"Prolog={PREFIX}/libexec/bootseer-prolog" in out
+    assert "bootseer install --role client HOSTS" in out
+    assert out.rstrip().endswith("bootseer doctor n1")
+
+
+def test_a_compute_node_without_fuse3_is_refused_before_anything_is_written(site: Site) -> None:
+    """Issue 22, item 3: the installer checked python3 but not fuse3, which doctor found
+    later. n1's Python here runs where /usr/bin/fusermount3 is hidden (a mount namespace
+    of its own, as if fuse3 were not installed): the install stops at its first look."""
+    wrapper = site.ssh.node_root("n1") / "nofuse" / "python3"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        "exec unshare --mount --propagation private sh -c "
+        '\'mount --bind /dev/null /usr/bin/fusermount3 && exec /usr/bin/python3 "$@"\' - "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    try:
+        before = site.on("n1", f"ls -A {NODE_ROOT}")
+        r = site.install("--python", str(NODE_ROOT / "nofuse" / "python3"), nodes="n1")
+        assert r.returncode == 1, r.stdout
+        assert "n1: FAILED: no fusermount3 there (the agent serves images over FUSE): " in r.stdout
+        assert "apt-get install fuse3" in r.stdout
+        assert site.on("n1", f"ls -A {NODE_ROOT}") == before
+    finally:
+        shutil.rmtree(wrapper.parent)
+
+
+def test_proxyjump_in_the_ssh_config_is_followed(site: Site, tmp_path: Path) -> None:
+    """Issue 22, item 5: ``ssh`` and ``doctor --rsh`` reached a node through a jump host,
+    ``install`` went straight to the name and failed. Here n2 is named through n1: its
+    sshd sees the connection come from n1's address, not this machine's."""
+    from bootseer.install.remote import Node, RemoteError
+
+    n1_ip, n2_ip = site.ssh.net.node_ip("n1"), site.ssh.net.node_ip("n2")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host n2-behind-n1 n2-loop\n"
+        f"    HostName {n2_ip}\n"
+        "    User root\n"
+        f"    IdentityFile {site.ssh.key}\n"
+        f"    UserKnownHostsFile {site.ssh.known_hosts}\n"
+        "Host n2-behind-n1\n"
+        "    ProxyJump n1\n"
+        "Host n2-loop\n"
+        "    ProxyJump n2-loop\n\n" + site.ssh.config.read_text()
+    )
+    with Node("n2-behind-n1", config) as node:
+        came_from = node.sh("echo $SSH_CONNECTION").out.split()
+    assert came_from[0] == n1_ip and came_from[2] == n2_ip, came_from
+    with Node("n2", site.ssh.config) as node:  # without the jump: from this machine
+        assert node.sh("echo $SSH_CONNECTION").out.split()[0] != n1_ip
+    with pytest.raises(RemoteError, match="ProxyJump hops"):
+        Node("n2-loop", config)
+
+
+def test_uninstall_waits_for_slurm_to_let_go_then_removes_everything(site: Site) -> None:
+    """Issue 22, item 7: no command removed bootseer (six order-sensitive commands by hand).
+    ``bootseer uninstall`` refuses while a node's Slurm configuration still names the
+    plugin (every sbatch would fail) or the hooks (every prolog), then removes the agent's
+    unit, the hooks, the plugin, the venvs, the docs, the config, key, secrets and link."""
+    r = site.install()
+    assert r.returncode == 0, r.stderr + r.stdout
+    slurm_etc = NODE_ROOT / "etc" / "slurm"
+    for node in NODES:  # each node's own Slurm files, as a site that followed the steps
+        d = site.ssh.node_root(node) / slurm_etc.relative_to(NODE_ROOT)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "plugstack.conf").write_text(
+            f"# required {PREFIX}/lib/slurm/bootseer.so (an old comment)\n"
+            f"required {PREFIX}/lib/slurm/bootseer.so rundir={NODE_ROOT}/run\n"
+        )
+        (d / "slurm.conf").write_text(f"Prolog={PREFIX}/libexec/bootseer-prolog\n")
+
+    def uninstall(*extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = [*BOOTSEER, "uninstall", "n[1-2]", "--config", str(site.config)]
+        cmd += ["--prefix", str(PREFIX), "--etc", str(ETC), "--slurm-etc", str(slurm_etc)]
+        cmd += ["--unit-dir", str(NODE_ROOT / "systemd"), "--bin-dir", str(NODE_ROOT / "bin")]
+        cmd += ["--ssh-config", str(site.ssh.config), *extra]
+        bind = 'mount --bind "$0" "$1" && shift && exec "$@"'
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind,
+               str(site.state / "admin-root"), str(NODE_ROOT), *cmd]  # fmt: skip
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    r = uninstall()
+    assert r.returncode == 1
+    assert "n[1-2]: FAILED: Slurm still runs bootseer here: " in r.stdout, r.stdout
+    assert "plugstack.conf:2:" in r.stdout and "nothing was removed" in r.stdout
+    site.on("n1", f"test -x {PREFIX}/venv/bin/bootseer && test -f {ETC}/site.key")
+    for node in NODES:  # the plugstack line first, then the hooks
+        d = site.ssh.node_root(node) / slurm_etc.relative_to(NODE_ROOT)
+        (d / "plugstack.conf").write_text("")
+    r = uninstall()
+    assert r.returncode == 1 and "slurm.conf:1:Prolog=" in r.stdout, r.stdout
+    for node in NODES:
+        d = site.ssh.node_root(node) / slurm_etc.relative_to(NODE_ROOT)
+        (d / "slurm.conf").write_text("Prolog=/etc/slurm/site-prolog\n")
+    r = uninstall("--dry-run")
+    assert r.returncode == 0 and "n[1-2]: would change: " in r.stdout, r.stdout
+    site.on("n1", f"test -x {PREFIX}/venv/bin/bootseer")
+    r = uninstall()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "n[1-2]: removed: " in r.stdout, r.stdout
+    for node in NODES:
+        left = site.on(
+            node,
+            f"ls -d {PREFIX} {ETC} {NODE_ROOT}/bin/bootseer "
+            f"{NODE_ROOT}/systemd/bootseer-agent.service 2>/dev/null || true",
+        )
+        assert left == "", (node, left)
+    assert "n[1-2]: unchanged" in uninstall().stdout  # again: nothing of bootseer there

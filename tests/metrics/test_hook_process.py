@@ -52,6 +52,7 @@ def run_hook(tmp_path: Path, hook: str, config: str, **env: str) -> None:
 
 
 def config(tmp_path: Path) -> dict[str, dict[str, object]]:
+    (tmp_path / "store").mkdir(exist_ok=True)  # the site makes the store's root, never bootseer
     return {
         "store": {"uri": f"file://{tmp_path}/store"},
         "paths": {

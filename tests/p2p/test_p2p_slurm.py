@@ -140,6 +140,7 @@ def test_checkpoint_units_leave_the_targets_once_for_the_whole_job(cluster: DevS
     roots = [cluster.dir / f"p2p-ckpt-t{i}" for i in range(2)]
     for r in roots:
         shutil.rmtree(r, ignore_errors=True)
+        r.mkdir()  # the site makes a store's root, never bootseer
     cluster.configure("ckpt", targets=[f"file://{r}" for r in roots], unit_size=256 << 10)
     name = f"p2p-{os.urandom(4).hex()}"
     first = cluster.sbatch("-N1", "-w", "n1", f"--bootseer-ckpt={name}", script=CKPT_SAVE)

@@ -24,6 +24,7 @@ from bootseer.store import open_store
 def test_prolog_marks_epilog_end_up_in_the_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    (tmp_path / "store").mkdir()  # the site makes the store's root, never bootseer
     cfg = SiteConfig.from_mapping(
         {
             "store": {"uri": f"file://{tmp_path}/store"},

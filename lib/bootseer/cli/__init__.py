@@ -25,6 +25,7 @@ COMMANDS = (
     "bootseer.cli.deps_cmd",
     "bootseer.cli.doctor_cmd",
     "bootseer.cli.install_cmd",
+    "bootseer.cli.uninstall_cmd",
 )
 
 

@@ -33,6 +33,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("nodeset", metavar="NODESET", help="the nodes (ClusterShell syntax: n[1-64])")
     p.add_argument(
+        "--role",
+        choices=("compute", "client"),
+        default="compute",
+        help="compute (default): nodes that run jobs get everything (hooks, agent, plugin, "
+        "CLI, config, site key, secrets); client: submit and login hosts get the plugin, the "
+        "CLI and the config alone (no agent, no hooks, no root-only files)",
+    )
+    p.add_argument(
         "--config",
         type=Path,
         metavar="FILE",
@@ -137,8 +145,18 @@ def run(args: argparse.Namespace) -> int:
         f"venv {built.wheels_digest}; {'checking' if args.dry_run else 'installing on'} {nodes}"
     )
 
+    compute = args.role == "compute"
+
     def target_for(node: str) -> Target:
         lay = layout.for_node(node)
+        if not compute:  # no agent, so no unit and no metrics of its own
+            return Target(
+                dataclasses.replace(lay, unit_dir=None),
+                node_files(lay, built, site, args.role),
+                built,
+                args.python,
+                agent=False,
+            )
         textfile_dir = cfg.for_node(node).metrics.textfile_dir
         dirs = (textfile_dir,) if textfile_dir is not None else ()
         return Target(lay, node_files(lay, built, site), built, args.python, dirs)
@@ -150,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         fanout=args.fanout,
         log=say,
-        restart_agents=args.restart_agents,
+        restart_agents=args.restart_agents and compute,
     )
     for line in fanout.fold(reports):
         print(line)
@@ -162,6 +180,12 @@ def run(args: argparse.Namespace) -> int:
         conf, source = {}, f"{slurm_conf} not found here: the lines a slurm.conf needs"
     deadline = max(cfg.hooks.prolog_deadline, cfg.hooks.epilog_deadline)
     print()
-    text = slurmconf.render(layout, conf, deadline, cfg.paths.run_dir, source)
-    print(slurmconf.with_node_exporter(text, cfg.metrics.textfile_dir))
+    # The steps name the hosts this run prepared alone (never a host without the plugin).
+    prepared = NodeSet.fromlist([r.node for r in reports if r.status != "failed"])
+    text = slurmconf.render(
+        layout, conf, deadline, cfg.paths.run_dir, source, str(prepared), args.role
+    )
+    if compute and prepared:
+        text = slurmconf.with_node_exporter(text, cfg.metrics.textfile_dir)
+    print(text)
     return 0 if all(r.status != "failed" for r in reports) else 1

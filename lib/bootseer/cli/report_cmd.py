@@ -191,7 +191,9 @@ def _job(ds: Any, job: tuple[int, int | None], args: argparse.Namespace, console
         state = slurm_knows(label)
         known = (
             f"Slurm knows job {label} ({state}), but it has no records: it ran without "
-            "--bootseer, or its prolog has not run yet."
+            "--bootseer, its prolog has not run yet, or its nodes could not write to the "
+            "store (an unmounted shared filesystem: their hook logs say why; bootseer "
+            "doctor NODESET)."
             if state
             else f"Slurm does not know job {label} (never submitted, or gone from its "
             "memory and accounting)."

@@ -48,6 +48,46 @@ def check_agent(node: Node) -> Check:
     return ok(name, f"{sock}: node {reply.node}, pid {reply.pid}")
 
 
+# What the agent logs when it starts its peer service, or does not (p2p/node.py).
+P2P_ON, P2P_OFF = "p2p: serving peers", "p2p off: "
+LOG_TAIL = 1 << 20  # the end of the agent's log read for the last start's p2p line
+
+
+@needs_config("p2p")
+def check_p2p(node: Node) -> Check:
+    """With ``[p2p]`` on, the running agent serves its peers. It decides once, at its
+    start: a site key it cannot use then (missing, readable by others) turns p2p off
+    until it restarts, even once the key is fixed; its log says so."""
+    name = "p2p"
+    assert node.cfg is not None
+    if not node.cfg.p2p.enabled:
+        return skip(name, "[p2p] enabled = false: every node reads the store itself")
+    from bootseer.nodepaths import NodePaths
+
+    log = NodePaths(node.cfg).agent_log(node.name)
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL))
+            tail = f.read().decode(errors="replace")
+    except OSError as exc:
+        return skip(name, f"{log}: {exc.strerror}: cannot tell whether the agent serves peers")
+    said = [x for x in tail.splitlines() if P2P_ON in x or P2P_OFF in x]
+    if not said:
+        return skip(name, f"{log} says nothing of p2p since its last start")
+    last = said[-1]
+    if P2P_ON in last:
+        return ok(name, f"the agent serves peers on port {node.cfg.p2p.port}")
+    why = last.split(P2P_OFF, 1)[1].strip()
+    return problem(
+        name,
+        f"the agent turned p2p off when it started ({why}): every node of a job reads "
+        "the store itself",
+        "fix the cause (see the site key check), then restart the agent: bootseer agent "
+        "--restart (on the node: once no job uses it), or bootseer install NODESET "
+        "--restart-agents",
+    )
+
+
 @needs_config("stale jobs")
 def check_stale_jobs(node: Node) -> Check:
     """No job's state left on the node (job dir, prepared image, phase spool) of a job

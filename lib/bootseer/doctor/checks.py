@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bootseer.doctor.agent import check_agent, check_metrics, check_stale_jobs
+from bootseer.doctor.agent import check_agent, check_metrics, check_p2p, check_stale_jobs
 from bootseer.doctor.files import check_config, check_site_key, check_store_secrets
 from bootseer.doctor.host import check_fuse, check_path, check_python
 from bootseer.doctor.node import CheckFn, Node
@@ -37,6 +37,7 @@ CHECKS: tuple[CheckFn, ...] = (
     check_phase_privacy,
     check_clock,
     check_site_key,
+    check_p2p,
     check_store_secrets,
     check_metrics,
     check_python,

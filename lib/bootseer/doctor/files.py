@@ -66,7 +66,7 @@ def check_site_key(node: Node) -> Check:
         st = os.lstat(path)
     except OSError as exc:
         return problem(name, f"{path}: {exc.strerror}: no p2p, nothing sealed", make)
-    if (bad := _not_root_only(name, path, st, "")) is not None:
+    if (bad := _not_root_only(name, path, st, _rotate_site_key(path, st))) is not None:
         return bad
     if os.geteuid() != 0:
         return ok(name, f"{path} (0600 root; contents need root to read)")
@@ -77,6 +77,20 @@ def check_site_key(node: Node) -> Check:
     except ConfigError as exc:
         return problem(name, str(exc), make)
     return ok(name, f"{path} (0600 root, {len(keys)} key{'s' if len(keys) > 1 else ''})")
+
+
+def _rotate_site_key(path: Path, st: os.stat_result) -> str:
+    """What a site key that others could read needs besides its mode: a new key (first
+    line, the old one kept after it for the records it sealed: docs/security.md,
+    Rotation), on every node. Nothing for one only root could read."""
+    if st.st_uid == 0 and not stat.S_IMODE(st.st_mode) & 0o044:
+        return ""
+    new = "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'"
+    return (
+        f"; then rotate it, others could read it: umask 077; ({new}; echo; cat {path}) > "
+        f"{path}.new && mv {path}.new {path}; copy it to every node and restart their "
+        "agents: bootseer install NODESET --restart-agents"
+    )
 
 
 @needs_config("store secrets")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import sys
 from pathlib import Path
 
 from bootseer.doctor.node import Node, needs_config
@@ -25,19 +26,24 @@ def check_plugstack(node: Node) -> Check:
         entries = [e for e in parse_plugstack(path) if Path(e.plugin).name == PLUGIN]
     except SlurmConfError as exc:
         return problem(name, str(exc), f"add PlugStackConfig to {node.slurm_conf}")
-    line = f"required /usr/local/lib/slurm/{PLUGIN} rundir={node.cfg.paths.run_dir}"
+    template = node.cfg.template.paths.run_dir if node.cfg.template else node.cfg.paths.run_dir
+    installed = installed_plugin()
+    line = f"required {installed or DEFAULT_PLUGIN} rundir={template}"
+    # Without an install here, the plugin comes first: a line naming a missing plugin
+    # fails every job's step (and every sbatch on a submit host).
+    first = "" if installed else f"{install_fix(node)}, then "
     if not entries:
-        return problem(name, f"{path}: no {PLUGIN} line", f"add: {line}")
+        return problem(name, f"{path}: no {PLUGIN} line", f"{first}add to {path}: {line}")
     e = entries[-1]
     where = f"{e.source}:{e.lineno}"
     if e.plugin.startswith("/") and not os.path.isfile(e.plugin):
-        return problem(name, f"{where}: {e.plugin} does not exist", "make -C spank install")
+        fix = f"{first}set {where} to: {line}; restart slurmd"
+        return problem(name, f"{where}: {e.plugin} does not exist", fix)
     from bootseer.nodename import expand
 
     rundir = os.path.normpath(expand(e.rundir, node.name))
     run_dir = os.path.normpath(node.cfg.paths.run_dir)
     if rundir != run_dir:
-        template = node.cfg.template.paths.run_dir if node.cfg.template else run_dir
         return problem(
             name,
             f"{where}: rundir={e.rundir} is not paths.run_dir {template}: "
@@ -45,6 +51,27 @@ def check_plugstack(node: Node) -> Check:
             f"set rundir={template} in {where}, or paths.run_dir in {node.config_path}",
         )
     return ok(name, f"{where}: {e.kind} {Path(e.plugin).name} rundir={e.rundir}")
+
+
+# Where ``bootseer install`` puts the plugin under its prefix (install.layout.Layout.plugin;
+# doctor and install stay independent of each other).
+PLUGIN_UNDER_PREFIX = Path("lib") / "slurm" / PLUGIN
+DEFAULT_PLUGIN = Path("/opt/bootseer") / PLUGIN_UNDER_PREFIX
+
+
+def installed_plugin(venv: Path | None = None) -> Path | None:
+    """The plugin the install this bootseer runs from put on the node (``<prefix>/venv``,
+    a link to ``<prefix>/venvs/<digest>``: ``<prefix>/lib/slurm/bootseer.so``), or None
+    (a checkout's venv, or an install without its plugin)."""
+    venv = Path(sys.prefix) if venv is None else venv
+    prefix = venv.parent.parent if venv.parent.name == "venvs" else venv.parent
+    found = prefix / PLUGIN_UNDER_PREFIX
+    return found if found.is_file() else None
+
+
+def install_fix(node: Node) -> str:
+    """The command that puts bootseer (and its plugin) on this node, as installed."""
+    return f"on the admin machine: bootseer install {node.name or 'NODESET'}"
 
 
 CONTRACT_MARK = re.compile(rb"bootseer-spank-contract=(\d+);")  # spank/bootseer.c
@@ -88,10 +115,7 @@ def check_plugin(node: Node) -> Check:
     if plugin is None:
         return skip(name, "no installed bootseer.so to look at (see plugstack)")
     contract = plugin_contract(plugin)
-    reinstall = (
-        "install bootseer and its plugin together: bootseer install NODESET "
-        "(or make -C spank install), then restart slurmd"
-    )
+    reinstall = f"{install_fix(node)} (bootseer and its plugin together), then restart slurmd"
     if contract is None:
         return problem(
             name,

@@ -37,7 +37,7 @@ def install_all(
             with connect(name) as node:
                 target = target_for(name)
                 report = install_node(node, target, dry_run=dry_run, log=log)
-                if dry_run:
+                if dry_run or not target.agent:
                     return report
                 if not restart_agents:
                     if report.agent_stale:

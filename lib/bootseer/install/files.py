@@ -19,7 +19,7 @@ from pathlib import Path
 from bootseer.config import SiteConfig
 from bootseer.errors import ConfigError
 from bootseer.install.bundle import Bundle
-from bootseer.install.layout import Layout
+from bootseer.install.layout import Layout, Role
 from bootseer.stepapi import HOOKS, Hook
 
 
@@ -170,21 +170,27 @@ def agent_unit(layout: Layout) -> bytes:
     ).encode()
 
 
-def node_files(layout: Layout, bundle: Bundle, site: SiteFiles) -> list[NodeFile]:
-    """Every file of ``layout`` (already resolved for its node) but the wheels and venv."""
+def node_files(
+    layout: Layout, bundle: Bundle, site: SiteFiles, role: Role = "compute"
+) -> list[NodeFile]:
+    """Every file of ``layout`` (already resolved for its node) but the wheels and venv
+    that a host of ``role`` gets (a client: the plugin, docs and config alone)."""
     top = bundle.top
     files = [NodeFile(layout.plugin, bundle.plugin.read_bytes(), 0o755)]
-    for hook in HOOKS:
+    compute = role == "compute"
+    for hook in HOOKS if compute else ():
         script = (top / hook / f"bootseer-{hook}").read_bytes()
         files.append(NodeFile(layout.hook_script(hook), script, 0o755))
         files.append(NodeFile(layout.hook(hook), hook_wrapper(layout, hook), 0o755))
     for doc in sorted((top / "docs").glob("*.md")):
         files.append(NodeFile(layout.docs / doc.name, doc.read_bytes(), 0o644))
-    if layout.unit is not None:
+    if layout.unit is not None and compute:
         files.append(NodeFile(layout.unit, agent_unit(layout), 0o644))
     # The config as the node reads it: a secrets file it does not name lies next to it.
     cfg = parse(site.config, layout.config)
     files.append(NodeFile(layout.config, site.config, 0o644))
+    if not compute:
+        return files  # the root-only files serve the root-run parts a client has none of
     files.append(NodeFile(cfg.site.key_file, site.site_key, 0o600))
     if site.secrets is not None:
         files.append(NodeFile(cfg.store.secrets_file, site.secrets, 0o600))

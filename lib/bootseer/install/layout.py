@@ -15,8 +15,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from bootseer.stepapi import Hook
+
+# What a host is to Slurm, and so what it gets: a compute node runs jobs (everything:
+# the hooks, the agent and its unit, the plugin, the CLI, the config with the site key
+# and store secrets); a client, a submit or login host, runs sbatch and the CLI (the
+# plugin, the CLI's venv and link, the docs and the config: no agent, no hooks, no
+# root-only files).
+Role = Literal["compute", "client"]
+ROLES: tuple[Role, ...] = ("compute", "client")
 
 
 @dataclass(frozen=True)

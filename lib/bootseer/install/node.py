@@ -7,8 +7,8 @@ nothing. The venv is built on the node from the copied wheels alone (``pip --no-
 in ``venvs/<digest of the wheels>``, marked complete last, and only then does the
 ``venv`` link switch to it (one rename): a venv cut off half way is never used, and the
 hooks and agent keep the old one until then. The node's Python must be the wheels'
-minor version (``cp311``) with ``venv``: otherwise the install stops there, clearly,
-before anything is written (never at a job's restore).
+minor version (``cp311``) with ``venv``, and a compute node needs fuse3: otherwise the
+install stops there, clearly, before anything is written (never at a job's restore).
 """
 
 from __future__ import annotations
@@ -49,6 +49,12 @@ def link(p):
         return None
 ready = link(req["venv"]) == req["want_link"] and os.path.exists(
     os.path.join(req["want"], ".complete"))
+def fuse():
+    import ctypes.util, shutil
+    return {
+        "fusermount3": bool(shutil.which("fusermount3", path="/usr/local/bin:/usr/bin:/bin")),
+        "libfuse3": bool(ctypes.util.find_library("fuse3")),
+    }
 mods = {}
 for m in ("venv", "ensurepip"):
     try:
@@ -67,6 +73,7 @@ print(json.dumps({
     "bin_link": link(req["bin"]) if req["bin"] else None,
     "systemd": os.path.isdir("/run/systemd/system"),
     "dirs": {p: os.path.isdir(p) for p in req["dirs"]},
+    "fuse": fuse() if req["fuse"] else {},
 }))
 """
 
@@ -78,7 +85,7 @@ class NodeRefused(RemoteError):
 @dataclass
 class NodeReport:
     node: str
-    status: Literal["installed", "unchanged", "would change", "failed"]
+    status: Literal["installed", "removed", "unchanged", "would change", "failed"]
     changes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
@@ -109,6 +116,8 @@ class Target:
     # Directories made if missing (root's, 0755), and left as they are: [metrics]
     # textfile_dir, which node_exporter reads.
     dirs: tuple[Path, ...] = ()
+    # A compute node runs the agent (its unit, --restart-agents); a client host does not.
+    agent: bool = True
 
 
 def install_node(
@@ -125,6 +134,7 @@ def install_node(
         "want": str(want_venv),
         "bin": str(lay.bin_dir / "bootseer") if lay.bin_dir else "",
         "dirs": [str(d) for d in target.dirs],
+        "fuse": target.agent,  # the agent serves images over FUSE; a client host has none
     }
     r = node.run([target.python, "-c", PROBE], json.dumps(request).encode(), timeout=120)
     if r.status == 127 or (r.status != 0 and "No such file" in r.err):
@@ -146,6 +156,11 @@ def install_node(
     if missing:
         raise NodeRefused(
             f"its {target.python} has no {' or '.join(missing)}: apt-get install python3-venv"
+        )
+    if lacking := missing_fuse(have["fuse"]):
+        raise NodeRefused(
+            f"no {' or '.join(lacking)} there (the agent serves images over FUSE): "
+            "apt-get install fuse3"
         )
 
     # Root runs and reads what is under these: no one else may be able to change them.
@@ -184,10 +199,11 @@ def install_node(
     changes += [f"{d}/" for d in missing]
     report = NodeReport(node.name, "unchanged")
     # The agent reads none of the prefix's files but its venv (the hooks, plugin, docs).
-    report.agent_stale = not venv_ok or any(
-        not f.path.is_relative_to(lay.prefix) and f.path != lay.unit for f in files
+    report.agent_stale = target.agent and (
+        not venv_ok
+        or any(not f.path.is_relative_to(lay.prefix) and f.path != lay.unit for f in files)
     )
-    if not have["systemd"] and lay.unit is not None:
+    if not have["systemd"] and lay.unit is not None and target.agent:
         report.notes.append("no systemd here: start the agent yourself")
     if not changes:
         return report
@@ -228,12 +244,27 @@ def install_node(
                 f"{lay.bin_dir}/bootseer",
             ]
         )
-    if lay.unit is not None and have["systemd"] and any(f.path == lay.unit for f in files):
+    if (
+        lay.unit is not None
+        and target.agent
+        and have["systemd"]
+        and any(f.path == lay.unit for f in files)
+    ):
         node.check(["systemctl", "daemon-reload"])
         node.check(["systemctl", "enable", "--now", "bootseer-agent.service"])
     _verify(node, lay)
     report.status = "installed"
     return report
+
+
+def missing_fuse(found: dict[str, bool]) -> list[str]:
+    """What of fuse3 the probe did not find on a compute node (``fusermount3``, which
+    users' mounts need, and ``libfuse3``, which the agent's pyfuse3 loads).
+
+    >>> missing_fuse({"fusermount3": True, "libfuse3": False})
+    ['libfuse3']
+    """
+    return [name for name in ("fusermount3", "libfuse3") if name in found and not found[name]]
 
 
 def _build_venv(node: Node, target: Target, venv: Path) -> None:

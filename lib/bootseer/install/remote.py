@@ -1,7 +1,8 @@
 """One SSH connection to a node (paramiko): run a command, read and write files.
 
-Host names, users, ports and identities come from an OpenSSH client config
-(``--ssh-config``, default ``~/.ssh/config``), as ``ssh`` would read them; host keys
+Host names, users, ports, identities, ``ProxyJump`` (each hop through the one before)
+and ``ProxyCommand`` come from an OpenSSH client config (``--ssh-config``, default
+``~/.ssh/config``), as ``ssh`` would read them; host keys
 must already be known (``known_hosts``, or the config's ``UserKnownHostsFile``): an
 unknown or changed key is refused, never accepted silently. Files are written to a
 temporary name beside the target, given their mode and owner, then renamed onto it,
@@ -17,12 +18,43 @@ import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
 from bootseer.errors import BootseerError, describe
 
 DEFAULT_SSH_CONFIG = Path("~/.ssh/config").expanduser()
+
+
+MAX_JUMPS = 8  # ProxyJump hops followed, jump hosts' own included
+
+
+def _hop(spec: str) -> tuple[str | None, str, int | None]:
+    """``[user@]host[:port]`` (a ProxyJump hop; ``ssh://`` URIs too) as (user, host, port).
+
+    >>> _hop("admin@gw.example:2222"), _hop("gw")
+    (('admin', 'gw.example', 2222), (None, 'gw', None))
+    """
+    spec = spec.strip().removeprefix("ssh://")
+    user, _, hostport = spec.rpartition("@")
+    host, sep, port = hostport.rpartition(":") if hostport.count(":") == 1 else ("", "", "")
+    if not sep:
+        host, port = hostport.strip("[]"), ""
+    return user or None, host, int(port) if port else None
+
+
+def _channel(via: paramiko.SSHClient, hostname: str, port: int, name: str) -> paramiko.Channel:
+    """A TCP connection to ``hostname:port`` opened by ``via``'s host (``ssh -W``)."""
+    transport = via.get_transport()
+    if transport is None:
+        raise RemoteError(f"ssh: the session to jump host {name} closed")
+    try:
+        return transport.open_channel("direct-tcpip", (hostname, port), ("127.0.0.1", 0))
+    except (paramiko.SSHException, OSError) as exc:
+        raise RemoteError(
+            f"ssh: jump host {name} could not reach {hostname}:{port}: {describe(exc)}"
+        ) from None
 
 
 class RemoteError(BootseerError):
@@ -45,29 +77,86 @@ class Node:
         path = ssh_config or DEFAULT_SSH_CONFIG
         if path.exists():
             cfg = paramiko.SSHConfig.from_path(str(path))
-        host = cfg.lookup(name)
-        self.client = paramiko.SSHClient()
-        self.client.load_system_host_keys()
+        self._cfg, self._timeout = cfg, timeout
+        # The jump hosts' sessions (ProxyJump), each carrying the next hop's connection.
+        self._jumps: list[paramiko.SSHClient] = []
+        self._depth = 0  # jump hosts' own ProxyJump followed so far (a loop ends)
+        try:
+            self.client = self._connect(name)
+            self.sftp = self.client.open_sftp()
+        except BaseException:
+            self._close_jumps()
+            raise
+
+    def _connect(
+        self, alias: str, user: str | None = None, port: int | None = None, sock: Any = None
+    ) -> paramiko.SSHClient:
+        """A session to ``alias`` as the config describes it (``user``, ``port``: a
+        ProxyJump hop's own), over ``sock`` (from the hop before), else through its
+        ProxyJump hosts or ProxyCommand if it names any."""
+        host = self._cfg.lookup(alias)
+        hostname = host.get("hostname", alias)
+        port = port or int(host.get("port", 22))
+        if sock is None:
+            sock = self._through(host, hostname, port)
+        client = paramiko.SSHClient()
+        client.load_system_host_keys()
         for known in host.get("userknownhostsfile", "").split():
             known = os.path.expanduser(known)
             if os.path.exists(known):
-                self.client.load_host_keys(known)
-        self.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+                client.load_host_keys(known)
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        via = f" (through {host['proxyjump']})" if "proxyjump" in host else ""
         try:
-            self.client.connect(
-                host.get("hostname", name),
-                port=int(host.get("port", 22)),
-                username=host.get("user", "root"),
+            client.connect(
+                hostname,
+                port=port,
+                username=user or host.get("user", "root"),
                 key_filename=[os.path.expanduser(k) for k in host.get("identityfile", [])] or None,
-                timeout=timeout,
-                banner_timeout=timeout,
-                auth_timeout=timeout,
+                timeout=self._timeout,
+                banner_timeout=self._timeout,
+                auth_timeout=self._timeout,
+                sock=sock,
             )
         except paramiko.SSHException as exc:
-            raise RemoteError(f"ssh: {describe(exc)} (is its host key in known_hosts?)") from None
+            client.close()
+            raise RemoteError(
+                f"ssh {alias}{via}: {describe(exc)} (is its host key in known_hosts?)"
+            ) from None
         except OSError as exc:
-            raise RemoteError(f"ssh: {exc.strerror or exc}") from None
-        self.sftp = self.client.open_sftp()
+            client.close()
+            raise RemoteError(f"ssh {alias}{via}: {exc.strerror or exc}") from None
+        return client
+
+    def _through(self, host: paramiko.SSHConfigDict, hostname: str, port: int) -> Any:
+        """What carries the connection to ``hostname:port``: a channel through the last
+        of ``host``'s ProxyJump hosts (each reached through the one before, as ssh does),
+        its ProxyCommand, or None (a direct TCP connection)."""
+        jumps = host.get("proxyjump", "none")
+        if jumps.lower() != "none":
+            self._depth += 1
+            if self._depth > MAX_JUMPS:
+                raise RemoteError(f"ssh: more than {MAX_JUMPS} ProxyJump hops (a loop?)")
+            hops = [_hop(h) for h in jumps.split(",")]
+            first_user, first_host, first_port = hops[0]
+            last = self._connect(first_host, first_user, first_port)
+            self._depth -= 1
+            self._jumps.append(last)
+            for user, alias, hop_port in hops[1:]:
+                entry = self._cfg.lookup(alias)
+                to = (entry.get("hostname", alias), hop_port or int(entry.get("port", 22)))
+                last = self._connect(alias, user, hop_port, sock=_channel(last, *to, alias))
+                self._jumps.append(last)
+            return _channel(last, hostname, port, jumps)
+        command = host.get("proxycommand", "none")
+        if command.lower() != "none":
+            return paramiko.ProxyCommand(command)
+        return None
+
+    def _close_jumps(self) -> None:
+        for jump in reversed(self._jumps):
+            jump.close()
+        self._jumps.clear()
 
     def __enter__(self) -> Node:
         return self
@@ -78,6 +167,7 @@ class Node:
     def close(self) -> None:
         self.sftp.close()
         self.client.close()
+        self._close_jumps()
 
     def run(self, argv: list[str], stdin: bytes = b"", timeout: float = 600) -> Result:
         """``argv`` run by the node's shell, each word quoted."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bootseer.install.layout import Layout
+from bootseer.install.layout import Layout, Role
 from bootseer.slurm.conf import TIMEOUT_MARGIN
 from bootseer.stepapi import HOOKS
 
@@ -51,18 +51,42 @@ def plugstack_line(layout: Layout, run_dir: Path) -> str:
 
 
 def render(
-    layout: Layout, conf: dict[str, str], deadline: float, run_dir: Path, source: str
+    layout: Layout,
+    conf: dict[str, str],
+    deadline: float,
+    run_dir: Path,
+    source: str,
+    hosts: str = "",
+    role: Role = "compute",
 ) -> str:
-    """The text ``bootseer install`` prints after its summary (80 columns, paths aside)."""
-    add = slurm_conf_lines(layout, conf, deadline)
-    out = [
-        "Add to slurm.conf on the controller and every node, keeping your other settings",
-        f"({source}):",
-    ]
-    out += [f"    {x}" for x in add] or ["    (nothing: it has them already)"]
-    out.append("plugstack.conf (or a file in plugstack.conf.d/), every node and submit host:")
+    """The text ``bootseer install`` prints after its summary (80 columns, paths aside).
+
+    ``hosts``: the node set this run prepared (its failed nodes left out). Every step
+    names them alone: a plugstack line on a host without the plugin fails every
+    ``sbatch`` and ``srun`` there, and slurm.conf's hooks on a node without them fail
+    its jobs' prologs (Slurm drains it)."""
+    if not hosts:
+        return "No host was prepared: nothing to add anywhere (see the failures above)."
+    out = []
+    if role == "compute":
+        add = slurm_conf_lines(layout, conf, deadline)
+        out += [
+            "Add to slurm.conf, keeping your other settings, once every compute node has",
+            f"bootseer (this run: {hosts}; every slurmd that reads it runs these hooks)",
+            f"({source}):",
+        ]
+        out += [f"    {x}" for x in add] or ["    (nothing: it has them already)"]
+    out.append(f"plugstack.conf (or a file in plugstack.conf.d/) on {hosts} alone, which have")
+    out.append("the plugin now (a plugstack.conf other hosts share: once they all have it):")
     out.append(f"    {plugstack_line(layout, run_dir)}")
-    out.append("Then restart slurmd (or scontrol reconfigure) and run: bootseer doctor NODESET")
+    if role == "compute":
+        out.append("Submit and login hosts: bootseer install --role client HOSTS, before the line")
+        out.append("reaches them.")
+        out.append(
+            f"Then restart slurmd (or scontrol reconfigure) and run: bootseer doctor {hosts}"
+        )
+    else:
+        out.append(f"No agent, hooks or slurmd there: sbatch on {hosts} reads the line at once.")
     return "\n".join(out)
 
 
@@ -73,6 +97,5 @@ def with_node_exporter(text: str, textfile_dir: Path | None) -> str:
         return text
     *head, last = text.split("\n")
     flag = f"    --collector.textfile.directory={textfile_dir}"
-    return "\n".join(
-        [*head, "node_exporter on every node (docs/admin.md lists the series):", flag, last]
-    )
+    said = "node_exporter on these nodes (docs/admin.md lists the series):"
+    return "\n".join([*head, said, flag, last])

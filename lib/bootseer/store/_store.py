@@ -105,9 +105,12 @@ class Store:
 
     def _make_dirs(self, key: str, itself: bool = False) -> str:
         """Create the directories above ``key`` (and ``key`` itself with ``itself``) that
-        do not exist, with ``key``'s directory mode; the path of the last one."""
+        do not exist, with ``key``'s directory mode; the path of the last one. The root
+        itself is never made: one gone since the store was opened is an unmounted shared
+        filesystem (:class:`StoreError`), not a store to begin on the node's own disk."""
         parts = check_key(key).split("/")
-        os.makedirs(self.root, exist_ok=True)
+        if not os.path.isdir(self.root):
+            raise StoreError(missing_root(self.uri, self.root))
         if not itself:
             parts = parts[:-1]
         dmode = self.modes(key)[1]
@@ -354,17 +357,32 @@ def _read_remote(fs: pafs.FileSystem, path: str, limit: int | None) -> bytes:
         return bytes(f.read_at(size if limit is None else min(size, limit), 0))
 
 
+def missing_root(uri: str, root: str) -> str:
+    """What a missing file:// root is, and its fix."""
+    return (
+        f"store {uri}: {root} does not exist: is its shared filesystem mounted here? "
+        f"bootseer never makes a store's root (it would be this node's own disk): mount it, "
+        f"or make it once where it is shared (mkdir -p {root})"
+    )
+
+
 def open_store(
     uri: str,
     access_key: str = "",
     secret_key: str = "",
     create: bool = True,
     public_tops: frozenset[str] = PUBLIC_TOP,
+    *,
+    make_root: bool = True,
 ) -> Store:
     """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``.
 
     ``create=False`` only looks: a file store's directory (an unmounted shared
-    filesystem) or an S3 store's bucket that is not there is a :class:`StoreError`."""
+    filesystem) or an S3 store's bucket that is not there is a :class:`StoreError`.
+    ``make_root=False``: a file store's missing directory is that error too, whatever
+    ``create`` says; the site's store is opened so (``StoreSection.open``): every
+    bootseer part on a node where ``/shared`` is not mounted would otherwise begin a
+    store of the node's own on its root disk, and doctor would pass."""
     import pyarrow.fs as pafs
 
     parts = urlsplit(uri)
@@ -399,10 +417,10 @@ def open_store(
                         raise
         elif parts.scheme in ("file", ""):
             fs, root = pafs.LocalFileSystem(), parts.path
-            if create:
+            if create and make_root:
                 fs.create_dir(root, recursive=True)
-            else:
-                _must_exist(fs, root, uri)
+            elif fs.get_file_info(root).type != pafs.FileType.Directory:
+                raise StoreError(missing_root(uri, root))
         else:
             fs, root = pafs.FileSystem.from_uri(uri)
     except (OSError, ValueError) as exc:

@@ -47,6 +47,8 @@ def config(state: Path) -> Path:
     fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, os.urandom(32).hex().encode() + b"\n")
     os.close(fd)
+    for root in ("store", "t1", "t2"):  # a store's root is the site's to make
+        (state / root).mkdir(exist_ok=True)
     path = state / "config.toml"
     path.write_text(
         f'[site]\nkey_file = "{key}"\n'

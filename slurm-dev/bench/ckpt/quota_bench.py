@@ -78,6 +78,8 @@ def write_config(state: Path, variant: str) -> Path:
         os.close(fd)
     v = VARIANTS[variant]
     targets = ", ".join(f'"file://{state}/t{i}"' for i in range(K))
+    for i in range(K):  # a store's root is the site's to make, never bootseer's
+        (state / f"t{i}").mkdir(exist_ok=True)
     cfg = state / f"config-{variant}.toml"
     cfg.write_text(
         f'[site]\nkey_file = "{key}"\n'

@@ -100,6 +100,8 @@ def write_config(state: Path) -> Path:
         os.write(fd, os.urandom(32).hex().encode() + b"\n")
         os.close(fd)
     targets = ", ".join(f'"file://{state}/t{i}"' for i in range(3))
+    for i in range(3):  # a store's root is the site's to make, never bootseer's
+        (state / f"t{i}").mkdir(exist_ok=True)
     cfg = state / "config.toml"
     cfg.write_text(
         f'[site]\nkey_file = "{key}"\n'

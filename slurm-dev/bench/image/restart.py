@@ -32,6 +32,7 @@ CMD = [sys.executable, "-c", "import sys; from bootseer.cli import main; sys.exi
 
 def config(base: Path) -> Path:
     path = base / "config.toml"
+    (base / "store").mkdir(exist_ok=True)  # a store's root is the site's to make
     path.write_text(
         f'[store]\nuri = "file://{base}/store"\n'
         f'[paths]\nrun_dir = "{base}/run"\ncache_dir = "{base}/cache"\nlog_dir = "{base}/log"\n'

@@ -23,6 +23,7 @@ TOP = Path(__file__).resolve().parents[3]
 
 def config(base: Path, metrics: bool) -> Path:
     path = base / ("on.toml" if metrics else "off.toml")
+    (base / "store").mkdir(exist_ok=True)  # a store's root is the site's to make
     text = (
         f'[store]\nuri = "file://{base}/store"\n'
         f'[paths]\nrun_dir = "{base}/run"\ncache_dir = "{base}/cache"\nlog_dir = "{base}/log"\n'

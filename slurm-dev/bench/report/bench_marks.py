@@ -83,6 +83,7 @@ def main() -> int:
         cli_script = per_process([str(script), "phase", "start", "ckpt_load"], procs, env)
 
         # The prolog's share: spool + env file + spawning the detached flush.
+        (tmp / "store").mkdir(exist_ok=True)  # a store's root is the site's to make
         cfg = SiteConfig.from_mapping(
             {
                 "store": {"uri": f"file://{tmp}/store"},
