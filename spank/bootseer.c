@@ -8,7 +8,9 @@
  * Slurm hands to the Prolog/Epilog as SPANK_BOOTSEER_*.
  *
  * Node side (slurmstepd): reads <rundir>/jobs/<jobid>/env, written by the prolog (root's,
- * 0600), while still root, and sets its BOOTSEER_* variables in the tasks' environment. lib/bootseer/nodepaths.py
+ * 0600), while still root, and sets its BOOTSEER_* variables in the tasks' environment, unsetting
+ * each other one the prolog may write (env_names): a task never keeps another node's value
+ * that srun passed on. lib/bootseer/nodepaths.py
  * names that path for Python; tests/unit/test_nodepaths.py builds expand_node() and
  * job_env_path() below and holds them to its answers. The file's first line names the
  * contract the hooks wrote it under (ENV_CONTRACT); a file this plugin cannot use (another
@@ -46,6 +48,18 @@ SPANK_PLUGIN(bootseer, 1);
  */
 #define ENV_CONTRACT 2
 #define ENV_HEADER "#bootseer-env "
+
+/*
+ * Every variable the prolog may write into the env file (nodepaths.ENV_NAMES; the hooks
+ * write no other, tests/base/test_nodepaths.py holds the two lists equal). A step's tasks
+ * get exactly their own node's: each of these the node's file does not set is unset, not
+ * left as srun or sbatch passed it from another node, or from an earlier job (a technique
+ * whose step failed on this node, a node whose prolog wrote no file).
+ */
+static const char *const env_names[] = {
+	"BOOTSEER_AGENT_SOCKET", "BOOTSEER_CKPT",  "BOOTSEER_DEPS_KEY",    "BOOTSEER_DEPS_PREFIX",
+	"BOOTSEER_IMAGE",	 "BOOTSEER_IMAGE_REF", "BOOTSEER_NOTICE", "BOOTSEER_PHASE_MARKS",
+	NULL};
 #define STR_(x) #x
 #define STR(x) STR_(x)
 __attribute__((used)) static const char plugin_contract[] =
@@ -486,11 +500,20 @@ static int read_from_prolog(spank_t sp)
 	return 0;
 }
 
-/* As the job's user: put what the prolog prepared into the tasks' environment. */
+/*
+ * As the job's user: put what the prolog prepared on this node into the tasks'
+ * environment, and nothing else of env_names: first every one of them goes, then the
+ * file's come back.
+ */
 static int import_from_prolog(spank_t sp)
 {
 	char *line = job_env, *next;
 
+	for (const char *const *name = env_names; *name; name++) {
+		spank_err_t rc = spank_unsetenv(sp, *name);
+		if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_NOEXIST)
+			slurm_error("bootseer: cannot unset %s: %s", *name, spank_strerror(rc));
+	}
 	for (; job_env_len && line < job_env + job_env_len; line = next) {
 		char *eq;
 		next = line + strcspn(line, "\n");
