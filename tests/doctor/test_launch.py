@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from bootseer.doctor import Check
 from bootseer.doctor.launch import check_step_launch
 from bootseer.install.layout import Layout
 from bootseer.install.slurmconf import slurm_conf_lines
 from tests.doctor.test_doctor import make_node
 
-DEADLINE = {"hooks": {"prolog_deadline": 120}}
+DEADLINE: dict[str, object] = {"prolog_deadline": 120}
 
 
-def check(tmp_path: Path, slurm: str):  # type: ignore[no-untyped-def]
-    return check_step_launch(make_node(tmp_path, slurm, **DEADLINE))
+def check(tmp_path: Path, slurm: str) -> Check:
+    return check_step_launch(make_node(tmp_path, slurm, hooks=DEADLINE))
 
 
 def test_defer_batch_and_a_launch_wait_past_the_deadline_are_ok(tmp_path: Path) -> None:
