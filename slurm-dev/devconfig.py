@@ -312,7 +312,10 @@ class ClusterConfig:
             f"PlugStackConfig={self.etc}/plugstack.conf",
             f"Prolog={self._hook('prolog')}",
             f"Epilog={self._hook('epilog')}",
-            "PrologFlags=Alloc",
+            # A job's steps wait for every node's prolog (bootseer.slurm.conf says how):
+            # the batch script once all are done, any other step past the prolog deadline.
+            "PrologFlags=Alloc,DeferBatch",
+            "BatchStartTimeout=130",
             "PrologEpilogTimeout=180",
             "SlurmctldTimeout=30",
             "SlurmdTimeout=300",

@@ -4,11 +4,15 @@
  * Submit side (sbatch/salloc/srun): registers --bootseer[=MODE], --bootseer-image,
  * --bootseer-deps and --bootseer-ckpt, checks each value against the syntax documented
  * in lib/bootseer/options.py (a bad value fails the submission with a message naming
- * the option), and copies the checked values into the job control environment, which
- * Slurm hands to the Prolog/Epilog as SPANK_BOOTSEER_*.
+ * the option), refuses what the site cannot serve where that can be known at submit time (a
+ * relative image path, a missing image or key= file, a checkpoint namespace on a site whose
+ * config has no [ckpt] targets), and copies the checked values into the job control
+ * environment, which Slurm hands to the Prolog/Epilog as SPANK_BOOTSEER_*.
  *
  * Node side (slurmstepd): reads <rundir>/jobs/<jobid>/env, written by the prolog (root's,
- * 0600), while still root, and sets its BOOTSEER_* variables in the tasks' environment. lib/bootseer/nodepaths.py
+ * 0600), while still root, and sets its BOOTSEER_* variables in the tasks' environment, unsetting
+ * each other one the prolog may write (env_names): a task never keeps another node's value
+ * that srun passed on. lib/bootseer/nodepaths.py
  * names that path for Python; tests/unit/test_nodepaths.py builds expand_node() and
  * job_env_path() below and holds them to its answers. The file's first line names the
  * contract the hooks wrote it under (ENV_CONTRACT); a file this plugin cannot use (another
@@ -46,6 +50,18 @@ SPANK_PLUGIN(bootseer, 1);
  */
 #define ENV_CONTRACT 2
 #define ENV_HEADER "#bootseer-env "
+
+/*
+ * Every variable the prolog may write into the env file (nodepaths.ENV_NAMES; the hooks
+ * write no other, tests/base/test_nodepaths.py holds the two lists equal). A step's tasks
+ * get exactly their own node's: each of these the node's file does not set is unset, not
+ * left as srun or sbatch passed it from another node, or from an earlier job (a technique
+ * whose step failed on this node, a node whose prolog wrote no file).
+ */
+static const char *const env_names[] = {
+	"BOOTSEER_AGENT_SOCKET", "BOOTSEER_CKPT",  "BOOTSEER_DEPS_KEY",    "BOOTSEER_DEPS_PREFIX",
+	"BOOTSEER_IMAGE",	 "BOOTSEER_IMAGE_REF", "BOOTSEER_NOTICE", "BOOTSEER_PHASE_MARKS",
+	NULL};
 #define STR_(x) #x
 #define STR(x) STR_(x)
 __attribute__((used)) static const char plugin_contract[] =
@@ -185,6 +201,136 @@ static int check_ckpt(const char *v)
 	return -1;
 }
 
+/*
+ * Submit side: what can be known before the job exists is refused here, with a message
+ * naming the option (issue 22): a relative image path (a file of that name where the job
+ * is submitted: a bare NAME is a registered image), an image or key= file that is not
+ * there, a checkpoint namespace on a site with no checkpoint storage. Only where a new job
+ * is submitted (sbatch, salloc, an srun of its own allocation): an srun inside a job
+ * re-reads the job's options on a compute node, which need not see the submit host's
+ * files. What only the prolog can know is said on the job's stderr (BOOTSEER_NOTICE).
+ */
+static int submitting(void)
+{
+	spank_context_t ctx = spank_context();
+	return ctx == S_CTX_ALLOCATOR || (ctx == S_CTX_LOCAL && getenv("SLURM_JOB_ID") == NULL);
+}
+
+/* 1 when path is missing where its directory is there to look (a share not mounted on
+ * the submit host is not the user's mistake: the prolog says it). */
+static int surely_missing(const char *path)
+{
+	char dir[PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+
+	if (stat(path, &st) == 0 || errno != ENOENT)
+		return 0;
+	if (slash == NULL)
+		return 1; /* relative to the submit directory, which is there */
+	snprintf(dir, sizeof(dir), "%.*s", (int)(slash == path ? 1 : slash - path), path);
+	return stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int image_servable(const char *v)
+{
+	struct stat st;
+	char cwd[PATH_MAX];
+
+	if (v[0] != '/') {
+		if (stat(v, &st) == 0 && !S_ISDIR(st.st_mode)) {
+			slurm_error("bootseer: --bootseer-image=%s: a file of that name is here, but "
+				    "a value without a leading / names a registered image: give the "
+				    "file's absolute path (--bootseer-image=%s/%s)",
+				    v, getcwd(cwd, sizeof(cwd)) ? cwd : ".", v);
+			return -1;
+		}
+		return 0;
+	}
+	if (surely_missing(v)) {
+		slurm_error("bootseer: --bootseer-image=%s: no such file", v);
+		return -1;
+	}
+	return 0;
+}
+
+static int deps_servable(const char *v)
+{
+	const char *item = strchr(v, ',');
+	char key[MAX_PATH_LEN + 1];
+
+	while (item != NULL) {
+		const char *end = strchr(item + 1, ',');
+		size_t n = end ? (size_t)(end - item - 1) : strlen(item + 1);
+		if (n > 4 && n - 4 <= MAX_PATH_LEN && !strncmp(item + 1, "key=", 4)) {
+			snprintf(key, sizeof(key), "%.*s", (int)(n - 4), item + 5);
+			if (surely_missing(key)) {
+				slurm_error("bootseer: --bootseer-deps=%s: key file %s: no such file%s", v,
+					    key, key[0] == '/' ? "" : " (relative to the submit directory)");
+				return -1;
+			}
+		}
+		item = end;
+	}
+	return 0;
+}
+
+/*
+ * Whether the site config (what $BOOTSEER_CONFIG names, else /etc/bootseer/config.toml,
+ * as bootseer.config reads it) gives [ckpt] targets: 1 yes, 0 no, -1 cannot tell (no
+ * file, a form this small reader does not follow). Only a sure 0 refuses a job.
+ */
+static int site_ckpt_targets(const char *path)
+{
+	char line[4096];
+	int in_ckpt = 0, open_list = 0, answer = -2;
+	FILE *f = fopen(path, "re");
+
+	if (f == NULL)
+		return -1;
+	while (answer == -2 && fgets(line, sizeof(line), f)) {
+		char *p = line + strspn(line, " \t");
+		if (open_list) { /* targets = [ on a line of its own: its first item, or ] */
+			if (*p == '\0' || *p == '\n' || *p == '#')
+				continue;
+			answer = *p != ']';
+		} else if (*p == '[') {
+			in_ckpt = !strncmp(p, "[ckpt]", 6);
+		} else if (!strncmp(p, "ckpt.targets", 12) || !strncmp(p, "ckpt =", 6) ||
+			   !strncmp(p, "ckpt=", 5)) {
+			answer = -1; /* a dotted key or an inline table: not followed here */
+		} else if (in_ckpt && !strncmp(p, "targets", 7)) {
+			p += 7 + strspn(p + 7, " \t");
+			if (*p != '=')
+				continue;
+			p += 1 + strspn(p + 1, " \t");
+			if (*p != '[') {
+				answer = -1;
+				break;
+			}
+			p += 1 + strspn(p + 1, " \t");
+			if (*p == '\0' || *p == '\n' || *p == '#')
+				open_list = 1;
+			else
+				answer = *p != ']';
+		}
+	}
+	fclose(f);
+	return answer == -2 ? (open_list ? -1 : 0) : answer;
+}
+
+static int ckpt_servable(const char *v)
+{
+	const char *path = getenv("BOOTSEER_CONFIG");
+	if (path == NULL || *path == '\0')
+		path = "/etc/bootseer/config.toml";
+	if (site_ckpt_targets(path) != 0)
+		return 0;
+	slurm_error("bootseer: --bootseer-ckpt=%s: this site has no checkpoint storage ([ckpt] "
+		    "targets is empty in %s): submit without --bootseer-ckpt", v, path);
+	return -1;
+}
+
 static int keep(char **slot, const char *v, int (*check)(const char *))
 {
 	if (check(v ? v : "") < 0)
@@ -286,6 +432,10 @@ static int export_to_hooks(spank_t sp)
 		opt_mode = strdup("on");
 	if (!strcmp(opt_mode, "off"))
 		return 0;
+	if (submitting() && ((opt_image && image_servable(opt_image) < 0) ||
+			     (opt_deps && deps_servable(opt_deps) < 0) ||
+			     (opt_ckpt && ckpt_servable(opt_ckpt) < 0)))
+		return -1;
 	spank_job_control_setenv(sp, "BOOTSEER_MODE", opt_mode, 1);
 	if (opt_image)
 		spank_job_control_setenv(sp, "BOOTSEER_IMAGE", opt_image, 1);
@@ -486,11 +636,20 @@ static int read_from_prolog(spank_t sp)
 	return 0;
 }
 
-/* As the job's user: put what the prolog prepared into the tasks' environment. */
+/*
+ * As the job's user: put what the prolog prepared on this node into the tasks'
+ * environment, and nothing else of env_names: first every one of them goes, then the
+ * file's come back.
+ */
 static int import_from_prolog(spank_t sp)
 {
 	char *line = job_env, *next;
 
+	for (const char *const *name = env_names; *name; name++) {
+		spank_err_t rc = spank_unsetenv(sp, *name);
+		if (rc != ESPANK_SUCCESS && rc != ESPANK_ENV_NOEXIST)
+			slurm_error("bootseer: cannot unset %s: %s", *name, spank_strerror(rc));
+	}
 	for (; job_env_len && line < job_env + job_env_len; line = next) {
 		char *eq;
 		next = line + strcspn(line, "\n");

@@ -1,7 +1,9 @@
 """A job's state on one node: ``<run_dir>/jobs/<job_id>/`` (:mod:`bootseer.nodepaths`).
 
 - ``env``: ``NAME=VALUE`` lines the SPANK plugin puts into the job's tasks
-  (``BOOTSEER_IMAGE``, ``BOOTSEER_CKPT``, ...). Written whole by the prolog or not at all,
+  (``BOOTSEER_IMAGE``, ``BOOTSEER_CKPT``, ...: names of
+  :data:`bootseer.nodepaths.ENV_NAMES` only, each of which the plugin unsets where the
+  node's file does not set it). Written whole by the prolog or not at all,
   root's alone (0600): it names the job's image, checkpoint and prefix, which are no other
   user's business; the plugin reads it in slurmstepd before it drops to the job's user.
   Its first line, ``#bootseer-env 2``, names the contract it is written under
@@ -71,6 +73,8 @@ class JobDir:
         for name, value in sorted(env.items()):
             if not _ENV_NAME.fullmatch(name) or "\n" in value or "\0" in value:
                 raise ValueError(f"refusing to export {name}={value!r} to the job")
+            if name not in nodepaths.ENV_NAMES:  # the plugin would not unset it elsewhere
+                raise ValueError(f"{name} is not in nodepaths.ENV_NAMES (nor the plugin's)")
             lines.append(f"{name}={value}\n")
         self._write_atomic(nodepaths.JOB_ENV, "".join(lines), mode=0o600)
 

@@ -55,6 +55,19 @@ JOB_ENV = "env"  # spank/bootseer.c: JOB_ENV_FORMAT
 # two must change together. 1: the file 0644, read as the job's user (no header line).
 ENV_CONTRACT = 2
 ENV_HEADER = "#bootseer-env"
+# Every variable the prolog may write into the env file, and so every one the plugin
+# unsets where the node's file does not set it (spank/bootseer.c: env_names): a task gets
+# its own node's, never one srun passed on from the node that ran the batch script.
+ENV_NAMES = (
+    "BOOTSEER_AGENT_SOCKET",
+    "BOOTSEER_CKPT",
+    "BOOTSEER_DEPS_KEY",
+    "BOOTSEER_DEPS_PREFIX",
+    "BOOTSEER_IMAGE",
+    "BOOTSEER_IMAGE_REF",
+    "BOOTSEER_NOTICE",
+    "BOOTSEER_PHASE_MARKS",
+)
 SPOOLS = "phases"
 DEPS_STATE = "prolog.json"
 

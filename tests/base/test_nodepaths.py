@@ -20,11 +20,15 @@ SPANK = Path(__file__).resolve().parents[2] / "spank"
 HARNESS = r"""
 #include "bootseer.c"
 
-/* host | env RUN_DIR NODE JOB_ID | contract | parse FILE */
+/* host | env RUN_DIR NODE JOB_ID | contract | names | parse FILE */
 int main(int argc, char **argv)
 {
     char out[PATH_MAX + 64];
-    if (argc == 2 && !strcmp(argv[1], "contract")) {
+    if (argc == 2 && !strcmp(argv[1], "names")) {
+        for (const char *const *name = env_names; *name; name++)
+            puts(*name);
+        return 0;
+    } else if (argc == 2 && !strcmp(argv[1], "contract")) {
         printf("%s%d\n%s\n", ENV_HEADER, ENV_CONTRACT, plugin_contract);
         return 0;
     } else if (argc == 3 && !strcmp(argv[1], "parse")) {
@@ -171,3 +175,15 @@ def test_defaults_are_the_documented_ones() -> None:
     assert p.agent_socket == Path("/run/bootseer/agent.sock")
     assert p.image_mounts == Path("/run/bootseer/images")
     assert p.image_cache == Path("/var/cache/bootseer/image")
+
+
+def test_plugin_unsets_every_name_the_prolog_may_write(plugin_paths: Path, tmp_path: Path) -> None:
+    """The plugin clears each of them where the node's env file does not set it (a task
+    gets its own node's, not what srun passed on); the hooks write no other name."""
+    out = subprocess.run(
+        [str(plugin_paths), "names"], check=True, capture_output=True, text=True
+    ).stdout.splitlines()
+    assert tuple(out) == nodepaths.ENV_NAMES
+    job = JobDir(tmp_path, 7).create()
+    with pytest.raises(ValueError, match="BOOTSEER_NEW is not in nodepaths"):
+        job.write_env({"BOOTSEER_IMAGE": "/x", "BOOTSEER_NEW": "1"})

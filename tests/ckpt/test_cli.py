@@ -101,3 +101,17 @@ def test_roots_get_into_a_shared_directory_writes_through_no_planted_link(
     assert victim.read_text() == "root:secret\n"
     assert planted.is_symlink()
     assert sorted(p.name for p in shared.iterdir()) == ["model.pt", "model.pt.part"]
+
+
+def test_a_site_without_checkpoint_targets_shows_no_quota(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ckpt usage`` showed a 16 TiB quota on a site with no checkpoint storage."""
+    path = tmp_path / "config.toml"
+    path.write_text(f'[paths]\ncache_dir = "{tmp_path}/cache"\n')
+    monkeypatch.setenv("BOOTSEER_CONFIG", str(path))
+    for action in (["usage"], ["ls", "run"]):
+        assert main(["ckpt", *action]) == 1
+        out = capsys.readouterr()
+        assert "TiB" not in out.out + out.err
+        assert f"no checkpoint storage ([ckpt] targets is empty in {path})" in out.err

@@ -36,7 +36,7 @@ def test_doctor_is_clean_on_a_slurm_dev_node(cluster: DevSlurm) -> None:
     r = doctor(cluster)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == 18
+    assert len(lines) == 19
     assert all(ln.startswith(("ok ", "skip ")) and len(ln) <= 80 for ln in lines), r.stdout
     by_name = checks(cluster)
     for name in (
@@ -44,6 +44,7 @@ def test_doctor_is_clean_on_a_slurm_dev_node(cluster: DevSlurm) -> None:
         "plugin",
         "prolog",
         "timeout",
+        "launch",
         "agent",
         "store",
         "store exposure",
@@ -56,6 +57,7 @@ def test_doctor_is_clean_on_a_slurm_dev_node(cluster: DevSlurm) -> None:
     ):
         assert by_name[name]["status"] == "ok", by_name[name]
     assert "node n1" in by_name["agent"]["detail"]
+    assert "wait 160s" in by_name["launch"]["detail"]  # MessageTimeout=30 + BatchStartTimeout=130
 
 
 def test_doctor_names_a_run_dir_the_plugin_does_not_use(cluster: DevSlurm) -> None:

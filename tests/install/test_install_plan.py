@@ -18,9 +18,10 @@ LAYOUT = Layout()
 
 def test_prolog_flags_keep_the_sites_own() -> None:
     lines = slurm_conf_lines(LAYOUT, {"prologflags": "Contain,X11"}, 90)
-    assert "PrologFlags=Contain,X11,Alloc" in lines
-    assert slurm_conf_lines(LAYOUT, {}, 90)[2] == "PrologFlags=Alloc"
-    assert not [x for x in slurm_conf_lines(LAYOUT, {"prologflags": "alloc"}, 90) if "Flags" in x]
+    assert "PrologFlags=Contain,X11,Alloc,DeferBatch" in lines
+    assert slurm_conf_lines(LAYOUT, {}, 90)[2] == "PrologFlags=Alloc,DeferBatch"
+    have = {"prologflags": "alloc,deferbatch"}
+    assert not [x for x in slurm_conf_lines(LAYOUT, have, 90) if "Flags" in x]
 
 
 def test_a_sites_own_prolog_stays_in_the_list() -> None:

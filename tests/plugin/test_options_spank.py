@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -17,12 +18,17 @@ CASES = [(kind, v, True) for kind, vs in GOOD.items() for v in vs] + [
 
 
 @pytest.mark.parametrize(("kind", "value", "good"), CASES)
-def test_plugin_and_library_agree(cluster: DevSlurm, kind: str, value: str, good: bool) -> None:
+def test_plugin_and_library_agree(
+    cluster: DevSlurm, base: Path, kind: str, value: str, good: bool
+) -> None:
     option = f"--bootseer-{kind}={value}"
+    # The syntax alone: a relative key= file is there (a missing one is refused too,
+    # tests/plugin/test_submit_refusals_slurm.py).
+    (base / "req.txt").write_text("numpy\n")
     r = subprocess.run(
         [*cluster.as_user("bob"), "sbatch", "--test-only", "-N1", option, "--wrap", "true"],
         env=cluster.user_env("bob"),
-        cwd="/tmp",
+        cwd=base,
         capture_output=True,
         text=True,
     )

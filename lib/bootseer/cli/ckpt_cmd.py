@@ -129,6 +129,14 @@ def _run(args: argparse.Namespace) -> int:
     if action == "gc":
         return _gc(args)
     cfg = load_config()
+    if not cfg.ckpt.targets:  # no quota to show, nothing stored: the site has no storage
+        where = f" in {cfg.source}" if cfg.source else ""
+        print(
+            f"bootseer ckpt: this site has no checkpoint storage ([ckpt] targets is empty"
+            f"{where}): nothing is stored, there is no quota, --bootseer-ckpt is refused",
+            file=sys.stderr,
+        )
+        return 1
     if os.geteuid() != 0:
         cfg = cfg.for_node(node_name())  # where this node's agent listens
     door = access(cfg, args.user)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from bootseer.doctor.agent import check_agent, check_metrics, check_p2p, check_stale_jobs
 from bootseer.doctor.files import check_config, check_site_key, check_store_secrets
 from bootseer.doctor.host import check_fuse, check_path, check_python
+from bootseer.doctor.launch import check_step_launch
 from bootseer.doctor.node import CheckFn, Node
 from bootseer.doctor.result import Check, problem
 from bootseer.doctor.slurmd import check_hooks, check_plugin, check_plugstack, check_timeout
@@ -29,6 +30,7 @@ CHECKS: tuple[CheckFn, ...] = (
     check_plugin,
     check_hooks,
     check_timeout,
+    check_step_launch,
     check_agent,
     check_stale_jobs,
     check_fuse,

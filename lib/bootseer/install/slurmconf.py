@@ -2,14 +2,16 @@
 
 A site's slurm.conf is never rewritten: ``bootseer install`` prints lines that read as
 additions to what is there. ``PrologFlags`` keeps the site's flags (``Contain`` stays,
-``Alloc`` joins); ``PrologEpilogTimeout`` is raised only when it leaves the hooks'
-deadlines no room; a ``Prolog=`` of the site's own is kept and bootseer's hook joins
-it in a list.
+``Alloc`` and ``DeferBatch`` join, ``NoHold`` goes: a job's steps wait for every node's
+prolog, :mod:`bootseer.slurm.conf`); ``PrologEpilogTimeout`` is raised only when it
+leaves the hooks' deadlines no room, ``BatchStartTimeout`` when srun would give up on a
+node whose prolog still runs inside its deadline; a ``Prolog=`` of the site's own is
+kept and bootseer's hook joins it in a list.
 
     >>> conf = {"prologflags": "Contain", "prologepilogtimeout": "300"}
     >>> lines = slurm_conf_lines(Layout(), conf, 90)
-    >>> [x for x in lines if x.startswith("PrologFlags")]
-    ['PrologFlags=Contain,Alloc']
+    >>> [x for x in lines if x.startswith(("PrologFlags", "BatchStart"))]
+    ['PrologFlags=Contain,Alloc,DeferBatch', 'BatchStartTimeout=100']
     >>> [x for x in lines if x.startswith("PrologEpilog")]
     []
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bootseer.install.layout import Layout, Role
-from bootseer.slurm.conf import TIMEOUT_MARGIN
+from bootseer.slurm.conf import MESSAGE_TIMEOUT, TIMEOUT_MARGIN, SlurmConfError, launch_wait
 from bootseer.stepapi import HOOKS
 
 
@@ -33,8 +35,17 @@ def slurm_conf_lines(layout: Layout, conf: dict[str, str], deadline: float) -> l
         if ours not in have:
             lines.append(f"{hook.capitalize()}={','.join([*have, ours])}")
     flags = [f.strip() for f in conf.get("prologflags", "").split(",") if f.strip()]
-    if "alloc" not in {f.lower() for f in flags}:
-        lines.append(f"PrologFlags={','.join([*flags, 'Alloc'])}")
+    want = [f for f in flags if f.lower() != "nohold"]  # NoHold: no step waits for prologs
+    want += [f for f in ("Alloc", "DeferBatch") if f.lower() not in {x.lower() for x in flags}]
+    if want != flags:
+        lines.append(f"PrologFlags={','.join(want)}")
+    try:  # a step launched while a node's prolog runs waits this long for it
+        wait = launch_wait(conf)
+        message = launch_wait({**conf, "batchstarttimeout": "0"})
+    except SlurmConfError:
+        wait, message = 0.0, MESSAGE_TIMEOUT
+    if wait < deadline + TIMEOUT_MARGIN:
+        lines.append(f"BatchStartTimeout={deadline + 2 * TIMEOUT_MARGIN - message:.0f}")
     need = deadline + 2 * TIMEOUT_MARGIN
     try:
         timeout = float(conf.get("prologepilogtimeout", "0") or 0)

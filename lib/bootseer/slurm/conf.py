@@ -12,8 +12,28 @@ running Slurm's ``Key = value`` lines, keys as Slurm spells them::
     {'PrologFlags': 'Alloc'}
 
 What bootseer's hooks need of slurm.conf is here too, for ``bootseer doctor`` to check
-and ``bootseer install`` to ask for: a Prolog run at allocation (:func:`has_alloc`), and
-a ``PrologEpilogTimeout`` past their deadlines by :data:`TIMEOUT_MARGIN`.
+and ``bootseer install`` to ask for: a Prolog run at allocation (:func:`has_alloc`), a
+``PrologEpilogTimeout`` past their deadlines by :data:`TIMEOUT_MARGIN`, and steps that
+wait for every node's prolog (:func:`defers_batch`, :func:`launch_wait`)::
+
+    >>> defers_batch("Alloc,DeferBatch"), defers_batch("Contain,DeferBatch,NoHold")
+    (True, False)
+    >>> launch_wait({"messagetimeout": "30"}), launch_wait({})
+    (40.0, 20.0)
+
+How Slurm 22.05 holds a job's steps while a node's prolog runs (``PrologFlags=Alloc``):
+slurmd answers a step's task launch only once the job's prolog there has ended
+(``_rpc_launch_tasks`` -> ``_wait_for_job_running_prolog``), and srun waits for that
+answer ``MessageTimeout + BatchStartTimeout`` seconds (``_launch_tasks``), then gives up
+on the node ("Task launch for StepId=... failed on node n2: Socket timed out"): the
+step runs without that node's tasks. A batch script starts once its own node's prolog
+is done, so its first ``srun`` meets the others' still running. ``DeferBatch`` makes
+slurmctld send the batch launch only when every node has said its prolog completed
+(``prolog_complete``, the bits of ``node_bitmap_pr``; ``_batch_launch_defer``), and
+``NoHold`` undoes it (no node waits to be heard from). salloc waits too (its
+``_wait_nodes_ready`` polls until no node's prolog runs, up to 300 s); a step launched
+while a prolog still runs (srun making its own allocation) waits
+:func:`launch_wait`, which must outlast the prolog's deadline.
 """
 
 from __future__ import annotations
@@ -74,6 +94,40 @@ def parse_slurm_conf(text: str, base: Path | None = None, depth: int = 0) -> dic
 def has_alloc(flags: str) -> bool:
     """Whether ``PrologFlags`` runs the Prolog at allocation (``Contain`` implies ``Alloc``)."""
     return bool({f.strip().lower() for f in flags.split(",")} & {"alloc", "contain", "runinjob"})
+
+
+def prolog_flags(flags: str) -> set[str]:
+    """``PrologFlags``' flags, lower-cased (Slurm reads them case-insensitively)."""
+    return {f.strip().lower() for f in flags.split(",") if f.strip()}
+
+
+def defers_batch(flags: str) -> bool:
+    """Whether a batch script waits for every node's prolog: ``DeferBatch`` without
+    ``NoHold`` (with which slurmctld hears from no node's prolog)."""
+    have = prolog_flags(flags)
+    return "deferbatch" in have and "nohold" not in have
+
+
+# Slurm 22.05's defaults (src/common/read_config.h), where slurm.conf sets none.
+MESSAGE_TIMEOUT = 10.0
+BATCH_START_TIMEOUT = 10.0
+
+
+def launch_wait(conf: dict[str, str]) -> float:
+    """How long srun waits for a node to start a step's tasks while the job's prolog
+    still runs there: ``MessageTimeout + BatchStartTimeout`` (raises
+    :class:`SlurmConfError` for a value that is not a number)."""
+    total = 0.0
+    for name, default in (
+        ("MessageTimeout", MESSAGE_TIMEOUT),
+        ("BatchStartTimeout", BATCH_START_TIMEOUT),
+    ):
+        value = conf.get(name.lower(), "")
+        try:
+            total += float(value) if value else default
+        except ValueError:
+            raise SlurmConfError(f"slurm.conf: {name}={value} is not a number") from None
+    return total
 
 
 def parse_show_config(text: str) -> dict[str, str]:
