@@ -173,8 +173,10 @@ def test_rename_of_a_directory_is_one_atomic_change(
     with job_ns.open("checkpoint-1/model.pt", "wb") as f:
         f.write(b"step 1")
     proc = subprocess.Popen(
-        ["setpriv", f"--reuid={JOB_UID}", f"--regid={JOB_UID}", "--clear-groups"]
-        + [PY, "-c", SAVE_AND_RENAME, str(mp), str(n)],
+        [
+            *("setpriv", f"--reuid={JOB_UID}", f"--regid={JOB_UID}", "--clear-groups"),
+            *(PY, "-c", SAVE_AND_RENAME, str(mp), str(n)),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

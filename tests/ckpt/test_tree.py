@@ -99,7 +99,7 @@ def test_tree_resolution() -> None:
 
 
 def test_unsealed_table_is_refused_by_a_keyed_reader(targets: list[str], tmp_path: Path) -> None:
-    from tests.ckpt.conftest import KEYS
+    from tests.sitekeys import KEYS
 
     user = Namespace([open_store(u) for u in targets], "ada/test", unit_size=UNIT)
     _put(user, "tmp/a", b"1")
