@@ -107,3 +107,34 @@ def test_unsealed_table_is_refused_by_a_keyed_reader(targets: list[str], tmp_pat
     root = Namespace([open_store(u) for u in targets], "ada/test", unit_size=UNIT, keys=KEYS)
     with pytest.raises(CkptIOError, match="rename table"):
         root.listdir()
+
+
+def test_a_file_or_link_made_where_a_directory_was_renamed_away(ns: Namespace) -> None:
+    _put(ns, "tmp/a", b"1")
+    ns.rename_dir("tmp", "ckpt")
+    _put(ns, "tmp", b"a file now")  # its old place is ckpt's: a fresh one
+    assert _read(ns, "tmp") == b"a file now" and _read(ns, "ckpt/a") == b"1"
+    assert [(e.name, e.is_dir) for e in ns.listdir()] == [("ckpt", True), ("tmp", False)]
+    ns.rename("tmp", "tmp2")
+    assert [e.name for e in ns.listdir()] == ["ckpt", "tmp2"]
+    ns.symlink("tmp", "ckpt")
+    assert [(e.name, e.is_dir) for e in ns.listdir()] == [
+        ("ckpt", True),
+        ("tmp", False),
+        ("tmp2", False),
+    ]
+    ns.remove("tmp")
+    ns.remove("tmp2")
+    assert [e.name for e in ns.listdir()] == ["ckpt"]
+    ns.remove("ckpt/a")
+    ns.rmdir("ckpt")
+    assert ns.listdir() == [] and ns.tree(fresh=True).dirs == {}
+
+
+def test_verify_checks_files_and_passes_over_links(ns: Namespace) -> None:
+    from bootseer.ckpt.actions import verify
+
+    _put(ns, "ckpt-1/a", b"x" * (2 * UNIT))
+    ns.symlink("latest", "ckpt-1")
+    reply = verify(ns, "")
+    assert reply.problems == [] and reply.files == 2 and reply.bytes == 2 * UNIT

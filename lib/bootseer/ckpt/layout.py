@@ -28,7 +28,7 @@ from bootseer import sitekey
 from bootseer.ckpt.errors import CkptError, CkptIOError
 from bootseer.ckpt.manifest import MAX_MANIFEST_BYTES, Manifest, Symlink, parse_node
 from bootseer.ckpt.names import check_path
-from bootseer.ckpt.tree import MAX_TREE_BYTES, TREE_KEY, Tree, parse_tree
+from bootseer.ckpt.tree import MAX_TREE_BYTES, TREE_KEY, Tree, fresh_place, parse_tree
 from bootseer.errors import ManifestError, StoreError
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store, check_key
@@ -157,6 +157,45 @@ class Layout:
         except SealError as exc:
             raise CkptIOError(f"{self.name}: its rename table: {exc}") from None
 
+    def claim(self, path: str) -> str:
+        """The key for a new file, link or directory at ``path``: a name renamed away
+        (gone in the table) gets its old place again when that is empty, else a fresh
+        one; ENOENT when a directory above it is gone."""
+        try:
+            return self.manifest_key(path)
+        except FileNotFoundError:
+            pass
+        tree = self.tree(fresh=True)
+        if path in tree.dirs and tree.dirs[path] is None:
+            old = tree.plain(path)
+            if old is not None and self._place_used(old):
+                self.commit_tree(tree.with_entry(path, fresh_place()))
+            else:
+                self.commit_tree(tree.without(path))
+        return self.manifest_key(path)
+
+    def release(self, path: str) -> None:
+        """After ``path`` was removed or renamed: drop its table entry, or mark the name
+        gone while its plain place holds another's files."""
+        if path not in self.tree().dirs:  # most removals: no entry, no request
+            return
+        tree = self.tree(fresh=True)
+        freed = tree.dirs.get(path)
+        if freed is None:
+            return
+        plain = tree.plain(path)
+        gone = plain is not None and self._place_used(plain)
+        tree = tree.with_entry(path, None) if gone else tree.without(path)
+        # The name renamed away from the place just freed may have it back: forget it.
+        for name in [n for n, p in tree.dirs.items() if p is None and tree.plain(n) == freed]:
+            if not self._place_used(freed):
+                tree = tree.without(name)
+        self.commit_tree(tree)
+
+    def _place_used(self, place: str) -> bool:
+        key = f"{self.name}/{place}"
+        return self.meta.info(key) is not None or self._is_dir(key)
+
     def commit_tree(self, tree: Tree) -> None:
         """Make ``tree`` the rename table: one object written, the whole change at once."""
         key = self.tree_key
@@ -223,13 +262,13 @@ class Layout:
 
     def commit(self, path: str, manifest: Manifest) -> None:
         """Make ``manifest`` the file's current version (atomic), sealed with ``keys``."""
-        key = self.manifest_key(path)
+        key = self.claim(path)
         body = sitekey.seal_with(self.keys, sitekey.CKPT_MANIFEST, key, manifest.to_json())
         self.meta.write_bytes(key, body)
 
     def commit_link(self, path: str, link: Symlink) -> None:
         """Make ``path`` the symlink ``link`` (atomic, sealed like a manifest)."""
-        key = self.manifest_key(path)
+        key = self.claim(path)
         body = sitekey.seal_with(self.keys, sitekey.CKPT_MANIFEST, key, link.to_json())
         self.meta.write_bytes(key, body)
 

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Literal, overload
 from bootseer.ckpt.layout import Layout
 from bootseer.ckpt.manifest import Manifest, Symlink, unit_checksum
 from bootseer.ckpt.names import check_link, check_path
-from bootseer.ckpt.tree import fresh_place
 from bootseer.errors import StoreError, describe
 from bootseer.store import TMP_PREFIX
 
@@ -88,7 +87,12 @@ class Namespace(Layout):
         dirs = [Entry(d, True) for d in self.meta.list_dirs(key) if not d.startswith(TMP_PREFIX)]
         files = [Entry(obj.key.rsplit("/", 1)[-1], False) for obj in self.meta.list(key)]
         found = [e for e in dirs + files if tree.shows(path, e.name)]
-        found += [Entry(d, True) for d in tree.extra_dirs(path)]
+        for name in tree.extra_dirs(path):  # kept elsewhere: a directory, or a file made again
+            sub = f"{path}/{name}" if path else name
+            if self.node(sub) is not None:
+                found.append(Entry(name, False))
+            elif self.is_dir(sub):
+                found.append(Entry(name, True))
         return sorted(found, key=lambda e: e.name)
 
     def walk(self, path: str = "") -> Iterator[str]:
@@ -103,30 +107,13 @@ class Namespace(Layout):
     def mkdir(self, path: str) -> None:
         """Make ``path`` a directory; a name renamed away before is made where nothing
         else is (its old place, when that is empty now, else a fresh one)."""
-        check_path(path)
-        tree = self.tree(fresh=True)
-        if path in tree.dirs and tree.dirs[path] is None:
-            old = tree.plain(path)
-            if old is not None and self._place_used(old):
-                tree = tree.with_entry(path, fresh_place())
-            else:
-                tree = tree.without(path)
-            self.commit_tree(tree)
-        self.meta.make_dir(self.manifest_key(path))
-
-    def _place_used(self, place: str) -> bool:
-        key = f"{self.name}/{place}"
-        return self.meta.info(key) is not None or self._is_dir(key)
+        self.meta.make_dir(self.claim(check_path(path)))
 
     def rmdir(self, path: str) -> None:
         if self.listdir(path):
             raise OSError(errno.ENOTEMPTY, f"{self.name}:{path}: directory not empty")
         self.meta.remove_dir(self.manifest_key(path))
-        tree = self.tree(fresh=True)
-        if path in tree.dirs:  # a renamed or remade directory: forget where it was
-            plain = tree.plain(path)
-            gone = plain is not None and self._place_used(plain)
-            self.commit_tree(tree.with_entry(path, None) if gone else tree.without(path))
+        self.release(path)  # a renamed or remade directory: forget where it was
 
     def rename_dir(self, src: str, dst: str, replace: bool = True) -> None:
         """Rename the directory ``src`` to ``dst`` (absent, or an empty directory when
@@ -159,6 +146,7 @@ class Namespace(Layout):
         if m is None:
             raise FileNotFoundError(errno.ENOENT, f"no checkpoint file {self.name}:{path}")
         self.meta.delete(self.manifest_key(path))
+        self.release(path)
         if isinstance(m, Manifest):
             self.delete_units(m)
         return m
@@ -175,6 +163,7 @@ class Namespace(Layout):
         else:
             self.commit_link(dst, m)
         self.meta.delete(self.manifest_key(src))
+        self.release(src)
         if old is not None and (not isinstance(m, Manifest) or old.version != m.version):
             self.delete_units(old)
 

@@ -96,7 +96,9 @@ class Tree:
         return self.resolve(child) == self.plain(child)
 
     def extra_dirs(self, parent: str) -> list[str]:
-        """Directories in ``parent`` that live elsewhere (renamed into it)."""
+        """Names in ``parent`` kept elsewhere: directories renamed into it, and names
+        renamed away then made again (a directory, a file or a link) while their old
+        place holds another's files."""
         out = []
         for path, place in self.dirs.items():
             if place is not None and _parent(path) == parent and place != self.plain(path):
