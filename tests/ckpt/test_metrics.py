@@ -90,7 +90,7 @@ def test_a_mount_daemon_counts_what_it_moved_and_node_exporter_reads_it(
         "(mp / 'm.pt').write_bytes(b'm' * 5000)\n"
         "assert (mp / 'm.pt').read_bytes() == b'm' * 5000\n"
         "try:\n"
-        "    os.symlink('m.pt', mp / 'link')\n"
+        "    os.symlink('/etc/passwd', mp / 'link')  # absolute: EPERM\n"
         "except PermissionError:\n"
         "    pass\n"
         "else:\n"

@@ -89,3 +89,37 @@ def test_out_of_order_writes_on_s3_targets(ns: Namespace, tmp_path: Path) -> Non
         named |= {f"{mm.version}/{n}" for n, _ in mm.units}
     assert _objects(ns) == named  # nothing replaced is left on the targets
     assert stage.used == 0
+
+
+def test_directory_rename_symlink_and_append_on_s3_targets(ns: Namespace) -> None:
+    """Issue 23 on S3: a directory rename is one PUT of the rename table; the old name
+    made again is empty; a link is an object of its own; an append copies the units."""
+    for i in range(20):
+        with ns.open(f"tmp/sub/f{i}", "wb") as f:
+            f.write(b"x%d" % i)
+    ns.rename_dir("tmp", "ckpt-1")
+    assert [e.name for e in ns.listdir()] == ["ckpt-1"]
+    assert sorted(ns.walk()) == sorted(f"ckpt-1/sub/f{i}" for i in range(20))
+    ns.mkdir("tmp")
+    assert ns.listdir("tmp") == [] and ns.is_dir("tmp")
+    with ns.open("tmp/f", "wb") as f:
+        f.write(b"two")
+    ns.mkdir("ckpt-2")
+    ns.rename_dir("tmp", "ckpt-2")  # onto an empty directory
+    assert [e.name for e in ns.listdir()] == ["ckpt-1", "ckpt-2"]
+    ns.symlink("latest", "ckpt-2")
+    assert ns.node("latest") is not None and ns.manifest("latest") is None
+    with ns.open("ckpt-2/f") as f:
+        assert f.read() == b"two"
+    for path in list(ns.walk("ckpt-1")):
+        ns.remove(path)
+    ns.rmdir("ckpt-1/sub")
+    ns.rmdir("ckpt-1")
+    assert [e.name for e in ns.listdir()] == ["ckpt-2", "latest"]
+    base = ns.manifest("ckpt-2/f")
+    assert base is not None
+    w = StripedWriter(ns, "ckpt-2/f", base=base)  # what an append opens
+    w.pwrite(base.size, b"+more")
+    w.close()
+    with ns.open("ckpt-2/f") as f:
+        assert f.read() == b"two+more"

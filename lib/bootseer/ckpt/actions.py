@@ -28,6 +28,7 @@ from bootseer.agentapi.ckpt import (
     UsageRow,
 )
 from bootseer.ckpt.errors import CkptError, CkptIOError
+from bootseer.ckpt.manifest import Symlink
 from bootseer.ckpt.names import check_path
 from bootseer.ckpt.namespace import Namespace
 from bootseer.ckpt.reader import StripedReader
@@ -91,9 +92,12 @@ def verify(
     problems: list[str] = []
     for p in paths:
         try:
-            manifests[p] = ns.manifest(p)
+            node = ns.node(p)
         except CkptIOError as exc:  # a manifest that does not verify is a problem
             problems.append(str(exc))
+            continue
+        if not isinstance(node, Symlink):  # a link holds no units to check
+            manifests[p] = node
     total = sum(m.size for m in manifests.values() if m is not None)
     for p in manifests:
         try:

@@ -25,6 +25,14 @@ class CkptPathError(CkptError, ValueError):
     """A file or namespace name would leave its namespace or is not a valid key."""
 
 
+class CkptLinkAbsolute(CkptPathError):
+    """A symlink's target is absolute: it would name a path outside the namespace (EPERM)."""
+
+
+class CkptLinkEscapes(CkptPathError):
+    """A symlink's target climbs out of the namespace with ``..`` (EXDEV)."""
+
+
 class _CkptOSError(CkptError, OSError):
     """A checkpoint error that file-object callers see as ``OSError(ERRNO)``; its text
     is the message alone (no ``[Errno N]`` prefix)."""

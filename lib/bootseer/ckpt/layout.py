@@ -6,6 +6,8 @@ A namespace ``<user>/<name>`` (``ada/llama-25b``) has, on every target::
 and, on the first target only::
 
     <user>/<name>/files/<path>               the manifest of the file's current version
+    <user>/<name>/tree.json                  the rename table (:mod:`bootseer.ckpt.tree`)
+    <user>/<name>/dirs/<id>/<path>           manifests of a directory made again after a rename
 
 :class:`Layout` holds those keys, reads and commits manifests, and counts what reading
 units moved: all the reader and the writer need (:mod:`bootseer.ckpt.reader`,
@@ -16,13 +18,17 @@ units moved: all the reader and the writer need (:mod:`bootseer.ckpt.reader`,
 from __future__ import annotations
 
 import contextlib
+import errno
+import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Self
 
 from bootseer import sitekey
 from bootseer.ckpt.errors import CkptError, CkptIOError
-from bootseer.ckpt.manifest import MAX_MANIFEST_BYTES, Manifest, parse
+from bootseer.ckpt.manifest import MAX_MANIFEST_BYTES, Manifest, Symlink, parse_node
 from bootseer.ckpt.names import check_path
+from bootseer.ckpt.tree import MAX_TREE_BYTES, TREE_KEY, Tree, fresh_place, parse_tree
 from bootseer.errors import ManifestError, StoreError
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store, check_key
@@ -72,6 +78,12 @@ class Layout:
         self.store_bytes = 0
         self.peer_bytes = 0
         self.corrupt_units = 0  # units refused: their checksum is not the manifest's
+        # The rename table, read again when older than tree_ttl seconds (the kernel
+        # caches names as long: bootseer.ckptd.fs.TIMEOUT); 0 reads it every time.
+        self.tree_ttl = 1.0
+        self._tree: Tree | None = None
+        self._tree_at = 0.0
+        self._tree_lock = threading.Lock()
 
     @classmethod
     def from_config(
@@ -102,7 +114,99 @@ class Layout:
         return self.targets[0]
 
     def manifest_key(self, path: str) -> str:
-        return f"{self.name}/files/{check_path(path)}" if path else f"{self.name}/files"
+        """Where ``path``'s manifest (or directory) is kept, through the rename table;
+        ENOENT when its name is gone (a directory renamed away)."""
+        place = self.tree().resolve(check_path(path) if path else "")
+        if place is None:
+            raise FileNotFoundError(errno.ENOENT, f"no checkpoint file {self.name}:{path}")
+        return f"{self.name}/{place}"
+
+    # -- the rename table
+    @property
+    def tree_key(self) -> str:
+        return f"{self.name}/{TREE_KEY}"
+
+    def tree(self, fresh: bool = False) -> Tree:
+        """The rename table, cached for ``tree_ttl`` seconds (``fresh``: read now)."""
+        now = time.monotonic()
+        with self._tree_lock:
+            if not fresh and self._tree is not None and now - self._tree_at < self.tree_ttl:
+                return self._tree
+        t = self._read_tree()
+        with self._tree_lock:
+            self._tree, self._tree_at = t, now
+        return t
+
+    def _read_tree(self) -> Tree:
+        key = self.tree_key
+        try:
+            info = self.meta.info(key)
+            if info is None or info.is_dir:
+                return Tree()
+            if info.size > MAX_TREE_BYTES + sitekey.SEAL_BYTES:
+                raise ManifestError(f"bad rename table: larger than {MAX_TREE_BYTES} bytes")
+            raw = self.meta.read_bytes(key)
+        except FileNotFoundError:
+            return Tree()
+        except StoreError as exc:
+            raise CkptIOError(f"{self.name}: cannot read its rename table: {exc}") from None
+        try:
+            return parse_tree(sitekey.open_with(self.keys, sitekey.CKPT_MANIFEST, key, raw))
+        except ManifestError as exc:
+            raise CkptIOError(f"{self.name}: {exc}") from None
+        except SealError as exc:
+            raise CkptIOError(f"{self.name}: its rename table: {exc}") from None
+
+    def claim(self, path: str) -> str:
+        """The key for a new file, link or directory at ``path``: a name renamed away
+        (gone in the table) gets its old place again when that is empty, else a fresh
+        one; ENOENT when a directory above it is gone."""
+        try:
+            return self.manifest_key(path)
+        except FileNotFoundError:
+            pass
+        tree = self.tree(fresh=True)
+        if path in tree.dirs and tree.dirs[path] is None:
+            old = tree.plain(path)
+            if old is not None and self._place_used(old):
+                self.commit_tree(tree.with_entry(path, fresh_place()))
+            else:
+                self.commit_tree(tree.without(path))
+        return self.manifest_key(path)
+
+    def release(self, path: str) -> None:
+        """After ``path`` was removed or renamed: drop its table entry, or mark the name
+        gone while its plain place holds another's files."""
+        if path not in self.tree().dirs:  # most removals: no entry, no request
+            return
+        tree = self.tree(fresh=True)
+        freed = tree.dirs.get(path)
+        if freed is None:
+            return
+        plain = tree.plain(path)
+        gone = plain is not None and self._place_used(plain)
+        tree = tree.with_entry(path, None) if gone else tree.without(path)
+        # The name renamed away from the place just freed may have it back: forget it.
+        for name in [n for n, p in tree.dirs.items() if p is None and tree.plain(n) == freed]:
+            if not self._place_used(freed):
+                tree = tree.without(name)
+        self.commit_tree(tree)
+
+    def _place_used(self, place: str) -> bool:
+        key = f"{self.name}/{place}"
+        return self.meta.info(key) is not None or self._is_dir(key)
+
+    def commit_tree(self, tree: Tree) -> None:
+        """Make ``tree`` the rename table: one object written, the whole change at once."""
+        key = self.tree_key
+        if tree.dirs:
+            body = sitekey.seal_with(self.keys, sitekey.CKPT_MANIFEST, key, tree.to_json())
+            self.meta.write_bytes(key, body)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                self.meta.delete(key)
+        with self._tree_lock:
+            self._tree, self._tree_at = tree, time.monotonic()
 
     def unit_key(self, version: str, unit: str) -> str:
         return f"{self.name}/units/{version}/{unit}"
@@ -115,10 +219,19 @@ class Layout:
 
     # -- manifests
     def manifest(self, path: str) -> Manifest | None:
-        """The current version's manifest, or None when ``path`` is no file (nothing, or
-        a directory); a manifest that cannot be read or does not check out raises
-        :class:`CkptIOError` (EIO) naming the file."""
-        key = self.manifest_key(path)
+        """The current version's manifest, or None when ``path`` is no file (nothing, a
+        directory or a symlink); a manifest that cannot be read or does not check out
+        raises :class:`CkptIOError` (EIO) naming the file."""
+        node = self.node(path)
+        return node if isinstance(node, Manifest) else None
+
+    def node(self, path: str) -> Manifest | Symlink | None:
+        """What ``path``'s key holds: a file's manifest, a symlink, or None (nothing, or a
+        directory); errors as :meth:`manifest`'s."""
+        try:
+            key = self.manifest_key(path)
+        except FileNotFoundError:
+            return None
         try:
             info = self.meta.info(key)
             if info is None or info.is_dir:
@@ -134,7 +247,7 @@ class Layout:
             raise CkptIOError(f"{self.name}:{path}: cannot read its manifest: {exc}") from None
         try:
             raw = sitekey.open_with(self.keys, sitekey.CKPT_MANIFEST, key, raw)
-            return parse(raw, frozenset(self.by_uri))
+            return parse_node(raw, frozenset(self.by_uri))
         except (ManifestError, SealError) as exc:
             # An I/O error (EIO), never "no such file": a script would start from step 0.
             raise CkptIOError(f"{self.name}:{path}: {exc}") from None
@@ -149,8 +262,14 @@ class Layout:
 
     def commit(self, path: str, manifest: Manifest) -> None:
         """Make ``manifest`` the file's current version (atomic), sealed with ``keys``."""
-        key = self.manifest_key(path)
+        key = self.claim(path)
         body = sitekey.seal_with(self.keys, sitekey.CKPT_MANIFEST, key, manifest.to_json())
+        self.meta.write_bytes(key, body)
+
+    def commit_link(self, path: str, link: Symlink) -> None:
+        """Make ``path`` the symlink ``link`` (atomic, sealed like a manifest)."""
+        key = self.claim(path)
+        body = sitekey.seal_with(self.keys, sitekey.CKPT_MANIFEST, key, link.to_json())
         self.meta.write_bytes(key, body)
 
     def delete_units(self, m: Manifest) -> None:

@@ -13,6 +13,10 @@ its length follows from ``size`` and ``unit_size``. A name is the index, or
 writer went on (a later commit writes the full unit under a new name, so a committed
 manifest never points at an object that is rewritten).
 
+A symbolic link is the object ``{"format": 1, "symlink": "<relative target>"}`` under
+its name's key (:class:`Symlink`, :func:`parse_node`): committed the same way, sealed the
+same way, its target checked by :func:`bootseer.ckpt.names.check_link`.
+
 Manifests come from users' namespaces and are read by root: :func:`parse` checks
 every field and refuses targets the site config does not list.
 
@@ -87,6 +91,22 @@ class Manifest:
         return json.dumps(doc, separators=(",", ":")).encode()
 
 
+@dataclass(frozen=True)
+class Symlink:
+    """A relative symbolic link inside the namespace (``latest -> checkpoint-1200``)."""
+
+    target: str
+    mtime: float = 0.0
+
+    @property
+    def size(self) -> int:
+        return len(self.target.encode())
+
+    def to_json(self) -> bytes:
+        doc = {"format": FORMAT, "symlink": self.target, "mtime": self.mtime}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
 def _need(cond: bool, what: str) -> None:
     if not cond:
         raise ManifestError(f"bad manifest: {what}")
@@ -94,6 +114,17 @@ def _need(cond: bool, what: str) -> None:
 
 def parse(raw: bytes, allowed_targets: set[str] | frozenset[str]) -> Manifest:
     """Check and decode a manifest; ``allowed_targets`` are the site's target URIs."""
+    node = parse_node(raw, allowed_targets)
+    _need(isinstance(node, Manifest), "a symbolic link, not a file")
+    assert isinstance(node, Manifest)
+    return node
+
+
+def parse_node(raw: bytes, allowed_targets: set[str] | frozenset[str]) -> Manifest | Symlink:
+    """Check and decode what a name's key holds: a file's manifest or a symbolic link."""
+    from bootseer.ckpt.errors import CkptPathError
+    from bootseer.ckpt.names import check_link_text
+
     _need(len(raw) <= MAX_MANIFEST_BYTES, f"larger than {MAX_MANIFEST_BYTES} bytes")
     try:
         doc = jsonlimits.loads(raw, max_bytes=MAX_MANIFEST_BYTES, what="manifest")
@@ -101,6 +132,15 @@ def parse(raw: bytes, allowed_targets: set[str] | frozenset[str]) -> Manifest:
         raise ManifestError(f"bad manifest: not JSON ({exc})") from None
     _need(isinstance(doc, dict), "not an object")
     _need(doc.get("format") == FORMAT, f"format {doc.get('format')!r}, this reader knows {FORMAT}")
+    if "symlink" in doc:
+        target, mtime = doc["symlink"], doc.get("mtime", 0.0)
+        _need(isinstance(target, str), "symlink target")
+        _need(isinstance(mtime, int | float), "mtime")
+        try:
+            check_link_text(target)
+        except CkptPathError as exc:
+            raise ManifestError(f"bad manifest: {exc}") from None
+        return Symlink(target, float(mtime))
     version, size, unit_size = doc.get("version"), doc.get("size"), doc.get("unit_size")
     _need(isinstance(version, str) and bool(_VERSION.match(version)), f"version {version!r}")
     _need(type(size) is int and size >= 0, f"size {size!r}")

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
 from bootseer.ckpt.layout import Layout
-from bootseer.ckpt.manifest import Manifest, unit_checksum
-from bootseer.ckpt.names import check_path
+from bootseer.ckpt.manifest import Manifest, Symlink, unit_checksum
+from bootseer.ckpt.names import check_link, check_path
 from bootseer.errors import StoreError, describe
 from bootseer.store import TMP_PREFIX
 
@@ -72,15 +72,28 @@ class Namespace(Layout):
         raise ValueError(f"mode must be 'rb' or 'wb', not {mode!r}")
 
     def is_dir(self, path: str) -> bool:
-        return self.meta.is_dir(self.manifest_key(path))
+        try:
+            key = self.manifest_key(path)
+        except FileNotFoundError:
+            return False
+        return self.meta.is_dir(key)
 
     def listdir(self, path: str = "") -> list[Entry]:
         """Files and directories directly under ``path``; a file's size and mtime are in
-        its manifest (:meth:`manifest`), read only by callers that need them."""
+        its manifest (:meth:`manifest`), read only by callers that need them. Through the
+        rename table: a directory renamed away is not listed, one renamed here is."""
+        tree = self.tree()
         key = self.manifest_key(path)
         dirs = [Entry(d, True) for d in self.meta.list_dirs(key) if not d.startswith(TMP_PREFIX)]
         files = [Entry(obj.key.rsplit("/", 1)[-1], False) for obj in self.meta.list(key)]
-        return sorted(dirs + files, key=lambda e: e.name)
+        found = [e for e in dirs + files if tree.shows(path, e.name)]
+        for name in tree.extra_dirs(path):  # kept elsewhere: a directory, or a file made again
+            sub = f"{path}/{name}" if path else name
+            if self.node(sub) is not None:
+                found.append(Entry(name, False))
+            elif self.is_dir(sub):
+                found.append(Entry(name, True))
+        return sorted(found, key=lambda e: e.name)
 
     def walk(self, path: str = "") -> Iterator[str]:
         """Every file path under ``path``, depth first."""
@@ -92,32 +105,78 @@ class Namespace(Layout):
                 yield sub
 
     def mkdir(self, path: str) -> None:
-        self.meta.make_dir(self.manifest_key(path))
+        """Make ``path`` a directory; a name renamed away before is made where nothing
+        else is (its old place, when that is empty now, else a fresh one)."""
+        self.meta.make_dir(self.claim(check_path(path)))
 
     def rmdir(self, path: str) -> None:
         if self.listdir(path):
             raise OSError(errno.ENOTEMPTY, f"{self.name}:{path}: directory not empty")
         self.meta.remove_dir(self.manifest_key(path))
+        self.release(path)  # a renamed or remade directory: forget where it was
 
-    def remove(self, path: str) -> Manifest:
-        """Remove a file: its manifest first (it is gone at once), then its units."""
-        m = self.manifest(path)
+    def rename_dir(self, src: str, dst: str, replace: bool = True) -> None:
+        """Rename the directory ``src`` to ``dst`` (absent, or an empty directory when
+        ``replace``): one write of the rename table, whatever ``src`` holds; its files'
+        manifests and units stay where they are."""
+        check_path(src)
+        check_path(dst)
+        if _under(dst, src):
+            raise OSError(errno.EINVAL, f"{self.name}: cannot move {src} into itself ({dst})")
+        if not self.is_dir(src):
+            raise NotADirectoryError(errno.ENOTDIR, f"{self.name}:{src} is not a directory")
+        if self.node(dst) is not None:
+            raise NotADirectoryError(errno.ENOTDIR, f"{self.name}:{dst} is not a directory")
+        if self.is_dir(dst):
+            if not replace:
+                raise FileExistsError(errno.EEXIST, f"{self.name}:{dst} exists")
+            if self.listdir(dst):
+                raise OSError(errno.ENOTEMPTY, f"{self.name}:{dst}: directory not empty")
+            self.rmdir(dst)
+        tree = self.tree(fresh=True)
+        place = tree.resolve(src)
+        if place is None:
+            raise FileNotFoundError(errno.ENOENT, f"no checkpoint directory {self.name}:{src}")
+        self.commit_tree(tree.renamed(src, dst, place))
+
+    def remove(self, path: str) -> Manifest | Symlink:
+        """Remove a file: its manifest first (it is gone at once), then its units; or a
+        symlink."""
+        m = self.node(path)
         if m is None:
             raise FileNotFoundError(errno.ENOENT, f"no checkpoint file {self.name}:{path}")
         self.meta.delete(self.manifest_key(path))
-        self.delete_units(m)
+        self.release(path)
+        if isinstance(m, Manifest):
+            self.delete_units(m)
         return m
 
     def rename(self, src: str, dst: str) -> None:
-        """Point ``dst`` at ``src``'s version, then drop ``src`` (units stay where they are)."""
-        m = self.manifest(src)
+        """Point ``dst`` at ``src``'s version (or link), then drop ``src`` (units stay
+        where they are)."""
+        m = self.node(src)
         if m is None:
             raise FileNotFoundError(errno.ENOENT, f"no checkpoint file {self.name}:{src}")
         old = self.manifest(dst)
-        self.commit(dst, m)
+        if isinstance(m, Manifest):
+            self.commit(dst, m)
+        else:
+            self.commit_link(dst, m)
         self.meta.delete(self.manifest_key(src))
-        if old is not None and old.version != m.version:
+        self.release(src)
+        if old is not None and (not isinstance(m, Manifest) or old.version != m.version):
             self.delete_units(old)
+
+    def symlink(self, path: str, target: str) -> Symlink:
+        """Make ``path`` a symlink to ``target`` (relative, inside the namespace:
+        :func:`check_link`); EEXIST when ``path`` is taken."""
+        check_path(path)
+        check_link(path, target)
+        if self.node(path) is not None or self.is_dir(path):
+            raise FileExistsError(errno.EEXIST, f"{self.name}:{path} exists")
+        link = Symlink(target, time.time())
+        self.commit_link(path, link)
+        return link
 
     def verify_file(self, path: str, progress: Callable[[int], None] | None = None) -> list[str]:
         """Read every unit of ``path`` and check its checksum; the problems found, if any."""
@@ -162,6 +221,10 @@ class Namespace(Layout):
                 store.delete_prefix(f"{self.name}/units/{version}")
                 removed.add(version)
         return len(removed)
+
+
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top + "/")
 
 
 def _version_time(version: str) -> float:

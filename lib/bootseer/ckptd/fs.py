@@ -35,8 +35,15 @@ import pyfuse3
 import trio
 
 from bootseer import sitekey
-from bootseer.ckpt.errors import CkptIOError, CkptPathError, CkptQuotaExceeded, StageFullError
-from bootseer.ckpt.manifest import Manifest
+from bootseer.ckpt.errors import (
+    CkptIOError,
+    CkptLinkAbsolute,
+    CkptLinkEscapes,
+    CkptPathError,
+    CkptQuotaExceeded,
+    StageFullError,
+)
+from bootseer.ckpt.manifest import Manifest, Symlink
 from bootseer.ckpt.names import check_path
 from bootseer.ckpt.namespace import Namespace
 from bootseer.ckpt.reader import StripedReader
@@ -109,7 +116,7 @@ class CkptFS(pyfuse3.Operations):
         self._next_ino = itertools.count(pyfuse3.ROOT_INODE + 1)
         self._next_fh = itertools.count(1)
         self._handles: dict[int, _Handle] = {}
-        self._dirs: dict[int, list[tuple[str, str, Manifest | StripedWriter | bool]]] = {}
+        self._dirs: dict[int, list[tuple[str, str, Manifest | Symlink | StripedWriter | bool]]] = {}
         self._writing: dict[str, StripedWriter] = {}
         self._owner: dict[StripedWriter, _Handle] = {}  # until its release is done
         self._versions: dict[int, str] = {}  # inode -> version last opened, for keep_cache
@@ -191,6 +198,12 @@ class CkptFS(pyfuse3.Operations):
             log(str(exc))
             self.io_errors += 1
             raise pyfuse3.FUSEError(errno.EIO) from None
+        except CkptLinkAbsolute as exc:
+            log(str(exc))
+            raise self._refuse("not_permitted", errno.EPERM) from None
+        except CkptLinkEscapes as exc:
+            log(str(exc))
+            raise self._refuse("not_permitted", errno.EXDEV) from None
         except CkptPathError:
             raise pyfuse3.FUSEError(errno.EINVAL) from None
         except OSError as exc:
@@ -208,20 +221,20 @@ class CkptFS(pyfuse3.Operations):
             self.io_errors += 1
             raise pyfuse3.FUSEError(errno.EIO) from None
 
-    def _kind(self, path: str) -> Manifest | StripedWriter | bool | None:
+    def _kind(self, path: str) -> Manifest | Symlink | StripedWriter | bool | None:
         """A manifest or open writer (a file), True (a directory) or None (nothing)."""
         if path == "":
             return True
         writer = self._writing.get(path)
         if writer is not None:
             return writer
-        m = self.ns.manifest(path)
+        m = self.ns.node(path)
         if m is not None:
             return m
         return True if self.ns.is_dir(path) else None
 
     def _attrs(
-        self, ino: int, kind: Manifest | StripedWriter | bool, timeout: float = TIMEOUT
+        self, ino: int, kind: Manifest | Symlink | StripedWriter | bool, timeout: float = TIMEOUT
     ) -> pyfuse3.EntryAttributes:
         if isinstance(kind, StripedWriter) and kind.committed is None:
             # Not cached: a new version may still be dropped (EDQUOT, a killed writer),
@@ -240,6 +253,11 @@ class CkptFS(pyfuse3.Operations):
             a.st_nlink = 2
             a.st_size = 0
             mtime = 0.0
+        elif isinstance(kind, Symlink):
+            a.st_mode = stat.S_IFLNK | 0o777
+            a.st_nlink = 1
+            a.st_size = kind.size
+            mtime = kind.mtime
         else:
             a.st_mode = stat.S_IFREG | 0o600
             a.st_nlink = 1
@@ -419,9 +437,8 @@ class CkptFS(pyfuse3.Operations):
         if kind is None:
             raise pyfuse3.FUSEError(errno.ENOENT)
         if kind is True:
-            # Moving a directory means rewriting every manifest under it; EXDEV makes
-            # `mv` fall back to copy and delete.
-            raise pyfuse3.FUSEError(errno.EXDEV)
+            await self._rename_dir(src, dst, flags)
+            return
         dkind = await self._run(self._kind, dst)
         if dkind is True:
             raise pyfuse3.FUSEError(errno.EISDIR)
@@ -429,6 +446,30 @@ class CkptFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EEXIST)
         await self._run(self.ns.rename, src, dst)
         self._renamed(src, dst)
+
+    async def _rename_dir(self, src: str, dst: str, flags: int) -> None:
+        """One write of the namespace's rename table (:mod:`bootseer.ckpt.tree`): the
+        whole directory or nothing, whatever it holds; readers keep what they opened."""
+        deadline = trio.current_time() + RELEASE_WAIT
+        while any(p == src or p.startswith(src + "/") for p in self._writing):
+            if trio.current_time() >= deadline:
+                log(f"rename of {src} to {dst} refused: a file below it is open for writing")
+                raise pyfuse3.FUSEError(errno.EBUSY)
+            await trio.sleep(0.005)
+        replace = not flags & pyfuse3.RENAME_NOREPLACE
+        await self._run(self.ns.rename_dir, src, dst, replace)
+        log(f"directory {src} renamed to {dst}")
+        with self._lock:
+            for old, ino in list(self._inodes.items()):
+                if old == dst or old.startswith(dst + "/"):
+                    del self._inodes[old]
+                    self._paths.pop(ino, None)
+            for old, ino in list(self._inodes.items()):
+                if old == src or old.startswith(src + "/"):
+                    new = dst + old[len(src) :]
+                    del self._inodes[old]
+                    self._inodes[new] = ino
+                    self._paths[ino] = new
 
     def _move_writer(self, w: StripedWriter, src: str, dst: str) -> bool:
         """Point an open writer of ``src`` at ``dst`` (False: it was closed meanwhile,
@@ -461,7 +502,7 @@ class CkptFS(pyfuse3.Operations):
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
         path = self._path(inode)
 
-        def listing() -> list[tuple[str, str, Manifest | StripedWriter | bool]]:
+        def listing() -> list[tuple[str, str, Manifest | Symlink | StripedWriter | bool]]:
             out = []
             for e in self.ns.listdir(path):
                 sub = f"{path}/{e.name}" if path else e.name
@@ -504,11 +545,9 @@ class CkptFS(pyfuse3.Operations):
             keep = self._versions.get(inode) == reader.manifest.version
             self._versions[inode] = reader.manifest.version
             return pyfuse3.FileInfo(fh=fh, keep_cache=keep)
-        if flags & os.O_APPEND:
-            log(f"{path}: open for append refused: striped files are written whole")
-            raise self._refuse("append", errno.EOPNOTSUPP)
-        # Without O_TRUNC, opened for update (r+b, fio): bytes not written again come
-        # from the current version, copied into the new one at close.
+        # Without O_TRUNC, opened for update (r+b, fio) or append (the kernel writes at
+        # the file's size): bytes not written again come from the current version,
+        # copied into the new one at close (whole units inside their target).
         return await self._open_write(inode, path, ctx, update=not flags & os.O_TRUNC)
 
     def _open_read(self, path: str) -> StripedReader:
@@ -546,8 +585,6 @@ class CkptFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if kind is not None and flags & os.O_EXCL:
             raise pyfuse3.FUSEError(errno.EEXIST)
-        if flags & os.O_APPEND and isinstance(kind, Manifest) and kind.size > 0:
-            raise self._refuse("append", errno.EOPNOTSUPP)
         ino = self._ino(path)
         info = await self._open_write(ino, path, ctx, update=not flags & os.O_TRUNC)
         # Other nodes see the name from the first commit on; this node sees the writer.
@@ -672,19 +709,28 @@ class CkptFS(pyfuse3.Operations):
     async def symlink(
         self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
-        # symlink(2) and link(2) name EPERM for "this filesystem has none".
-        log(
-            f"symlink {os.fsdecode(name)!r} refused: a checkpoint mount holds only files and "
-            "directories (copy the file, or rename it)"
-        )
-        raise self._refuse("not_permitted", errno.EPERM)
+        """A relative link inside the namespace (``latest -> checkpoint-1200``): EPERM
+        for an absolute target, EXDEV for one that climbs out (:func:`check_link`)."""
+        path = self._child(parent_inode, name, creating=True)
+        if path == LOG_NAME:
+            raise pyfuse3.FUSEError(errno.EEXIST)
+        link = await self._run(self.ns.symlink, path, os.fsdecode(target))
+        return self._attrs(self._ino(path), link)
+
+    async def readlink(self, inode: int, ctx: pyfuse3.RequestContext) -> bytes:
+        path = self._path(inode)
+        node = await self._run(self.ns.node, path)
+        if not isinstance(node, Symlink):
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        return os.fsencode(node.target)
 
     async def link(
         self, inode: int, new_parent_inode: int, new_name: bytes, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
+        # link(2) names EPERM for "this filesystem has none".
         log(
-            f"hard link {os.fsdecode(new_name)!r} refused: a checkpoint mount holds only files "
-            "and directories (copy the file, or rename it)"
+            f"hard link {os.fsdecode(new_name)!r} refused: a checkpoint mount holds only files, "
+            "directories and relative symlinks (copy the file, rename it, or symlink it)"
         )
         raise self._refuse("not_permitted", errno.EPERM)
 
