@@ -223,7 +223,9 @@ SAVE_CKPT = (
     "#!/bin/sh\nset -e\n"
     'head -c 300000 /dev/zero > "$BOOTSEER_CKPT/model.pt"\n'
     'cmp "$BOOTSEER_CKPT/model.pt" /dev/zero 2>&1 | grep -q EOF && echo saved\n'
-    'ln -s model.pt "$BOOTSEER_CKPT/latest" 2>/dev/null || echo link-refused\n'
+    # a relative symlink works (issue 23); a hard link is still refused, and counted
+    'ln -s model.pt "$BOOTSEER_CKPT/latest"\n'
+    'ln "$BOOTSEER_CKPT/model.pt" "$BOOTSEER_CKPT/hard" 2>/dev/null || echo link-refused\n'
 )
 
 
