@@ -14,7 +14,6 @@ makes one node's Prolog take 90% of bootseer's prolog deadline before bootseer's
 
 from __future__ import annotations
 
-import subprocess
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -75,36 +74,3 @@ def test_a_prolog_at_90_percent_of_its_deadline_loses_no_task(
     start, end = slept(marks)
     assert end - start >= slow
     assert int(lines[0]) >= end  # the batch script waited for the slow node's prolog (DeferBatch)
-
-
-def test_an_srun_of_its_own_allocation_waits_for_a_slow_prolog(
-    cluster: DevSlurm, base: Path, image: Path
-) -> None:
-    """srun outside sbatch and salloc: all tasks run, that node's once its prolog ends.
-    A guard, not a regression test: on main's slurm.conf (Alloc, 30 + 10 s) it passed
-    too, so Slurm holds this launch by more than srun's MessageTimeout+BatchStartTimeout
-    bound; doctor still asks for that bound past the deadline (docs/admin.md)."""
-    nodes = cluster.nodes[:4]
-    marks = base / "slow"
-    with slow_prolog(cluster, nodes[1], marks) as slow:
-        r = subprocess.run(
-            [
-                *cluster.as_user("alice"),
-                "srun",
-                f"-N{len(nodes)}",
-                f"-w{','.join(nodes)}",
-                f"--bootseer-image={image}",
-                "sh",
-                "-c",
-                "echo task $SLURMD_NODENAME",
-            ],
-            env=cluster.user_env("alice"),
-            cwd=base,
-            capture_output=True,
-            text=True,
-            timeout=slow * 3,
-        )
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted(r.stdout.splitlines()) == [f"task {n}" for n in nodes], r.stdout + r.stderr
-    start, end = slept(marks)
-    assert end - start >= slow
