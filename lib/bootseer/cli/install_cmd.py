@@ -19,6 +19,28 @@ def _path_or_none(value: str) -> Any:
     return None if value in ("", "none") else Path(value)
 
 
+def where_installed(p: Any) -> None:
+    """The options that say where an install's files go on a node (install, uninstall)."""
+    from pathlib import Path
+
+    p.add_argument("--prefix", type=Path, default=Path("/opt/bootseer"), metavar="DIR")
+    p.add_argument("--etc", type=Path, default=Path("/etc/bootseer"), metavar="DIR")
+    p.add_argument(
+        "--unit-dir",
+        type=_path_or_none,
+        default=Path("/etc/systemd/system"),
+        metavar="DIR",
+        help="where the agent's unit goes ('none': no unit)",
+    )
+    p.add_argument(
+        "--bin-dir",
+        type=_path_or_none,
+        default=Path("/usr/local/bin"),
+        metavar="DIR",
+        help="a bootseer link for jobs' PATH ('none': no link)",
+    )
+
+
 def register(sub: Any) -> None:
     from pathlib import Path
 
@@ -46,22 +68,7 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="the site config to install (default: $BOOTSEER_CONFIG or /etc/bootseer/config.toml)",
     )
-    p.add_argument("--prefix", type=Path, default=Path("/opt/bootseer"), metavar="DIR")
-    p.add_argument("--etc", type=Path, default=Path("/etc/bootseer"), metavar="DIR")
-    p.add_argument(
-        "--unit-dir",
-        type=_path_or_none,
-        default=Path("/etc/systemd/system"),
-        metavar="DIR",
-        help="where the agent's unit goes ('none': no unit)",
-    )
-    p.add_argument(
-        "--bin-dir",
-        type=_path_or_none,
-        default=Path("/usr/local/bin"),
-        metavar="DIR",
-        help="a bootseer link for jobs' PATH ('none': no link)",
-    )
+    where_installed(p)
     p.add_argument(
         "--python",
         default="/usr/bin/python3",

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def register(sub: Any) -> None:
     from pathlib import Path
 
-    from bootseer.cli.install_cmd import _path_or_none
+    from bootseer.cli.install_cmd import where_installed
 
     p = sub.add_parser(
         "uninstall",
@@ -27,12 +27,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("nodeset", metavar="NODESET", help="the nodes (ClusterShell syntax: n[1-64])")
     p.add_argument("--config", type=Path, metavar="FILE", help="the site config installed")
-    p.add_argument("--prefix", type=Path, default=Path("/opt/bootseer"), metavar="DIR")
-    p.add_argument("--etc", type=Path, default=Path("/etc/bootseer"), metavar="DIR")
-    p.add_argument(
-        "--unit-dir", type=_path_or_none, default=Path("/etc/systemd/system"), metavar="DIR"
-    )
-    p.add_argument("--bin-dir", type=_path_or_none, default=Path("/usr/local/bin"), metavar="DIR")
+    where_installed(p)
     p.add_argument(
         "--slurm-etc",
         type=Path,
