@@ -94,7 +94,11 @@ class JobScopes:
     def learn(self, job_id: int, uid: int, account: str) -> None:
         """Whose ``job_id`` is, as this node's own prolog or mount daemon says (root's
         word, from Slurm's environment): a job known so costs slurmctld no squeue, which
-        on N nodes would be N queries per job start."""
+        on N nodes would be N queries per job start. Every piece the job asks for says
+        it again: the user's name is looked up once per job, not per piece."""
+        with self._lock:
+            if job_id in self._known:
+                return
         try:
             scope = Scope(pwd.getpwuid(uid).pw_name, account)
         except KeyError:
