@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -256,6 +257,26 @@ def dump_toml(data: dict[str, Any], who: str = "the startup benchmark") -> str:
         out.append(f"\n[{section}]")
         out += [f"{k} = {toml_value(v)}" for k, v in table.items()]
     return "\n".join(out) + "\n"
+
+
+def bench_site_config(cluster: devcluster.Cluster, py: str, ckpt_deadline: int, who: str) -> str:
+    """Write slurm-dev's site config as a benchmark's jobs need it (long hook and step
+    deadlines, three S3 checkpoint targets beside the store, the bare interpreter's tree
+    as a link root); returns the text before, for the benchmark to put back."""
+    saved = cluster.site_config.read_text()
+    data = tomllib.loads(saved)
+    base, _, query = cluster.store_uri().partition("?")
+    data.setdefault("hooks", {}).update(
+        prolog_deadline=170,
+        epilog_deadline=170,
+        step_deadlines={"image": 170, "deps": 170, "ckpt": ckpt_deadline},
+    )
+    data.setdefault("image", {})["hot_deadline"] = 160.0
+    data.setdefault("ckpt", {})["targets"] = [f"{base}-ckpt/t{i}?{query}" for i in (1, 2, 3)]
+    data["ckpt"]["unit_size"] = 4 << 20
+    data.setdefault("deps", {})["link_roots"] = ["/usr", "/opt", str(Path(py).parents[1])]
+    cluster.site_config.write_text(dump_toml(data, who))
+    return saved
 
 
 # -- jobs ----------------------------------------------------------------------------------

@@ -64,7 +64,6 @@ import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,9 +82,9 @@ from benchkit import (  # noqa: E402
     CpuGroups,
     Sample,
     Sampler,
+    bench_site_config,
     default_user,
     deps_bench,
-    dump_toml,
     epoch,
     log,
     sh,
@@ -191,20 +190,7 @@ class Bench(ClusterJobs):
     # -- setup ---------------------------------------------------------------------------
 
     def site_config(self) -> None:
-        self.saved_config = self.c.site_config.read_text()
-        data = tomllib.loads(self.saved_config)
-        uri = self.c.store_uri()
-        base, _, query = uri.partition("?")
-        data.setdefault("hooks", {}).update(
-            prolog_deadline=170,
-            epilog_deadline=170,
-            step_deadlines={"image": 170, "deps": 170, "ckpt": 60},
-        )
-        data.setdefault("image", {})["hot_deadline"] = 160.0
-        data.setdefault("ckpt", {})["targets"] = [f"{base}-ckpt/t{i}?{query}" for i in (1, 2, 3)]
-        data["ckpt"]["unit_size"] = 4 * MiB
-        data.setdefault("deps", {})["link_roots"] = ["/usr", "/opt", str(Path(self.py).parents[1])]
-        self.c.site_config.write_text(dump_toml(data))
+        self.saved_config = bench_site_config(self.c, self.py, 60, "the startup benchmark")
 
     def restore_config(self) -> None:
         if self.saved_config is not None:
