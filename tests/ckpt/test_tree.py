@@ -6,9 +6,13 @@ import errno
 from pathlib import Path
 
 import pytest
+import trio
 
 from bootseer.ckpt import CkptIOError, Namespace
+from bootseer.ckpt.listing import list_path
+from bootseer.ckpt.manifest import Manifest, Symlink
 from bootseer.ckpt.tree import Tree, parse_tree
+from bootseer.ckptd.fs import CkptFS
 from bootseer.errors import ManifestError
 from bootseer.store import open_store
 
@@ -40,6 +44,44 @@ def test_a_directory_rename_is_one_write_of_the_table(ns: Namespace, tmp_path: P
     # Another process (another node) reads the same table.
     other = Namespace(ns.targets, "ada/test", unit_size=UNIT)
     assert _read(other, "ckpt/sub/f3") == b"x3"
+
+
+def _rename_halfway(lister: Namespace, writer: Namespace, after: int) -> None:
+    """Another node renames ``tmp`` to ``ckpt`` while ``lister`` reads the manifests of a
+    listing of ``tmp``: once it has read ``after`` of them."""
+    looks = 0
+    node = lister.node
+
+    def node_then_rename(path: str, *tree: Tree) -> Manifest | Symlink | None:
+        nonlocal looks
+        looks += 1
+        if looks == after:
+            writer.rename_dir("tmp", "ckpt")
+        return node(path, *tree)
+
+    lister.node = node_then_rename  # type: ignore[method-assign,assignment]
+
+
+def test_a_listing_is_of_one_rename_table(ns: Namespace) -> None:
+    """A rename committed by another node while this one lists the directory: the daemon's
+    readdir and ``bootseer ckpt ls`` list the directory as it was, all of it, not the
+    entries read before the rename (the table read again halfway cut the rest)."""
+    for i in range(10):
+        _put(ns, f"tmp/f{i}", b"x")
+    want = [f"f{i}" for i in range(10)]
+    lister = Namespace(ns.targets, "ada/test", unit_size=UNIT)
+    lister.tree_ttl = 0  # every look reads the table, as one that expires halfway
+    _rename_halfway(lister, ns, after=4)
+    fs = CkptFS(lister, 0, 0)
+    fh = trio.run(fs.opendir, fs._ino("tmp"), None)  # type: ignore[arg-type]
+    assert [name for name, _, _ in fs._dirs[fh]] == want
+
+    ns.rename_dir("ckpt", "tmp")
+    lister = Namespace(ns.targets, "ada/test", unit_size=UNIT)
+    lister.tree_ttl = 0
+    _rename_halfway(lister, ns, after=4)
+    entries, more = list_path(lister, "tmp")
+    assert ([e.name for e in entries], more) == (want, 0)
 
 
 def test_a_reader_keeps_the_version_it_opened(ns: Namespace) -> None:

@@ -113,10 +113,11 @@ class Layout:
     def meta(self) -> Store:
         return self.targets[0]
 
-    def manifest_key(self, path: str) -> str:
-        """Where ``path``'s manifest (or directory) is kept, through the rename table;
-        ENOENT when its name is gone (a directory renamed away)."""
-        place = self.tree().resolve(check_path(path) if path else "")
+    def manifest_key(self, path: str, tree: Tree | None = None) -> str:
+        """Where ``path``'s manifest (or directory) is kept, through the rename table
+        (``tree``: this one, read before); ENOENT when its name is gone (a directory
+        renamed away)."""
+        place = (tree or self.tree()).resolve(check_path(path) if path else "")
         if place is None:
             raise FileNotFoundError(errno.ENOENT, f"no checkpoint file {self.name}:{path}")
         return f"{self.name}/{place}"
@@ -225,11 +226,11 @@ class Layout:
         node = self.node(path)
         return node if isinstance(node, Manifest) else None
 
-    def node(self, path: str) -> Manifest | Symlink | None:
+    def node(self, path: str, tree: Tree | None = None) -> Manifest | Symlink | None:
         """What ``path``'s key holds: a file's manifest, a symlink, or None (nothing, or a
-        directory); errors as :meth:`manifest`'s."""
+        directory); errors as :meth:`manifest`'s. ``tree`` as :meth:`manifest_key`'s."""
         try:
-            key = self.manifest_key(path)
+            key = self.manifest_key(path, tree)
         except FileNotFoundError:
             return None
         try:

@@ -14,9 +14,9 @@ import errno
 from typing import TYPE_CHECKING
 
 from bootseer.agentapi.ckpt import CkptEntry
+from bootseer.ckpt.manifest import Manifest
 
 if TYPE_CHECKING:
-    from bootseer.ckpt.manifest import Manifest
     from bootseer.ckpt.namespace import Namespace
 
 
@@ -28,24 +28,26 @@ def list_path(
     ns: Namespace, path: str = "", limit: int | None = None
 ) -> tuple[list[CkptEntry], int]:
     """The entries ``ls`` shows for ``path`` (at most ``limit``) and how many more there
-    were."""
-    if path and not ns.is_dir(path):
-        m = ns.manifest(path)
+    were; through one rename table (a rename meanwhile must not cut the listing)."""
+    tree = ns.tree()
+    if path and not ns.is_dir(path, tree):
+        node = ns.node(path, tree)
+        m = node if isinstance(node, Manifest) else None
         if m is None:
             raise FileNotFoundError(
                 errno.ENOENT, f"{ns.name}:{path}: no such checkpoint file or directory"
             )
         return [entry(path.rsplit("/", 1)[-1], m)], 0
-    listing = ns.listdir(path)
+    listing = ns.listdir(path, tree)
     shown = listing if limit is None else listing[:limit]
     out: list[CkptEntry] = []
     for e in shown:
         if e.is_dir:
             out.append(CkptEntry(e.name, True))
             continue
-        m = ns.manifest(f"{path}/{e.name}" if path else e.name)
-        if m is not None:
-            out.append(entry(e.name, m))
+        node = ns.node(f"{path}/{e.name}" if path else e.name, tree)
+        if isinstance(node, Manifest):
+            out.append(entry(e.name, node))
     return out, len(listing) - len(shown)
 
 

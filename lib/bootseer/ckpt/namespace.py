@@ -33,6 +33,7 @@ from bootseer.store import TMP_PREFIX
 
 if TYPE_CHECKING:
     from bootseer.ckpt.reader import StripedReader
+    from bootseer.ckpt.tree import Tree
     from bootseer.ckpt.writer import StripedWriter
 
 
@@ -71,27 +72,30 @@ class Namespace(Layout):
             return StripedWriter(self, path)
         raise ValueError(f"mode must be 'rb' or 'wb', not {mode!r}")
 
-    def is_dir(self, path: str) -> bool:
+    def is_dir(self, path: str, tree: Tree | None = None) -> bool:
         try:
-            key = self.manifest_key(path)
+            key = self.manifest_key(path, tree)
         except FileNotFoundError:
             return False
         return self.meta.is_dir(key)
 
-    def listdir(self, path: str = "") -> list[Entry]:
+    def listdir(self, path: str = "", tree: Tree | None = None) -> list[Entry]:
         """Files and directories directly under ``path``; a file's size and mtime are in
         its manifest (:meth:`manifest`), read only by callers that need them. Through the
-        rename table: a directory renamed away is not listed, one renamed here is."""
-        tree = self.tree()
-        key = self.manifest_key(path)
+        rename table (``tree``: this one, read before): a directory renamed away is not
+        listed, one renamed here is. A caller that looks at the entries next passes the
+        same table to :meth:`node`: a rename committed meanwhile must not make half of a
+        listing the old directory's and half the new one's."""
+        tree = tree or self.tree()
+        key = self.manifest_key(path, tree)
         dirs = [Entry(d, True) for d in self.meta.list_dirs(key) if not d.startswith(TMP_PREFIX)]
         files = [Entry(obj.key.rsplit("/", 1)[-1], False) for obj in self.meta.list(key)]
         found = [e for e in dirs + files if tree.shows(path, e.name)]
         for name in tree.extra_dirs(path):  # kept elsewhere: a directory, or a file made again
             sub = f"{path}/{name}" if path else name
-            if self.node(sub) is not None:
+            if self.node(sub, tree) is not None:
                 found.append(Entry(name, False))
-            elif self.is_dir(sub):
+            elif self.is_dir(sub, tree):
                 found.append(Entry(name, True))
         return sorted(found, key=lambda e: e.name)
 

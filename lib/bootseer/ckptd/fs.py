@@ -48,6 +48,7 @@ from bootseer.ckpt.names import check_path
 from bootseer.ckpt.namespace import Namespace
 from bootseer.ckpt.reader import StripedReader
 from bootseer.ckpt.stage import Stage
+from bootseer.ckpt.tree import Tree
 from bootseer.ckpt.writer import StripedWriter
 from bootseer.ckptd.counts import MountCounts, Refusal
 from bootseer.ckptd.log import LOG_NAME, log
@@ -221,17 +222,20 @@ class CkptFS(pyfuse3.Operations):
             self.io_errors += 1
             raise pyfuse3.FUSEError(errno.EIO) from None
 
-    def _kind(self, path: str) -> Manifest | Symlink | StripedWriter | bool | None:
-        """A manifest or open writer (a file), True (a directory) or None (nothing)."""
+    def _kind(
+        self, path: str, tree: Tree | None = None
+    ) -> Manifest | Symlink | StripedWriter | bool | None:
+        """A manifest or open writer (a file), True (a directory) or None (nothing);
+        ``tree``: through this rename table (a listing's)."""
         if path == "":
             return True
         writer = self._writing.get(path)
         if writer is not None:
             return writer
-        m = self.ns.node(path)
+        m = self.ns.node(path, tree)
         if m is not None:
             return m
-        return True if self.ns.is_dir(path) else None
+        return True if self.ns.is_dir(path, tree) else None
 
     def _attrs(
         self, ino: int, kind: Manifest | Symlink | StripedWriter | bool, timeout: float = TIMEOUT
@@ -504,11 +508,14 @@ class CkptFS(pyfuse3.Operations):
 
         def listing() -> list[tuple[str, str, Manifest | Symlink | StripedWriter | bool]]:
             out = []
-            for e in self.ns.listdir(path):
+            # One rename table for the whole listing: another node renaming this
+            # directory meanwhile must not cut it short (the table read again halfway).
+            tree = self.ns.tree()
+            for e in self.ns.listdir(path, tree):
                 sub = f"{path}/{e.name}" if path else e.name
                 # Readdirplus hands attributes to the kernel: a wrong size would cut the
                 # page cache of a file being read, so each file's manifest is read.
-                kind = True if e.is_dir else self._kind(sub)
+                kind = True if e.is_dir else self._kind(sub, tree)
                 if kind is not None:
                     out.append((e.name, sub, kind))
             return out
