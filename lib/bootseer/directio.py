@@ -123,31 +123,51 @@ def read_direct(path: str, buffers: Buffers | None = None) -> bytes | memoryview
             raise
         return read_file(path, None)
     try:
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return b""
-        n = -(-size // DIRECT_ALIGN) * DIRECT_ALIGN
-        buf = buffers.get(n) if buffers is not None else mmap.mmap(-1, n)
-        view = memoryview(buf)[:n]
-        done = 0
-        try:
-            while done < size:
-                got = os.preadv(fd, [view[done:]], done)
-                if got == 0:
-                    break  # it shrank: what there is (the caller checks the length)
-                done += got
-                if got % DIRECT_ALIGN and done < size:
-                    break
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-            done = -1
-        if done < 0 or (done < size and done % DIRECT_ALIGN):
-            view.release()
-            return read_file(path, None)
-        return view[: min(done, size)]
+        return read_fd(fd, buffers)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, buffers: Buffers | None = None) -> bytes | memoryview:
+    """:func:`read_direct` of an open file (``O_DIRECT`` or not: a descriptor another
+    process passed); a read the file's ``O_DIRECT`` refuses is done through the page cache."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return b""
+    n = -(-size // DIRECT_ALIGN) * DIRECT_ALIGN
+    buf = buffers.get(n) if buffers is not None else mmap.mmap(-1, n)
+    view = memoryview(buf)[:n]
+    done = 0
+    try:
+        while done < size:
+            got = os.preadv(fd, [view[done:]], done)
+            if got == 0:
+                break  # it shrank: what there is (the caller checks the length)
+            done += got
+            if got % DIRECT_ALIGN and done < size:
+                break
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+        done = -1
+    if done < 0 or (done < size and done % DIRECT_ALIGN):
+        view.release()
+        return _read_buffered(fd, size)
+    return view[: min(done, size)]
+
+
+def _read_buffered(fd: int, size: int) -> bytes:
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    if flags & os.O_DIRECT:
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
+    parts: list[bytes] = []
+    got = 0
+    while True:
+        chunk = os.pread(fd, max(size - got, 1 << 20), got)
+        if not chunk:
+            return b"".join(parts)
+        parts.append(chunk)
+        got += len(chunk)
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview, direct: bool = False) -> None:

@@ -153,8 +153,11 @@ class Agent:
             return None
         return HeldPiece(self.cache.path(req.piece), req.length)
 
-    def fetch_piece(self, req: FetchPiece) -> PieceFile:
-        """A located piece for this node's prolog: from the cache, the job's peers or the store."""
+    def fetch_piece(self, req: FetchPiece) -> tuple[PieceFile, int | None]:
+        """A located piece for this node's prolog or checkpoint daemon, from the cache,
+        the job's peers or the store: where the cache keeps it and, when the request asks
+        for it, its file opened (the caller closes it; None where the disk did not take
+        the piece)."""
         swarm = None
         if req.uid >= 0:  # root's word (FetchPiece is root's alone): no squeue for the job
             self.scopes.learn(req.job_id, req.uid, req.account)
@@ -164,13 +167,23 @@ class Agent:
             except ContextError as exc:
                 raise AgentBadRequest(str(exc)) from None
         loc = Located(req.target, req.key, req.offset, req.length, req.sha256)
+        path = str(self.cache.path(req.sha256))
         try:
-            _, source = self.pieces.get(
-                swarm, loc, req.priority, self.cfg.image.fetch_timeout, local=True
-            )
+            held = self.pieces.held(loc, local=True) if req.pass_file else None
+            if held is None:
+                _, source = self.pieces.get(
+                    swarm, loc, req.priority, self.cfg.image.fetch_timeout, local=True
+                )
+                opened = self.cache.open_held(req.sha256) if req.pass_file else None
+                held = (*opened, source) if opened is not None else None
         except PeerError as exc:
             raise AgentError(str(exc)) from None
-        return PieceFile(str(self.cache.path(req.sha256)), source, req.length)
+        if held is None:
+            return PieceFile(path, source, req.length), None
+        # The caller reads the file and checks it against the CRCs: this process reads
+        # nothing (a cache hit) or only writes (a piece just fetched and verified).
+        fd, crcs, source = held
+        return PieceFile(path, source, req.length, passed=True, crcs=tuple(crcs)), fd
 
     def _ckpt_target(self, uri: str) -> Store | None:
         """The site's checkpoint target ``uri``, opened once; None if it is not one."""

@@ -75,6 +75,9 @@ class Caller:
     uid: int
     fds: Sequence[int] = field(default_factory=list)
     conn: socket.socket | None = None
+    # Descriptors sent back with the reply (a piece's sealed memory file); the server
+    # closes them once sent.
+    reply_fds: list[int] = field(default_factory=list)
 
 
 Q = TypeVar("Q", bound=Request[Any])
@@ -145,7 +148,10 @@ def _release(agent: Agent, req: Release, caller: Caller) -> ReleaseReply:
 
 @handles(FetchPiece)
 def _piece(agent: Agent, req: FetchPiece, caller: Caller) -> PieceFile:
-    return agent.fetch_piece(req)
+    reply, fd = agent.fetch_piece(req)
+    if fd is not None:
+        caller.reply_fds.append(fd)
+    return reply
 
 
 @handles(ImageList)

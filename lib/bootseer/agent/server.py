@@ -72,29 +72,33 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         uid = peer_uid(self.request)
         fds: list[int] = []
+        caller = Caller(uid, fds, self.request)
         try:
             try:
                 line = read_request(self.request, fds)
             except OSError:
                 return
             with contextlib.suppress(OSError):
-                self.wfile.write(encode(self.answer(line, uid, fds)))
+                reply = encode(self.answer(line, caller))
+                if caller.reply_fds:  # with the reply's first bytes, as SCM_RIGHTS
+                    reply = reply[socket.send_fds(self.request, [reply], caller.reply_fds) :]
+                self.wfile.write(reply)
         finally:
-            for fd in fds:
+            for fd in [*fds, *caller.reply_fds]:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    def answer(self, line: bytes, uid: int, fds: list[int]) -> dict[str, object]:
+    def answer(self, line: bytes, caller: Caller) -> dict[str, object]:
         agent = self.server.agent
         try:
             try:
                 doc = jsonlimits.loads(line, max_bytes=MAX_LINE, what="request")
             except ValueError as exc:
                 raise AgentBadRequest(f"request is not one line of JSON: {exc}") from None
-            if len(fds) > MAX_FDS:
+            if len(caller.fds) > MAX_FDS:
                 raise AgentBadRequest(f"at most {MAX_FDS} file descriptor with a request")
             request = parse_request(doc)
-            return handle(agent, request, Caller(uid, fds, self.request)).to_wire()
+            return handle(agent, request, caller).to_wire()
         except Exception as exc:
             error = agent_error(exc)
             if error is None:  # a bug, not a refusal: the agent's log keeps it

@@ -10,6 +10,7 @@ library and :mod:`bootseer.agentapi.wire`): a mark from a job script is a proces
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from collections.abc import Sequence
@@ -41,8 +42,30 @@ class AgentClient:
         typed reply, or raise its error by kind. ``timeout``: seconds to wait (default: the
         request's own, ``Request.timeout``); ``None`` waits as long as the agent works (the
         checkpoint door's transfers, which the agent bounds itself)."""
+        return self._ask(request, timeout, fds, None)
+
+    def ask_for_fds(
+        self, request: Request[R], timeout: float | None = DEFAULT
+    ) -> tuple[R, list[int]]:
+        """:meth:`ask`, and the descriptors the agent sent with its reply (at most one: a
+        piece's cache file); the caller closes them."""
+        got: list[int] = []
+        try:
+            return self._ask(request, timeout, (), got), got
+        except BaseException:
+            for fd in got:
+                os.close(fd)
+            raise
+
+    def _ask(
+        self,
+        request: Request[R],
+        timeout: float | None,
+        fds: Sequence[int],
+        got: list[int] | None,
+    ) -> R:
         wait = request.timeout if timeout == DEFAULT else timeout
-        doc = self._exchange(request.op, request.to_wire(), wait, fds)
+        doc = self._exchange(request.op, request.to_wire(), wait, fds, got)
         try:
             reply: R = request.reply.from_wire(doc)  # type: ignore[assignment]
         except DecodeError as exc:
@@ -57,8 +80,15 @@ class AgentClient:
         return self._exchange(op, {**args, "op": op}, timeout)
 
     def _exchange(
-        self, op: str, doc: dict[str, object], timeout: float | None, fds: Sequence[int] = ()
+        self,
+        op: str,
+        doc: dict[str, object],
+        timeout: float | None,
+        fds: Sequence[int] = (),
+        got: list[int] | None = None,
     ) -> dict[str, object]:
+        """One request out, one answer in; with ``got``, the descriptors that came with
+        the answer are added to it (else none are taken)."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             try:
@@ -73,7 +103,11 @@ class AgentClient:
                 s.sendall(line)
             buf = b""
             while not buf.endswith(b"\n"):
-                chunk = s.recv(1 << 16)
+                if got is not None and not got:
+                    chunk, passed, _flags, _addr = socket.recv_fds(s, 1 << 16, 1)
+                    got += passed
+                else:
+                    chunk = s.recv(1 << 16)
                 if not chunk:
                     break
                 buf += chunk

@@ -126,11 +126,17 @@ PieceSource = Literal["cache", "peer", "store"]  # where a piece came from
 
 @dataclass(frozen=True)
 class PieceFile(Reply):
-    """Where the agent keeps the verified piece (root reads it; verify again on read)."""
+    """Where the agent keeps the verified piece (root reads it; verify again on read).
+    ``passed``: the cache file came with the reply, opened (``SCM_RIGHTS``), with the
+    CRC-32 of each 32 KiB the agent recorded when it verified the piece
+    (:class:`~bootseer.image.cache.BlockCache`): the caller checks what it reads against
+    those, not the SHA-256 again."""
 
     path: str
     source: PieceSource
     size: int
+    passed: bool = False
+    crcs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -276,3 +282,6 @@ class FetchPiece(JobRequest[PieceFile]):
     # serves the job's peers only pieces of its scopes, and need not ask Slurm.
     uid: Annotated[int, Bounds(-1, 1 << 32)] = -1
     account: str = ""
+    # Pass the cache file, opened, with the reply, and its CRCs (an agent from before
+    # ignores this and names the file alone).
+    pass_file: bool = False

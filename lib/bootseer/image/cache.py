@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 import threading
 import uuid
 import zlib
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +51,14 @@ def chunk_crcs(data: bytes | bytearray | memoryview) -> array[int]:
     )
 
 
-def _pieces_ok(crcs: array[int], lo: int, parts: tuple[memoryview, ...]) -> bool:
+def crcs_match(crcs: Sequence[int], data: bytes | memoryview) -> bool:
+    """Whether ``data``, a whole block, matches the block's piece CRCs
+    (:meth:`BlockCache.open_held`'s, checked by the process that read the file)."""
+    view = memoryview(data).cast("B")
+    return len(crcs) == -(-len(view) // CHECK_CHUNK) and _pieces_ok(crcs, 0, (view,))
+
+
+def _pieces_ok(crcs: Sequence[int], lo: int, parts: tuple[memoryview, ...]) -> bool:
     """Whether ``parts``, laid end to end from ``lo`` (a piece's start) to a piece's end
     or the block's, match the block's piece CRCs."""
     index, crc, filled = lo // CHECK_CHUNK, 0, 0
@@ -173,6 +181,31 @@ class BlockCache:
             self._bad(block_digest)
             return False
         return True
+
+    def open_held(self, block_digest: str) -> tuple[int, array[int]] | None:
+        """The cached block's file opened for reading (past the page cache where the
+        filesystem allows) and its piece CRCs: for another of root's processes, which
+        reads the file and checks it (:func:`crcs_match`), so that this one reads nothing.
+        None if the block is not here, or has no CRCs yet (kept from before a restart:
+        :meth:`read` checks its SHA-256 and records them). The caller closes the file."""
+        with self._lock:
+            entry = self._lru.get(block_digest)
+            if entry is None or entry.crcs is None:
+                return None
+            self._lru.move_to_end(block_digest)
+            crcs = entry.crcs
+        path = self.path(block_digest)
+        try:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECT)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # no O_DIRECT here (tmpfs)
+                    raise
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:  # evicted meanwhile
+            self._forget(block_digest)
+            return None
+        return fd, crcs
 
     def advise(self, digests: Iterable[str]) -> None:
         """Ask the kernel to start reading these cached blocks' files from the disk

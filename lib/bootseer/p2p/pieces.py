@@ -19,6 +19,7 @@ import concurrent.futures as cf
 import hashlib
 import re
 import threading
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,16 +81,14 @@ class Pieces:
         loc.check()
         data = self.cache.read(loc.sha256, 0, loc.length)
         if data is not None:
-            with self._lock:
-                source = self._unclaimed.pop(loc.sha256, "cache") if local else "cache"
-            return data, source
+            return data, self._cached_source(loc.sha256, local)
         with self._lock:
             fut = self._inflight.get(loc.sha256)
             mine = fut is None
             if fut is None:
                 fut = self._inflight[loc.sha256] = cf.Future()
         if not mine:
-            data, source = fut.result(timeout=timeout)
+            data, _ = fut.result(timeout=timeout)
             return self.get(swarm, loc, priority, timeout, local) if local else (data, "cache")
         try:
             result = self._fetch(swarm, loc, priority)
@@ -106,6 +105,25 @@ class Pieces:
         finally:
             with self._lock:
                 self._inflight.pop(loc.sha256, None)
+
+    def held(self, loc: Located, local: bool) -> tuple[int, array[int], Source] | None:
+        """If the cache holds the piece: its file opened, its CRCs and where it came
+        from, for root's own process that asked to read and check it
+        (:meth:`BlockCache.open_held`); else None (:meth:`get` fetches it)."""
+        loc.check()
+        opened = self.cache.open_held(loc.sha256)
+        if opened is None:
+            return None
+        fd, crcs = opened
+        return fd, crcs, self._cached_source(loc.sha256, local)
+
+    def _cached_source(self, sha256: str, local: bool) -> Source:
+        """A cache hit's source: for this node's own use, where a peer's ask had it
+        fetched from, once (its record then says what this node fetched)."""
+        if not local:
+            return "cache"
+        with self._lock:
+            return self._unclaimed.pop(sha256, "cache")
 
     def _fetch(self, swarm: Swarm | None, loc: Located, priority: int) -> tuple[bytes, Source]:
         where = (loc.target, loc.key, loc.offset, loc.length)
