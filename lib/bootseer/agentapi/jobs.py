@@ -128,7 +128,7 @@ PieceSource = Literal["cache", "peer", "store"]  # where a piece came from
 class PieceFile(Reply):
     """Where the agent keeps the verified piece (root reads it; verify again on read).
     ``passed``: the cache file came with the reply, opened (``SCM_RIGHTS``), with the
-    CRC-32 of each 32 KiB the agent recorded when it verified the piece
+    CRC-32C of each 32 KiB the agent recorded when it verified the piece
     (:class:`~bootseer.image.cache.BlockCache`): the caller checks what it reads against
     those, not the SHA-256 again."""
 

@@ -4,9 +4,10 @@ Layout: ``<cache_dir>/blocks/<aa>/<digest>``. A block is written to a temporary 
 and renamed into place only after its digest checked, so a name in the cache always
 held the right bytes. Every read from the disk checks what it read again, so bytes
 damaged on disk (a flipped bit, a bad sector, a stray write) are never served: the block
-is dropped and fetched again. The check is a CRC-32 (``zlib.crc32``) of each 32 KiB
-piece of the block (``CHECK_CHUNK``), which the cache records in memory when it writes
-the block: a read reads and checks the pieces it touches, not the whole block (a 128 KiB
+is dropped and fetched again. The check is a CRC-32C (the ``crc32c`` package: the
+CPU's own instruction, 0.06 CPU-s per GiB here against zlib's CRC-32 at 0.28) of each
+32 KiB piece of the block (``CHECK_CHUNK``), which the cache records in memory when it
+writes the block: a read reads and checks the pieces it touches, not the whole block (a 128 KiB
 FUSE request of a 256 KiB block used to read and check 256 KiB). Not the SHA-256 that
 names it: ~8x slower here (docs/image.md has the figures), and the cache (root's alone,
 0700) guards against damage, not an adversary. Blocks found on disk when the agent
@@ -31,11 +32,12 @@ import errno
 import os
 import threading
 import uuid
-import zlib
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from crc32c import crc32c
 
 from bootseer.directio import write_all
 from bootseer.image.blocks import DIGEST, digest
@@ -46,9 +48,7 @@ CHECK_CHUNK = 32 << 10  # a CRC-32 per this many bytes of a block (the last piec
 def chunk_crcs(data: bytes | bytearray | memoryview) -> array[int]:
     """The CRC-32 of each ``CHECK_CHUNK`` piece of a block."""
     view = memoryview(data)
-    return array(
-        "I", (zlib.crc32(view[i : i + CHECK_CHUNK]) for i in range(0, len(view), CHECK_CHUNK))
-    )
+    return array("I", (crc32c(view[i : i + CHECK_CHUNK]) for i in range(0, len(view), CHECK_CHUNK)))
 
 
 def crcs_match(crcs: Sequence[int], data: bytes | memoryview) -> bool:
@@ -66,7 +66,7 @@ def _pieces_ok(crcs: Sequence[int], lo: int, parts: tuple[memoryview, ...]) -> b
         pos = 0
         while pos < len(part):
             take = min(CHECK_CHUNK - filled, len(part) - pos)
-            crc = zlib.crc32(part[pos : pos + take], crc)
+            crc = crc32c(part[pos : pos + take], crc)
             filled += take
             pos += take
             if filled == CHECK_CHUNK:
