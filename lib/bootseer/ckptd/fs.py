@@ -406,10 +406,6 @@ class CkptFS(pyfuse3.Operations):
         w = self._writing.get(path)
         h = self._owner.get(w) if w is not None else None
         if h is not None and h.openers and await self._run(self._unlink_open, h, path):
-            with self._lock:
-                if self._inodes.get(path) == h.ino:  # the name made again: a new inode
-                    del self._inodes[path]
-            self._unlinked[h.ino] = h
             return
         if not await self._released(path):
             raise pyfuse3.FUSEError(errno.EBUSY)
@@ -427,13 +423,17 @@ class CkptFS(pyfuse3.Operations):
         with h.lock:
             if self._writing.get(path) is not h.writer or h.writer is None or h.writer.closed:
                 return False
-            h.unlinked = True
-            del self._writing[path]
             if self.ns.node(path) is not None:
                 # Its units stay until the last close: the writer reads and copies from
                 # its fsync'ed or base version as long as it is open.
                 m = self.ns.unname(path)
                 h.orphan = m if isinstance(m, Manifest) else None
+            h.unlinked = True
+            with self._lock:  # before the name is free: made again, it gets a new inode
+                if self._inodes.get(path) == h.ino:
+                    del self._inodes[path]
+                self._unlinked[h.ino] = h
+            del self._writing[path]
         log(f"{path}: removed while open for writing; what is written on is dropped at close")
         return True
 
