@@ -851,6 +851,8 @@ class CkptFS(pyfuse3.Operations):
                 self.dropped += 1
                 log(f"{h.path}: still open for writing at unmount; new version dropped")
                 h.writer.abort()
+                if h.orphan is not None:  # unlinked while open: nothing names it now
+                    self.ns.delete_units(h.orphan)  # best effort, as gc is
             if h.reader is not None:
                 h.reader.close()
 
