@@ -13,13 +13,18 @@ from pathlib import Path
 import pytest
 
 from bootseer.ckpt import Namespace
+from bootseer.ckpt.writer import StripedWriter
+from bootseer.ckptd.fs import CkptFS, _Handle
 
 from .conftest import JOB_UID, UNIT, needs_fuse
 from .test_clients import as_user, py
 
-pytestmark = needs_fuse
+
+def _units(targets: list[str]) -> list[Path]:
+    return [p for t in targets for p in Path(t.removeprefix("file://")).rglob("units/*/*")]
 
 
+@needs_fuse
 def test_a_file_open_for_writing_opened_again_is_one_file(
     mounted: tuple[Path, object], job_ns: Namespace
 ) -> None:
@@ -69,6 +74,7 @@ def test_a_file_open_for_writing_opened_again_is_one_file(
     assert "manifest.ocdbt.__lock: opened for writing again on this node" in log
 
 
+@needs_fuse
 def test_unlink_of_a_file_open_for_writing(
     mounted: tuple[Path, object], job_ns: Namespace, targets: list[str]
 ) -> None:
@@ -105,12 +111,12 @@ def test_unlink_of_a_file_open_for_writing(
     assert lines == [f"[] 0 {len(data)}", "True", "['k.__lock'] new file", "[]"]
     assert list(job_ns.walk()) == []
     # The units of the version the unlink took the name from went at the close.
-    units = [p for t in targets for p in Path(t.removeprefix("file://")).rglob("units/*/*")]
-    assert units == []
+    assert _units(targets) == []
     log = as_user(JOB_UID, "cat", f"{mp}/.bootseer.log").stdout
     assert "k.__lock: removed while open for writing" in log
 
 
+@needs_fuse
 def test_tensorstore_file_and_ocdbt_kvstores(mounted: tuple[Path, object]) -> None:
     """tensorstore itself (Orbax's storage): its file kvstore and an OCDBT database on
     it, written and read back through the mount."""
@@ -148,3 +154,22 @@ def test_tensorstore_file_and_ocdbt_kvstores(mounted: tuple[Path, object]) -> No
         "True",
         "[]",
     ], r.stderr
+
+
+def test_a_file_unlinked_while_open_and_open_at_unmount_leaves_no_units(
+    ns: Namespace, targets: list[str]
+) -> None:
+    """The daemon's end with such a file still open (nobody closed it): its new version
+    and the version its unlink took the name from are both deleted."""
+    fs = CkptFS(ns, JOB_UID, JOB_UID)
+    w = StripedWriter(ns, "k.__lock")
+    w.write(os.urandom(2 * UNIT + 3))
+    w.commit()  # an fsync: published under the name
+    h = _Handle(2, "k.__lock", writer=w, openers={1: os.getpid()})
+    fs._handles[1] = fs._owner[w] = h
+    fs._writing["k.__lock"] = w
+    assert fs._unlink_open(h, "k.__lock")
+    assert ns.node("k.__lock") is None and _units(targets) != []
+    w.write(b"more")
+    fs.abort_all()
+    assert _units(targets) == []
