@@ -75,6 +75,37 @@ def test_a_file_open_for_writing_opened_again_is_one_file(
 
 
 @needs_fuse
+def test_a_killed_process_writing_a_shared_file_leaves_it_to_the_other(
+    mounted: tuple[Path, object], job_ns: Namespace
+) -> None:
+    """A process killed while it holds the second descriptor drops nothing: the other
+    process's close commits what both wrote (a killed writer alone still drops its
+    version: tests/ckpt/test_mount.py)."""
+    mp, _ = mounted
+    py(
+        JOB_UID,
+        """
+        import os, signal, sys
+        path = f"{sys.argv[1]}/shared.bin"
+        a = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(a, b"parent ")
+        child = os.fork()
+        if child == 0:
+            b = os.open(path, os.O_WRONLY)
+            os.pwrite(b, b"child ", 7)
+            os.kill(os.getpid(), signal.SIGKILL)
+        _, status = os.waitpid(child, 0)
+        assert os.WTERMSIG(status) == signal.SIGKILL, status
+        os.pwrite(a, b"again", 13)
+        os.close(a)
+        """,
+        str(mp),
+    )
+    with job_ns.open("shared.bin") as f:
+        assert f.read() == b"parent child again"
+
+
+@needs_fuse
 def test_unlink_of_a_file_open_for_writing(
     mounted: tuple[Path, object], job_ns: Namespace, targets: list[str]
 ) -> None:
