@@ -1,11 +1,13 @@
 """The client matrix's rows (issue 23): `save` on one node, `resume` on the next; each
-row prints `row <name> ok <digest>` or `row <name> error <call>: <errno name> <message>`."""
+row prints `row <name> ok <digest>` or `row <name> error <call>: <errno name> <message>`,
+then `took <name> <seconds> s` (what it costs the suite: `pytest -s` shows it)."""
 
 import errno
 import hashlib
 import json
 import os
 import sys
+import time
 import traceback
 import warnings
 from collections.abc import Mapping
@@ -14,6 +16,7 @@ warnings.simplefilter("ignore")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -203,6 +206,46 @@ def row_transformers() -> str:
     return f"{want}-{h.hexdigest()[:16]}"
 
 
+def row_orbax() -> str:
+    """Orbax's CheckpointManager with JAX on the CPU: steps saved into
+    `<step>.orbax-checkpoint-tmp` directories renamed into place (tensorstore's OCDBT
+    files inside), max_to_keep pruning the oldest; the resume restores the latest step
+    and saves on."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    def state(step: int) -> dict[str, object]:
+        k = jax.random.PRNGKey(step)
+        w = jax.random.normal(k, (64, 32))
+        return {"params": {"w": w, "b": jax.numpy.arange(32.0) * step}, "step": step}
+
+    def digest_tree(tree: dict[str, object]) -> str:
+        h = hashlib.sha256()
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            h.update(jax.tree_util.keystr(path).encode())
+            h.update(np.asarray(leaf).tobytes())
+        return h.hexdigest()[:16]
+
+    opts = ocp.CheckpointManagerOptions(max_to_keep=2)
+    with ocp.CheckpointManager(f"{D}/orbax", options=opts) as mgr:
+        if MODE == "save":
+            for step in (1, 2, 3):
+                mgr.save(step, args=ocp.args.StandardSave(state(step)))
+            mgr.wait_until_finished()
+            assert mgr.all_steps() == [2, 3], mgr.all_steps()
+            return digest_tree(state(3))
+        step = mgr.latest_step()
+        assert step == 3, (step, os.listdir(f"{D}/orbax"))
+        template = jax.tree.map(np.zeros_like, state(0))
+        got = mgr.restore(step, args=ocp.args.StandardRestore(template))
+        mgr.save(4, args=ocp.args.StandardSave(state(4)))
+        mgr.wait_until_finished()
+        assert mgr.all_steps() == [3, 4], mgr.all_steps()
+    names = sorted(os.listdir(f"{D}/orbax"))
+    assert names == ["3", "4"], names  # no temporary directory or lock file left
+    return digest_tree(got)
+
+
 ROWS = {
     "torch": row_torch,
     "dcp": row_dcp,
@@ -210,9 +253,11 @@ ROWS = {
     "numpy_memmap": row_numpy_memmap,
     "lightning": row_lightning,
     "transformers": row_transformers,
+    "orbax": row_orbax,
 }
 
 for name in sys.argv[3:] or ROWS:
+    t0 = time.monotonic()
     try:
         print(f"row {name} ok {ROWS[name]()}", flush=True)
     except ImportError as exc:
@@ -225,3 +270,4 @@ for name in sys.argv[3:] or ROWS:
     except Exception as exc:  # the row failed: say how, the other rows go on
         print(f"row {name} failed {type(exc).__name__}: {exc}", flush=True)
         traceback.print_exc()
+    print(f"took {name} {time.monotonic() - t0:.1f} s", flush=True)  # the suite's budget

@@ -6,7 +6,9 @@ then ``resume``): torch.save into a temporary directory renamed into place with 
 ``latest`` symlink and appended metrics; torch.distributed.checkpoint; safetensors;
 numpy's read-only memmap; Lightning's ``ModelCheckpoint(save_last="link")``; transformers'
 ``save_pretrained``/``from_pretrained`` and a ``Trainer`` that saves and resumes
-(``resume_from_checkpoint``). A row whose package is not installed is skipped by name.
+(``resume_from_checkpoint``); Orbax's ``CheckpointManager`` with JAX on the CPU (steps
+in temporary directories renamed into place, ``max_to_keep``, the latest restored). A
+row whose package is not installed is skipped by name.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ NEEDS = {
     "numpy_memmap": ("numpy",),
     "lightning": ("torch", "lightning"),
     "transformers": ("torch", "transformers", "accelerate"),
+    "orbax": ("jax", "orbax.checkpoint"),
 }
 
 
@@ -64,6 +67,8 @@ def test_frameworks_save_on_one_node_and_resume_on_another(
     resume = cluster.sbatch("-N1", f"-w{n2}", "--bootseer-ckpt=demo/matrix", script=_job("resume"))
     assert cluster.wait(resume, timeout=240) == "COMPLETED", cluster.output(resume)
     resumed = _rows(cluster.output(resume))
+    for job, out in (("save", cluster.output(save)), ("resume", cluster.output(resume))):
+        print(job, *(line[5:] for line in out.splitlines() if line.startswith("took ")))
     for row, needs in NEEDS.items():
         if not all(importlib.util.find_spec(m) for m in needs):
             assert resumed[row].startswith("missing"), (row, resumed[row])

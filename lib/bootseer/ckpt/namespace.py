@@ -146,13 +146,19 @@ class Namespace(Layout):
     def remove(self, path: str) -> Manifest | Symlink:
         """Remove a file: its manifest first (it is gone at once), then its units; or a
         symlink."""
+        m = self.unname(path)
+        if isinstance(m, Manifest):
+            self.delete_units(m)
+        return m
+
+    def unname(self, path: str) -> Manifest | Symlink:
+        """Remove a file's name and keep its units: what a descriptor still open on it
+        reads, until its holder deletes them (:meth:`delete_units`)."""
         m = self.node(path)
         if m is None:
             raise FileNotFoundError(errno.ENOENT, f"no checkpoint file {self.name}:{path}")
         self.meta.delete(self.manifest_key(path))
         self.release(path)
-        if isinstance(m, Manifest):
-            self.delete_units(m)
         return m
 
     def rename(self, src: str, dst: str) -> None:

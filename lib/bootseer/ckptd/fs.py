@@ -98,8 +98,13 @@ class _Handle:
     path: str
     reader: StripedReader | None = None
     writer: StripedWriter | None = None
-    opener: int = 0  # thread group of the process that opened it for writing
+    # The descriptors open on the writer (a second open of the file on this node joins
+    # it): file handle -> thread group of the process that opened it. The last release
+    # commits (or drops, when that process was killed).
+    openers: dict[int, int] = field(default_factory=dict)
     failed: str = ""  # a write failed: the close reports it and commits nothing
+    unlinked: bool = False  # its name was removed while open: nothing is committed
+    orphan: Manifest | None = None  # ... and the version the name held, deleted at close
     errno: int = errno.EIO  # ... with this errno
     log: bool = False  # the daemon's log file (LOG_NAME)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -120,6 +125,7 @@ class CkptFS(pyfuse3.Operations):
         self._dirs: dict[int, list[tuple[str, str, Manifest | Symlink | StripedWriter | bool]]] = {}
         self._writing: dict[str, StripedWriter] = {}
         self._owner: dict[StripedWriter, _Handle] = {}  # until its release is done
+        self._unlinked: dict[int, _Handle] = {}  # inode -> writer unlinked while open
         self._versions: dict[int, str] = {}  # inode -> version last opened, for keep_cache
         self._lock = threading.Lock()
         self.bytes_read = 0  # served to the job, for the epilog's phase record
@@ -297,6 +303,14 @@ class CkptFS(pyfuse3.Operations):
         return await self._stat(self._child(parent_inode, name, creating=False))
 
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return await self._stat_ino(inode)
+
+    async def _stat_ino(self, inode: int) -> pyfuse3.EntryAttributes:
+        h = self._unlinked.get(inode)
+        if h is not None and h.writer is not None:  # fstat of a file unlinked while open
+            a = self._attrs(inode, h.writer)
+            a.st_nlink = 0
+            return a
         return await self._stat(self._path(inode))
 
     async def setattr(
@@ -312,6 +326,7 @@ class CkptFS(pyfuse3.Operations):
             raise self._refuse("not_permitted", errno.EPERM)
         if fields.update_size:
             handle = self._handles.get(fh) if fh is not None else None
+            handle = handle or self._unlinked.get(inode)
             if handle is not None and handle.writer is None:
                 raise pyfuse3.FUSEError(errno.EBADF)
             writer = handle.writer if handle else self._writing.get(path)
@@ -328,7 +343,7 @@ class CkptFS(pyfuse3.Operations):
                 await self._run(self._resize, path, attr.st_size)
         # Owner and mode are the job user's by construction; chmod/utime are accepted
         # and have no effect, as on many network filesystems.
-        return await self._stat(path)
+        return await self._stat_ino(inode)
 
     def _truncate(self, path: str) -> None:
         if self.ns.manifest(path) is None:
@@ -388,12 +403,39 @@ class CkptFS(pyfuse3.Operations):
         path = self._child(parent_inode, name, creating=False)
         if path == LOG_NAME:
             raise self._refuse("not_permitted", errno.EPERM)
+        w = self._writing.get(path)
+        h = self._owner.get(w) if w is not None else None
+        if h is not None and h.openers and await self._run(self._unlink_open, h, path):
+            return
         if not await self._released(path):
             raise pyfuse3.FUSEError(errno.EBUSY)
         kind = await self._run(self._kind, path)
         if kind is True:
             raise pyfuse3.FUSEError(errno.EISDIR)
         await self._run(self.ns.remove, path)
+
+    def _unlink_open(self, h: _Handle, path: str) -> bool:
+        """unlink(2) of a file open for writing on this node, as on a local disk: the
+        name goes at once (with a version an fsync published under it), the descriptors
+        write on into a version nobody sees, dropped at the last close. tensorstore
+        (Orbax) removes its ``<key>.__lock`` file so when it had nothing to write.
+        False: the writer was closed or renamed meanwhile (an ordinary unlink then)."""
+        with h.lock:
+            if self._writing.get(path) is not h.writer or h.writer is None or h.writer.closed:
+                return False
+            if self.ns.node(path) is not None:
+                # Its units stay until the last close: the writer reads and copies from
+                # its fsync'ed or base version as long as it is open.
+                m = self.ns.unname(path)
+                h.orphan = m if isinstance(m, Manifest) else None
+            h.unlinked = True
+            with self._lock:  # before the name is free: made again, it gets a new inode
+                if self._inodes.get(path) == h.ino:
+                    del self._inodes[path]
+                self._unlinked[h.ino] = h
+            del self._writing[path]
+        log(f"{path}: removed while open for writing; what is written on is dropped at close")
+        return True
 
     async def _released(self, *paths: str) -> bool:
         """Whether no writer holds ``paths``, waiting up to RELEASE_WAIT for one that is
@@ -563,6 +605,9 @@ class CkptFS(pyfuse3.Operations):
     async def _open_write(
         self, ino: int, path: str, ctx: pyfuse3.RequestContext, update: bool
     ) -> pyfuse3.FileInfo:
+        joined = await self._join(path, ctx, truncate=not update)
+        if joined is not None:
+            return joined
         if not await self._released(path):
             log(f"{path}: already open for writing on this node")
             raise pyfuse3.FUSEError(errno.ETXTBSY)
@@ -572,13 +617,41 @@ class CkptFS(pyfuse3.Operations):
         self._writing[path] = writer
         fh = next(self._next_fh)
         self._handles[fh] = self._owner[writer] = _Handle(
-            ino, path, writer=writer, opener=_tgid(ctx.pid)
+            ino, path, writer=writer, openers={fh: _tgid(ctx.pid)}
         )
         self._versions.pop(ino, None)
         # Direct I/O: writes reach the daemon from the writer's own pages, with no copy
         # in the page cache to fill and drop at release; and the kernel refuses a shared
         # writable mmap of the handle (ENODEV), whose pages it would write back after the
         # close that published the file (np.memmap closes its descriptor at once).
+        return pyfuse3.FileInfo(fh=fh, direct_io=True)
+
+    async def _join(
+        self, path: str, ctx: pyfuse3.RequestContext, truncate: bool
+    ) -> pyfuse3.FileInfo | None:
+        """A second descriptor on a file open for writing on this node, as on a local
+        disk: it writes into the same new version, which the last release commits.
+        tensorstore (Orbax's files) opens its ``<key>.__lock`` file twice, once to hold
+        the lock and write, once to check the lock file is still the one at that name.
+        None: nobody writes ``path`` (or its writer is closing, or failed): a new writer."""
+        w = self._writing.get(path)
+        h = self._owner.get(w) if w is not None else None
+        # Decided here, in trio's thread: a release pops its opener and decides whether
+        # it is the last one without a wait in between, so a handle with openers left
+        # is not being closed.
+        if w is None or h is None or not h.openers or h.failed or w.closed:
+            return None
+        fh = next(self._next_fh)
+        h.openers[fh] = _tgid(ctx.pid)
+        self._handles[fh] = h
+        if truncate:
+            try:
+                await self._run(self._locked, h, w.truncate, 0)
+            except BaseException:
+                self._handles.pop(fh, None)
+                h.openers.pop(fh, None)
+                raise
+        log(f"{path}: opened for writing again on this node; one new version for both")
         return pyfuse3.FileInfo(fh=fh, direct_io=True)
 
     async def create(
@@ -653,7 +726,7 @@ class CkptFS(pyfuse3.Operations):
     async def flush(self, fh: int) -> None:
         h = self._handles[fh]
         if h.writer is not None:
-            await self._run(self._finish, h, False)
+            await self._run(self._finish, h, False, h.openers.get(fh, 0))
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         await self.flush(fh)
@@ -663,22 +736,40 @@ class CkptFS(pyfuse3.Operations):
         if h.reader is not None:
             h.reader.close()
         if h.writer is not None:
+            opener = h.openers.pop(fh, 0)
+            if h.openers:  # another descriptor still writes: its release commits
+                return
             try:
-                await self._run(self._finish, h, True)
+                await self._run(self._finish, h, True, opener)
             finally:
                 # The kernel took the writer's size (0 after O_TRUNC) as the file's; after
                 # a commit or an abort it must ask again. Not from inside this request.
                 threading.Thread(target=_invalidate, args=(h.ino,), daemon=True).start()
 
-    def _finish(self, h: _Handle, last: bool) -> None:
-        """Commit the handle's writes (close, fsync), or drop them when the writer died."""
+    def _finish(self, h: _Handle, last: bool, opener: int) -> None:
+        """Commit the handle's writes (close, fsync), or drop them when the writer died
+        (``opener``: the process whose descriptor this is)."""
         w = h.writer
         assert w is not None
         with h.lock:
             if w.closed:
                 return
-            if h.failed or died_of_signal(h.opener):
-                why = h.failed or f"process {h.opener} was killed while writing"
+            if h.unlinked:
+                if last:
+                    w.abort()
+                    if h.orphan is not None:
+                        self.ns.delete_units(h.orphan)
+                    self._owner.pop(w, None)
+                    with self._lock:
+                        self._unlinked.pop(h.ino, None)
+                        if h.ino not in self._inodes.values():
+                            self._paths.pop(h.ino, None)
+                return
+            killed = died_of_signal(opener)
+            if killed and not last and len(h.openers) > 1:
+                return  # another process's descriptor writes on: its close decides
+            if h.failed or killed:
+                why = h.failed or f"process {opener} was killed while writing"
                 if h.errno == errno.EDQUOT:  # the line above says whose quota, and why
                     why = "a write would pass the quota: EDQUOT"
                 self.dropped += 1
@@ -755,11 +846,13 @@ class CkptFS(pyfuse3.Operations):
 
     def abort_all(self) -> None:
         """Drop writes still open at unmount: nobody closed them, so nobody finished them."""
-        for h in list(self._handles.values()):
+        for h in {id(h): h for h in self._handles.values()}.values():
             if h.writer is not None and not h.writer.closed:
                 self.dropped += 1
                 log(f"{h.path}: still open for writing at unmount; new version dropped")
                 h.writer.abort()
+                if h.orphan is not None:  # unlinked while open: nothing names it now
+                    self.ns.delete_units(h.orphan)  # best effort, as gc is
             if h.reader is not None:
                 h.reader.close()
 
