@@ -127,13 +127,20 @@ def compact(args: argparse.Namespace) -> int:
 
     require_root("phase compact", "it rewrites the phase dataset")
     from bootseer.cli.report_cmd import open_report_store, parse_age
+    from bootseer.config import load_config
     from bootseer.phases.compact import compact as do_compact
+    from bootseer.sitekey import keys_if_root
 
+    keys = keys_if_root(load_config())  # root's: the day's file is sealed
     store = open_report_store(args.store)
     done = do_compact(
         store,
         older_than_days=parse_age(args.older_than) / 86400,
-        progress=lambda c: print(f"{c.day}: {c.files_in} files -> {c.key} ({c.rows_out} rows)"),
+        progress=lambda c: print(
+            f"{c.day}: {c.files_in} files -> {c.key} ({c.rows_out} rows)"
+            + (f"; {c.refused} file(s) left, their seal does not verify" if c.refused else "")
+        ),
+        keys=keys,
     )
     if not done:
         print("nothing to compact")

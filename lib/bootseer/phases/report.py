@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from bootseer.phases.reader import PhaseDataset
+    from bootseer.phases.seal import Tally
+    from bootseer.phases.slurmcheck import SlurmCheck
 
 SIZE_BUCKETS = ((1, 1), (2, 4), (5, 16), (17, 64), (65, 256), (257, 1024), (1025, 1 << 31))
 
@@ -239,6 +241,10 @@ class JobReport:
     # Marks outside their job's window (phases.window): dropped, or clipped to it.
     marks_dropped: int = 0
     marks_clipped: int = 0
+    # The files' seals (phases.seal), where the reader checked them; what Slurm said of
+    # the job (phases.slurmcheck), where a report without the key asked.
+    seals: Tally | None = None
+    slurm: SlurmCheck | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -248,6 +254,8 @@ class JobReport:
             "earlier_jobs": [r.to_json() for r in self.earlier],
             "marks_dropped": self.marks_dropped,
             "marks_clipped": self.marks_clipped,
+            "seals": None if self.seals is None else self.seals.to_json(),
+            "slurm_check": None if self.slurm is None else self.slurm.to_json(),
         }
 
 
@@ -399,6 +407,7 @@ def job_report(
     report = JobReport(job_id, runs)
     report.marks_dropped = ds.marks_dropped - dropped
     report.marks_clipped = ds.marks_clipped - clipped
+    report.seals = None if ds.seals is None else ds.seals.copy()
     if not runs or not runs[0].script:
         return report
     import pyarrow.compute as pc
@@ -423,4 +432,5 @@ def job_report(
     )
     for _, old_id in older[-history_jobs:]:
         report.earlier += runs_of(ds.job(old_id))
+    report.seals = None if ds.seals is None else ds.seals.copy()
     return report
