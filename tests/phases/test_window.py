@@ -17,8 +17,8 @@ from bootseer.phases.reader import PhaseDataset
 from bootseer.phases.report import job_report
 from bootseer.phases.schema import PhaseRow
 from bootseer.phases.writer import write_rows
-from tests.sitekeys import key_file
 from bootseer.store import Store
+from tests.sitekeys import key_file
 
 from .conftest import T0, node_rows
 

@@ -32,6 +32,7 @@ TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
 if TYPE_CHECKING:
     from typing import Any
 
+    from bootseer.config import SiteConfig
     from bootseer.store import Store
 
 
@@ -160,7 +161,7 @@ def open_report_store(uri: str | None) -> Store:
     return cfg.store.open()
 
 
-def open_dataset(uri: str | None) -> Any:
+def open_dataset(uri: str | None) -> tuple[Any, SiteConfig]:
     """The phase dataset a report reads, its seals checked (:mod:`bootseer.phases.seal`):
     by root with the site key; a user, who has none (or root where the key file is
     missing), tells files without a seal only, and the report says so."""
@@ -176,7 +177,7 @@ def open_dataset(uri: str | None) -> Any:
         why = f"no site key here: {keys.missing}"
         keys = None
     store = open_store(uri) if uri else cfg.store.open()
-    return PhaseDataset(store, keys=keys, check_seals=True, unchecked_why=why)
+    return PhaseDataset(store, keys=keys, check_seals=True, unchecked_why=why), cfg
 
 
 def run(args: argparse.Namespace) -> int:
@@ -188,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
         raise BootseerError("give a JOBID or --since, not both")
     if args.plot:
         args.plot = Path(args.plot)
-    ds = open_dataset(args.store)
+    ds, args.cfg = open_dataset(args.store)
     console = Console(highlight=False)
     if args.job is None:
         return _cluster(ds, parse_since(args.since or "7d", time.time()), args, console)
@@ -196,9 +197,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _job(ds: Any, job: tuple[int, int | None], args: argparse.Namespace, console: Any) -> int:
-    import shutil
-    from pathlib import Path
-
     from bootseer.phases.render import render_job
     from bootseer.phases.report import JobReport, job_report
 
@@ -208,7 +206,8 @@ def _job(ds: Any, job: tuple[int, int | None], args: argparse.Namespace, console
     if ds.keys is None:  # no key to check the seals: check what Slurm says of the job
         from bootseer.phases.slurmcheck import check_job
 
-        report.slurm = check_job(report, Path(shutil.which("squeue") or "/usr/bin/squeue"))
+        phases = args.cfg.phases
+        report.slurm = check_job(report, phases.squeue, max(phases.squeue_timeout, 10.0))
     if args.run is not None:
         report.runs = [r for r in report.runs if r.restart_count == args.run]
     if args.json:

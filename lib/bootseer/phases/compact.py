@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bootseer.phases.reader import PhaseDataset, merge, warn_stderr
+from bootseer.phases.reader import PhaseDataset, merge, schema_problem, warn_stderr
 from bootseer.phases.writer import PREFIX, file_bytes
 
 if TYPE_CHECKING:
@@ -96,3 +96,34 @@ def compact(
         if progress:
             progress(c)
     return done
+
+
+def adopt_unsealed(
+    store: Store, keys: SiteKeys, on_skip: Callable[[str], None] = warn_stderr
+) -> list[str]:
+    """Seal, as they are, the phase files that carry no seal at all (written before
+    bootseer sealed them): the admin vouches for them, once, after upgrading, while no
+    one else could write the store. A file whose seal does not verify is never adopted.
+    Returns the keys sealed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bootseer.phases.seal import seal_table, verdict
+
+    adopted = []
+    for f in PhaseDataset(store, on_skip=on_skip).files():
+        raw = store.read_bytes(f.key)
+        if verdict(keys, f.key, raw) != "unsealed":
+            continue
+        try:
+            table = pq.read_table(pa.BufferReader(raw))
+        except (OSError, pa.ArrowException) as exc:
+            on_skip(f"not adopted {store.path(f.key)}: not a readable Parquet file ({exc})")
+            continue
+        problem = schema_problem(table.schema)
+        if problem:
+            on_skip(f"not adopted {store.path(f.key)}: not a phase records file ({problem})")
+            continue
+        store.write_bytes(f.key, seal_table(keys, f.key, table))
+        adopted.append(f.key)
+    return adopted

@@ -268,7 +268,7 @@ class PhaseDataset:
             self.skipped.add(path)
             self.on_skip(f"skipped {path}: not a readable Parquet file ({_short(exc)})")
             return None
-        problem = _schema_problem(physical)
+        problem = schema_problem(physical)
         if problem:
             self.skipped.add(path)
             self.on_skip(f"skipped {path}: not a phase records file ({problem})")
@@ -303,7 +303,7 @@ def _short(exc: BaseException) -> str:
     return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
 
 
-def _schema_problem(physical: pa.Schema) -> str | None:
+def schema_problem(physical: pa.Schema) -> str | None:
     import pyarrow.types as pat
 
     want = arrow_schema()

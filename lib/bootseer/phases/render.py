@@ -456,7 +456,7 @@ def seal_notes(seals: Tally | None) -> list[Text]:
             w
             for w in (
                 f"{unsealed:,} without a seal" if unsealed else "",
-                f"{altered:,} whose seal does not verify (altered, moved, or forged)"
+                f"{altered:,} whose seal does not verify (altered, moved or forged)"
                 if altered
                 else "",
             )
@@ -465,8 +465,8 @@ def seal_notes(seals: Tally | None) -> list[Text]:
         first = visible(min(seals.refused))
         out.append(
             Text(
-                f"{len(seals.refused):,} phase file(s) ({seals.rows_refused:,} rows) not counted: "
-                f"not written by bootseer's root-run parts ({why}); e.g. {first}",
+                f"{len(seals.refused):,} phase file(s) ({seals.rows_refused:,} rows) not counted, "
+                f"not as bootseer's root-run parts wrote them: {why}; e.g. {first}",
                 style="yellow",
             )
         )
