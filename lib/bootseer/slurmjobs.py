@@ -163,7 +163,7 @@ def job_nodes(
     as slurmctld remembers it), None if it lists no such job; :class:`SlurmUnavailable`
     when it cannot say. The fields hold no free text (never the job's name).
 
-    >>> parse_job_nodes("alice COMPLETED n[1-2]\n")
+    >>> parse_job_nodes("alice COMPLETED n[1-2]\\n")
     JobNodes(user='alice', state='COMPLETED', nodelist='n[1-2]')
     """
     try:

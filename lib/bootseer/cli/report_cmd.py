@@ -204,10 +204,10 @@ def _job(ds: Any, job: tuple[int, int | None], args: argparse.Namespace, console
     job_id = job[0] if job[1] is None else array_task_job(ds, job[0], job[1])
     report = JobReport(job[0], []) if job_id is None else job_report(ds, job_id)
     if ds.keys is None:  # no key to check the seals: check what Slurm says of the job
-        from bootseer.phases.slurmcheck import check_job
+        from bootseer.phases.report import check_against_slurm
 
         phases = args.cfg.phases
-        report.slurm = check_job(report, phases.squeue, max(phases.squeue_timeout, 10.0))
+        report.slurm = check_against_slurm(report, phases.squeue, max(phases.squeue_timeout, 10.0))
     if args.run is not None:
         report.runs = [r for r in report.runs if r.restart_count == args.run]
     if args.json:

@@ -41,6 +41,8 @@ from bootseer.phases.schema import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pyarrow as pa
 
     from bootseer.phases.reader import PhaseDataset
@@ -434,3 +436,38 @@ def job_report(
         report.earlier += runs_of(ds.job(old_id))
     report.seals = None if ds.seals is None else ds.seals.copy()
     return report
+
+
+def check_against_slurm(report: JobReport, squeue: Path, timeout: float = 10.0) -> SlurmCheck:
+    """Check ``report``'s latest run against Slurm (``squeue``), dropping the rows of
+    nodes or users Slurm does not list for the job; the check says what it did."""
+    from bootseer.phases.slurmcheck import SlurmCheck
+    from bootseer.slurmjobs import SlurmUnavailable, job_nodes
+
+    if not report.runs:
+        return SlurmCheck(unchecked="no records to check")
+    try:
+        job = job_nodes(report.job_id, squeue, timeout)
+    except SlurmUnavailable as exc:
+        return SlurmCheck(unchecked=f"Slurm could not be asked ({exc})")
+    if job is None:
+        return SlurmCheck(
+            unchecked=f"Slurm no longer knows job {report.job_id}: its nodes and user "
+            "could not be checked"
+        )
+    latest = max(report.runs, key=lambda r: r.restart_count)
+    check = SlurmCheck.of(job, latest.restart_count)
+    if check.run is None:
+        return check
+    rows = [r for n in latest.nodes for r in n.rows]
+    kept = [r for r in rows if check.keeps(r.node, r.user)]
+    for r in rows:
+        if not check.keeps(r.node, r.user):
+            check.dropped[r.node] = check.dropped.get(r.node, 0) + 1
+    if len(kept) != len(rows):
+        at = report.runs.index(latest)
+        if kept:
+            report.runs[at] = run_report(kept)
+        else:
+            del report.runs[at]
+    return check

@@ -6,7 +6,8 @@ may still be one she could not tell from a forgery. What she can check is the jo
 itself, while slurmctld remembers it (``MinJobAge`` after it ends, or in accounting):
 its latest run's rows must be of the nodes Slurm lists for the job, and of its user.
 Rows of any other node or user are not counted, and the report says so; what could
-not be checked (earlier runs of a requeued job, a job Slurm forgot) is said too::
+not be checked (earlier runs of a requeued job, a job Slurm forgot) is said too
+(:func:`bootseer.phases.report.check_against_slurm` applies it to a report)::
 
     >>> from bootseer.slurmjobs import JobNodes
     >>> check = SlurmCheck.of(JobNodes("alice", "RUNNING", "n[1-2]"), restart=0)
@@ -23,9 +24,6 @@ from bootseer.context import expand_nodes
 from bootseer.errors import ContextError
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
-    from bootseer.phases.report import JobReport
     from bootseer.slurmjobs import JobNodes
 
 
@@ -61,38 +59,3 @@ class SlurmCheck:
             "rows_dropped_by_node": dict(sorted(self.dropped.items())),
             "unchecked": self.unchecked or None,
         }
-
-
-def check_job(report: JobReport, squeue: Path, timeout: float = 10.0) -> SlurmCheck:
-    """Check ``report``'s latest run against Slurm (``squeue``), dropping the rows of
-    nodes or users Slurm does not list for the job; the check says what it did."""
-    from bootseer.phases.report import run_report
-    from bootseer.slurmjobs import SlurmUnavailable, job_nodes
-
-    if not report.runs:
-        return SlurmCheck(unchecked="no records to check")
-    try:
-        job = job_nodes(report.job_id, squeue, timeout)
-    except SlurmUnavailable as exc:
-        return SlurmCheck(unchecked=f"Slurm could not be asked ({exc})")
-    if job is None:
-        return SlurmCheck(
-            unchecked=f"Slurm no longer knows job {report.job_id}: its nodes and user "
-            "could not be checked"
-        )
-    latest = max(report.runs, key=lambda r: r.restart_count)
-    check = SlurmCheck.of(job, latest.restart_count)
-    if check.run is None:
-        return check
-    rows = [r for n in latest.nodes for r in n.rows]
-    kept = [r for r in rows if check.keeps(r.node, r.user)]
-    for r in rows:
-        if not check.keeps(r.node, r.user):
-            check.dropped[r.node] = check.dropped.get(r.node, 0) + 1
-    if len(kept) != len(rows):
-        at = report.runs.index(latest)
-        if kept:
-            report.runs[at] = run_report(kept)
-        else:
-            del report.runs[at]
-    return check
