@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from bootseer.phases import reader
 from bootseer.phases.compact import compact
 from bootseer.phases.reader import PhaseDataset
 from bootseer.phases.seal import parquet_bytes, seal_table, verdict
@@ -151,6 +153,25 @@ def test_without_the_key_unsealed_files_are_flagged_and_what_was_not_checked_is_
     assert "1 phase file(s) (7 rows) carry no seal" in text, text
     assert "Seals not checked: no site key here" in text
     assert "Not checked against Slurm" in text
+
+
+def test_a_file_too_large_to_hold_is_refused_unread_past_the_cap(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root's report holds each file in memory to parse only what it checked: a file
+    over the cap (a forger's 10 GB) is refused after reading the cap, and said."""
+    alices_job(store)
+    rows = [
+        r.__class__.from_dict({**r.to_dict(), "detail": os.urandom(200).hex()})
+        for r in node_rows(ALICE_JOB, "n9", nodes=2)
+    ]
+    big = write_rows(store, rows, "epilog", keys=KEYS) or ""
+    cap = max(i.size for i in store.list("phases", recursive=True) if i.key != big)
+    assert store.info(big).size > cap  # type: ignore[union-attr]
+    monkeypatch.setattr(reader, "MAX_FILE_BYTES", cap)
+    ds = PhaseDataset(store, keys=KEYS)
+    assert sorted(set(ds.job(ALICE_JOB)["node"].to_pylist())) == ["n1", "n2"]
+    assert ds.seals is not None and ds.seals.refused == {big: "oversize"}
 
 
 def test_compaction_seals_the_day_and_leaves_a_forged_file_out(store: Store) -> None:

@@ -108,12 +108,12 @@ def adopt_unsealed(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from bootseer.phases.seal import seal_table, verdict
+    from bootseer.phases.seal import MAX_FILE_BYTES, seal_table, verdict
 
     adopted = []
     for f in PhaseDataset(store, on_skip=on_skip).files():
-        raw = store.read_bytes(f.key)
-        if verdict(keys, f.key, raw) != "unsealed":
+        raw = store.read_bytes(f.key, limit=MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES or verdict(keys, f.key, raw) != "unsealed":
             continue
         try:
             table = pq.read_table(pa.BufferReader(raw))

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bootseer.phases.schema import COLUMNS, REQUIRED, arrow_schema, fill_counts
-from bootseer.phases.seal import MARK, META_KEY, Tally, Verdict, verdict
+from bootseer.phases.seal import MARK, MAX_FILE_BYTES, META_KEY, Tally, Verdict, verdict
 from bootseer.phases.writer import PREFIX
 
 if TYPE_CHECKING:
@@ -253,8 +253,8 @@ class PhaseDataset:
         raw = None
         try:
             if self.keys is not None:
-                raw = self.store.read_bytes(key)
-                sealed = verdict(self.keys, key, raw)
+                raw = self.store.read_bytes(key, limit=MAX_FILE_BYTES + 1)
+                sealed = verdict(self.keys, key, raw) if len(raw) <= MAX_FILE_BYTES else "oversize"
                 if sealed != "sealed":
                     self._refuse(key, sealed, raw)
                     return None
@@ -293,7 +293,7 @@ class PhaseDataset:
             import pyarrow.parquet as pq
 
             try:
-                rows = pq.read_metadata(pa.BufferReader(raw)).num_rows
+                rows = 0 if why == "oversize" else pq.read_metadata(pa.BufferReader(raw)).num_rows
             except (OSError, pa.ArrowException):
                 rows = 0
         self.seals.count(key, why, rows)

@@ -446,18 +446,23 @@ def seal_notes(seals: Tally | None) -> list[Text]:
     whether the seals could be checked at all."""
     from rich.text import Text
 
+    from bootseer.phases.seal import MAX_FILE_BYTES
+
     if seals is None:
         return []
     out = []
     if seals.refused:
-        unsealed = sum(1 for v in seals.refused.values() if v == "unsealed")
-        altered = len(seals.refused) - unsealed
+        kinds = list(seals.refused.values())
+        unsealed, altered, oversize = (kinds.count(k) for k in ("unsealed", "altered", "oversize"))
         why = ", ".join(
             w
             for w in (
                 f"{unsealed:,} without a seal" if unsealed else "",
                 f"{altered:,} whose seal does not verify (altered, moved or forged)"
                 if altered
+                else "",
+                f"{oversize:,} too large to check (over {MAX_FILE_BYTES >> 30} GiB)"
+                if oversize
                 else "",
             )
             if w

@@ -51,8 +51,10 @@ _HEX = re.compile(rb"\A[0-9a-f]{64}\Z")
 
 # sealed: the MAC verifies; unsealed: no seal at all (not written by a root-run part);
 # altered: a seal that does not verify (written without the key, altered, or moved);
-# unchecked: a seal, but no key to check it with.
-Verdict = Literal["sealed", "unsealed", "altered", "unchecked"]
+# unchecked: a seal, but no key to check it with; oversize: larger than a checker reads
+# (MAX_FILE_BYTES: it holds the file in memory to parse only the bytes it checked).
+Verdict = Literal["sealed", "unsealed", "altered", "unchecked", "oversize"]
+MAX_FILE_BYTES = 2 << 30  # a compacted day of ~100M rows; the flushes' files are KiBs
 
 
 def parquet_bytes(table: pa.Table, row_group_size: int = 64 * 1024) -> bytes:
