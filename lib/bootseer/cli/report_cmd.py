@@ -12,9 +12,9 @@ Exit status 1 when there are no records for the job; Slurm is then asked
 whether it knows the job at all.
 
 Root's report counts only the files bootseer's root-run parts sealed with the
-site key; a user's, which has no key, leaves out files without a seal and checks
-a job's latest run against the nodes and user Slurm lists for it. Both say what
-they left out, and what they could not check.
+site key; a user's, which has no key, shows files without a seal as such and
+checks a job's latest run against the nodes and user Slurm lists for it. Both
+say what they left out, and what they could not check.
 """
 
 from __future__ import annotations

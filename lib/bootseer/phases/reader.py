@@ -250,7 +250,6 @@ class PhaseDataset:
         import pyarrow as pa
 
         path = self.store.path(key)
-        raw = None
         try:
             if self.keys is not None:
                 raw = self.store.read_bytes(key, limit=MAX_FILE_BYTES + 1)
@@ -284,18 +283,17 @@ class PhaseDataset:
             self.seals.count(key, "sealed")
         return frag
 
-    def _refuse(self, key: str, why: Verdict, raw: bytes | None = None, rows: int = 0) -> None:
+    def _refuse(self, key: str, why: Verdict, raw: bytes) -> None:
         """Count a file whose seal was refused, with its rows as its footer says (best
-        effort: the footer of a file nobody vouches for)."""
-        assert self.seals is not None
-        if raw is not None:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+        effort: the footer of a file nobody vouches for; none for one too large)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-            try:
-                rows = 0 if why == "oversize" else pq.read_metadata(pa.BufferReader(raw)).num_rows
-            except (OSError, pa.ArrowException):
-                rows = 0
+        assert self.seals is not None
+        try:
+            rows = 0 if why == "oversize" else pq.read_metadata(pa.BufferReader(raw)).num_rows
+        except (OSError, pa.ArrowException):
+            rows = 0
         self.seals.count(key, why, rows)
 
 
