@@ -70,6 +70,7 @@ Purpose = Literal[
     "image.path",
     "image.trace",
     "ckpt.manifest",
+    "phases.rows",
 ]
 PURPOSES: tuple[Purpose, ...] = get_args(Purpose)
 DEPS_MANIFEST: Final = "deps.manifest"
@@ -79,6 +80,7 @@ IMAGE_NAME: Final = "image.name"
 IMAGE_PATH: Final = "image.path"
 IMAGE_TRACE: Final = "image.trace"
 CKPT_MANIFEST: Final = "ckpt.manifest"
+PHASES_ROWS: Final = "phases.rows"  # a whole Parquet file (bootseer.phases.seal)
 
 # Records this process refused, by purpose (bootseer.metrics counts them: a node whose
 # key differs from the others', or someone planting records, shows up there).

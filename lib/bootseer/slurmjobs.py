@@ -146,6 +146,47 @@ def parse_owner(text: str) -> JobOwner | None:
     return JobOwner(int(fields[0]), fields[1])
 
 
+@dataclass(frozen=True)
+class JobNodes:
+    """Whose a job is (user name), its state and the nodes Slurm lists for it (its
+    current allocation; none while it pends)."""
+
+    user: str
+    state: str
+    nodelist: str
+
+
+def job_nodes(
+    job_id: int, squeue: Path = Path("/usr/bin/squeue"), timeout: float = TIMEOUT
+) -> JobNodes | None:
+    """The user, state and nodes of ``job_id`` as Slurm lists it (any state, for as long
+    as slurmctld remembers it), None if it lists no such job; :class:`SlurmUnavailable`
+    when it cannot say. The fields hold no free text (never the job's name).
+
+    >>> parse_job_nodes("alice COMPLETED n[1-2]\\n")
+    JobNodes(user='alice', state='COMPLETED', nodelist='n[1-2]')
+    """
+    try:
+        text = _squeue(f"--jobs={int(job_id)}", "%u %T %N", squeue, timeout)
+    except SlurmUnavailable as exc:
+        if "invalid job id" in str(exc).lower():  # a job slurmctld forgot, or never had
+            return None
+        raise
+    return parse_job_nodes(text)
+
+
+def parse_job_nodes(text: str) -> JobNodes | None:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return None
+    fields = lines[0].split()
+    if len(fields) not in (2, 3) or not fields[1].replace("_", "").isalpha():
+        raise SlurmUnavailable(
+            f"squeue printed a line that is not 'USER STATE NODES': {lines[0]!r}"
+        )
+    return JobNodes(fields[0], fields[1].upper(), fields[2] if len(fields) == 3 else "")
+
+
 def _squeue(select: str, fmt: str, squeue: Path, timeout: float) -> str:
     cmd = [str(squeue), "--noheader", "--states=all", select, f"--format={fmt}"]
     try:

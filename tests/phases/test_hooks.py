@@ -19,6 +19,7 @@ from bootseer.phases.schema import from_table
 from bootseer.phases.spool import Spool
 from bootseer.stepapi import StepRow
 from bootseer.store import open_store
+from tests.sitekeys import KEYS, key_file
 
 
 def test_prolog_marks_epilog_end_up_in_the_store(
@@ -30,6 +31,7 @@ def test_prolog_marks_epilog_end_up_in_the_store(
             "store": {"uri": f"file://{tmp_path}/store"},
             "paths": {"run_dir": str(tmp_path / "run"), "log_dir": str(tmp_path / "log")},
             "phases": {"background_flush": False, "submit_time": False},
+            "site": {"key_file": str(key_file(tmp_path))},
         }
     )
     ctx = JobContext(
@@ -76,7 +78,9 @@ def test_prolog_marks_epilog_end_up_in_the_store(
     assert job.path.exists()  # the runner removes it after the records
     assert logged == []
 
-    rows = {r.phase: r for r in from_table(PhaseDataset(open_store(cfg.store.uri)).job(77))}
+    sealed = PhaseDataset(open_store(cfg.store.uri), keys=KEYS)  # root's files, sealed
+    rows = {r.phase: r for r in from_table(sealed.job(77))}
+    assert sealed.seals is not None and not sealed.seals.refused and sealed.seals.sealed
     assert set(rows) == {
         "prolog",
         "image_prefetch",

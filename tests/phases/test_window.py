@@ -18,6 +18,7 @@ from bootseer.phases.report import job_report
 from bootseer.phases.schema import PhaseRow
 from bootseer.phases.writer import write_rows
 from bootseer.store import Store
+from tests.sitekeys import key_file
 
 from .conftest import T0, node_rows
 
@@ -102,7 +103,13 @@ def test_a_mark_named_like_a_hook_phase_is_not_taken(store: Store, tmp_path: Pat
         {"ev": "end", "phase": "ckpt_load", "t": T0 + 8},
     ]
     spool.marks_path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    cfg = cast(Any, SimpleNamespace(phases=SimpleNamespace(max_marks_bytes=1 << 20)))
+    cfg = cast(
+        Any,
+        SimpleNamespace(
+            phases=SimpleNamespace(max_marks_bytes=1 << 20),
+            site=SimpleNamespace(key_file=key_file(tmp_path)),  # root's flush seals
+        ),
+    )
     _, problems = flush(spool, store, "marks", cfg)
     assert problems == ["3 mark(s) named like a hook phase ignored (epilog, prolog)"]
     table = PhaseDataset(store).job(9)

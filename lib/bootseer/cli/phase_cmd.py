@@ -64,6 +64,12 @@ def register(sub: Any) -> None:
         help="compact days that ended at least this long ago (default 1d)",
     )
     c.add_argument("--store", metavar="URI", help="the store (default: the site config's)")
+    c.add_argument(
+        "--adopt-unsealed",
+        action="store_true",
+        help="first seal, as they are, the files without a seal (written before bootseer "
+        "sealed them): once, after upgrading; root's reports count no unsealed file",
+    )
     c.set_defaults(handler=compact)
 
 
@@ -127,13 +133,26 @@ def compact(args: argparse.Namespace) -> int:
 
     require_root("phase compact", "it rewrites the phase dataset")
     from bootseer.cli.report_cmd import open_report_store, parse_age
+    from bootseer.config import load_config
     from bootseer.phases.compact import compact as do_compact
+    from bootseer.sitekey import keys_if_root
 
+    keys = keys_if_root(load_config())  # root's: the day's file is sealed
     store = open_report_store(args.store)
+    if args.adopt_unsealed:
+        from bootseer.phases.compact import adopt_unsealed
+
+        assert keys is not None  # root's, or keys_if_root raised
+        adopted = adopt_unsealed(store, keys)
+        print(f"sealed {len(adopted)} file(s) written before seals")
     done = do_compact(
         store,
         older_than_days=parse_age(args.older_than) / 86400,
-        progress=lambda c: print(f"{c.day}: {c.files_in} files -> {c.key} ({c.rows_out} rows)"),
+        progress=lambda c: print(
+            f"{c.day}: {c.files_in} files -> {c.key} ({c.rows_out} rows)"
+            + (f"; {c.refused} file(s) left, their seal does not verify" if c.refused else "")
+        ),
+        keys=keys,
     )
     if not done:
         print("nothing to compact")

@@ -10,11 +10,17 @@
 The records come from the store in the site config (--store reads another).
 Exit status 1 when there are no records for the job; Slurm is then asked
 whether it knows the job at all.
+
+Root's report counts only the files bootseer's root-run parts sealed with the
+site key; a user's, which has no key, shows files without a seal as such and
+checks a job's latest run against the nodes and user Slurm lists for it. Both
+say what they left out, and what they could not check.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -26,6 +32,7 @@ TYPE_CHECKING = False  # typing costs a mark from a job script milliseconds
 if TYPE_CHECKING:
     from typing import Any
 
+    from bootseer.config import SiteConfig
     from bootseer.store import Store
 
 
@@ -154,19 +161,35 @@ def open_report_store(uri: str | None) -> Store:
     return cfg.store.open()
 
 
+def open_dataset(uri: str | None) -> tuple[Any, SiteConfig]:
+    """The phase dataset a report reads, its seals checked (:mod:`bootseer.phases.seal`):
+    by root with the site key; a user, who has none (or root where the key file is
+    missing), tells files without a seal only, and the report says so."""
+    from bootseer.config import load_config
+    from bootseer.phases.reader import PhaseDataset
+    from bootseer.sitekey import site_keys
+    from bootseer.store import open_store
+
+    cfg = load_config()
+    keys = site_keys(cfg) if os.geteuid() == 0 else None
+    why = "this report ran as a user, who has no site key (root's report checks them)"
+    if keys is not None and not keys.keys:  # root where the key is not: say so, go on
+        why = f"no site key here: {keys.missing}"
+        keys = None
+    store = open_store(uri) if uri else cfg.store.open()
+    return PhaseDataset(store, keys=keys, check_seals=True, unchecked_why=why), cfg
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from rich.console import Console
 
-    from bootseer.phases.reader import PhaseDataset
-
     if args.job is not None and args.since:
         raise BootseerError("give a JOBID or --since, not both")
     if args.plot:
         args.plot = Path(args.plot)
-    store = open_report_store(args.store)
-    ds = PhaseDataset(store)
+    ds, args.cfg = open_dataset(args.store)
     console = Console(highlight=False)
     if args.job is None:
         return _cluster(ds, parse_since(args.since or "7d", time.time()), args, console)
@@ -180,6 +203,11 @@ def _job(ds: Any, job: tuple[int, int | None], args: argparse.Namespace, console
     label = job_label(job)
     job_id = job[0] if job[1] is None else array_task_job(ds, job[0], job[1])
     report = JobReport(job[0], []) if job_id is None else job_report(ds, job_id)
+    if ds.keys is None:  # no key to check the seals: check what Slurm says of the job
+        from bootseer.phases.report import check_against_slurm
+
+        phases = args.cfg.phases
+        report.slurm = check_against_slurm(report, phases.squeue, max(phases.squeue_timeout, 10.0))
     if args.run is not None:
         report.runs = [r for r in report.runs if r.restart_count == args.run]
     if args.json:

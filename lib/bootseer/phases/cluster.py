@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from bootseer.phases.reader import PhaseDataset
+    from bootseer.phases.seal import Tally
 
 
 @dataclass
@@ -75,6 +76,7 @@ class ClusterReport:
     # Marks outside their job's window (phases.window): dropped, or clipped to it.
     marks_dropped: int = 0
     marks_clipped: int = 0
+    seals: Tally | None = None  # the files' seals (phases.seal), where they were checked
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -92,6 +94,7 @@ class ClusterReport:
             "ended_runs": self.ended_runs,
             "marks_dropped": self.marks_dropped,
             "marks_clipped": self.marks_clipped,
+            "seals": None if self.seals is None else self.seals.to_json(),
             "by_size": [
                 {
                     "bucket": b.label,
@@ -269,4 +272,5 @@ def cluster_report(
         compute_seconds=t2 - t1,
         marks_dropped=ds.marks_dropped - dropped,
         marks_clipped=ds.marks_clipped - clipped,
+        seals=None if ds.seals is None else ds.seals.copy(),
     )

@@ -11,6 +11,9 @@ Three flushes, one module:
 - ``epilog``: everything (prolog rows, every mark, the epilog's rows), inline, then
   the spool goes. This is the flush that guarantees no row is lost.
 
+Root's flushes seal each file with the site key (:mod:`bootseer.phases.seal`); what a
+user's process writes is unsealed, and root's reports do not count it.
+
 Rows written by more than one flush are merged by the reader, so the early flushes
 only make a running job visible sooner.
 
@@ -33,9 +36,11 @@ from bootseer.errors import describe
 from bootseer.phases.schema import HOOK_PHASES, JobMeta, PhaseRow
 from bootseer.phases.spool import Spool, rows_from_marks
 from bootseer.phases.writer import Flush, write_rows
+from bootseer.sitekey import site_keys
 
 if TYPE_CHECKING:
     from bootseer.config import SiteConfig
+    from bootseer.sitekey import SiteKeys
     from bootseer.store import Store
 
 # squeue's JSON for every job in the queue: Slurm 22.05 ignores --jobs with --json.
@@ -184,7 +189,21 @@ def flush(
             events = [e for e in events if e.phase not in HOOK_PHASES]
         rows += rows_from_marks(events, meta, final=(mode == "epilog"))
     rows += extra
-    return write_rows(store, _stamp(rows, meta), source=mode), problems
+    keys, missing = sealing_keys(cfg)
+    problems += missing
+    return write_rows(store, _stamp(rows, meta), source=mode, keys=keys), problems
+
+
+def sealing_keys(cfg: SiteConfig) -> tuple[SiteKeys | None, list[str]]:
+    """The keys a flush seals with (:mod:`bootseer.phases.seal`): the site's, run as root;
+    None as a user (no key: the file is unsealed, and root's reports will not count it).
+    Root without a usable key still writes the rows, unsealed, and says why."""
+    if os.geteuid() != 0:
+        return None, []
+    keys = site_keys(cfg)
+    if not keys.keys:
+        return None, [f"rows written unsealed (root's reports will not count them): {keys.missing}"]
+    return keys, []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -106,12 +106,15 @@ def _epilog(
     spool: Spool,
     log: Callable[[str], object],
 ) -> None:
-    from bootseer.phases.flush import flush
+    from bootseer.phases.flush import flush, sealing_keys
     from bootseer.phases.writer import write_rows
 
     if not spool.exists():
         # No spool: the prolog did not record (phases were off, or it failed early).
-        write_rows(cfg.store.open(), rows_for(meta_for(ctx), rows), source="epilog")
+        keys, missing = sealing_keys(cfg)
+        write_rows(cfg.store.open(), rows_for(meta_for(ctx), rows), "epilog", keys=keys)
+        for p in missing:
+            log(f"phase rows: {p}")
         return
     try:
         meta = spool.meta()

@@ -27,12 +27,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bootseer.phases.schema import COLUMNS, REQUIRED, arrow_schema, fill_counts
+from bootseer.phases.seal import MARK, MAX_FILE_BYTES, META_KEY, Tally, Verdict, verdict
 from bootseer.phases.writer import PREFIX
 
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as pads
 
+    from bootseer.sitekey import SiteKeys
     from bootseer.store import Store
 
 KEY = ("job_id", "restart_count", "node", "phase")
@@ -71,17 +73,38 @@ def warn_stderr(message: str) -> None:
 
 
 class PhaseDataset:
-    def __init__(self, store: Store, on_skip: Callable[[str], None] = warn_stderr) -> None:
+    """The phase dataset of ``store``. Seals (:mod:`bootseer.phases.seal`) are checked
+    with ``keys`` (root's reports: a file whose seal does not verify, or without one, is
+    not read); with ``check_seals`` and no key (a user's report; ``unchecked_why`` says
+    why there is none) files without a seal are read and counted in :attr:`seals`, to be
+    shown as such; by default seals are not looked at (a library reading what it wrote)."""
+
+    def __init__(
+        self,
+        store: Store,
+        on_skip: Callable[[str], None] = warn_stderr,
+        keys: SiteKeys | None = None,
+        check_seals: bool = False,
+        unchecked_why: str = "",
+    ) -> None:
         self.store = store
         self.on_skip = on_skip
+        self.keys = keys
         self.skipped: set[str] = set()  # store paths of files that could not be read
+        # What the reads found of the files' seals; None where they are not looked at.
+        self.seals = (
+            Tally(keys is not None, "" if keys is not None else unchecked_why)
+            if keys is not None or check_seals
+            else None
+        )
         # Mark rows outside their run's window (phases.window), over every read so far.
         self.marks_dropped = 0
         self.marks_clipped = 0
 
     def read_files(self, keys: list[str]) -> pa.Table:
-        """All rows of these files; the unreadable ones end up in :attr:`skipped`."""
-        return self._scan(keys, None)
+        """All rows of these files; the unreadable ones end up in :attr:`skipped` (and
+        those whose seal is refused in :attr:`seals`)."""
+        return self._scan([DataFile(k, "", None) for k in keys], None)
 
     def files(self) -> list[DataFile]:
         out = []
@@ -142,10 +165,8 @@ class PhaseDataset:
             columns = [*KEY, *(c for c in columns if c not in KEY)]
         for attempt in range(2):
             files = [f for f in self.files() if wanted(f)]
-            drop = set() if exact else superseded(files)
-            keys = [f.key for f in files if f.key not in drop]
             try:
-                table = self._scan(keys, where, columns)
+                table = self._scan(files, where, columns, supersede=not exact)
                 return self._in_windows(merge(table) if exact else table)
             except FileNotFoundError:
                 if attempt:  # compaction moved files twice while we read: say so
@@ -161,27 +182,42 @@ class PhaseDataset:
         self.marks_clipped += kept.clipped
         return kept.table
 
-    def _scan(self, keys: list[str], where: Any, columns: list[str] | None = None) -> pa.Table:
+    def _scan(
+        self,
+        files: list[DataFile],
+        where: Any,
+        columns: list[str] | None = None,
+        supersede: bool = False,
+    ) -> pa.Table:
         """The rows of these files; byte counts a file lacks (written before they
         existed: ``store_bytes``, ``peer_bytes``) read as 0."""
-        return fill_counts(self._scan_files(keys, where, columns))
+        return fill_counts(self._scan_files(files, where, columns, supersede))
 
     def _scan_files(
-        self, keys: list[str], where: Any, columns: list[str] | None = None
+        self,
+        files: list[DataFile],
+        where: Any,
+        columns: list[str] | None = None,
+        supersede: bool = False,
     ) -> pa.Table:
+        """``supersede``: leave out flushes an epilog flush holds (:func:`superseded`),
+        among the files that passed their checks: a forged or unreadable epilog file
+        hides no genuine flush."""
         import pyarrow.dataset as pads
 
         schema = arrow_schema()
         fmt = pads.ParquetFileFormat()
         with cf.ThreadPoolExecutor(max_workers=8) as pool:
-            checked = list(pool.map(lambda k: self._fragment(fmt, k), keys))
-        fragments = [f for f in checked if f is not None]
+            checked = list(pool.map(lambda f: (f, self._fragment(fmt, f.key)), files))
+        drop = superseded([f for f, frag in checked if frag is not None]) if supersede else set()
+        fragments = [(f.key, frag) for f, frag in checked if frag is not None and f.key not in drop]
         empty = schema.empty_table()
         if columns is not None:
             empty = empty.select(columns)
         if not fragments:
             return empty
-        dataset = pads.FileSystemDataset(fragments, schema, fmt, self.store.fs)
+        fs = None if self.keys is not None else self.store.fs  # checked: read from memory
+        dataset = pads.FileSystemDataset([f for _, f in fragments], schema, fmt, fs)
         try:
             return dataset.to_table(filter=where, columns=columns)
         except FileNotFoundError:
@@ -191,26 +227,39 @@ class PhaseDataset:
         import pyarrow as pa
 
         tables = []
-        for frag in fragments:
+        for key, frag in fragments:
             try:
                 tables.append(
-                    pads.FileSystemDataset([frag], schema, fmt, self.store.fs).to_table(
+                    pads.FileSystemDataset([frag], schema, fmt, fs).to_table(
                         filter=where, columns=columns
                     )
                 )
             except FileNotFoundError:
                 raise
             except (OSError, pa.ArrowException) as exc:
-                self.skipped.add(frag.path)
-                self.on_skip(f"skipped {frag.path}: cannot read it ({_short(exc)})")
+                path = self.store.path(key)
+                self.skipped.add(path)
+                self.on_skip(f"skipped {path}: cannot read it ({_short(exc)})")
         return pa.concat_tables(tables) if tables else empty
 
     def _fragment(self, fmt: pads.ParquetFileFormat, key: str) -> pads.Fragment | None:
+        """The file at ``key`` as a fragment to scan, or None (unreadable, not phase
+        records, or its seal refused). With a key to check seals, the fragment is the very
+        bytes whose seal verified, read into memory: nothing swapped in after the check
+        is read."""
         import pyarrow as pa
 
         path = self.store.path(key)
         try:
-            frag = fmt.make_fragment(path, filesystem=self.store.fs)
+            if self.keys is not None:
+                raw = self.store.read_bytes(key, limit=MAX_FILE_BYTES + 1)
+                sealed = verdict(self.keys, key, raw) if len(raw) <= MAX_FILE_BYTES else "oversize"
+                if sealed != "sealed":
+                    self._refuse(key, sealed, raw)
+                    return None
+                frag = fmt.make_fragment(pa.BufferReader(raw))
+            else:
+                frag = fmt.make_fragment(path, filesystem=self.store.fs)
             physical = frag.physical_schema
         except FileNotFoundError:
             raise
@@ -218,19 +267,41 @@ class PhaseDataset:
             self.skipped.add(path)
             self.on_skip(f"skipped {path}: not a readable Parquet file ({_short(exc)})")
             return None
-        problem = _schema_problem(physical)
+        problem = schema_problem(physical)
         if problem:
             self.skipped.add(path)
             self.on_skip(f"skipped {path}: not a phase records file ({problem})")
             return None
+        if self.seals is not None and self.keys is None:  # no key: is there a seal at all?
+            meta = frag.metadata
+            seal = (meta.metadata or {}).get(META_KEY, b"")
+            if seal.startswith(MARK):
+                self.seals.count(key, "unchecked")
+            else:  # counted, and shown as unsealed
+                self.seals.count(key, "unsealed", meta.num_rows)
+        elif self.seals is not None:
+            self.seals.count(key, "sealed")
         return frag
+
+    def _refuse(self, key: str, why: Verdict, raw: bytes) -> None:
+        """Count a file whose seal was refused, with its rows as its footer says (best
+        effort: the footer of a file nobody vouches for; none for one too large)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert self.seals is not None
+        try:
+            rows = 0 if why == "oversize" else pq.read_metadata(pa.BufferReader(raw)).num_rows
+        except (OSError, pa.ArrowException):
+            rows = 0
+        self.seals.count(key, why, rows)
 
 
 def _short(exc: BaseException) -> str:
     return str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
 
 
-def _schema_problem(physical: pa.Schema) -> str | None:
+def schema_problem(physical: pa.Schema) -> str | None:
     import pyarrow.types as pat
 
     want = arrow_schema()

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from bootseer.phases.cluster import ClusterReport
+    from bootseer.phases.seal import Tally
+    from bootseer.phases.slurmcheck import SlurmCheck
 
 
 # C0 and C1 controls and DEL (ESC starts a terminal's control sequences; a newline
@@ -432,7 +434,80 @@ def job_parts(
     note = out_of_window(report.marks_dropped, report.marks_clipped)
     if note is not None:
         parts.append(note)
+    parts += seal_notes(report.seals)
+    if report.slurm is not None:
+        others = any(r.restart_count != report.slurm.run for r in report.runs)
+        parts.append(slurm_note(report.slurm, others))
     return parts
+
+
+def seal_notes(seals: Tally | None) -> list[Text]:
+    """What the files' seals said (:mod:`bootseer.phases.seal`): files not counted, and
+    whether the seals could be checked at all."""
+    from rich.text import Text
+
+    from bootseer.phases.seal import MAX_FILE_BYTES
+
+    if seals is None:
+        return []
+    out = []
+    if seals.refused:
+        kinds = list(seals.refused.values())
+        unsealed, altered, oversize = (kinds.count(k) for k in ("unsealed", "altered", "oversize"))
+        why = ", ".join(
+            w
+            for w in (
+                f"{unsealed:,} without a seal" if unsealed else "",
+                f"{altered:,} whose seal does not verify (altered, moved or forged)"
+                if altered
+                else "",
+                f"{oversize:,} too large to check (over {MAX_FILE_BYTES >> 30} GiB)"
+                if oversize
+                else "",
+            )
+            if w
+        )
+        first = visible(min(seals.refused))
+        out.append(
+            Text(
+                f"{len(seals.refused):,} phase file(s) ({seals.rows_refused:,} rows) not counted, "
+                f"not as bootseer's root-run parts wrote them: {why}; e.g. {first}",
+                style="yellow",
+            )
+        )
+    if seals.unsealed:
+        out.append(
+            Text(
+                f"{len(seals.unsealed):,} phase file(s) ({seals.rows_unsealed:,} rows) carry no "
+                "seal: not written by bootseer's root-run parts (or written before seals); "
+                f"counted here, not by root's report; e.g. {visible(min(seals.unsealed))}",
+                style="yellow",
+            )
+        )
+    if not seals.checked:
+        out.append(Text(f"Seals not checked: {visible(seals.unchecked_why)}.", style="dim"))
+    return out
+
+
+def slurm_note(check: SlurmCheck, others: bool) -> Text:
+    """What checking the job's rows against Slurm found (a report without the key)."""
+    from rich.text import Text
+
+    if check.run is None:
+        return Text(f"Not checked against Slurm: {visible(check.unchecked)}.", style="dim")
+    run = f"run {check.run}" if check.run else "the run"
+    earlier = " (not the earlier runs: Slurm lists the latest allocation only)" if others else ""
+    if not check.dropped:
+        return Text(
+            f"Checked against Slurm: {run}'s rows are of the job's nodes and user{earlier}.",
+            style="dim",
+        )
+    nodes = ", ".join(visible(n) for n in sorted(check.dropped))
+    return Text(
+        f"{sum(check.dropped.values()):,} row(s) of {run} not counted: node(s) {nodes} are "
+        f"not the job's, or not its user's, as Slurm lists it{earlier}.",
+        style="yellow",
+    )
 
 
 def out_of_window(dropped: int, clipped: int) -> Text | None:
@@ -464,7 +539,7 @@ def cluster_parts(view: ClusterReport) -> list[RenderableType]:
     ]
     if not view.runs:
         parts.append(Text("No job runs with phase records in this period."))
-        return parts
+        return parts + seal_notes(view.seals)
     share = "-" if view.share is None else f"{view.share * 100:.2f}%"
     summary = Table(box=None, show_header=False, pad_edge=False)
     summary.add_column(style="bold", no_wrap=True)
@@ -496,6 +571,7 @@ def cluster_parts(view: ClusterReport) -> list[RenderableType]:
     note = out_of_window(view.marks_dropped, view.marks_clipped)
     if note is not None:
         parts.append(note)
+    parts += seal_notes(view.seals)
     parts.append(
         Text(
             f"{view.rows:,} rows read in {view.read_seconds:.2f} s, "

@@ -41,9 +41,13 @@ from bootseer.phases.schema import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pyarrow as pa
 
     from bootseer.phases.reader import PhaseDataset
+    from bootseer.phases.seal import Tally
+    from bootseer.phases.slurmcheck import SlurmCheck
 
 SIZE_BUCKETS = ((1, 1), (2, 4), (5, 16), (17, 64), (65, 256), (257, 1024), (1025, 1 << 31))
 
@@ -239,6 +243,10 @@ class JobReport:
     # Marks outside their job's window (phases.window): dropped, or clipped to it.
     marks_dropped: int = 0
     marks_clipped: int = 0
+    # The files' seals (phases.seal), where the reader checked them; what Slurm said of
+    # the job (phases.slurmcheck), where a report without the key asked.
+    seals: Tally | None = None
+    slurm: SlurmCheck | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -248,6 +256,8 @@ class JobReport:
             "earlier_jobs": [r.to_json() for r in self.earlier],
             "marks_dropped": self.marks_dropped,
             "marks_clipped": self.marks_clipped,
+            "seals": None if self.seals is None else self.seals.to_json(),
+            "slurm_check": None if self.slurm is None else self.slurm.to_json(),
         }
 
 
@@ -399,6 +409,7 @@ def job_report(
     report = JobReport(job_id, runs)
     report.marks_dropped = ds.marks_dropped - dropped
     report.marks_clipped = ds.marks_clipped - clipped
+    report.seals = None if ds.seals is None else ds.seals.copy()
     if not runs or not runs[0].script:
         return report
     import pyarrow.compute as pc
@@ -423,4 +434,40 @@ def job_report(
     )
     for _, old_id in older[-history_jobs:]:
         report.earlier += runs_of(ds.job(old_id))
+    report.seals = None if ds.seals is None else ds.seals.copy()
     return report
+
+
+def check_against_slurm(report: JobReport, squeue: Path, timeout: float = 10.0) -> SlurmCheck:
+    """Check ``report``'s latest run against Slurm (``squeue``), dropping the rows of
+    nodes or users Slurm does not list for the job; the check says what it did."""
+    from bootseer.phases.slurmcheck import SlurmCheck
+    from bootseer.slurmjobs import SlurmUnavailable, job_nodes
+
+    if not report.runs:
+        return SlurmCheck(unchecked="no records to check")
+    try:
+        job = job_nodes(report.job_id, squeue, timeout)
+    except SlurmUnavailable as exc:
+        return SlurmCheck(unchecked=f"Slurm could not be asked ({exc})")
+    if job is None:
+        return SlurmCheck(
+            unchecked=f"Slurm no longer knows job {report.job_id}: its nodes and user "
+            "could not be checked"
+        )
+    latest = max(report.runs, key=lambda r: r.restart_count)
+    check = SlurmCheck.of(job, latest.restart_count)
+    if check.run is None:
+        return check
+    rows = [r for n in latest.nodes for r in n.rows]
+    kept = [r for r in rows if check.keeps(r.node, r.user)]
+    for r in rows:
+        if not check.keeps(r.node, r.user):
+            check.dropped[r.node] = check.dropped.get(r.node, 0) + 1
+    if len(kept) != len(rows):
+        at = report.runs.index(latest)
+        if kept:
+            report.runs[at] = run_report(kept)
+        else:
+            del report.runs[at]
+    return check

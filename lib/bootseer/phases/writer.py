@@ -12,6 +12,7 @@ node's epilog file for a run needs none of its earlier flushes of that run. Ever
 file has a name no other writer uses (node, source, random suffix) and appears
 whole or not at all (``Store.writer``): many nodes flushing at once never collide.
 A reader merges rows that more than one flush wrote (:mod:`bootseer.phases.reader`).
+Root-run writers seal each file with the site key (:mod:`bootseer.phases.seal`).
 
     >>> from bootseer.store import open_store
     >>> from bootseer.phases.schema import JobMeta
@@ -29,11 +30,15 @@ import uuid
 from typing import TYPE_CHECKING, Literal
 
 from bootseer.phases.schema import PhaseRow, to_table
+from bootseer.phases.seal import parquet_bytes, seal_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from bootseer.sitekey import SiteKeys
     from bootseer.store import Store
+
+__all__ = ["PREFIX", "Flush", "file_bytes", "file_key", "parquet_bytes", "write_rows"]
 
 PREFIX = "phases"
 # Which flush wrote a file: the prolog's hook rows, the job's marks so far (the background
@@ -52,20 +57,22 @@ def file_key(day: str, job_id: int, node: str, restart: int, source: Flush) -> s
     return f"{PREFIX}/day={day}/job={int(job_id)}/{name}"
 
 
-def parquet_bytes(table: pa.Table, row_group_size: int = 64 * 1024) -> bytes:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+def file_bytes(keys: SiteKeys | None, key: str, table: pa.Table) -> bytes:
+    """``table`` as the Parquet file at ``key``: sealed with ``keys`` (a root-run writer),
+    unsealed with None (:mod:`bootseer.phases.seal`)."""
+    if keys is None:
+        return parquet_bytes(table)
+    return seal_table(keys, key, table)
 
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_size)
-    return bytes(sink.getvalue())
 
-
-def write_rows(store: Store, rows: list[PhaseRow], source: Flush) -> str | None:
-    """Write ``rows`` (one job, one node) as one new file; return its key, or None if empty."""
+def write_rows(
+    store: Store, rows: list[PhaseRow], source: Flush, keys: SiteKeys | None = None
+) -> str | None:
+    """Write ``rows`` (one job, one node) as one new file, sealed with ``keys`` (root's
+    flushes); return its key, or None if empty."""
     if not rows:
         return None
     first = min(rows, key=lambda r: r.start)
     key = file_key(day_of(first.start), first.job_id, first.node, first.restart_count, source)
-    store.write_bytes(key, parquet_bytes(to_table(rows)))
+    store.write_bytes(key, file_bytes(keys, key, to_table(rows)))
     return key

@@ -9,8 +9,14 @@ job's report (with its earlier jobs of the same script), and finding an array ta
 job id in the records (``report ARRAYID_TASK`` for a job Slurm forgot). Medians of
 REPEAT runs, in one process (warm page cache).
 
+The files are sealed as root's flushes and compaction seal them, with a key of the
+bench's own; ``--seals`` says how the reports read them: ``root`` checks every file's
+seal (root's ``bootseer report``: each file read whole and its MAC computed), ``user``
+only tells files without a seal from the footer (a user's), ``off`` as before seals.
+
     slurm-dev/bench/report/bench_report.py --smoke        # 50k rows, CI
-    slurm-dev/bench/report/bench_report.py                # 1M rows
+    slurm-dev/bench/report/bench_report.py                # 1M rows, seals checked
+    slurm-dev/bench/report/bench_report.py --seals user
     slurm-dev/bench/report/bench_report.py --rows 5000000 --cli
 """
 
@@ -34,7 +40,10 @@ from bootseer.phases.reader import PhaseDataset
 from bootseer.phases.report import job_report
 from bootseer.phases.schema import JobMeta, PhaseRow, to_table
 from bootseer.phases.writer import write_rows
+from bootseer.sitekey import SiteKeys
 from bootseer.store import open_store
+
+KEYS = SiteKeys([b"bench-report-site-key-0123456789abcdef"], source="bench")
 
 PHASES = (  # name, typical seconds, starts after the previous one ends (else with prolog)
     ("prolog", 0.0),
@@ -112,7 +121,7 @@ def generate(store_dir: Path, total: int, seed: int = 1) -> tuple[int, int]:
             if d == 0:
                 t0 = min(t0, now - 3600)
                 for n_rows in _by_node(job_rows(rng, job_id, t0, nodes)):
-                    write_rows(store, n_rows, source="epilog")
+                    write_rows(store, n_rows, source="epilog", keys=KEYS)
                     files += 1
                 rows.append(None)  # type: ignore[arg-type]  # count only
                 rows.extend([None] * (nodes * len(PHASES) - 1))  # type: ignore[list-item]
@@ -121,7 +130,8 @@ def generate(store_dir: Path, total: int, seed: int = 1) -> tuple[int, int]:
                 if d == days // 2 and nodes >= 16:
                     sample = job_id  # a wide job inside a compacted mid-year file
         if d:
-            write_day(store, time.strftime("%Y-%m-%d", time.gmtime(day_start)), to_table(rows))
+            day = time.strftime("%Y-%m-%d", time.gmtime(day_start))
+            write_day(store, day, to_table(rows), keys=KEYS)
             files += 1
     return sample, files
 
@@ -157,6 +167,12 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--dir", type=Path, help="keep the generated store here (default: a temp dir)")
     p.add_argument("--cli", action="store_true", help="also time the `bootseer report` command")
+    p.add_argument(
+        "--seals",
+        choices=("root", "user", "off"),
+        default="root",
+        help="check every seal (root's report), tell unsealed files (a user's), or neither",
+    )
     args = p.parse_args()
     rows = 50_000 if args.smoke else args.rows
     base = args.dir or Path(tempfile.mkdtemp(prefix="bench-report-"))
@@ -168,7 +184,10 @@ def main() -> int:
             (base / "sample").write_text(f"{sample} {files}")
         sample, files = (int(x) for x in (base / "sample").read_text().split())
         gen = time.perf_counter() - t
-        ds = PhaseDataset(open_store(f"file://{store_dir}"))
+        store = open_store(f"file://{store_dir}")
+        ds = PhaseDataset(
+            store, keys=KEYS if args.seals == "root" else None, check_seals=args.seals != "off"
+        )
         now = time.time()
         year, view = timed(
             lambda: cluster_report(ds, since=now - 366 * 86400),
@@ -198,6 +217,9 @@ def main() -> int:
             "one_job_earlier_jobs": len(job.earlier),  # type: ignore[attr-defined]
             "array_task_seconds_median": round(arr, 3),
             "array_task_found": found == 2000,
+            "seals": args.seals,
+            "files_refused": 0 if ds.seals is None else len(ds.seals.refused),
+            "store_bytes": sum(i.size for i in store.list("phases", recursive=True)),
             **CPU,
             "load_average_1min": round(os.getloadavg()[0], 1),
             "cpus": os.cpu_count(),
