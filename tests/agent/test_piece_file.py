@@ -13,9 +13,12 @@ import pytest
 
 from bootseer.agentapi.jobs import FetchPiece
 from bootseer.config import SiteConfig
+from bootseer.context import expand_nodes, fold_nodes
 from bootseer.directio import read_fd
+from bootseer.p2p.owner import owner
 from bootseer.p2p.via import Via, agent_via
 from tests.imagekit import AgentProc, running_agent, site_config
+from tests.waiting import wait_until
 
 KEY = "deps/alice/snap/data"
 PIECE = 1 << 20
@@ -38,8 +41,17 @@ def _via(base: Path, log: list[str]) -> Via:
     return via
 
 
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def _blocks_open(pid: int) -> list[str]:
+    """The cache's block files process ``pid`` holds open."""
+    held = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed meanwhile
+            continue
+        if "/blocks/" in target:
+            held.append(target)
+    return held
 
 
 def test_the_agent_passes_the_open_cache_file_and_its_crcs(
@@ -57,13 +69,13 @@ def test_the_agent_passes_the_open_cache_file_and_its_crcs(
         finally:
             for fd in fds:
                 os.close(fd)
-    # The agent keeps no descriptor of the replies it sent.
-    before = _fds(a.proc.pid)
+    # The agent keeps no descriptor of the cache files it passed (closed once sent).
     for _ in range(20):
         _, fds = a.client.ask_for_fds(req)
         for fd in fds:
             os.close(fd)
-    assert _fds(a.proc.pid) <= before
+    pid = a.proc.pid
+    wait_until(lambda: not _blocks_open(pid), "the agent closes the files it passed")
     # Without the ask (a caller from before), the reply names the file and passes nothing.
     old = FetchPiece(7, "t1,t1", KEY, 0, PIECE, shas[0], uid=0)
     piece, fds = a.client.ask_for_fds(old)
@@ -90,3 +102,26 @@ def test_via_serves_the_piece_and_refuses_a_damaged_cache_file(
     assert any("the agent's cache file is damaged" in line for line in log), log
     assert "damaged on disk" in a.log_text()
     assert cached.read_bytes() == want  # fetched again into the cache
+
+
+def test_a_piece_of_a_ten_thousand_node_job(
+    agent: tuple[AgentProc, list[str]], tmp_path: Path
+) -> None:
+    """The request names the job's nodes folded (``a[00000-04320],t1,z[...]``): one by
+    one, 10,000 names passed the agent's 64 KiB request line and every piece went to the
+    store. The nodes are named so that this node (t1) owns the piece: no peer is asked."""
+    _, shas = agent
+    n = 10_000
+    k = int(shas[2][:15], 16) % n  # t1's place in the job's node order
+    nodes = (*(f"a{i:05d}" for i in range(k)), "t1", *(f"z{i:05d}" for i in range(n - 1 - k)))
+    assert expand_nodes(fold_nodes(nodes)) == nodes and owner(shas[2], nodes) == "t1"
+    log: list[str] = []
+    cfg = SiteConfig.from_mapping(site_config(tmp_path)).for_node("t1")
+    via = agent_via(cfg, 8, nodes, log=log.append, owner=(0, ""))
+    assert via is not None
+    want = (tmp_path / "store" / KEY).read_bytes()[2 * PIECE :]
+    for _ in range(3):  # the node list expanded once, then from the agent's memory
+        got = via("", KEY, 2 * PIECE, PIECE, shas[2])
+        assert got is not None, log
+        assert bytes(got[0]) == want
+    assert log == []

@@ -23,6 +23,7 @@ parts, each a module of its own:
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -59,6 +60,13 @@ class Restarter(Protocol):
     which the daemon sets): the handover knows the agent, not the other way round."""
 
     def request(self, when_idle: bool, own: int = 1) -> RestartReply: ...
+
+
+@functools.lru_cache(maxsize=64)
+def _job_nodes(nodelist: str) -> tuple[str, ...]:
+    """A located piece's node list, expanded once per job, not per request (a unit or a
+    frame each: 12 ms of ClusterShell for 10,000 nodes)."""
+    return expand_nodes(nodelist)
 
 
 class Agent:
@@ -163,7 +171,7 @@ class Agent:
             self.scopes.learn(req.job_id, req.uid, req.account)
         if self.peers is not None and req.nodelist:
             try:
-                swarm = self.peers.join(req.job_id, expand_nodes(req.nodelist))
+                swarm = self.peers.join(req.job_id, _job_nodes(req.nodelist))
             except ContextError as exc:
                 raise AgentBadRequest(str(exc)) from None
         loc = Located(req.target, req.key, req.offset, req.length, req.sha256)

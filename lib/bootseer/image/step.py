@@ -29,6 +29,7 @@ from bootseer.agentapi.jobs import (
     Prepare,
     Release,
 )
+from bootseer.context import fold_nodes
 from bootseer.errors import StepError, StoreError
 from bootseer.image.registry import check_image_file
 from bootseer.nodepaths import NodePaths
@@ -68,7 +69,7 @@ def prolog(call: StepCall) -> StepResult:
         image,
         mode="refresh" if call.ctx.options.mode == "refresh" else "on",
         deadline=wait - MARGIN,
-        nodelist=",".join(call.ctx.nodes),
+        nodelist=fold_nodes(call.ctx.nodes),  # 10,000 names one by one pass 64 KiB
     )
     try:
         resp = client.ask(request, timeout=wait)

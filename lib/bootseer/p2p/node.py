@@ -100,12 +100,13 @@ class PeerNode:
 
     def join(self, job_id: int, nodes: Sequence[str]) -> Swarm | None:
         """The job's swarm (made on first use); None when the job has no peers here."""
-        if len(nodes) < 2 or self.node not in nodes:
-            return None
         now = time.monotonic()
         with self._lock:
             member = self._jobs.get(job_id)
             if member is None:
+                # Once per job, not per piece: 10,000 names to look through.
+                if len(nodes) < 2 or self.node not in nodes:
+                    return None
                 swarm = Swarm(
                     job_id,
                     self.node,

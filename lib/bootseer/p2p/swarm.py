@@ -49,6 +49,8 @@ class Swarm:
         self.job_id = job_id
         self.node = node
         self.nodes = tuple(nodes)
+        # Looked up once: owner() runs per piece, and a job may have 10,000 nodes.
+        self._shares = len(self.nodes) >= 2 and node in self.nodes
         self.token = token
         self.resolve = resolve
         self.client = client
@@ -60,7 +62,7 @@ class Swarm:
 
     def owner(self, piece: str) -> str | None:
         """The node to ask for ``piece``; None when this node fetches it from the store."""
-        if len(self.nodes) < 2 or self.node not in self.nodes:
+        if not self._shares:
             return None
         o = owner(piece, self.nodes)
         if o == self.node or self._dead_until.get(o, 0.0) > time.monotonic():
