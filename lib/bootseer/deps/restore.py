@@ -29,6 +29,7 @@ from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
 from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest
 from bootseer.errors import ManifestError, StepError, StoreError
+from bootseer.recordcache import RecordCache
 from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
@@ -68,12 +69,24 @@ class Restored:
     ino: int
 
 
-def find_snapshot(store: Store, scope: str, base: str, *, keys: SiteKeys | None) -> str | None:
+def find_snapshot(
+    store: Store,
+    scope: str,
+    base: str,
+    *,
+    keys: SiteKeys | None,
+    records: RecordCache | None = None,
+) -> str | None:
     """The snapshot key the base key's ref points at, or None; with ``keys`` (a root-run
-    reader), :class:`~bootseer.sitekey.SealError` unless the ref verifies."""
+    reader), :class:`~bootseer.sitekey.SealError` unless the ref verifies. With
+    ``records`` too, the node's copy of the ref serves when the store fails or is slow."""
     path = ref_path(scope, base)
+    limit = MAX_REF + sitekey.SEAL_BYTES + 1
     try:
-        raw = store.read_bytes(path, limit=MAX_REF + sitekey.SEAL_BYTES + 1)
+        if records is not None and keys is not None:
+            raw = records.latest(store, path, limit, sitekey.DEPS_REF, keys)
+        else:
+            raw = store.read_bytes(path, limit=limit)
     except FileNotFoundError:
         return None
     raw = sitekey.open_with(keys, sitekey.DEPS_REF, path, raw)
@@ -95,17 +108,24 @@ def read_manifest(
     max_files: int,
     max_frame_bytes: int = MAX_FRAME_BYTES,
     keys: SiteKeys | None,
+    records: RecordCache | None = None,
 ) -> tuple[Manifest, int] | None:
-    """The manifest of a snapshot and its size in bytes, or None if there is none; with
-    ``keys`` (a root-run reader), :class:`~bootseer.sitekey.SealError` unless it verifies.
-    None is for a user's own ``deps run``/``deps show``, which trust nothing in it that
-    the user could not have written."""
+    """The manifest of a snapshot and the bytes read from the store for it (0: the
+    node's copy in ``records``), or None if there is none; with ``keys`` (a root-run
+    reader), :class:`~bootseer.sitekey.SealError` unless it verifies. None is for a
+    user's own ``deps run``/``deps show``, which trust nothing in it that the user could
+    not have written."""
     path = SnapshotPaths(scope, key).manifest
+    limit = MAX_MANIFEST + sitekey.SEAL_BYTES + 1
     try:
-        raw = store.read_bytes(path, limit=MAX_MANIFEST + sitekey.SEAL_BYTES + 1)
+        if records is not None and keys is not None:
+            held = records.held(path, sitekey.DEPS_MANIFEST, keys)
+            raw = held or records.fixed(store, path, limit, sitekey.DEPS_MANIFEST, keys)
+        else:
+            held, raw = None, store.read_bytes(path, limit=limit)
     except FileNotFoundError:
         return None
-    size = len(raw)
+    size = 0 if held is not None else len(raw)
     raw = sitekey.open_with(keys, sitekey.DEPS_MANIFEST, path, raw)
     m = Manifest.from_json(
         raw, max_bytes=max_bytes, max_files=max_files, max_frame_bytes=max_frame_bytes

@@ -27,6 +27,7 @@ from bootseer.deps.key import hash_key_files_as, key_inputs, scope_dir, snapshot
 from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import ManifestError, StepError
+from bootseer.recordcache import node_records
 from bootseer.sitekey import site_keys
 from bootseer.stepapi import StepCall, StepResult
 
@@ -136,10 +137,15 @@ def prolog(call: StepCall) -> StepResult:
     # not dropped, since a node whose key file is missing or not yet rotated cannot tell
     # a planted record from a genuine one; the epilog captures over a planted one.
     keys = site_keys(cfg)
+    # The ref and manifest as this node last read them: the manifest is read once per
+    # node, and a store outage does not take what a node already had.
+    records = node_records(cfg, call.log)
     key: str | None = None
     try:
-        key = find_snapshot(store, sdir, base, keys=keys)
-        found = read_manifest(store, sdir, key, **limits, keys=keys) if key else None
+        key = find_snapshot(store, sdir, base, keys=keys, records=records)
+        found = (
+            read_manifest(store, sdir, key, **limits, keys=keys, records=records) if key else None
+        )
     except ManifestError as exc:
         _drop_broken(call, store, sdir, base, key, None, exc)
     if key is None or found is None:
@@ -227,6 +233,11 @@ def _drop_broken(
 
     cfg = call.cfg
     what = f"snapshot {key}" if key else f"the ref of base {base} in {scope}"
+    # The node's copies go first: a capture may put a good snapshot where this one was.
+    records = node_records(cfg)
+    records.forget(ref_path(scope, base))
+    if key is not None:
+        records.forget(SnapshotPaths(scope, key).manifest)
     try:
         if key is None:
             try:
