@@ -1,0 +1,46 @@
+"""When a source of pieces is late: a few times its usual answer time, never less than a floor.
+
+A piece asked of a peer or the store is *late* once it has taken ``factor`` times the
+median of that source's recent answers (``floor`` at least, so a loaded node's ordinary
+jitter hedges nothing); the fetch then asks the next source as well
+(:mod:`bootseer.p2p.hedge`). Late is not dead: the source is still waited for, and
+nobody is dropped for being late::
+
+    >>> late = Lateness(floor=2.0, factor=4.0)
+    >>> late.bound()
+    2.0
+    >>> for s in (0.9, 1.0, 1.1):
+    ...     late.record(s)
+    >>> late.bound()
+    4.0
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+import threading
+
+FLOOR = 2.0  # seconds: no piece is late sooner
+FACTOR = 4.0
+WINDOW = 64  # answers remembered
+
+
+class Lateness:
+    def __init__(self, floor: float = FLOOR, factor: float = FACTOR, window: int = WINDOW) -> None:
+        self.floor = floor
+        self.factor = factor
+        self._times: collections.deque[float] = collections.deque(maxlen=window)
+        self._lock = threading.Lock()
+
+    def record(self, seconds: float) -> None:
+        """An answer (a piece, verified) that took ``seconds``."""
+        with self._lock:
+            self._times.append(seconds)
+
+    def bound(self) -> float:
+        """Seconds after which a piece asked now is late."""
+        with self._lock:
+            if not self._times:
+                return self.floor
+            return max(self.floor, self.factor * statistics.median(self._times))
