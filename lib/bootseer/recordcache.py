@@ -18,7 +18,7 @@ Two kinds of record, two rules:
 - :meth:`RecordCache.latest`: a record rewritten over time (a ref, a name record, a
   trace): the store's, kept; the node's copy only when the store fails or does not
   answer within ``wait`` seconds (an outage costs no job what its node already had).
-  A record the store says is gone is gone here too.
+  A record the store says is gone is gone here too (and, the store hung, still gone).
 
 A reader without site keys (a user's command) gets no cache: it trusts nothing it could
 not have written, and root's directory is not its to read::
@@ -114,14 +114,19 @@ class RecordCache:
             raw = fut.result(timeout=wait)
         except FileNotFoundError:
             self.forget(key)
+            self._absent(key).touch(mode=0o600)
             raise
         except (cf.TimeoutError, StoreError, OSError) as exc:
+            why = f"no answer in {wait:g}s" if isinstance(exc, cf.TimeoutError) else exc
             held = self.held(key, purpose, keys)
             if held is not None:
-                why = f"no answer in {wait:g}s" if isinstance(exc, cf.TimeoutError) else exc
                 self.log(f"{key}: the node's copy (the store: {why})")
                 return held
-            raw = fut.result()  # nothing held: the store's answer, or its error
+            if self._absent(key).exists():
+                # The store's last word here was that there is none (a trace not yet
+                # saved): no record is no data, so nothing to verify; the job goes on.
+                raise FileNotFoundError(f"{key}: none when last read (the store: {why})") from None
+            raw = fut.result()  # nothing known here: the store's answer, or its error
         self._keep(key, raw, purpose, keys)
         return raw
 
@@ -129,11 +134,18 @@ class RecordCache:
         """Drop the node's copy of ``key`` (one found broken past its seal)."""
         with contextlib.suppress(FileNotFoundError):
             self._path(key).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            self._absent(key).unlink()
 
     # -- the directory ---------------------------------------------------------------
 
     def _path(self, key: str) -> Path:
         return self.root / hashlib.sha256(key.encode()).hexdigest()
+
+    def _absent(self, key: str) -> Path:
+        """Where a record the store last said it does not have is remembered so."""
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return self._path(key).with_suffix(".absent")
 
     def held(self, key: str, purpose: Purpose, keys: SiteKeys) -> bytes | None:
         """The node's copy of ``key`` if it opens under ``keys`` (else it is forgotten)."""
@@ -165,6 +177,8 @@ class RecordCache:
             with os.fdopen(fd, "wb") as f:
                 f.write(raw)
             os.replace(tmp, path)
+            with contextlib.suppress(FileNotFoundError):
+                self._absent(key).unlink()
         except OSError as exc:  # a full disk costs the next job a store read, no more
             self.log(f"{key}: not kept on the node: {exc}")
             return

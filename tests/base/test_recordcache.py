@@ -118,9 +118,14 @@ def test_a_hung_store_gets_the_nodes_copy_of_a_rewritten_record(
     records.latest(store, key, LIMIT, "deps.ref", KEYS, wait=60)
     new = put(store, key, b'{"key":"2"}', "deps.ref")
     assert records.latest(store, key, LIMIT, "deps.ref", KEYS, wait=60) == new  # the store's
+    gone = f"deps/user/a/{os.getpid()}-gone.json"
+    with pytest.raises(FileNotFoundError):
+        records.latest(store, gone, LIMIT, "deps.ref", KEYS, wait=60)
     proxy.hang()
     try:
         assert records.latest(store, key, LIMIT, "deps.ref", KEYS, wait=0.5) == new
+        with pytest.raises(FileNotFoundError):  # none when last asked: none now either
+            records.latest(store, gone, LIMIT, "deps.ref", KEYS, wait=0.5)
     finally:
         proxy.resume()
     store.delete(key)

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bootseer import jsonlimits, sitekey
 from bootseer.asuser import UserChild, UserChildError
@@ -205,16 +206,35 @@ def restore(
             f"snapshot {manifest.key} was captured from {manifest.prefix}, not {req.prefix}"
         )
     data_key = SnapshotPaths(manifest.scope, manifest.key).data(manifest.data)
-    try:
-        src = store.open_read(data_key)
-        size = src.size()
-    except FileNotFoundError:
-        raise RestoreError(f"snapshot {manifest.key}: archive {manifest.data} is missing") from None
-    if size != manifest.stored_bytes:
-        raise ManifestError(
-            f"snapshot {manifest.key}: archive has {size} bytes, the manifest "
-            f"says {manifest.stored_bytes} (truncated or replaced)"
-        )
+    # The archive in the store, opened (and its size held against the manifest) before
+    # the first byte read from it: before anything without ``via``; with it, only if a
+    # frame does not come through it (every frame that does was checked by its digest),
+    # so a hung store costs a restore nothing the job's nodes hold.
+    opened: list[Any] = []  # a pyarrow file (Store.open_read)
+    src_lock = threading.Lock()
+
+    def stored() -> Any:
+        with src_lock:
+            if opened:
+                return opened[0]
+            try:
+                src = store.open_read(data_key)
+                size = src.size()
+            except FileNotFoundError:
+                raise RestoreError(
+                    f"snapshot {manifest.key}: archive {manifest.data} is missing"
+                ) from None
+            if size != manifest.stored_bytes:
+                src.close()
+                raise ManifestError(
+                    f"snapshot {manifest.key}: archive has {size} bytes, the manifest "
+                    f"says {manifest.stored_bytes} (truncated or replaced)"
+                )
+            opened.append(src)
+            return src
+
+    if via is None:
+        stored()
     fetched = peer_bytes = 0
     lock = threading.Lock()
     sha_at = {f.offset: f.sha256 for f in manifest.frames}
@@ -222,7 +242,9 @@ def restore(
     def fetch(offset: int, length: int) -> bytes:
         nonlocal fetched, peer_bytes
         got = via(data_key, offset, length, sha_at[offset]) if via is not None else None
-        data, source = got if got is not None else (bytes(src.read_at(length, offset)), "store")
+        if got is None:
+            got = bytes(stored().read_at(length, offset)), "store"
+        data, source = got
         with lock:
             if source == "store":
                 fetched += len(data)
@@ -296,7 +318,8 @@ def restore(
                 failure = RestoreError(f"extracting into {req.prefix} as uid {req.uid}: {exc}")
         finally:
             watchdog.cancel()
-            src.close()
+            for src in opened:
+                src.close()
     if failure is not None:
         if isinstance(failure, StepError | StoreError):
             raise failure
