@@ -28,7 +28,7 @@ from tests.storeproxy import CountingProxy, proxied_store
 
 __all__ = ["serve"]  # the fixture, shared with test_peers
 
-# Far below the store's own 30 s bound, far above the 2 s after which a piece is late:
+# Far below the store's own 30 s bound, far above the 0.5-2 s after which a piece is late:
 # what a loaded machine needs to hedge, and less than waiting the store out would take.
 RESCUED_WITHIN = 20.0
 
@@ -142,7 +142,7 @@ def test_a_fill_waits_for_a_late_owner(serve: Callable[..., PeerServer], store: 
 
     server = serve({JOB: ServedJob(LOOPBACK, busy)})
     source = PeerSource(StoreSource(store), swarm_to(server.port, timeout=TIMEOUT))
-    threading.Timer(5.0, release.set).start()  # past the 2 s an urgent piece is late
+    threading.Timer(5.0, release.set).start()  # past the 0.5 s an urgent piece is late
     assert source.read_block(0, d, 0, len(data), 2) == data
     assert source.counts() == (0, len(data))
     assert hashlib.sha256(data).hexdigest() == d
