@@ -1,10 +1,12 @@
 """Where a job's piece is asked, in order, and when the next is asked too.
 
 1. its **owner** among the job's nodes (none when this node owns it, or the owner was
-   dropped): late after a few times the owners' usual answer time (``swarm.peer_late``),
-   so a straggler's pieces (a node on a slow link, a node far behind) go elsewhere while
-   it is still serving; a fill's never go (the fill is in no hurry, and the owner holds
-   fills back while its own job starts);
+   dropped): late after a few times the owners' usual answer time (``swarm.peer_late``)
+   plus the store's (``swarm.store_late``: an owner may have to read the piece from the
+   store first, and a second store read of it then only costs egress), so a straggler's
+   pieces (a node on a slow link, a node far behind) go elsewhere while it is still
+   serving; a fill's never go (the fill is in no hurry, and the owner holds fills back
+   while its own job starts);
 2. the **store** (or the image file, or a checkpoint target): late after a few times
    the store's usual (``swarm.store_late``);
 3. the **nodes that may hold it** (:meth:`Swarm.rescue`: up to 3 live peers, asked for
@@ -49,7 +51,9 @@ def fetch_piece(
 
     sources: list[Source[bytes]] = []
     if swarm.owner(piece) is not None:
-        late = swarm.peer_late.bound() if priority < BACKGROUND else float("inf")
+        late = swarm.peer_late.bound() + swarm.store_late.bound()
+        if priority >= BACKGROUND:
+            late = float("inf")
         sources.append(
             Source("owner", lambda: swarm.fetch(piece, priority, where), late, PEER_ASKS)
         )
