@@ -66,13 +66,14 @@ class StoreSection:
     # store writes them root's alone too, S3 gets no anonymous access, report runs as root.
     public_phases: bool = True
 
-    def open(self, create: bool = True) -> Store:
+    def open(self, create: bool = True, look: bool = True) -> Store:
         """The store this section names (pyarrow is imported here, on first use): with the
         secrets file's credentials when run as root, anonymous otherwise. ``create=False``
-        only looks (``open_store``)."""
-        return self.open_uri(self.uri, create)
+        only looks (``open_store``); ``look=False`` too does not (an S3 store opened
+        without a request)."""
+        return self.open_uri(self.uri, create, look)
 
-    def open_uri(self, uri: str, create: bool = True) -> Store:
+    def open_uri(self, uri: str, create: bool = True, look: bool = True) -> Store:
         """Another store (a checkpoint target) with the same credentials as :meth:`open`."""
         from bootseer.credentials import store_credentials
         from bootseer.store import PUBLIC_TOP, open_store
@@ -81,7 +82,9 @@ class StoreSection:
         public = PUBLIC_TOP if self.public_phases else frozenset()
         # A file:// root is never made here: a missing one is an unmounted shared
         # filesystem (store/_store.py, missing_root).
-        return open_store(uri, creds.access_key, creds.secret_key, create, public, make_root=False)
+        return open_store(
+            uri, creds.access_key, creds.secret_key, create, public, make_root=False, look=look
+        )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ here unless the config sets it (``[image]``'s, ``[ckpt] mount_root``)::
     <cache_dir>/image/                    verified blocks          ([image] cache_dir)
     <cache_dir>/image/jobs/<job_id>.json  the agent's restart state
     <cache_dir>/deps/{locks,stamps}/      one restore per prefix per node
+    <cache_dir>/records/                  sealed records read once per node (recordcache)
     <cache_dir>/ckpt-stage/               ckpt writes out of order   ([ckpt] stage_dir)
     <log_dir>/<node>.log                  the hooks' log
     <log_dir>/<node>-agent.log            the agent's log
@@ -164,6 +165,7 @@ class NodePaths:
         self.ckpt_mounts = cfg.ckpt.mount_root or p.run_dir / "ckpt"
         self.ckpt_stage = cfg.ckpt.stage_dir or p.cache_dir / "ckpt-stage"
         self.deps_cache = deps_cache(p.cache_dir)
+        self.records = p.cache_dir / "records"
 
     def job_dir(self, job_id: int) -> Path:
         return job_dir(self.run_dir, job_id)

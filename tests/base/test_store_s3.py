@@ -3,83 +3,22 @@ counts the HTTP requests the client sends."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
 
-from bootseer.credentials import read_secrets_file
-from bootseer.store import Store, open_store
+from bootseer.store import Store
 from tests.conftest import devcluster
+from tests.storeproxy import CountingProxy, proxied_store
 
 pytestmark = pytest.mark.s3
 
 
-class CountingProxy:
-    """A TCP proxy on loopback to the store host's S3 port that counts the HTTP requests
-    passing through (request lines end in `` HTTP/1.1\\r\\n``; reads send no bodies)."""
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        self.upstream = upstream
-        self.requests = 0
-        self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._socks: list[socket.socket] = [self._listener]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.upstream)
-            self._socks += [client, server]
-            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
-        tail = b""
-        try:
-            while data := src.recv(1 << 16):
-                if count:
-                    seen = tail + data
-                    with self._lock:
-                        self.requests += seen.count(b" HTTP/1.1\r\n")
-                    tail = data[-10:]
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        for s in self._socks:
-            s.close()
-
-
 @pytest.fixture
 def proxied(s3_store: devcluster.Cluster) -> Iterator[tuple[Store, CountingProxy]]:
-    uri = s3_store.store_uri()
-    endpoint = uri.split("endpoint_override=", 1)[1].split("&", 1)[0]
-    host, port = endpoint.rsplit(":", 1)
-    proxy = CountingProxy((host, int(port)))
-    creds = read_secrets_file(s3_store.secrets_file)
-    try:
-        yield (
-            open_store(
-                uri.replace(endpoint, f"127.0.0.1:{proxy.port}"), creds.access_key, creds.secret_key
-            ),
-            proxy,
-        )
-    finally:
-        proxy.close()
+    with proxied_store(s3_store.store_uri(), s3_store.secrets_file) as got:
+        yield got
 
 
 def test_an_object_is_read_in_one_get(proxied: tuple[Store, CountingProxy]) -> None:

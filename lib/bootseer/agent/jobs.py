@@ -61,6 +61,7 @@ from bootseer.p2p.node import PeerNode
 from bootseer.p2p.server import HeldPiece
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import PeerError, PieceRequest
+from bootseer.recordcache import RecordCache
 from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
@@ -167,6 +168,9 @@ class Jobs:
         self._added = threading.Condition(self._lock)
         self._ref_locks: dict[str, threading.Lock] = {}
         self.hashing = HashBudget()  # path images hashed at once, stopped with their job
+        # Name records, manifests and traces as this node last read them: each manifest
+        # read once per node, and a store outage does not take what the node had.
+        self.records = RecordCache(paths.records, log=log)
 
     # -- the job table ------------------------------------------------------------------
 
@@ -331,7 +335,9 @@ class Jobs:
         def load(user: str | None) -> Trace | None:
             if user is None:
                 return None
-            return load_trace(self.store, m, self.log, keys=self.keys(), user=user)
+            return load_trace(
+                self.store, m, self.log, keys=self.keys(), user=user, records=self.records
+            )
 
         own = load(view.trace_user)
         owners = own if view.trace_owner == view.trace_user else load(view.trace_owner)
@@ -384,7 +390,9 @@ class Jobs:
                 return manifest, source, self.icfg.root_path_trace_owner
             return manifest, source, trace_user(st.st_uid)
         try:
-            manifest, owner = lookup_name_record(self.store, ref, keys=self.keys())
+            manifest, owner = lookup_name_record(
+                self.store, ref, keys=self.keys(), records=self.records
+            )
             return manifest, StoreSource(self.store), owner
         except UnknownImage as exc:
             raise AgentNotFound(str(exc)) from None
@@ -532,7 +540,9 @@ class Jobs:
         """Bring back the jobs prepared before a restart, so their image files work again."""
         for saved in self.restart.load():
             try:
-                manifest = load_manifest(self.store, saved.image, keys=self.keys())
+                manifest = load_manifest(
+                    self.store, saved.image, keys=self.keys(), records=self.records
+                )
             except StoreError as exc:
                 self.restart.forget(saved.job_id, str(exc))
                 continue

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bootseer import jsonlimits, sitekey
 from bootseer.asuser import UserChild, UserChildError
@@ -29,6 +30,7 @@ from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
 from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest
 from bootseer.errors import ManifestError, StepError, StoreError
+from bootseer.recordcache import RecordCache
 from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
@@ -68,12 +70,24 @@ class Restored:
     ino: int
 
 
-def find_snapshot(store: Store, scope: str, base: str, *, keys: SiteKeys | None) -> str | None:
+def find_snapshot(
+    store: Store,
+    scope: str,
+    base: str,
+    *,
+    keys: SiteKeys | None,
+    records: RecordCache | None = None,
+) -> str | None:
     """The snapshot key the base key's ref points at, or None; with ``keys`` (a root-run
-    reader), :class:`~bootseer.sitekey.SealError` unless the ref verifies."""
+    reader), :class:`~bootseer.sitekey.SealError` unless the ref verifies. With
+    ``records`` too, the node's copy of the ref serves when the store fails or is slow."""
     path = ref_path(scope, base)
+    limit = MAX_REF + sitekey.SEAL_BYTES + 1
     try:
-        raw = store.read_bytes(path, limit=MAX_REF + sitekey.SEAL_BYTES + 1)
+        if records is not None and keys is not None:
+            raw = records.latest(store, path, limit, sitekey.DEPS_REF, keys)
+        else:
+            raw = store.read_bytes(path, limit=limit)
     except FileNotFoundError:
         return None
     raw = sitekey.open_with(keys, sitekey.DEPS_REF, path, raw)
@@ -95,17 +109,24 @@ def read_manifest(
     max_files: int,
     max_frame_bytes: int = MAX_FRAME_BYTES,
     keys: SiteKeys | None,
+    records: RecordCache | None = None,
 ) -> tuple[Manifest, int] | None:
-    """The manifest of a snapshot and its size in bytes, or None if there is none; with
-    ``keys`` (a root-run reader), :class:`~bootseer.sitekey.SealError` unless it verifies.
-    None is for a user's own ``deps run``/``deps show``, which trust nothing in it that
-    the user could not have written."""
+    """The manifest of a snapshot and the bytes read from the store for it (0: the
+    node's copy in ``records``), or None if there is none; with ``keys`` (a root-run
+    reader), :class:`~bootseer.sitekey.SealError` unless it verifies. None is for a
+    user's own ``deps run``/``deps show``, which trust nothing in it that the user could
+    not have written."""
     path = SnapshotPaths(scope, key).manifest
+    limit = MAX_MANIFEST + sitekey.SEAL_BYTES + 1
     try:
-        raw = store.read_bytes(path, limit=MAX_MANIFEST + sitekey.SEAL_BYTES + 1)
+        if records is not None and keys is not None:
+            held = records.held(path, sitekey.DEPS_MANIFEST, keys)
+            raw = held or records.fixed(store, path, limit, sitekey.DEPS_MANIFEST, keys)
+        else:
+            held, raw = None, store.read_bytes(path, limit=limit)
     except FileNotFoundError:
         return None
-    size = len(raw)
+    size = 0 if held is not None else len(raw)
     raw = sitekey.open_with(keys, sitekey.DEPS_MANIFEST, path, raw)
     m = Manifest.from_json(
         raw, max_bytes=max_bytes, max_files=max_files, max_frame_bytes=max_frame_bytes
@@ -185,16 +206,35 @@ def restore(
             f"snapshot {manifest.key} was captured from {manifest.prefix}, not {req.prefix}"
         )
     data_key = SnapshotPaths(manifest.scope, manifest.key).data(manifest.data)
-    try:
-        src = store.open_read(data_key)
-        size = src.size()
-    except FileNotFoundError:
-        raise RestoreError(f"snapshot {manifest.key}: archive {manifest.data} is missing") from None
-    if size != manifest.stored_bytes:
-        raise ManifestError(
-            f"snapshot {manifest.key}: archive has {size} bytes, the manifest "
-            f"says {manifest.stored_bytes} (truncated or replaced)"
-        )
+    # The archive in the store, opened (and its size held against the manifest) before
+    # the first byte read from it: before anything without ``via``; with it, only if a
+    # frame does not come through it (every frame that does was checked by its digest),
+    # so a hung store costs a restore nothing the job's nodes hold.
+    opened: list[Any] = []  # a pyarrow file (Store.open_read)
+    src_lock = threading.Lock()
+
+    def stored() -> Any:
+        with src_lock:
+            if opened:
+                return opened[0]
+            try:
+                src = store.open_read(data_key)
+                size = src.size()
+            except FileNotFoundError:
+                raise RestoreError(
+                    f"snapshot {manifest.key}: archive {manifest.data} is missing"
+                ) from None
+            if size != manifest.stored_bytes:
+                src.close()
+                raise ManifestError(
+                    f"snapshot {manifest.key}: archive has {size} bytes, the manifest "
+                    f"says {manifest.stored_bytes} (truncated or replaced)"
+                )
+            opened.append(src)
+            return src
+
+    if via is None:
+        stored()
     fetched = peer_bytes = 0
     lock = threading.Lock()
     sha_at = {f.offset: f.sha256 for f in manifest.frames}
@@ -202,7 +242,9 @@ def restore(
     def fetch(offset: int, length: int) -> bytes:
         nonlocal fetched, peer_bytes
         got = via(data_key, offset, length, sha_at[offset]) if via is not None else None
-        data, source = got if got is not None else (bytes(src.read_at(length, offset)), "store")
+        if got is None:
+            got = bytes(stored().read_at(length, offset)), "store"
+        data, source = got
         with lock:
             if source == "store":
                 fetched += len(data)
@@ -276,7 +318,8 @@ def restore(
                 failure = RestoreError(f"extracting into {req.prefix} as uid {req.uid}: {exc}")
         finally:
             watchdog.cancel()
-            src.close()
+            for src in opened:
+                src.close()
     if failure is not None:
         if isinstance(failure, StepError | StoreError):
             raise failure

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -27,8 +28,11 @@ from bootseer.deps.key import hash_key_files_as, key_inputs, scope_dir, snapshot
 from bootseer.deps.layout import SnapshotPaths
 from bootseer.deps.prefix import unsafe_reason
 from bootseer.errors import ManifestError, StepError
+from bootseer.recordcache import node_records
 from bootseer.sitekey import site_keys
 from bootseer.stepapi import StepCall, StepResult
+
+MARK_WAIT = 5.0  # seconds the prolog waits for the store to take a last-use mark
 
 if TYPE_CHECKING:
     from bootseer.deps.manifest import Manifest
@@ -126,7 +130,9 @@ def prolog(call: StepCall) -> StepResult:
     from bootseer.deps import nodecache
     from bootseer.deps.restore import RestoreRequest, find_snapshot, read_manifest, restore
 
-    store = cfg.store.open()
+    # Without a request: with the store hung, the node's records and the job's peers
+    # still restore (bootseer.recordcache, bootseer.p2p.fallback).
+    store = cfg.store.open(create=False, look=False)
     limits = {
         "max_bytes": cfg.deps.max_bytes,
         "max_files": cfg.deps.max_files,
@@ -136,10 +142,15 @@ def prolog(call: StepCall) -> StepResult:
     # not dropped, since a node whose key file is missing or not yet rotated cannot tell
     # a planted record from a genuine one; the epilog captures over a planted one.
     keys = site_keys(cfg)
+    # The ref and manifest as this node last read them: the manifest is read once per
+    # node, and a store outage does not take what a node already had.
+    records = node_records(cfg, call.log)
     key: str | None = None
     try:
-        key = find_snapshot(store, sdir, base, keys=keys)
-        found = read_manifest(store, sdir, key, **limits, keys=keys) if key else None
+        key = find_snapshot(store, sdir, base, keys=keys, records=records)
+        found = (
+            read_manifest(store, sdir, key, **limits, keys=keys, records=records) if key else None
+        )
     except ManifestError as exc:
         _drop_broken(call, store, sdir, base, key, None, exc)
     if key is None or found is None:
@@ -191,12 +202,19 @@ def prolog(call: StepCall) -> StepResult:
                 f"{manifest.raw_bytes} bytes"
             )  # from where: store_bytes and peer_bytes of the phase row
     if ctx.first_node:
-        try:
-            # In place: one request, not a temp object and a move; nothing needs it whole.
-            used = SnapshotPaths(sdir, key).used
-            store.write_bytes(used, f"{time.time():.0f}".encode(), atomic=False)
-        except Exception as exc:  # last-use marks serve gc; never worth failing a restore
-            call.log(f"step=deps could not mark {key} used: {exc!r}")
+        used = SnapshotPaths(sdir, key).used
+
+        def mark() -> None:
+            try:
+                # In place: one request, not a temp object and a move; nothing needs it whole.
+                store.write_bytes(used, f"{time.time():.0f}".encode(), atomic=False)
+            except Exception as exc:  # last-use marks serve gc; never worth failing a restore
+                call.log(f"step=deps could not mark {key} used: {exc!r}")
+
+        # A hung store holds no prolog up for a mark: it is left behind after a while.
+        marker = threading.Thread(target=mark, daemon=True)
+        marker.start()
+        marker.join(MARK_WAIT)
     state.restored = key
     state.write(state_path)
     state.write(user_copy, mode=0o644)
@@ -227,6 +245,11 @@ def _drop_broken(
 
     cfg = call.cfg
     what = f"snapshot {key}" if key else f"the ref of base {base} in {scope}"
+    # The node's copies go first: a capture may put a good snapshot where this one was.
+    records = node_records(cfg)
+    records.forget(ref_path(scope, base))
+    if key is not None:
+        records.forget(SnapshotPaths(scope, key).manifest)
     try:
         if key is None:
             try:

@@ -32,6 +32,7 @@ from bootseer.image.blocks import (
     cut,
     digest,
 )
+from bootseer.recordcache import RecordCache
 from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
@@ -119,11 +120,18 @@ def manifest_key(image_id: str) -> str:
     return f"images/manifests/{image_id}.json"
 
 
-def load_manifest(store: Store, image_id: str, *, keys: SiteKeys | None) -> Manifest:
-    """The image's manifest; with ``keys`` (a root-run reader) only a sealed one."""
+def load_manifest(
+    store: Store, image_id: str, *, keys: SiteKeys | None, records: RecordCache | None = None
+) -> Manifest:
+    """The image's manifest; with ``keys`` (a root-run reader) only a sealed one, and with
+    ``records`` too the node's copy when it has one (its key is its content's digest)."""
     key = manifest_key(image_id)
+    limit = MAX_MANIFEST_BYTES + sitekey.SEAL_BYTES + 1
     try:
-        raw = store.read_bytes(key, limit=MAX_MANIFEST_BYTES + sitekey.SEAL_BYTES + 1)
+        if records is not None and keys is not None:
+            raw = records.fixed(store, key, limit, sitekey.IMAGE_MANIFEST, keys)
+        else:
+            raw = store.read_bytes(key, limit=limit)
     except FileNotFoundError:
         raise ManifestError(f"image {image_id} has no manifest in {store.uri}") from None
     raw = sitekey.open_with(keys, sitekey.IMAGE_MANIFEST, key, raw)

@@ -42,6 +42,7 @@ from bootseer.image.manifest import (
 )
 from bootseer.jsondecode import decode
 from bootseer.options import parse_image
+from bootseer.recordcache import RecordCache
 from bootseer.sitekey import Purpose, SealError, SiteKeys
 from bootseer.store import Store
 from bootseer.users import check_user
@@ -132,12 +133,15 @@ def lookup_name(store: Store, ref: str, *, keys: SiteKeys | None) -> Manifest:
 
 
 def lookup_name_record(
-    store: Store, ref: str, *, keys: SiteKeys | None
+    store: Store, ref: str, *, keys: SiteKeys | None, records: RecordCache | None = None
 ) -> tuple[Manifest, str | None]:
-    """:func:`lookup_name`, and the record's ``trace_owner`` (None: none set)."""
+    """:func:`lookup_name`, and the record's ``trace_owner`` (None: none set). With
+    ``records`` (and ``keys``), the node's copies: the manifest's when it has one, the
+    name record's when the store fails or is slow."""
     key = name_key(ref)
     try:
-        record = decode(NameRecord, _record(store, key, sitekey.IMAGE_NAME, keys), key)
+        doc = _record(store, key, sitekey.IMAGE_NAME, keys, records)
+        record = decode(NameRecord, doc, key)
         owner = None if record.trace_owner is None else check_user(record.trace_owner)
     except FileNotFoundError:
         raise UnknownImage(
@@ -145,7 +149,7 @@ def lookup_name_record(
         ) from None
     except ValueError as exc:  # DecodeError, and a bad trace_owner
         raise ManifestError(f"image name record {ref!r} is damaged: {exc}") from None
-    return load_manifest(store, record.image, keys=keys), owner
+    return load_manifest(store, record.image, keys=keys, records=records), owner
 
 
 def list_names(
@@ -181,10 +185,20 @@ def list_paths(store: Store) -> list[PathRecord]:
     return out
 
 
-def _record(store: Store, key: str, purpose: Purpose, keys: SiteKeys | None) -> object:
+def _record(
+    store: Store,
+    key: str,
+    purpose: Purpose,
+    keys: SiteKeys | None,
+    records: RecordCache | None = None,
+) -> object:
     """A name or path record that verifies under ``keys`` (else SealError; None: not
     checked), within its size and depth limits (else ValueError)."""
-    raw = store.read_bytes(key, limit=MAX_RECORD_BYTES + sitekey.SEAL_BYTES + 1)
+    limit = MAX_RECORD_BYTES + sitekey.SEAL_BYTES + 1
+    if records is not None and keys is not None:
+        raw = records.latest(store, key, limit, purpose, keys)
+    else:
+        raw = store.read_bytes(key, limit=limit)
     raw = sitekey.open_with(keys, purpose, key, raw)
     return jsonlimits.loads(raw, max_bytes=MAX_RECORD_BYTES, what=f"record {key}")
 

@@ -37,6 +37,7 @@ from typing import Any
 from bootseer import jsonlimits, sitekey
 from bootseer.errors import StoreError
 from bootseer.image.manifest import Manifest, manifest_key
+from bootseer.recordcache import RecordCache
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store
 from bootseer.users import check_user, is_user_name
@@ -163,12 +164,18 @@ def load_trace(
     *,
     keys: SiteKeys | None,
     user: str,
+    records: RecordCache | None = None,
 ) -> Trace | None:
     """``user``'s stored trace for this image, or None if there is none or it is bad
-    (logged); with ``keys`` (a root-run reader), one that does not verify is bad."""
+    (logged); with ``keys`` (a root-run reader), one that does not verify is bad. With
+    ``records`` too, the node's copy serves when the store fails or is slow."""
     key = trace_key(manifest.id, user)
+    limit = MAX_TRACE_BYTES + sitekey.SEAL_BYTES + 1
     try:
-        raw = store.read_bytes(key, limit=MAX_TRACE_BYTES + sitekey.SEAL_BYTES + 1)
+        if records is not None and keys is not None:
+            raw = records.latest(store, key, limit, sitekey.IMAGE_TRACE, keys)
+        else:
+            raw = store.read_bytes(key, limit=limit)
     except FileNotFoundError:
         return None
     except StoreError as exc:

@@ -3,7 +3,8 @@
 :class:`PeerSource` is the block source of a job that runs on several nodes: a block
 comes from its owner among the job's nodes (:mod:`bootseer.p2p`), verified, and from
 the image's own source (the store, an image file) only when this node owns the block or
-its owner failed::
+its owner failed or is late; a store that fails or is late has the nodes that hold the
+block asked (:mod:`bootseer.p2p.fallback`)::
 
     >>> source = PeerSource(StoreSource(store), peer_node.join(42, ("n1", "n2")))  # doctest: +SKIP
 """
@@ -14,6 +15,7 @@ import threading
 
 from bootseer.image.blocks import digest
 from bootseer.image.fetch import BlockSource
+from bootseer.p2p.fallback import fetch_piece
 from bootseer.p2p.swarm import Swarm
 
 
@@ -41,27 +43,20 @@ class PeerSource:
     def read_block(
         self, index: int, block_digest: str, offset: int, length: int, priority: int
     ) -> bytes:
-        data = self.swarm.fetch(block_digest, priority)
-        if data is not None:
-            with self._lock:
-                self.peer_bytes += len(data)
-            self._local.verified = (data, block_digest)
-            return data
-        self._local.verified = None
-        try:
+        def from_store() -> bytes:
             data = self.origin.read_block(index, block_digest, offset, length, priority)
-        except Exception:
-            # The store is down or lost the block: a peer may hold it all the same.
-            data = self.swarm.rescue(block_digest, priority)
-            if data is None:
-                raise
+            self.swarm.count_store(len(data))  # out of the store, whoever won
+            with self._lock:
+                self.store_bytes += len(data)
+            return data
+
+        data, where = fetch_piece(self.swarm, block_digest, priority, from_store)
+        if where == "store":
+            self._local.verified = None  # the fetcher checks the origin's bytes
+        else:
             with self._lock:
                 self.peer_bytes += len(data)
             self._local.verified = (data, block_digest)
-            return data
-        self.swarm.count_store(len(data))
-        with self._lock:
-            self.store_bytes += len(data)
         return data
 
     def counts(self) -> tuple[int, int]:

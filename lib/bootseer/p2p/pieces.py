@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from bootseer.agentapi.jobs import PieceSource
 from bootseer.errors import describe
 from bootseer.image.cache import BlockCache
+from bootseer.p2p.fallback import fetch_piece
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import MAX_PIECE, PeerError
 from bootseer.store import Store
@@ -126,11 +127,9 @@ class Pieces:
             return self._unclaimed.pop(sha256, "cache")
 
     def _fetch(self, swarm: Swarm | None, loc: Located, priority: int) -> tuple[bytes, Source]:
-        where = (loc.target, loc.key, loc.offset, loc.length)
-        data = swarm.fetch(loc.sha256, priority, where) if swarm is not None else None
-        source: Source = "peer"
-        if data is None:
-            store = self.target(loc.target) if loc.target else self.store
+        store = self.target(loc.target) if loc.target else self.store
+
+        def from_store() -> bytes:
             if store is None:
                 raise PeerError("missing", f"{loc.target[:100]!r} is not a checkpoint target")
             try:
@@ -142,7 +141,16 @@ class Pieces:
                     "failed", f"{loc.key} at {loc.offset}: digest mismatch in the store"
                 )
             if swarm is not None:
-                swarm.count_store(len(data))
-            source = "store"
+                swarm.count_store(len(data))  # out of the store, whoever won
+            return data
+
+        if swarm is None:
+            data, where = from_store(), "store"
+        else:
+            # The owner, the store, the nodes that hold it: each asked once the one before
+            # is late or cannot (a checkpoint unit's target down or hung included).
+            where_ = (loc.target, loc.key, loc.offset, loc.length)
+            data, where = fetch_piece(swarm, loc.sha256, priority, from_store, where_)
+        source: Source = "store" if where == "store" else "peer"
         self.cache.put(loc.sha256, data)
         return data, source

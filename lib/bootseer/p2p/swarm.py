@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 from bootseer.errors import describe
 from bootseer.p2p.client import Address, PeerClient
+from bootseer.p2p.lateness import Lateness
 from bootseer.p2p.owner import owner
 from bootseer.p2p.wire import PeerError, PieceRequest
 
-RESCUE_PEERS = 3  # nodes asked for a piece the store failed to give
+RESCUE_PEERS = 3  # nodes asked for a piece the store failed (or was late) to give
 BACKGROUND = 2  # the fetch priority of a fill (bootseer.image.fetch.BACKGROUND)
 
 
@@ -57,6 +58,10 @@ class Swarm:
         self.log = log
         self.dead_for = dead_for
         self.stats = SwarmStats()
+        # How long pieces take from the owners and from the store: a piece later than a
+        # few times the usual is asked of the next source too (bootseer.p2p.hedge).
+        self.peer_late = Lateness()
+        self.store_late = Lateness()
         self._dead_until: dict[str, float] = {}
         self._lock = threading.Lock()
 
@@ -75,7 +80,13 @@ class Swarm:
         """``piece`` from its owner, verified; None: fetch it from the store yourself.
         ``where`` (target, store key, offset, length) locates a piece outside an image."""
         o = self.owner(piece)
-        return None if o is None else self._ask(o, piece, priority, where)
+        if o is None:
+            return None
+        t0 = time.monotonic()
+        data = self._ask(o, piece, priority, where)
+        if data is not None:
+            self.peer_late.record(time.monotonic() - t0)
+        return data
 
     def rescue(
         self, piece: str, priority: int, where: tuple[str, str, int, int] | None = None

@@ -374,8 +374,13 @@ def open_store(
     public_tops: frozenset[str] = PUBLIC_TOP,
     *,
     make_root: bool = True,
+    look: bool = True,
 ) -> Store:
     """Open the store at ``uri``; S3 URIs take ``endpoint_override``, ``scheme``, ``region``.
+
+    ``create=False, look=False`` opens an S3 store without a request (a bucket that is
+    not there fails the first read): a prolog that may find what it reads on its node
+    when the store hangs must not wait on the store to open it.
 
     ``create=False`` only looks: a file store's directory (an unmounted shared
     filesystem) or an S3 store's bucket that is not there is a :class:`StoreError`.
@@ -406,7 +411,8 @@ def open_store(
             )
             root = f"{parts.netloc}{parts.path}"
             if not create:
-                _must_exist(fs, parts.netloc, uri)
+                if look:
+                    _must_exist(fs, parts.netloc, uri)
             else:
                 try:
                     fs.create_dir(root, recursive=True)

@@ -1,0 +1,65 @@
+"""Where a job's piece is asked, in order, and when the next is asked too.
+
+1. its **owner** among the job's nodes (none when this node owns it, or the owner was
+   dropped): late after a few times the owners' usual answer time (``swarm.peer_late``)
+   plus the store's (``swarm.store_late``: an owner may have to read the piece from the
+   store first, and a second store read of it then only costs egress), so a straggler's
+   pieces (a node on a slow link, a node far behind) go elsewhere while it is still
+   serving; a fill's never go (the fill is in no hurry, and the owner holds fills back
+   while its own job starts);
+2. the **store** (or the image file, or a checkpoint target): late after a few times
+   the store's usual (``swarm.store_late``);
+3. the **nodes that may hold it** (:meth:`Swarm.rescue`: up to 3 live peers, asked for
+   what they hold, never to fetch it): a store that is hung, slow or down costs no
+   piece a node of the job holds.
+
+All three are asked by :func:`bootseer.p2p.hedge.first`: the first answer wins, the
+others' answers are dropped, and nobody is dropped for being late (issue 19's rule:
+busy is not dead)::
+
+    >>> data, where = fetch_piece(swarm, sha, PREFETCH, from_store)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from bootseer.p2p.hedge import PEER_ASKS, STORE_READS, Source, first
+from bootseer.p2p.swarm import BACKGROUND, Swarm
+
+# "owner", "store" or "holder": where the bytes came from.
+Where = str
+
+
+def fetch_piece(
+    swarm: Swarm,
+    piece: str,
+    priority: int,
+    from_store: Callable[[], bytes],
+    where: tuple[str, str, int, int] | None = None,
+) -> tuple[bytes, Where]:
+    """``piece``'s bytes and which source gave them. ``from_store`` reads and verifies it
+    from the store (raising if it cannot); the peers' bytes are verified by the swarm.
+    Raises the store's error if no source had it."""
+
+    def store() -> bytes:
+        t0 = time.monotonic()
+        data = from_store()
+        swarm.store_late.record(time.monotonic() - t0)
+        return data
+
+    sources: list[Source[bytes]] = []
+    if swarm.owner(piece) is not None:
+        late = swarm.peer_late.bound() + swarm.store_late.bound()
+        if priority >= BACKGROUND:
+            late = float("inf")
+        sources.append(
+            Source("owner", lambda: swarm.fetch(piece, priority, where), late, PEER_ASKS)
+        )
+    sources.append(Source("store", store, swarm.store_late.bound(), STORE_READS))
+    if len(swarm.nodes) > 1:
+        sources.append(
+            Source("holder", lambda: swarm.rescue(piece, priority, where), 0.0, PEER_ASKS)
+        )
+    return first(sources)

@@ -1,0 +1,89 @@
+"""Hedged requests: a piece is asked of the next source once the one asked is late, not
+after it failed.
+
+A piece has a few sources in order of preference (its owner among the job's nodes, the
+store, the nodes that may hold it). :func:`first` asks the first; when it has not
+answered within its ``late`` bound, or answers that it cannot, the next is asked as
+well, and so on; the first answer wins. Sources still running finish in their threads
+and their answers are dropped (one not yet started is cancelled): a late source is
+never called dead for being late. Each source runs in its pool, so store reads that
+hang (the store's own bound is 30 s) fill the store's pool and never hold up a peer::
+
+    >>> from concurrent.futures import ThreadPoolExecutor
+    >>> import threading
+    >>> hung = threading.Event()
+    >>> pool = ThreadPoolExecutor(4)
+    >>> first([Source("store", lambda: hung.wait(5) and b"late", 0.05, pool),
+    ...        Source("peer", lambda: b"piece", 1.0, pool)])
+    (b'piece', 'peer')
+    >>> hung.set()
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+# Store reads at once per node (queued beyond: a queued read is cancelled once another
+# source answered), and asks of peers at once.
+STORE_READS = cf.ThreadPoolExecutor(max_workers=32, thread_name_prefix="hedge-store")
+PEER_ASKS = cf.ThreadPoolExecutor(max_workers=64, thread_name_prefix="hedge-peer")
+
+
+@dataclass(frozen=True)
+class Source(Generic[T]):
+    name: str
+    get: Callable[[], T | None]  # the piece; None: not here (the next is asked at once)
+    late: float  # seconds after which the next source is asked as well
+    pool: cf.Executor
+
+
+class NoSource(LookupError):
+    """No source had the piece, and none raised."""
+
+
+def first(sources: Sequence[Source[T]]) -> tuple[T, str]:
+    """The first answer of ``sources`` and its source's name. If none answers, the first
+    error a source raised (a store's, say, rather than a peer's "not here"), else
+    :class:`NoSource`."""
+    running: dict[cf.Future[T | None], str] = {}
+    errors: list[BaseException] = []
+    i = 0
+    next_at = 0.0
+    try:
+        while True:
+            now = time.monotonic()
+            if i < len(sources) and (not running or now >= next_at):
+                src = sources[i]
+                i += 1
+                running[src.pool.submit(src.get)] = src.name
+                next_at = now + src.late
+                continue
+            if not running:
+                break
+            # (a source never late, ``inf``: the next waits for it to answer)
+            wait = None if i >= len(sources) or math.isinf(next_at) else max(0.0, next_at - now)
+            done, _ = cf.wait(running, wait, return_when=cf.FIRST_COMPLETED)
+            for fut in done:
+                name = running.pop(fut)
+                try:
+                    got = fut.result()
+                except Exception as exc:
+                    errors.append(exc)
+                    next_at = 0.0  # it cannot: the next now
+                    continue
+                if got is not None:
+                    return got, name
+                next_at = 0.0
+    finally:
+        for fut in running:
+            fut.cancel()  # only one still queued: a running one finishes, unheard
+    if errors:
+        raise errors[0]
+    raise NoSource("no source had the piece")
