@@ -335,6 +335,72 @@ def test_proxyjump_in_the_ssh_config_is_followed(site: Site, tmp_path: Path) -> 
         Node("n2-loop", config)
 
 
+def _probe_wheel(wheels: Path) -> Path:
+    """A wheel nothing installs: with it, the bundle is another version (its venv)."""
+    import zipfile
+
+    whl = wheels / "zz_rollback_probe-1.0-py3-none-any.whl"
+    info = "zz_rollback_probe-1.0.dist-info"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr(
+            f"{info}/METADATA", "Metadata-Version: 2.1\nName: zz-rollback-probe\nVersion: 1.0\n"
+        )
+        z.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        z.writestr(f"{info}/RECORD", "")
+    return whl
+
+
+def test_rollback_returns_every_role_to_the_version_before(site: Site) -> None:
+    """Issue 22, item 7: no way back from an upgrade. ``install --rollback`` returns a
+    compute node (n1) and a client host (n2) to the version installed before (its venv
+    and files, kept there), and the one they ran becomes the previous: a second rollback
+    goes forward again. Before, the option did not exist."""
+    for args in ((), ("--role", "client")):  # version A (as the tests before left them)
+        r = site.install(*args, nodes="n1" if not args else "n2")
+        assert r.returncode == 0, r.stderr + r.stdout
+    before = {n: site.on(n, f"readlink {PREFIX}/venv").strip() for n in NODES}
+    probe = _probe_wheel(site.state / "build" / "wheels")
+    try:  # version B: another venv
+        for args in ((), ("--role", "client")):
+            r = site.install(*args, nodes="n1" if not args else "n2")
+            assert r.returncode == 0 and ": installed: venv " in r.stdout, r.stderr + r.stdout
+    finally:
+        probe.unlink()
+    after = {n: site.on(n, f"readlink {PREFIX}/venv").strip() for n in NODES}
+    assert all(after[n] != before[n] for n in NODES), (before, after)
+
+    def rollback(*extra: str) -> subprocess.CompletedProcess[str]:
+        return site.install("--rollback", *extra)
+
+    r = rollback("--dry-run")
+    assert r.returncode == 0 and "n[1-2]: would change: venv " in r.stdout, r.stdout
+    assert {n: site.on(n, f"readlink {PREFIX}/venv").strip() for n in NODES} == after
+    r = rollback()
+    assert r.returncode == 0, r.stderr + r.stdout
+    a = before["n1"].rsplit("/", 1)[-1]
+    assert f"n[1-2]: rolled back: venv {a}" in r.stdout, r.stdout
+    nobody = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+    for n in NODES:
+        assert site.on(n, f"readlink {PREFIX}/venv").strip() == before[n]
+        assert site.on(n, f"{nobody} {NODE_ROOT}/bin/bootseer --help").startswith("usage:")
+    # Version A is what the checkout builds: the nodes have it, whole.
+    r = site.install(nodes="n1")
+    assert "n1: unchanged" in r.stdout, r.stdout
+    # Forward again, and back: the version each ran is the previous.
+    r = rollback()
+    assert f"n[1-2]: rolled back: venv {after['n1'].rsplit('/', 1)[-1]}" in r.stdout, r.stdout
+    r = rollback()
+    assert f"n[1-2]: rolled back: venv {a}" in r.stdout, r.stdout
+    # A node with no previous version kept says so, and nothing changes there.
+    site.on("n2", f"rm -r {PREFIX}/previous")
+    r = rollback()
+    assert r.returncode == 1, r.stdout
+    assert "n2: FAILED: no previous version kept here" in r.stdout, r.stdout
+    assert site.on("n2", f"readlink {PREFIX}/venv").strip() == before["n2"]
+
+
 def test_uninstall_waits_for_slurm_to_let_go_then_removes_everything(site: Site) -> None:
     """Issue 22, item 7: no command removed bootseer (six order-sensitive commands by hand).
     ``bootseer uninstall`` refuses while a node's Slurm configuration still names the

@@ -239,11 +239,11 @@ def agent_unit(layout: Layout) -> bytes:
     ).encode()
 
 
-def node_files(
-    layout: Layout, bundle: Bundle, site: SiteFiles, role: Role = "compute"
-) -> list[NodeFile]:
-    """Every file of ``layout`` (already resolved for its node) but the wheels and venv
-    that a host of ``role`` gets (a client: the plugin, docs and config alone)."""
+def version_files(layout: Layout, bundle: Bundle, role: Role = "compute") -> list[NodeFile]:
+    """The files of this version (``layout`` resolved for its node) that a host of
+    ``role`` gets, the wheels and venv aside: the plugin, the hooks and their wrappers,
+    the docs, the agent's unit (a client: the plugin and docs alone). The same on every
+    node of a site, and what the Debian package holds (install.debpkg)."""
     top = bundle.top
     files = [NodeFile(layout.plugin, bundle.plugin.read_bytes(), 0o755)]
     compute = role == "compute"
@@ -255,12 +255,26 @@ def node_files(
         files.append(NodeFile(layout.docs / doc.name, doc.read_bytes(), 0o644))
     if layout.unit is not None and compute:
         files.append(NodeFile(layout.unit, agent_unit(layout), 0o644))
+    return files
+
+
+def site_files(layout: Layout, site: SiteFiles, role: Role = "compute") -> list[NodeFile]:
+    """The site's files a host of ``role`` gets: the config (0644: users read it) and,
+    for a compute node, the root-only files it names, the site key and the secrets."""
     # The config as the node reads it: a secrets file it does not name lies next to it.
     cfg = parse(site.config, layout.config)
-    files.append(NodeFile(layout.config, site.config, 0o644))
-    if not compute:
+    files = [NodeFile(layout.config, site.config, 0o644)]
+    if role != "compute":
         return files  # the root-only files serve the root-run parts a client has none of
     files.append(NodeFile(cfg.site.key_file, site.site_key, 0o600))
     if site.secrets is not None:
         files.append(NodeFile(cfg.store.secrets_file, site.secrets, 0o600))
     return files
+
+
+def node_files(
+    layout: Layout, bundle: Bundle, site: SiteFiles, role: Role = "compute"
+) -> list[NodeFile]:
+    """Every file of ``layout`` (already resolved for its node) but the wheels and venv
+    that a host of ``role`` gets (a client: the plugin, docs and config alone)."""
+    return version_files(layout, bundle, role) + site_files(layout, site, role)
