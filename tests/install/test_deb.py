@@ -88,7 +88,7 @@ def test_control_names_debians_python_and_fuse_and_the_scripts_parse(
         check=True,
     ).stdout
     assert "Package: bootseer\n" in fields and "Architecture: amd64\n" in fields
-    assert "python3 (>= 3.11), python3 (<< 3.12), fuse3, libfuse3-3" in fields
+    assert "python3 (>= 3.11), python3 (<< 3.12), fuse3, libfuse3-3, tzdata" in fields
     subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / "DEBIAN")], check=True)
     for script in ("preinst", "postinst", "prerm", "postrm"):
         path = tmp_path / "DEBIAN" / script

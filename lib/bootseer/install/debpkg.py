@@ -42,7 +42,9 @@ PACKAGE = "bootseer"
 LAYOUT = Layout(unit_dir=Path("/lib/systemd/system"), bin_dir=None)
 BIN_LINK = Path("/usr/bin/bootseer")
 PYTHON = "/usr/bin/python3"  # Debian's, which the package depends on
-DEPENDS = "python3 (>= 3.11), python3 (<< 3.12), fuse3, libfuse3-3"
+DEPENDS = (
+    "python3 (>= 3.11), python3 (<< 3.12), fuse3, libfuse3-3, tzdata"  # tzdata: report's times
+)
 RECOMMENDS = "squashfuse, squashfs-tools"
 
 PREINST = r"""#!/bin/sh
