@@ -401,6 +401,35 @@ def test_rollback_returns_every_role_to_the_version_before(site: Site) -> None:
     assert site.on("n2", f"readlink {PREFIX}/venv").strip() == before["n2"]
 
 
+def test_the_debian_package_is_pushed_with_the_sites_files(site: Site, tmp_path: Path) -> None:
+    """Issue 22, item 4: ``install --deb FILE`` pushes the one artifact. These nodes share
+    this machine's root and dpkg, so the package is never installed here (slurm-dev/
+    fresh-root does that, by hand): a dry run reads its version, finds each node's dpkg
+    without it and the site's files to write, and changes nothing."""
+    from bootseer.install import debpkg
+    from bootseer.install.bundle import Bundle, checkout
+
+    top = checkout()
+    subprocess.run(["make", "-s", "-C", str(top / "spank"), "bootseer.so"], check=True)
+    debpkg.stage(tmp_path / "root", Bundle(top, (), {}, top / "spank" / "bootseer.so", (3, 11)))
+    version = "0.1.0+202611270000.abcdef12"
+    deb = tmp_path / debpkg.deb_name(version)
+    debpkg.pack(tmp_path / "root", version, deb, compression="none")
+    cmd = [*BOOTSEER, "install", "n[1-2]", "--deb", str(deb), "--config", str(site.config)]
+    cmd += ["--ssh-config", str(site.ssh.config), "--slurm-conf", str(site.slurm_conf)]
+    cmd += ["--metrics-dir", "none", "--dry-run"]
+    bind = 'mount --bind "$0" "$1" && shift && exec "$@"'
+    wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind]
+    wrap += [str(site.admin_root), str(NODE_ROOT)]
+    r = subprocess.run([*wrap, *cmd], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr + r.stdout
+    want = f"n[1-2]: would change: package {version}, 3 files (config.toml, site.key, +1)"
+    assert want in r.stdout, r.stdout
+    assert not Path("/opt/bootseer/venvs/abcdef12").exists()
+    r = subprocess.run([*wrap, *cmd, "--prefix", str(PREFIX)], capture_output=True, text=True)
+    assert r.returncode != 0 and "--deb installs in the package's /opt/bootseer" in r.stderr
+
+
 def test_uninstall_waits_for_slurm_to_let_go_then_removes_everything(site: Site) -> None:
     """Issue 22, item 7: no command removed bootseer (six order-sensitive commands by hand).
     ``bootseer uninstall`` refuses while a node's Slurm configuration still names the
