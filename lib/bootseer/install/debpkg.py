@@ -51,7 +51,8 @@ PREINST = r"""#!/bin/sh
 # bootseer: keep the venv a running agent may still use (dpkg removes the old files).
 set -e
 p=/opt/bootseer
-if [ "$1" = upgrade ] && old=$(readlink "$p/venv" 2>/dev/null) && [ -d "$p/$old" ]; then
+# (an upgrade, or a first install over an SSH install's venv)
+if old=$(readlink "$p/venv" 2>/dev/null) && [ -d "$p/$old" ]; then
   rm -rf "$p/venvs/.kept"
   cp -al "$p/$old" "$p/venvs/.kept"
   echo "$old" > "$p/venvs/.kept-name"
