@@ -83,6 +83,7 @@ class AgentProc:
         self.log = base / "log" / f"{node}-agent.log"
         self.client = AgentClient(self.socket)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.wrap: list[str] = []  # a command the agent runs under (setpriv ...)
 
     def start(self, timeout: float = 60) -> AgentProc:
         """Start the agent and return once it says it is ready (``READY=1`` on
@@ -100,7 +101,7 @@ class AgentProc:
                 ready.bind("\0" + name)
                 env = {**self.env, "NOTIFY_SOCKET": "@" + name}
             self.proc = subprocess.Popen(
-                [*cmd, "agent", "--node", self.node],
+                [*self.wrap, *cmd, "agent", "--node", self.node],
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=open(err, "ab"),  # noqa: SIM115

@@ -335,6 +335,105 @@ def test_proxyjump_in_the_ssh_config_is_followed(site: Site, tmp_path: Path) -> 
         Node("n2-loop", config)
 
 
+def _probe_wheel(wheels: Path) -> Path:
+    """A wheel nothing installs: with it, the bundle is another version (its venv)."""
+    import zipfile
+
+    whl = wheels / "zz_rollback_probe-1.0-py3-none-any.whl"
+    info = "zz_rollback_probe-1.0.dist-info"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr(
+            f"{info}/METADATA", "Metadata-Version: 2.1\nName: zz-rollback-probe\nVersion: 1.0\n"
+        )
+        z.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        z.writestr(f"{info}/RECORD", "")
+    return whl
+
+
+def test_rollback_returns_every_role_to_the_version_before(site: Site) -> None:
+    """Issue 22, item 7: no way back from an upgrade. ``install --rollback`` returns a
+    compute node (n1) and a client host (n2) to the version installed before (its venv
+    and files, kept there), and the one they ran becomes the previous: a second rollback
+    goes forward again. Before, the option did not exist."""
+    for args in ((), ("--role", "client")):  # version A (as the tests before left them)
+        r = site.install(*args, nodes="n1" if not args else "n2")
+        assert r.returncode == 0, r.stderr + r.stdout
+    before = {n: site.on(n, f"readlink {PREFIX}/venv").strip() for n in NODES}
+    probe = _probe_wheel(site.state / "build" / "wheels")
+    try:  # version B: another venv
+        for args in ((), ("--role", "client")):
+            r = site.install(*args, nodes="n1" if not args else "n2")
+            assert r.returncode == 0 and ": installed: venv " in r.stdout, r.stderr + r.stdout
+    finally:
+        probe.unlink()
+    after = {n: site.on(n, f"readlink {PREFIX}/venv").strip() for n in NODES}
+    assert all(after[n] != before[n] for n in NODES), (before, after)
+
+    def rollback(*extra: str) -> subprocess.CompletedProcess[str]:
+        return site.install("--rollback", *extra)
+
+    r = rollback("--dry-run")
+    assert r.returncode == 0 and "n[1-2]: would change: venv " in r.stdout, r.stdout
+    assert {n: site.on(n, f"readlink {PREFIX}/venv").strip() for n in NODES} == after
+    r = rollback()
+    assert r.returncode == 0, r.stderr + r.stdout
+    a = before["n1"].rsplit("/", 1)[-1]
+    assert f"n[1-2]: rolled back: venv {a}" in r.stdout, r.stdout
+    nobody = "setpriv --reuid=nobody --regid=nogroup --clear-groups"
+    for n in NODES:
+        assert site.on(n, f"readlink {PREFIX}/venv").strip() == before[n]
+        assert site.on(n, f"{nobody} {NODE_ROOT}/bin/bootseer --help").startswith("usage:")
+    # Version A is what the checkout builds: the nodes have it, whole.
+    r = site.install(nodes="n1")
+    assert "n1: unchanged" in r.stdout, r.stdout
+    # Forward again, and back: the version each ran is the previous.
+    r = rollback()
+    assert f"n[1-2]: rolled back: venv {after['n1'].rsplit('/', 1)[-1]}" in r.stdout, r.stdout
+    r = rollback()
+    assert f"n[1-2]: rolled back: venv {a}" in r.stdout, r.stdout
+    # A node with no previous version kept says so, and nothing changes there.
+    site.on("n2", f"rm -r {PREFIX}/previous")
+    r = rollback()
+    assert r.returncode == 1, r.stdout
+    assert "n2: FAILED: no previous version kept here" in r.stdout, r.stdout
+    assert site.on("n2", f"readlink {PREFIX}/venv").strip() == before["n2"]
+
+
+def test_the_debian_package_is_pushed_with_the_sites_files(site: Site, tmp_path: Path) -> None:
+    """Issue 22, item 4: ``install --deb FILE`` pushes the one artifact. These nodes share
+    this machine's root and dpkg, so the package is never installed here (slurm-dev/
+    fresh-root does that, by hand): a dry run reads its version, finds each node's dpkg
+    without it and the site's files to write, and changes nothing."""
+    from bootseer.install import debpkg
+    from bootseer.install.bundle import Bundle, checkout
+
+    top = checkout()
+    subprocess.run(["make", "-s", "-C", str(top / "spank"), "bootseer.so"], check=True)
+    debpkg.stage(tmp_path / "root", Bundle(top, (), {}, top / "spank" / "bootseer.so", (3, 11)))
+    version = "0.1.0+202611270000.abcdef12"
+    deb = tmp_path / debpkg.deb_name(version)
+    debpkg.pack(tmp_path / "root", version, deb, compression="none")
+    cmd = [*BOOTSEER, "install", "n[1-2]", "--deb", str(deb), "--config", str(site.config)]
+    cmd += ["--ssh-config", str(site.ssh.config), "--slurm-conf", str(site.slurm_conf)]
+    cmd += ["--metrics-dir", "none", "--dry-run"]
+    bind = 'mount --bind "$0" "$1" && shift && exec "$@"'
+    wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind]
+    wrap += [str(site.admin_root), str(NODE_ROOT)]
+    r = subprocess.run([*wrap, *cmd], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr + r.stdout
+    # Each node: the package, and the config at the package's /etc/bootseer (the key and
+    # secrets where this site's config names them: n1 may have them from the tests before).
+    for node in NODES:
+        line = [x for x in r.stdout.splitlines() if x.startswith(f"{node}: ") or "n[1-2]" in x]
+        assert line and f"would change: package {version}, " in line[0], r.stdout
+        assert "config.toml" in line[0], r.stdout
+    assert not Path("/opt/bootseer/venvs/abcdef12").exists()
+    r = subprocess.run([*wrap, *cmd, "--prefix", str(PREFIX)], capture_output=True, text=True)
+    assert r.returncode != 0 and "--deb installs in the package's /opt/bootseer" in r.stderr
+
+
 def test_uninstall_waits_for_slurm_to_let_go_then_removes_everything(site: Site) -> None:
     """Issue 22, item 7: no command removed bootseer (six order-sensitive commands by hand).
     ``bootseer uninstall`` refuses while a node's Slurm configuration still names the

@@ -101,6 +101,21 @@ def register(sub: Any) -> None:
         help="then restart each node's agent in place where it runs an older install or "
         "config, once no job uses it (the summary says which jobs a node waits for)",
     )
+    p.add_argument(
+        "--rollback",
+        action="store_true",
+        help="return each node to the version installed before this one (kept there; no "
+        "build, the config stays); the one it ran becomes the previous, so a second "
+        "--rollback goes forward again",
+    )
+    p.add_argument(
+        "--deb",
+        type=Path,
+        metavar="FILE",
+        help="push this Debian package (scripts/build-deb) instead of building here: "
+        "installed with apt-get on each node, in its own layout (/opt/bootseer, "
+        "/etc/bootseer), with the site config and the root-only files",
+    )
     p.add_argument("--fanout", type=int, default=16, metavar="N", help="nodes at once (default 16)")
     p.set_defaults(handler=run)
 
@@ -113,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
 
     from bootseer.config import config_path
     from bootseer.errors import BootseerError
-    from bootseer.install import bundle, fanout, slurmconf
+    from bootseer.install import bundle, fanout
     from bootseer.install.files import (
         DEFAULT_TEXTFILE_DIR,
         SiteFiles,
@@ -124,7 +139,6 @@ def run(args: argparse.Namespace) -> int:
     from bootseer.install.layout import Layout
     from bootseer.install.node import Target
     from bootseer.install.remote import Node
-    from bootseer.slurm.conf import parse_slurm_conf, slurm_conf_path
 
     def say(msg: str) -> None:
         print(f"bootseer install: {msg}", file=sys.stderr, flush=True)
@@ -133,6 +147,20 @@ def run(args: argparse.Namespace) -> int:
         nodes = NodeSet(args.nodeset)
     except NodeSetParseError as exc:
         raise BootseerError(f"bad NODESET {args.nodeset!r}: {exc}") from None
+    layout = Layout(args.prefix, args.etc, args.unit_dir, args.bin_dir)
+    if args.rollback:
+        reports = fanout.rollback_all(
+            nodes,
+            layout.for_node,
+            lambda name: Node(name, args.ssh_config),
+            args.python,
+            dry_run=args.dry_run,
+            fanout=args.fanout,
+            restart_agents=args.restart_agents and args.role == "compute",
+        )
+        for line in fanout.fold(reports):
+            print(line)
+        return 0 if all(r.status != "failed" for r in reports) else 1
     config = args.config or config_path()
     site = SiteFiles.read(config)
     own = parse(site.config, config).metrics.textfile_dir
@@ -145,14 +173,15 @@ def run(args: argparse.Namespace) -> int:
     metrics_dir = args.metrics_dir if given else DEFAULT_TEXTFILE_DIR
     site = dataclasses.replace(site, config=with_textfile_dir(site.config, config, metrics_dir))
     cfg = parse(site.config, config)
-    layout = Layout(args.prefix, args.etc, args.unit_dir, args.bin_dir)
+    compute = args.role == "compute"
+    if args.deb is not None:
+        reports = _push_deb(args, nodes, site, say)
+        return _finish(args, reports, layout, cfg, compute)
     built = bundle.build(args.build_dir, say)
     say(
         f"{len(built.wheels)} wheels (Python {built.python[0]}.{built.python[1]}), "
         f"venv {built.wheels_digest}; {'checking' if args.dry_run else 'installing on'} {nodes}"
     )
-
-    compute = args.role == "compute"
 
     def target_for(node: str) -> Target:
         lay = layout.for_node(node)
@@ -177,6 +206,16 @@ def run(args: argparse.Namespace) -> int:
         log=say,
         restart_agents=args.restart_agents and compute,
     )
+    return _finish(args, reports, layout, cfg, compute)
+
+
+def _finish(args: argparse.Namespace, reports: Any, layout: Any, cfg: Any, compute: bool) -> int:
+    """The folded summary, then the lines to add for the hosts this run prepared."""
+    from ClusterShell.NodeSet import NodeSet
+
+    from bootseer.install import fanout, slurmconf
+    from bootseer.slurm.conf import parse_slurm_conf, slurm_conf_path
+
     for line in fanout.fold(reports):
         print(line)
     slurm_conf = args.slurm_conf or slurm_conf_path()
@@ -196,3 +235,33 @@ def run(args: argparse.Namespace) -> int:
         text = slurmconf.with_node_exporter(text, cfg.metrics.textfile_dir)
     print(text)
     return 0 if all(r.status != "failed" for r in reports) else 1
+
+
+def _push_deb(args: argparse.Namespace, nodes: Any, site: Any, say: Any) -> Any:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bootseer.errors import BootseerError, describe
+    from bootseer.install.debpkg import LAYOUT
+    from bootseer.install.debpush import deb_version, push_deb
+    from bootseer.install.files import site_files
+    from bootseer.install.node import NodeReport
+    from bootseer.install.remote import Node
+
+    if (args.prefix, args.etc) != (LAYOUT.prefix, LAYOUT.etc):
+        raise BootseerError(f"--deb installs in the package's {LAYOUT.prefix} and {LAYOUT.etc}")
+    version = deb_version(args.deb)
+    say(f"pushing {args.deb.name} (version {version}) to {nodes}")
+
+    def one(name: str) -> NodeReport:
+        try:
+            with Node(name, args.ssh_config) as node:
+                files = site_files(LAYOUT.for_node(name), site, args.role)
+                return push_deb(node, args.deb, version, files, args.role, args.dry_run)
+        except BootseerError as exc:
+            return NodeReport(name, "failed", error=str(exc))
+        except Exception as exc:  # one node's surprise must not hide the others' results
+            return NodeReport(name, "failed", error=describe(exc, named=True))
+
+    names = list(nodes)
+    with ThreadPoolExecutor(max_workers=max(1, min(args.fanout, len(names)))) as pool:
+        return list(pool.map(one, names))

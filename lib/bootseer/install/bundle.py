@@ -152,6 +152,10 @@ def _build_wheels(top: Path, build_dir: Path, source: str, log: Callable[[str], 
         top / "lib", src / "lib", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
     )
     cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(fresh), str(src)]
+    if (build_dir / "wheels").is_dir():
+        # The dependencies' wheels of the last build are candidates too: a rebuild after
+        # a change to bootseer alone needs neither the index nor a compiler for them.
+        cmd[4:4] = ["--find-links", str(build_dir / "wheels")]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise BuildError(f"pip wheel failed ({r.returncode}): {r.stderr.strip()[-2000:]}")

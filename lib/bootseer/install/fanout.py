@@ -15,7 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from ClusterShell.NodeSet import NodeSet
 
 from bootseer.errors import BootseerError, describe
+from bootseer.install import releases
 from bootseer.install.agents import restart_agent
+from bootseer.install.layout import Layout
 from bootseer.install.node import NodeReport, Target, install_node
 from bootseer.install.remote import Node
 
@@ -51,6 +53,54 @@ def install_all(
                     report.error = f"installed, but {outcome.line()}"
                 elif outcome.state != "current" or report.status != "unchanged":
                     report.notes.append(outcome.line())
+                return report
+        except BootseerError as exc:
+            return NodeReport(name, "failed", error=str(exc))
+        except Exception as exc:  # one node's surprise must not hide the others' results
+            return NodeReport(name, "failed", error=describe(exc, named=True))
+
+    names = list(nodes)
+    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(names)))) as pool:
+        return list(pool.map(one, names))
+
+
+def rollback_all(
+    nodes: Iterable[str],
+    layout_for: Callable[[str], Layout],
+    connect: Callable[[str], Node],
+    python: str,
+    *,
+    dry_run: bool = False,
+    fanout: int = 16,
+    restart_agents: bool = False,
+) -> list[NodeReport]:
+    """Each node back to the version before (install.releases); the one it ran becomes
+    the previous. ``restart_agents``: then the agents restart in place onto it."""
+
+    def one(name: str) -> NodeReport:
+        try:
+            with connect(name) as node:
+                lay = layout_for(name)
+                done = releases.rollback(node, python, lay, dry_run)
+                venv = done.venv.rsplit("/", 1)[-1]
+                files = f" ({len(done.files)} files)" if done.files else ""
+                report = NodeReport(name, "rolled back", [f"venv {venv}{files}"])
+                if dry_run:
+                    report.status = "would change"
+                    return report
+                if not done.swap:
+                    report.notes.append("what ran was not whole: no version to go forward to")
+                if lay.unit is not None and str(lay.unit) in done.files:
+                    node.check(
+                        ["sh", "-c", "[ ! -d /run/systemd/system ] || systemctl daemon-reload"]
+                    )
+                if restart_agents:
+                    outcome = restart_agent(node, lay, force=True)
+                    if outcome.state == "failed":
+                        report.status = "failed"
+                        report.error = f"rolled back, but {outcome.line()}"
+                    elif outcome.state != "not_running":
+                        report.notes.append(outcome.line())
                 return report
         except BootseerError as exc:
             return NodeReport(name, "failed", error=str(exc))

@@ -137,17 +137,68 @@ def hook_wrapper(layout: Layout, hook: Hook) -> bytes:
     ).encode()
 
 
+# The agent's capabilities, and why each (the unit's CapabilityBoundingSet=; every other
+# capability goes: docs/admin.md, "The agent's unit").
+AGENT_CAPABILITIES = (
+    "CAP_SYS_ADMIN",  # mount and unmount its FUSE mount (and a job's stale checkpoint mount)
+    "CAP_DAC_OVERRIDE",  # root's own files under any mode; what epilogs left of users' jobs,
+    "CAP_FOWNER",  # swept (their files in sticky run dirs)
+    "CAP_CHOWN",  # a job's files made for its user
+    "CAP_SETUID",  # a user's image file is opened by a child that became the user
+    "CAP_SETGID",
+    "CAP_KILL",  # that child, and a stale job's checkpoint daemon (the user's)
+    "CAP_NET_BIND_SERVICE",  # peers' port 746
+    "CAP_SYS_NICE",  # fetch threads back from the background's nice 19
+)
+
+# What systemd may not do to this unit: make a mount namespace of its own. The agent's
+# FUSE mount must be seen by every job on the node, and a mount made in a namespace of
+# the service's never is (ProtectSystem=, PrivateTmp= and the like: docs/admin.md).
+NO_MOUNT_NAMESPACE = (
+    "PrivateTmp",
+    "PrivateDevices",
+    "PrivateMounts",
+    "PrivateIPC",
+    "PrivateNetwork",
+    "ProtectSystem",
+    "ProtectHome",
+    "ProtectKernelTunables",
+    "ProtectKernelModules",
+    "ProtectKernelLogs",
+    "ProtectControlGroups",
+    "ProtectProc",
+    "ProcSubset",
+    "ReadOnlyPaths",
+    "ReadWritePaths",
+    "InaccessiblePaths",
+    "TemporaryFileSystem",
+    "BindPaths",
+    "BindReadOnlyPaths",
+    "RootDirectory",
+    "RootImage",
+    "MountAPIVFS",
+)
+
+
 def agent_unit(layout: Layout) -> bytes:
     """The agent's systemd unit: ready (Type=notify) once its socket and mount are up,
-    before slurmd starts; its Documentation= is the docs this install puts on the node."""
+    before slurmd starts; its Documentation= is the docs this install puts on the node.
+    ``systemctl reload`` is the restart in place (it waits for the jobs that use the
+    agent: :mod:`bootseer.agent.handover`); the rest is the hardening a root daemon whose
+    FUSE mount every job sees allows (no mount namespace: :data:`NO_MOUNT_NAMESPACE`)."""
     return (
         "# bootseer node agent: lazy container images over FUSE, block cache, traces, prefetch.\n"
         "# Written by bootseer install; slurmd waits for it (Before=), and the agent tells\n"
         "# systemd when its socket and FUSE mount are up (Type=notify).\n"
+        "# Upgrades and config changes: systemctl reload bootseer-agent (the restart in\n"
+        "# place, once no job uses the agent); a restart or stop takes running jobs' images.\n"
+        '# Hardening: docs/admin.md, "The agent\'s unit" (no mount namespace: jobs must see\n'
+        "# the agent's FUSE mount).\n"
         "[Unit]\n"
         "Description=bootseer node agent (lazy container images)\n"
-        f"Documentation=file://{layout.docs}/image.md file://{layout.docs}/doctor.md\n"
-        "After=network-online.target remote-fs.target\n"
+        f"Documentation=file://{layout.docs}/image.md file://{layout.docs}/admin.md "
+        f"file://{layout.docs}/doctor.md\n"
+        "After=network-online.target remote-fs.target munge.service\n"
         "Wants=network-online.target\n"
         "Before=slurmd.service\n\n"
         "[Service]\n"
@@ -155,8 +206,9 @@ def agent_unit(layout: Layout) -> bytes:
         "NotifyAccess=main\n"
         f"Environment=BOOTSEER_CONFIG={layout.config}\n"
         f"ExecStart={layout.bootseer} agent\n"
+        f"ExecReload={layout.bootseer} agent --restart --force\n"
         "KillSignal=SIGTERM\n"
-        "TimeoutStartSec=120\n"
+        "TimeoutStartSec=180\n"
         "TimeoutStopSec=30\n"
         "Restart=on-failure\n"
         "RestartSec=2\n"
@@ -164,17 +216,34 @@ def agent_unit(layout: Layout) -> bytes:
         "LimitNOFILE=65536\n"
         "Nice=-5\n"
         "IOSchedulingClass=best-effort\n"
-        "IOSchedulingPriority=2\n\n"
+        "IOSchedulingPriority=2\n"
+        "StandardOutput=journal\n"
+        "StandardError=journal\n"
+        "SyslogIdentifier=bootseer-agent\n"
+        f"CapabilityBoundingSet={' '.join(AGENT_CAPABILITIES)}\n"
+        "AmbientCapabilities=\n"
+        "NoNewPrivileges=yes\n"
+        "SystemCallFilter=@system-service @mount\n"
+        "SystemCallErrorNumber=EPERM\n"
+        "SystemCallArchitectures=native\n"
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n"
+        "RestrictNamespaces=yes\n"
+        "RestrictRealtime=yes\n"
+        "RestrictSUIDSGID=yes\n"
+        "LockPersonality=yes\n"
+        "ProtectClock=yes\n"
+        "DevicePolicy=closed\n"
+        "DeviceAllow=/dev/fuse rw\n\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     ).encode()
 
 
-def node_files(
-    layout: Layout, bundle: Bundle, site: SiteFiles, role: Role = "compute"
-) -> list[NodeFile]:
-    """Every file of ``layout`` (already resolved for its node) but the wheels and venv
-    that a host of ``role`` gets (a client: the plugin, docs and config alone)."""
+def version_files(layout: Layout, bundle: Bundle, role: Role = "compute") -> list[NodeFile]:
+    """The files of this version (``layout`` resolved for its node) that a host of
+    ``role`` gets, the wheels and venv aside: the plugin, the hooks and their wrappers,
+    the docs, the agent's unit (a client: the plugin and docs alone). The same on every
+    node of a site, and what the Debian package holds (install.debpkg)."""
     top = bundle.top
     files = [NodeFile(layout.plugin, bundle.plugin.read_bytes(), 0o755)]
     compute = role == "compute"
@@ -186,12 +255,26 @@ def node_files(
         files.append(NodeFile(layout.docs / doc.name, doc.read_bytes(), 0o644))
     if layout.unit is not None and compute:
         files.append(NodeFile(layout.unit, agent_unit(layout), 0o644))
+    return files
+
+
+def site_files(layout: Layout, site: SiteFiles, role: Role = "compute") -> list[NodeFile]:
+    """The site's files a host of ``role`` gets: the config (0644: users read it) and,
+    for a compute node, the root-only files it names, the site key and the secrets."""
     # The config as the node reads it: a secrets file it does not name lies next to it.
     cfg = parse(site.config, layout.config)
-    files.append(NodeFile(layout.config, site.config, 0o644))
-    if not compute:
+    files = [NodeFile(layout.config, site.config, 0o644)]
+    if role != "compute":
         return files  # the root-only files serve the root-run parts a client has none of
     files.append(NodeFile(cfg.site.key_file, site.site_key, 0o600))
     if site.secrets is not None:
         files.append(NodeFile(cfg.store.secrets_file, site.secrets, 0o600))
     return files
+
+
+def node_files(
+    layout: Layout, bundle: Bundle, site: SiteFiles, role: Role = "compute"
+) -> list[NodeFile]:
+    """Every file of ``layout`` (already resolved for its node) but the wheels and venv
+    that a host of ``role`` gets (a client: the plugin, docs and config alone)."""
+    return version_files(layout, bundle, role) + site_files(layout, site, role)

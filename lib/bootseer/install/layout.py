@@ -99,3 +99,8 @@ class Layout:
     def state(self) -> Path:
         """What the last install put here (digests), for the next run to compare."""
         return self.prefix / "install.json"
+
+    @property
+    def previous(self) -> Path:
+        """The version before this one, kept for a rollback (install.releases)."""
+        return self.prefix / "previous"

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from bootseer.install import releases
 from bootseer.install.bundle import Bundle
 from bootseer.install.files import NodeFile
 from bootseer.install.layout import Layout
@@ -74,6 +75,7 @@ print(json.dumps({
     "systemd": os.path.isdir("/run/systemd/system"),
     "dirs": {p: os.path.isdir(p) for p in req["dirs"]},
     "fuse": fuse() if req["fuse"] else {},
+    "recorded": os.path.exists(req["state"]),
 }))
 """
 
@@ -85,7 +87,7 @@ class NodeRefused(RemoteError):
 @dataclass
 class NodeReport:
     node: str
-    status: Literal["installed", "removed", "unchanged", "would change", "failed"]
+    status: Literal["installed", "removed", "unchanged", "would change", "rolled back", "failed"]
     changes: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str = ""
@@ -135,6 +137,7 @@ def install_node(
         "bin": str(lay.bin_dir / "bootseer") if lay.bin_dir else "",
         "dirs": [str(d) for d in target.dirs],
         "fuse": target.agent,  # the agent serves images over FUSE; a client host has none
+        "state": str(lay.state),
     }
     r = node.run([target.python, "-c", PROBE], json.dumps(request).encode(), timeout=120)
     if r.status == 127 or (r.status != 0 and "No such file" in r.err):
@@ -205,7 +208,11 @@ def install_node(
     )
     if not have["systemd"] and lay.unit is not None and target.agent:
         report.notes.append("no systemd here: start the agent yourself")
+    version_files = [f.path for f in target.files if releases.version_file(lay, f.path)]
+    new_version = not venv_ok or any(releases.version_file(lay, f.path) for f in files)
     if not changes:
+        if not dry_run and not have["recorded"]:  # installed before versions were kept
+            releases.record(node, target.python, lay, version_files)
         return report
     report.changes = changes
     if dry_run:
@@ -221,6 +228,14 @@ def install_node(
     mkdirs = 'umask 022 && mkdir -p -- "$@"'
     node.check(["sh", "-c", mkdirs, "-", *dirs])
     check_node(node, target.python, trusted)  # a directory a user made first is hers
+    # The version there now, kept for a rollback (if whole: a node an install left half
+    # way keeps the previous it had).
+    if (
+        new_version
+        and have["venv_link"] is not None
+        and (why := releases.keep(node, target.python, lay))
+    ):
+        log(f"{node.name}: the version there is not kept for a rollback: {why}")
     for f in files:
         node.put(f.path, f.data, f.mode)
     if not venv_ok:
@@ -253,6 +268,7 @@ def install_node(
         node.check(["systemctl", "daemon-reload"])
         node.check(["systemctl", "enable", "--now", "bootseer-agent.service"])
     _verify(node, lay)
+    releases.record(node, target.python, lay, version_files)
     report.status = "installed"
     return report
 

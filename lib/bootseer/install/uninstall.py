@@ -59,6 +59,7 @@ def uninstall_paths(lay: Layout, key_file: Path, secrets_file: Path) -> list[Pat
         lay.venvs,
         lay.wheels,
         lay.state,
+        lay.previous,
         lay.config,
         key_file,
         secrets_file,
