@@ -48,6 +48,7 @@ class PeerClient:
         # per peer: (connection, its nonce, when it was last used)
         self._idle: dict[Address, list[tuple[socket.socket, bytes, float]]] = defaultdict(list)
         self._lock = threading.Lock()
+        self.connects = 0  # connections set up and authenticated (a hello read) so far
 
     def fetch(self, addr: Address, req: PieceRequest, token: bytes) -> bytes:
         """The piece's bytes (not yet verified: the caller checks the digest); PeerError
@@ -126,7 +127,10 @@ class PeerClient:
             hello = read_message(sock, min(deadline, time.monotonic() + self.silence))
             if hello is None:
                 raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
-            return sock, Hello.decode(hello), False
+            nonce = Hello.decode(hello)
+            with self._lock:
+                self.connects += 1
+            return sock, nonce, False
         except BaseException:
             sock.close()
             raise
