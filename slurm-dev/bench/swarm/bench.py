@@ -20,7 +20,8 @@ nodes serve a byte flipped in every piece).
 One JSON record per run, with the issue's fields: ``engine``, ``nodes``, ``pieces``,
 ``piece_bytes``, ``all_hold_s``, ``store_egress_bytes`` (the store link's counter),
 ``max_node_upload_bytes`` (the busiest node's link, what it sent), ``max_open_connections``
-(peer connections open at once on any node, sampled every 0.2 s), ``handshakes_per_node``
+(peer connections open at once on any node, either way: the most it kept open to peers
+or served, sampled every 0.2 s from the kernel's table), ``handshakes_per_node``
 (connections a node set up and authenticated, the most of any node), ``cpu_s_per_node``
 (mean over the live nodes, the whole run), ``faults``, ``load1``.
 
@@ -40,6 +41,7 @@ import math
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -203,12 +205,17 @@ def one_run(
     lines = Lines()
     try:
         for x in live:
-            cmd = [*net.enter(x), python, str(HERE / "node.py"), "--spec", str(spec_path)]
+            cmd = [*net.enter(x), python, str(a.code / "node.py"), "--spec", str(spec_path)]
             cmd += ["--name", x, "--dir", str(run_dir / x)]
             if x in corrupt:
                 cmd.append("--corrupt")
             procs[x] = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                env={**os.environ, "SWARM_LIB": str(a.code / "lib")},
             )
             lines.follow(x, procs[x])
         lines.expect(set(live), "ready", a.timeout)
@@ -247,7 +254,7 @@ def one_run(
         "all_hold_s": round(all_hold, 3),
         "store_egress_bytes": egress,
         "max_node_upload_bytes": uploads[busiest],
-        "max_open_connections": max(s["max_open_connections"] for s in stats.values()),
+        "max_open_connections": max(max(s["max_out"], s["max_in"]) for s in stats.values()),
         "handshakes_per_node": max(s["handshakes"] for s in stats.values()),
         "cpu_s_per_node": round(sum(s["cpu_s"] for s in stats.values()) / len(stats), 3),
         "faults": fault,
@@ -258,6 +265,8 @@ def one_run(
         "peer_failures": sum(s["peer_failures"] for s in stats.values()),
         "corrupt_refused": sum(s["corrupt_refused"] for s in stats.values()),
         "refused": sum(s["refused"] for s in stats.values()),
+        "max_out": max(s["max_out"] for s in stats.values()),
+        "max_in": max(s["max_in"] for s in stats.values()),
         "handshakes_mean": round(sum(s["handshakes"] for s in stats.values()) / len(stats), 1),
         "busiest": busiest,
         "served_max": max(s["served_bytes"] for s in stats.values()),
@@ -276,9 +285,9 @@ def main() -> None:
     ap.add_argument("--faults", default="none")
     ap.add_argument("--engine", default="direct")
     ap.add_argument("--scale", type=int, default=64, help="piece bytes divided by this")
-    ap.add_argument("--store-mbit", type=float, default=0.8)
+    ap.add_argument("--store-mbit", type=float, default=0.4)
     ap.add_argument("--node-mbit", type=float, default=0.0, help="default: 10x the store's")
-    ap.add_argument("--max-connections", type=int, default=256)
+    ap.add_argument("--max-connections", type=int, default=64)
     ap.add_argument("--peer-timeout", type=float, default=60.0)
     ap.add_argument("--timeout", type=float, default=1200.0)
     ap.add_argument("--runs", type=int, default=1)
@@ -293,6 +302,7 @@ def main() -> None:
     a.work = a.work or Path(f"/var/tmp/bootseer-swarm-{a.port_base}")
     if os.geteuid() != 0:
         raise SystemExit("bench.py: needs root (network namespaces, tc)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on kill, too
     sizes = [int(x) for x in a.nodes.split(",")]
     faults = a.faults.split(",")
     if bad := [f for f in faults if f not in FAULTS]:
@@ -305,11 +315,20 @@ def main() -> None:
     )
     records: list[dict[str, Any]] = []
     store: subprocess.Popen[str] | None = None
+    # The nodes run a copy of node.py and of the peer code taken now: a long run measures
+    # one version whatever is edited meanwhile (SWARM_LIB: another checkout's lib/).
+    code = a.work / "code"
+    shutil.rmtree(code, ignore_errors=True)
+    lib = Path(os.environ.get("SWARM_LIB") or HERE.parents[2] / "lib")
+    shutil.copytree(lib / "bootseer", code / "lib" / "bootseer",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copy2(HERE / "node.py", code / "node.py")
+    a.code = code
     try:
         pieces = make_pieces(a.work / "store", shape(a.shape), a.scale)
         log(
             f"{len(pieces)} pieces, {sum(p['size'] for p in pieces) / MiB:.2f} MiB; store "
-            f"{a.store_mbit:g} Mbit/s, nodes {a.node_mbit:g} Mbit/s; network up for {len(net.nodes)}"
+            f"{a.store_mbit:g} Mbit/s, nodes {a.node_mbit:g} Mbit/s; {len(net.nodes)} hosts"
         )
         t = time.monotonic()
         net.up()

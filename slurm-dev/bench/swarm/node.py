@@ -25,18 +25,21 @@ import argparse
 import concurrent.futures as cf
 import hashlib
 import http.client
+import inspect
 import json
 import os
 import resource
+import socket
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "lib"))
+# SWARM_LIB: measure another version of the peer code (a checkout's lib/)
+sys.path.insert(0, os.environ.get("SWARM_LIB") or str(Path(__file__).resolve().parents[3] / "lib"))
 
-from bootseer.p2p.client import PeerClient  # noqa: E402
+from bootseer.p2p.client import PeerClient
 from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import PeerError, PieceRequest
@@ -77,7 +80,12 @@ class Node:
             serve_timeout=spec["peer_timeout"],
             job_wait=spec["peer_timeout"] * 2 / 3,
         )
-        self.client = PeerClient(timeout=spec["peer_timeout"], silence=spec["peer_silence"])
+        bound = {}  # the client's own bound on open connections, where it has one
+        if "max_open" in inspect.signature(PeerClient).parameters:
+            bound["max_open"] = spec["max_connections"]
+        self.client = PeerClient(
+            timeout=spec["peer_timeout"], silence=spec["peer_silence"], **bound
+        )
         self.swarm = Swarm(
             self.job,
             self.name,
@@ -91,7 +99,7 @@ class Node:
         self.engine = spec["engine"]
         self.store_bytes = 0
         self.store_reads = 0
-        self.max_conns = 0
+        self.max_out = self.max_in = 0
         self.logs: list[str] = []
 
     def log(self, msg: str) -> None:
@@ -129,7 +137,7 @@ class Node:
             return fut
         try:
             fut.set_result(self.fetch(sha))
-        except BaseException as exc:  # noqa: BLE001 - the askers get it
+        except BaseException as exc:
             fut.set_exception(exc)
         return fut
 
@@ -192,17 +200,22 @@ class Node:
         return done
 
     def sample_connections(self, stop: threading.Event) -> None:
-        """The most peer connections (TCP, either end on the peer port) open at once."""
+        """The most peer connections open at once, each way (the kernel's count, TCP
+        established in the node's namespace): ones this node opened to peers' port
+        (``max_out``), ones peers opened to its port (``max_in``, those still in the
+        listen backlog included)."""
         port = f":{self.port:04X}"
         while not stop.wait(0.2):
-            n = 0
+            out = inn = 0
             with open("/proc/self/net/tcp") as f:
                 next(f)
                 for line in f:
                     parts = line.split(None, 4)
-                    if parts[3] == "01" and (parts[1].endswith(port) or parts[2].endswith(port)):
-                        n += 1
-            self.max_conns = max(self.max_conns, n)
+                    if parts[3] == "01":
+                        inn += parts[1].endswith(port)
+                        out += parts[2].endswith(port)
+            self.max_out = max(self.max_out, out)
+            self.max_in = max(self.max_in, inn)
 
     def verify_all(self) -> int:
         """How many pieces this node holds with the right digest (read back from its files)."""
@@ -212,6 +225,21 @@ class Node:
             if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == p["sha256"]:
                 ok += 1
         return ok
+
+
+def count_handshakes(port: int) -> list[int]:
+    """Count the peer connections this process sets up (each one authenticated by the
+    server's hello), whatever version of the client makes them: [count]."""
+    count = [0]
+    connect = socket.create_connection
+
+    def counted(address: Any, *args: Any, **kw: Any) -> socket.socket:
+        if address[1] == port:
+            count[0] += 1
+        return connect(address, *args, **kw)
+
+    socket.create_connection = counted  # type: ignore[assignment]
+    return count
 
 
 def flip(data: bytes) -> bytes:
@@ -226,6 +254,7 @@ def main() -> None:
     ap.add_argument("--corrupt", action="store_true")
     a = ap.parse_args()
     node = Node(a)
+    handshakes = count_handshakes(node.port)
     node.server.start()
     stop = threading.Event()
     threading.Thread(target=node.sample_connections, args=(stop,), daemon=True).start()
@@ -236,7 +265,7 @@ def main() -> None:
     try:
         done = node.run()
         print(f"done {done}", flush=True)
-    except Exception as exc:  # noqa: BLE001 - said, and the bench counts it
+    except Exception as exc:
         print(f"failed {type(exc).__name__}: {exc}", flush=True)
     sys.stdin.readline()  # stop
     stop.set()
@@ -255,8 +284,9 @@ def main() -> None:
                 "served_bytes": node.server.served_bytes,
                 "served_pieces": node.server.served_pieces,
                 "refused": node.server.refused,
-                "handshakes": getattr(node.client, "connects", -1),
-                "max_open_connections": node.max_conns,
+                "handshakes": handshakes[0],
+                "max_out": node.max_out,
+                "max_in": node.max_in,
                 "cpu_s": ru.ru_utime + ru.ru_stime,
                 "started": t0,
                 "dropped": dict(list(st.dropped.items())[:5]),

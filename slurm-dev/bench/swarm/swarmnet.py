@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # slurm-dev/
 
-from network import Network, cap_device, link_exists, sh  # noqa: E402
+from network import Network, cap_device, link_exists, sh
 
 
 def burst(mbit: float) -> int:
@@ -31,9 +31,13 @@ def burst(mbit: float) -> int:
 
 
 def tbf(dev: str, mbit: float) -> str:
-    return (
-        f"qdisc replace dev {dev} root tbf rate {mbit:g}mbit burst {burst(mbit)} latency 100ms"
-    )
+    """A tbf cap whose queue holds a second of the link's bytes (at least 64 KiB).
+
+    slurm-dev's ``latency 100ms`` is a 1.25 MB queue at 100 Mbit/s but 10 KB at the
+    emulator's 0.8: a hundred flows then lose packets in every burst and sit out TCP's
+    retransmission back-off (runs stalled for minutes with the link idle)."""
+    limit = max(int(mbit * 1_000_000 / 8), 64 << 10)
+    return f"qdisc replace dev {dev} root tbf rate {mbit:g}mbit burst {burst(mbit)} limit {limit}"
 
 
 @dataclass(frozen=True)
