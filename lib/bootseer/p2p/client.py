@@ -38,6 +38,11 @@ REUSE_IDLE = 60.0
 # Peer connections a node keeps open at most (``[p2p] max_connections``): the job's tree
 # gives a node at most 2 ceil(log2 N) peers (bootseer.p2p.tree), 28 at 10,000 nodes.
 MAX_OPEN = 64
+# Idle connections kept per peer for the next requests: a node asks at most ceil(log2 N)
+# parents (8 at 256 nodes), so 8 each fill MAX_OPEN there; with 4, the readers' bursts
+# (36 pieces in flight over a few parents) closed and re-made connections all through a
+# job (59 handshakes per node in a 16-node emulated job).
+IDLE_PER_PEER = 8
 
 
 class _Stale(Exception):
@@ -54,7 +59,7 @@ class PeerClient:
         self,
         timeout: float,
         silence: float = SILENCE,
-        idle_per_peer: int = 4,
+        idle_per_peer: int = IDLE_PER_PEER,
         max_open: int = MAX_OPEN,
     ):
         self.timeout = timeout

@@ -160,9 +160,9 @@ class Node:
 
     def from_store(self, p: dict[str, Any]) -> bytes:
         conn = getattr(self.local, "store", None)
-        for attempt in range(3):
+        for attempt in range(6):
             if conn is None:
-                conn = http.client.HTTPConnection(*self.store, timeout=120)
+                conn = http.client.HTTPConnection(*self.store, timeout=900)  # a slow store is slow
                 self.local.store = conn
             try:
                 conn.request("GET", f"/p/{p['index']}")
@@ -174,11 +174,13 @@ class Node:
                     self.store_bytes += len(data)
                     self.store_reads += 1
                 return data
-            except (OSError, http.client.HTTPException):
+            except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 conn = self.local.store = None
-                if attempt == 2:
+                self.log(f"store: piece {p['index']}: {type(exc).__name__}: {exc}")
+                if attempt == 5:
                     raise
+                time.sleep(0.1 * 2**attempt)  # a store that resets connections: back off
         raise AssertionError("unreachable")
 
     def run(self) -> float:
