@@ -217,6 +217,21 @@ def test_with_every_node_above_down_the_piece_comes_from_the_store(
     assert n4.swarm is not None and set(n4.swarm.stats.dropped) == {"n1", "n2"}
 
 
+def test_with_the_owner_down_its_first_child_reads_the_store_for_all(
+    cluster: Callable[..., dict[str, Node]],
+) -> None:
+    """The owner's children do not each read the store: they ask its first child."""
+    names = tuple(f"n{i + 1}" for i in range(8))
+    d, data = piece_with_owner(names, "n1")
+    nodes = cluster(8, {d: data}, dead=("n1",))
+    for x in ("n2", "n3", "n5"):  # labels 1, 2, 4: the owner's children
+        assert nodes[x].get(d) == data
+    assert nodes["n2"].store_reads == 1
+    assert nodes["n3"].store_reads == nodes["n5"].store_reads == 0
+    assert all(nodes[x].get(d) == data for x in names[1:])
+    assert sum(node.store_reads for node in nodes.values()) == 1
+
+
 def test_a_node_outside_the_job_gets_nothing_from_a_relay(
     cluster: Callable[..., dict[str, Node]],
 ) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from bootseer.errors import describe
 from bootseer.p2p.client import Address, ConnectionsFull, PeerClient
 from bootseer.p2p.owner import owner, owner_index
-from bootseer.p2p.tree import ancestors
+from bootseer.p2p.tree import ancestors, label
 from bootseer.p2p.wire import PeerError, PieceRequest
 
 RESCUE_PEERS = 3  # nodes asked for a piece the store failed to give
@@ -75,14 +75,20 @@ class Swarm:
 
     def source(self, piece: str) -> str | None:
         """The node to ask for ``piece``: this node's parent in the piece's tree, or past
-        dropped ones the nearest live node above it; None when this node fetches it from
-        the store: it owns the piece, or every node above it was dropped."""
+        dropped ones the nearest live node above it; with the owner dropped too, the
+        owner's first child (label 1), which reads the store for all the owner's children
+        (else each would); None when this node fetches it from the store: it owns the
+        piece, is that first child, or every node it may ask was dropped."""
         me = self._index.get(self.node)
         if len(self.nodes) < 2 or me is None:
             return None
         n = len(self.nodes)
         now = time.monotonic()
-        for i in ancestors(me, owner_index(piece, n), n):
+        root = owner_index(piece, n)
+        chain = ancestors(me, root, n)
+        if len(chain) > 0 and label(me, root, n) > 1:
+            chain.append((root + 1) % n)  # a lower label: still no cycle
+        for i in chain:
             if self._dead_until.get(self.nodes[i], 0.0) <= now:
                 return self.nodes[i]
         return None
