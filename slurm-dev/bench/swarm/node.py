@@ -59,6 +59,7 @@ class Node:
         self.pieces: list[dict[str, Any]] = spec["pieces"]
         self.by_sha = {p["sha256"]: p for p in self.pieces}
         self.store = (spec["store_ip"], spec["store_port"])
+        self.store_timeout = spec["peer_timeout"]
         self.corrupt = a.corrupt
         self.dir = Path(a.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -160,9 +161,12 @@ class Node:
 
     def from_store(self, p: dict[str, Any]) -> bytes:
         conn = getattr(self.local, "store", None)
-        for attempt in range(6):
+        tries = 30  # the store is the source of truth: an agent retries it, so does this
+        for attempt in range(tries):
             if conn is None:
-                conn = http.client.HTTPConnection(*self.store, timeout=900)  # a slow store is slow
+                # A store request unanswered this long is asked again on a new connection:
+                # now and then the HTTP store leaves one unanswered (not understood).
+                conn = http.client.HTTPConnection(*self.store, timeout=self.store_timeout)
                 self.local.store = conn
             try:
                 conn.request("GET", f"/p/{p['index']}")
@@ -178,9 +182,11 @@ class Node:
                 conn.close()
                 conn = self.local.store = None
                 self.log(f"store: piece {p['index']}: {type(exc).__name__}: {exc}")
-                if attempt == 5:
+                if attempt == tries - 1:
                     raise
-                time.sleep(0.1 * 2**attempt)  # a store that resets connections: back off
+                # Reset connections, or no route (ARP unanswered behind a full store link
+                # on a loaded machine): back off, up to 5 s.
+                time.sleep(min(5.0, 0.1 * 2**attempt))
         raise AssertionError("unreachable")
 
     def run(self) -> float:
