@@ -271,7 +271,7 @@ class P2PSection:
     # loaded node makes (docs/p2p.md has the figures).
     peer_silence: float = 10.0
     dead_for: float = 30.0  # a peer that failed is skipped this long
-    max_connections: int = 256  # peer connections an agent serves at once
+    max_connections: int = 64  # peer connections an agent serves at once, and keeps open
 
 
 DEFAULT_DEPS_QUOTA = {"user": 256 << 30, "account": 2 << 40, "cluster": 2 << 40}

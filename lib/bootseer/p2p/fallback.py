@@ -50,7 +50,7 @@ def fetch_piece(
         return data
 
     sources: list[Source[bytes]] = []
-    if swarm.owner(piece) is not None:
+    if swarm.source(piece) is not None:  # its owner, or a node above this one in its tree
         late = swarm.peer_late.bound() + swarm.store_late.bound()
         if priority >= BACKGROUND:
             late = float("inf")

@@ -56,7 +56,9 @@ class PeerNode:
         self.held = held
         self.log = log
         self.resolver = Resolver(cfg.port, cfg.hosts_file)
-        self.client = PeerClient(timeout=cfg.peer_timeout, silence=cfg.peer_silence)
+        self.client = PeerClient(
+            timeout=cfg.peer_timeout, silence=cfg.peer_silence, max_open=cfg.max_connections
+        )
         self._jobs: dict[int, _Member] = {}
         self._lock = threading.Lock()
         self._retired = SwarmStats()  # the counts of swarms that have ended (metrics)

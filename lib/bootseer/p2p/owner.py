@@ -16,4 +16,9 @@ from collections.abc import Sequence
 
 
 def owner(piece: str, nodes: Sequence[str]) -> str:
-    return nodes[int(piece[:15], 16) % len(nodes)]
+    return nodes[owner_index(piece, len(nodes))]
+
+
+def owner_index(piece: str, n: int) -> int:
+    """The owner's index among a job's ``n`` nodes."""
+    return int(piece[:15], 16) % n

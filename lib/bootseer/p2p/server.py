@@ -2,8 +2,11 @@
 
 A request must prove the job's token (:mod:`.auth`) and come from an address of one of
 the job's nodes; the piece must be one of the job's. An owner that does not hold the
-piece yet fetches it first (``ServedJob.provide``). Connections are capped; an idle one
-is closed after ``idle_timeout`` seconds::
+piece yet fetches it first (``ServedJob.provide``), and so does a node that is asked
+as a relay (:mod:`.tree`: it holds the piece or will). Connections are capped at
+``max_connections``: at the cap the idlest gives way, and with none idle the next asker
+waits in the listen backlog until one ends (a refusal would make it drop a live peer);
+an idle one is closed after ``idle_timeout`` seconds::
 
     >>> server = PeerServer(("0.0.0.0", 746), site_key, jobs.get, log)  # doctest: +SKIP
     >>> server.start(); ...; server.close()  # doctest: +SKIP
@@ -25,12 +28,18 @@ from bootseer.errors import describe
 from bootseer.p2p.auth import check_proof
 from bootseer.p2p.wire import (
     HEARTBEAT,
+    SILENCE,
     Hello,
     PeerError,
     PieceReply,
     PieceRequest,
     read_message,
 )
+
+# A connection just opened may not give way to another until its asker had this long to
+# send its first request (it is not idle, its request is on the way): a connection closed
+# after its hello looks like a dead agent to the asker.
+FRESH_GRACE = SILENCE / 2
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,7 @@ class PeerServer:
         site_key: bytes,
         lookup: Callable[[int], ServedJob | None],
         log: Callable[[str], None],
-        max_connections: int = 256,
+        max_connections: int = 64,
         job_wait: float = 20.0,
         serve_timeout: float = 30.0,
         idle_timeout: float = 120.0,
@@ -82,6 +91,9 @@ class PeerServer:
         self._ready: set[int] = set()
         self._jobs_changed = threading.Condition()
         self._lock = threading.Lock()
+        self._slots = threading.Condition(self._lock)  # a connection ended or went idle
+        self.most_active = 0  # the most connections served at once
+        self._evicted: set[socket.socket] = set()  # given way, their threads still ending
         self._sock = socket.create_server(address, reuse_port=False, backlog=128)
         self.port = self._sock.getsockname()[1]
         self._closed = False
@@ -102,6 +114,11 @@ class PeerServer:
 
     def _accept(self) -> None:
         while not self._closed:
+            with self._slots:
+                while self._active >= self.max_connections and self._idlest() is None:
+                    self._slots.wait(0.5)  # a new connection's grace may end meanwhile
+                    if self._closed:
+                        return
             try:
                 conn, addr = self._sock.accept()
             except OSError:
@@ -111,11 +128,15 @@ class PeerServer:
                 # Peers keep connections for their next pieces: at the cap, the one idle
                 # longest gives way (its peer reconnects when it needs it), so a big job's
                 # nodes are never turned away by connections nobody uses.
-                idle = min(self._idle, key=self._idle.__getitem__) if full and self._idle else None
+                idle = self._idlest() if full else None
                 if idle is not None:
+                    # It counts as closed from now: the new one takes its place.
                     del self._idle[idle]
+                    self._evicted.add(idle)
+                    self._active -= 1
                 if not full or idle is not None:
                     self._active += 1
+                    self.most_active = max(self.most_active, self._active)
             if idle is not None:
                 with contextlib.suppress(OSError):
                     idle.shutdown(socket.SHUT_RDWR)
@@ -126,16 +147,28 @@ class PeerServer:
                 target=self._serve, args=(conn, addr[0]), name="peer-serve", daemon=True
             ).start()
 
+    def _idlest(self) -> socket.socket | None:
+        """The connection idle longest that may give way (caller holds the lock): not one
+        just opened, whose first request is on its way (closing it would look like a dead
+        peer to its asker)."""
+        now = time.monotonic()
+        since, conn = min(((t, c) for c, t in self._idle.items()), default=(now, None),
+                          key=lambda tc: tc[0])  # fmt: skip
+        return conn if since <= now else None
+
     def _serve(self, conn: socket.socket, peer: str) -> None:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             nonce = os.urandom(16)
             conn.settimeout(self.idle_timeout)
             conn.sendall(Hello(nonce.hex()).encode())
+            grace = FRESH_GRACE  # a new connection's first request is on its way
             while True:
                 conn.settimeout(self.idle_timeout)
                 with self._lock:
-                    self._idle[conn] = time.monotonic()
+                    self._idle[conn] = time.monotonic() + grace
+                    self._slots.notify()
+                grace = 0.0
                 try:
                     doc = read_message(conn)
                 finally:
@@ -162,9 +195,13 @@ class PeerServer:
         except (OSError, PeerError):
             pass
         finally:
-            conn.close()
             with self._lock:
-                self._active -= 1
+                if conn in self._evicted:
+                    self._evicted.discard(conn)
+                else:
+                    self._active -= 1
+                self._slots.notify()
+            conn.close()
 
     def _send_held(self, conn: socket.socket, job: ServedJob, req: PieceRequest) -> bool:
         """Send a piece this node holds straight from its file (``sendfile``: no copy

@@ -1,8 +1,11 @@
-"""One job's peers as one node sees them: who owns a piece, who is dead, what came from where.
+"""One job's peers as one node sees them: whom to ask for a piece, who is dead, what came whence.
 
-``fetch`` returns a piece from its owner, verified, or None when this node must go to
-the store itself: it owns the piece, the owner is dead or slow or served bad bytes (it
-is then skipped for ``dead_for`` seconds, so a node never waits on a dead peer twice)::
+``fetch`` returns a piece from this node's parent in the piece's tree (:mod:`.tree`:
+the owner's children ask the owner, their children ask them, and so on, so every node
+that holds a piece serves it onward), verified; a parent that is dead or slow or served
+bad bytes is skipped for ``dead_for`` seconds (a node never waits on a dead peer twice)
+and the next node up the tree is asked, the owner last. None means this node must go
+to the store itself: it owns the piece, or every node above it failed::
 
     >>> swarm = Swarm(42, "n2", ("n1", "n2"), token, resolve, client, log)  # doctest: +SKIP
     >>> data = swarm.fetch(piece_digest, PREFETCH) or store.read_bytes(key)  # doctest: +SKIP
@@ -17,9 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bootseer.errors import describe
-from bootseer.p2p.client import Address, PeerClient
+from bootseer.p2p.client import Address, ConnectionsFull, PeerClient
 from bootseer.p2p.lateness import Lateness
-from bootseer.p2p.owner import owner
+from bootseer.p2p.owner import owner, owner_index
+from bootseer.p2p.tree import ancestors, label
 from bootseer.p2p.wire import PeerError, PieceRequest
 
 RESCUE_PEERS = 3  # nodes asked for a piece the store failed (or was late) to give
@@ -50,8 +54,6 @@ class Swarm:
         self.job_id = job_id
         self.node = node
         self.nodes = tuple(nodes)
-        # Looked up once: owner() runs per piece, and a job may have 10,000 nodes.
-        self._shares = len(self.nodes) >= 2 and node in self.nodes
         self.token = token
         self.resolve = resolve
         self.client = client
@@ -63,30 +65,57 @@ class Swarm:
         self.peer_late = Lateness()
         self.store_late = Lateness()
         self._dead_until: dict[str, float] = {}
+        # A node's place, looked up per piece (a job may have 10,000 nodes).
+        self._index = {n: i for i, n in enumerate(self.nodes)}
         self._lock = threading.Lock()
 
     def owner(self, piece: str) -> str | None:
-        """The node to ask for ``piece``; None when this node fetches it from the store."""
-        if not self._shares:
+        """The piece's owner (the root of its tree), unless that is this node or it was
+        dropped: None."""
+        if len(self.nodes) < 2 or self.node not in self._index:
             return None
         o = owner(piece, self.nodes)
         if o == self.node or self._dead_until.get(o, 0.0) > time.monotonic():
             return None
         return o
 
+    def source(self, piece: str) -> str | None:
+        """The node to ask for ``piece``: this node's parent in the piece's tree, or past
+        dropped ones the nearest live node above it; with the owner dropped too, the
+        owner's first child (label 1), which reads the store for all the owner's children
+        (else each would); None when this node fetches it from the store: it owns the
+        piece, is that first child, or every node it may ask was dropped."""
+        me = self._index.get(self.node)
+        if len(self.nodes) < 2 or me is None:
+            return None
+        n = len(self.nodes)
+        now = time.monotonic()
+        root = owner_index(piece, n)
+        chain = ancestors(me, root, n)
+        if len(chain) > 0 and label(me, root, n) > 1:
+            chain.append((root + 1) % n)  # a lower label: still no cycle
+        for i in chain:
+            if self._dead_until.get(self.nodes[i], 0.0) <= now:
+                return self.nodes[i]
+        return None
+
     def fetch(
         self, piece: str, priority: int, where: tuple[str, str, int, int] | None = None
     ) -> bytes | None:
-        """``piece`` from its owner, verified; None: fetch it from the store yourself.
-        ``where`` (target, store key, offset, length) locates a piece outside an image."""
-        o = self.owner(piece)
-        if o is None:
-            return None
-        t0 = time.monotonic()
-        data = self._ask(o, piece, priority, where)
-        if data is not None:
-            self.peer_late.record(time.monotonic() - t0)
-        return data
+        """``piece`` from the nearest live node above this one in its tree, verified;
+        None: fetch it from the store yourself. ``where`` (target, store key, offset,
+        length) locates a piece outside an image. A node that fails is dropped and the
+        next one up asked; one that fails without being dropped (a fill held back) sends
+        this node to the store. The answer times feed ``peer_late`` (bootseer.p2p.hedge)."""
+        tried: set[str] = set()
+        while (src := self.source(piece)) is not None and src not in tried:
+            tried.add(src)
+            t0 = time.monotonic()
+            data = self._ask(src, piece, priority, where)
+            if data is not None:
+                self.peer_late.record(time.monotonic() - t0)
+                return data
+        return None
 
     def rescue(
         self, piece: str, priority: int, where: tuple[str, str, int, int] | None = None
@@ -120,6 +149,8 @@ class Swarm:
         )
         try:
             data = self.client.fetch(self.resolve(o), req, self.token)
+        except ConnectionsFull:  # this node's own bound, not the peer's fault
+            return None
         except PeerError as exc:
             # Not holding a piece is no fault; nor is an owner that holds a fill back
             # while its own job starts (the fill is in no hurry, the peer is alive).

@@ -95,6 +95,22 @@ def fanout_excess(pieces: tuple[tuple[str, float, float], ...], n: int, rn: floa
     return max(0.0, busiest - even) / rn
 
 
+def tree_excess(pieces: tuple[tuple[str, float, float], ...], n: int, rn: float) -> float:
+    """X(N) with every holder serving (bootseer.p2p.tree): a piece's owner sends d =
+    ceil(log2 N) copies, not N - 1, the other nodes relay theirs on ((N-1)/N copies
+    each on average), and the last piece takes d store-and-forward hops of P / R_n."""
+    if n <= 1:
+        return 0.0
+    d = math.ceil(math.log2(n))
+    busiest = sum(
+        math.ceil(math.ceil(total / piece) / n) * min(d, n - 1) * piece
+        for _, total, piece in pieces
+    )
+    even = sum(total for _, total, _ in pieces) * (n - 1) / n
+    hops = d * max((piece for _, _, piece in pieces), default=0.0)
+    return (max(0.0, busiest - even) + hops) / rn
+
+
 def median_by_n(rows: list[dict], variant: str, key: str) -> dict[int, float]:
     by: dict[int, list[float]] = {}
     for r in rows:
@@ -136,7 +152,8 @@ def predict(
     if variant == "baseline":
         return max(f.fixed + n * f.egress / rs, cpu_bound), n * f.egress
     secs = f.fixed + f.egress / rs + f.overlap_c * f.egress * (n - 1) / n / rn
-    secs += fanout_excess(f.pieces, n, rn)
+    excess = tree_excess if variant == "tree" else fanout_excess
+    secs += excess(f.pieces, n, rn)
     return max(secs, cpu_bound), f.egress
 
 
@@ -179,13 +196,15 @@ def main(argv: list[str]) -> int:
         v: fit(rows, v, rs, rn, args.cores, pieces if v == "bootseer" else ())
         for v in ("baseline", "bootseer")
     }
+    # The tree (issue 20): bootseer's fit, every holder serving (no Slurm points of it yet).
+    fits["tree"] = fits["bootseer"]
     measured = {v: median_by_n(rows, v, "startup_s") for v in fits}
     for v, f in fits.items():
         print(
             f"{v}: F = {f.fixed:.1f} s, E = {f.egress / 2**20:.0f} MiB"
             + (
                 f", c = {f.overlap_c:.2f}, C = {f.cpu_s:.1f} CPU-s/node on {f.cores:g} cores"
-                if v == "bootseer"
+                if v != "baseline"
                 else f", C = {f.cpu_s:.1f} CPU-s/node"
             )
         )
@@ -229,10 +248,15 @@ def plot(
 
     ns = sorted({round(10 ** (k / 8)) for k in range(0, 33)})
     fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.plot(
+        ns,
+        [predict(fits["tree"], "tree", n, rs, rn)[0] for n in ns],
+        color="tab:green",
+        label="bootseer, every holder serving (tree), model",
+    )
     for v, color in (("baseline", "tab:red"), ("bootseer", "tab:blue")):
-        ax.plot(
-            ns, [predict(fits[v], v, n, rs, rn)[0] for n in ns], color=color, label=f"{v}, model"
-        )
+        label = f"{v}, model" if v == "baseline" else "bootseer, owner serves all (direct), model"
+        ax.plot(ns, [predict(fits[v], v, n, rs, rn)[0] for n in ns], color=color, label=label)
         pts = measured[v]
         if v == "bootseer":
             few = sorted({n for n in ns if n <= max(pts)} | set(pts))

@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""The many-node emulator (issue 20, item 4): the real peer code on hundreds of nodes.
+
+Each emulated node is one light process (``node.py``: the agent's peer server, client and
+swarm logic, real TCP; no slurmd, no FUSE, no agent) in a network namespace of its own
+behind its own tc-capped link (``swarmnet.py``, slurm-dev's network made wide); the store
+(``store.py``, HTTP) sits behind a link 10x slower than a node's. All nodes start at once
+and fetch the job's whole piece set; a run ends when every live node holds every piece.
+
+Piece sets, shaped like the startup benchmark's job and scaled down in bytes (``--scale``):
+
+- ``bench``: 232 hot image blocks (256 KiB), 8 snapshot frames (14 MiB in all), 32
+  checkpoint units (4 MiB): 272 pieces, 200 MiB before scaling;
+- ``10x``: ten times as many of each (2,720 pieces, 2,000 MiB before scaling).
+
+Faults: ``none``; ``dead5`` (5% of the nodes' agents down: connection refused);
+``slow5`` (5% of the nodes on a link of a tenth of the others'); ``corrupt1`` (1% of the
+nodes serve a byte flipped in every piece).
+
+One JSON record per run, with the issue's fields: ``engine``, ``nodes``, ``pieces``,
+``piece_bytes``, ``all_hold_s``, ``store_egress_bytes`` (the store link's counter),
+``max_node_upload_bytes`` (the busiest node's link, what it sent), ``max_open_connections``
+(peer connections open at once on any node, either way: the most it kept open to peers
+or served, sampled every 0.2 s from the kernel's table), ``handshakes_per_node``
+(connections a node set up and authenticated, the most of any node), ``cpu_s_per_node``
+(mean over the live nodes, the whole run), ``faults``, ``load1``.
+
+    bench.py --smoke --json OUT    # 16 and 64 nodes, a quarter of the pieces (tests/slurmdev)
+    bench.py --nodes 16,64,256 --faults none,dead5,slow5,corrupt1 --json OUT
+
+Needs root (namespaces, tc) and bootseer importable (the venv's python). Everything it
+starts is stopped by pid, and the network removed, also on failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[2] / "lib"))
+
+from swarmnet import SwarmNetwork  # noqa: E402
+
+from bootseer.p2p.auth import job_token  # noqa: E402
+
+KiB = 1 << 10
+MiB = 1 << 20
+STORE_PORT = 8080
+PEER_PORT = 7460
+JOB = 4242
+FAULTS = ("none", "dead5", "slow5", "corrupt1")
+FIELDS = (
+    "engine", "nodes", "pieces", "piece_bytes", "all_hold_s", "store_egress_bytes",
+    "max_node_upload_bytes", "max_open_connections", "handshakes_per_node",
+    "cpu_s_per_node", "faults", "load1",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    count: int
+    size: int  # bytes before scaling
+
+
+def shape(name: str) -> list[Kind]:
+    """The benchmark job's pieces (``bench``) or ten times as many of each (``10x``)."""
+    if name == "smoke":  # a quarter of each, for the suite's time budget
+        return [Kind("block", 58, 256 * KiB), Kind("frame", 2, 14 * MiB // 8),
+                Kind("unit", 8, 4 * MiB)]  # fmt: skip
+    k = {"bench": 1, "10x": 10}[name]
+    return [
+        Kind("block", 232 * k, 256 * KiB),
+        Kind("frame", 8 * k, 14 * MiB // 8),
+        Kind("unit", 32 * k, 4 * MiB),
+    ]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def make_pieces(work: Path, kinds: list[Kind], scale: int) -> list[dict[str, Any]]:
+    """Random bytes for every piece in one file (the store's), and the layout."""
+    work.mkdir(parents=True, exist_ok=True)
+    pieces: list[dict[str, Any]] = []
+    offset = 0
+    with open(work / "pieces", "wb") as f:
+        for kind in kinds:
+            size = max(1, kind.size // scale)
+            for _ in range(kind.count):
+                data = os.urandom(size)
+                f.write(data)
+                pieces.append(
+                    {
+                        "index": len(pieces),
+                        "kind": kind.name,
+                        "size": size,
+                        "offset": offset,
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                    }
+                )
+                offset += size
+    (work / "layout.json").write_text(json.dumps(pieces))
+    return pieces
+
+
+class Lines:
+    """Every started process's stdout lines, on one queue: (name, line)."""
+
+    def __init__(self) -> None:
+        self.q: queue.Queue[tuple[str, str]] = queue.Queue()
+
+    def follow(self, name: str, proc: subprocess.Popen[str]) -> None:
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.q.put((name, line.strip()))
+            self.q.put((name, "<eof>"))
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def expect(
+        self, names: set[str], word: str, timeout: float, partial: bool = False
+    ) -> dict[str, str]:
+        """The first line starting with ``word`` from each of ``names`` (``partial``: from
+        those that said it within ``timeout``)."""
+        got: dict[str, str] = {}
+        deadline = time.monotonic() + timeout
+        while len(got) < len(names):
+            try:
+                name, line = self.q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                if partial:
+                    return got
+                missing = sorted(names - set(got))
+                raise RuntimeError(f"no {word!r} within {timeout:g}s from {missing[:8]}") from None
+            if name not in names or name in got:
+                continue
+            if line == "<eof>" or line.startswith("failed"):
+                raise RuntimeError(f"{name}: {line} (waiting for {word!r})")
+            if line.startswith(word):
+                got[name] = line
+        return got
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def pick(nodes: list[str], share: float) -> list[str]:
+    """ceil(share * N) nodes spread over the list (never the first: it is no special node)."""
+    k = math.ceil(share * len(nodes))
+    step = len(nodes) / k
+    return [nodes[min(len(nodes) - 1, int(step * i + step / 2))] for i in range(k)]
+
+
+def one_run(
+    net: SwarmNetwork,
+    n: int,
+    pieces: list[dict[str, Any]],
+    fault: str,
+    a: argparse.Namespace,
+    python: str,
+) -> dict[str, Any]:
+    nodes = list(net.nodes[:n])
+    dead = pick(nodes, 0.05) if fault == "dead5" else []
+    slow = pick(nodes, 0.05) if fault == "slow5" else []
+    corrupt = pick(nodes, 0.01) if fault == "corrupt1" else []
+    live = [x for x in nodes if x not in dead]
+    key = os.urandom(32)
+    spec = {
+        "job": JOB,
+        "engine": a.engine,
+        "nodes": nodes,
+        "ips": {x: net.node_ip(x) for x in nodes},
+        "port": PEER_PORT,
+        "pieces": [{k: p[k] for k in ("index", "kind", "size", "sha256")} for p in pieces],
+        "store_ip": net.store_ip,
+        "store_port": STORE_PORT,
+        "site_key": key.hex(),
+        "token": job_token(key, JOB).hex(),
+        "max_connections": a.max_connections,
+        # The agent's bounds (30 s a piece, 10 s of silence, 30 s dropped), stretched as
+        # the emulator stretches time: they keep their ratio to the transfer times.
+        "peer_timeout": 30.0 * a.stretch,
+        "peer_silence": 10.0 * a.stretch,
+        "dead_for": 30.0 * a.stretch,
+    }
+    run_dir = a.work / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    spec_path = run_dir / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    for x in slow:
+        net.cap(x, a.node_mbit / 10)
+    procs: dict[str, subprocess.Popen[str]] = {}
+    lines = Lines()
+    try:
+        for x in live:
+            cmd = [*net.enter(x), python, str(a.code / "node.py"), "--spec", str(spec_path)]
+            cmd += ["--name", x, "--dir", str(run_dir / x)]
+            if x in corrupt:
+                cmd.append("--corrupt")
+            procs[x] = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                env={**os.environ, "SWARM_LIB": str(a.code / "lib")},
+            )
+            lines.follow(x, procs[x])
+        lines.expect(set(live), "ready", a.timeout)
+        egress0 = net.store_egress_bytes()
+        tx0 = {x: net.node_tx_bytes(x) for x in nodes}
+        t0 = time.monotonic()
+        for x in live:
+            assert procs[x].stdin is not None
+            procs[x].stdin.write("go\n")
+            procs[x].stdin.flush()
+        done = lines.expect(set(live), "done", a.run_timeout, partial=True)
+        load1 = os.getloadavg()[0]
+        egress = net.store_egress_bytes() - egress0
+        uploads = {x: net.node_tx_bytes(x) - tx0[x] for x in nodes}
+        if len(done) < len(live):  # not finished in time: what the links say, no more
+            record = {
+                "engine": a.engine, "nodes": n, "pieces": len(pieces),
+                "piece_bytes": sum(p["size"] for p in pieces), "all_hold_s": None,
+                "store_egress_bytes": egress, "max_node_upload_bytes": max(uploads.values()),
+                "max_open_connections": None, "handshakes_per_node": None,
+                "cpu_s_per_node": None, "faults": fault, "load1": round(load1, 2),
+            }  # fmt: skip
+            log(f"run: {len(done)} of {len(live)} nodes done after {a.run_timeout:g}s: {record}")
+            return record
+        all_hold = max(float(v.split()[1]) for v in done.values()) - t0
+        for x in live:
+            assert procs[x].stdin is not None
+            procs[x].stdin.write("stop\n")
+            procs[x].stdin.flush()
+        stats = {x: json.loads(v) for x, v in lines.expect(set(live), "{", a.timeout).items()}
+    finally:
+        for p in procs.values():
+            stop(p)
+        for x in slow:
+            net.cap(x, a.node_mbit)
+        shutil.rmtree(run_dir, ignore_errors=True)
+    short = {x: s["held_ok"] for x, s in stats.items() if s["held_ok"] != len(pieces)}
+    if short:
+        raise RuntimeError(f"nodes missing pieces (held of {len(pieces)}): {short}")
+    busiest = max(uploads, key=uploads.__getitem__)
+    record = {
+        "engine": a.engine,
+        "nodes": n,
+        "pieces": len(pieces),
+        "piece_bytes": sum(p["size"] for p in pieces),
+        "all_hold_s": round(all_hold, 3),
+        "store_egress_bytes": egress,
+        "max_node_upload_bytes": uploads[busiest],
+        "max_open_connections": max(max(s["max_out"], s["max_in"]) for s in stats.values()),
+        "handshakes_per_node": max(s["handshakes"] for s in stats.values()),
+        "cpu_s_per_node": round(sum(s["cpu_s"] for s in stats.values()) / len(stats), 3),
+        "faults": fault,
+        "load1": round(load1, 2),
+    }
+    detail = {
+        "store_reads": sum(s["store_reads"] for s in stats.values()),
+        "peer_failures": sum(s["peer_failures"] for s in stats.values()),
+        "corrupt_refused": sum(s["corrupt_refused"] for s in stats.values()),
+        "refused": sum(s["refused"] for s in stats.values()),
+        "max_out": max(s["max_out"] for s in stats.values()),
+        "max_in": max(s["max_in"] for s in stats.values()),
+        "handshakes_mean": round(sum(s["handshakes"] for s in stats.values()) / len(stats), 1),
+        "busiest": busiest,
+        "served_max": max(s["served_bytes"] for s in stats.values()),
+        "dropped_sample": next((s["dropped"] for s in stats.values() if s["dropped"]), {}),
+        "log_sample": next((s["log"] for s in stats.values() if s["log"]), []),
+    }
+    log(f"run: {json.dumps(record)}")
+    log(f"  detail: {json.dumps(detail)[:1500]}")
+    return record
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", default="16,64,256")
+    ap.add_argument("--shape", default="bench", choices=("bench", "10x", "smoke"))
+    ap.add_argument("--faults", default="none")
+    ap.add_argument("--engine", default="direct")
+    ap.add_argument("--scale", type=int, default=64, help="piece bytes divided by this")
+    ap.add_argument("--store-mbit", type=float, default=0.4)
+    ap.add_argument("--node-mbit", type=float, default=0.0, help="default: 10x the store's")
+    ap.add_argument("--max-connections", type=int, default=64)
+    ap.add_argument("--timeout", type=float, default=300.0, help="for the nodes to start, stop")
+    ap.add_argument(
+        "--run-timeout", type=float, default=1800.0,
+        help="a run not done by then is recorded unfinished (all_hold_s null)",
+    )  # fmt: skip
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--port-base", type=int, default=int(os.environ.get("SWARM_PORT_BASE", 21750)))
+    ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true", help="16 and 64 nodes, small and fast")
+    ap.add_argument("--json", type=Path, required=True)
+    a = ap.parse_args()
+    if a.smoke:  # the suite's: a quarter of the pieces, a 256th of the bytes, 2 Mbit/s
+        a.nodes, a.faults, a.shape, a.scale, a.store_mbit = "16,64", "none", "smoke", 256, 2.0
+    a.node_mbit = a.node_mbit or 10 * a.store_mbit
+    # The emulator's time against slurm-dev's (store 100 Mbit/s, the bytes unscaled): a
+    # transfer takes `stretch` times longer here, and so may the peers' waits.
+    a.stretch = max(1.0, 100.0 / a.store_mbit / a.scale)
+    a.work = a.work or Path(f"/var/tmp/bootseer-swarm-{a.port_base}")
+    if os.geteuid() != 0:
+        raise SystemExit("bench.py: needs root (network namespaces, tc)")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on kill, too
+    sizes = [int(x) for x in a.nodes.split(",")]
+    faults = a.faults.split(",")
+    if bad := [f for f in faults if f not in FAULTS]:
+        raise SystemExit(f"bench.py: unknown faults {bad}: one of {FAULTS}")
+    net = SwarmNetwork(
+        a.port_base,
+        tuple(f"n{i}" for i in range(1, max(sizes) + 1)),
+        node_mbit=a.node_mbit,  # type: ignore[arg-type]
+        store_mbit=a.store_mbit,  # type: ignore[arg-type]
+    )
+    records: list[dict[str, Any]] = []
+    store: subprocess.Popen[str] | None = None
+    # The nodes run a copy of node.py and of the peer code taken now: a long run measures
+    # one version whatever is edited meanwhile (SWARM_LIB: another checkout's lib/).
+    code = a.work / "code"
+    shutil.rmtree(code, ignore_errors=True)
+    lib = Path(os.environ.get("SWARM_LIB") or HERE.parents[2] / "lib")
+    shutil.copytree(lib / "bootseer", code / "lib" / "bootseer",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copy2(HERE / "node.py", code / "node.py")
+    a.code = code
+    try:
+        pieces = make_pieces(a.work / "store", shape(a.shape), a.scale)
+        log(
+            f"{len(pieces)} pieces, {sum(p['size'] for p in pieces) / MiB:.2f} MiB; store "
+            f"{a.store_mbit:g} Mbit/s, nodes {a.node_mbit:g} Mbit/s; {len(net.nodes)} hosts"
+        )
+        t = time.monotonic()
+        net.up()
+        log(f"network up in {time.monotonic() - t:.1f}s")
+        store = subprocess.Popen(
+            [*net.enter_store(), sys.executable, str(HERE / "store.py"),
+             "--file", str(a.work / "store" / "pieces"),
+             "--layout", str(a.work / "store" / "layout.json"),
+             "--bind", net.store_ip, "--port", str(STORE_PORT)],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert store.stdout is not None
+        if store.stdout.readline().strip() != "ready":
+            raise SystemExit("bench.py: the store did not start")
+        for _ in range(a.runs):
+            for n in sizes:
+                for fault in faults:
+                    log(f"run: {a.engine}, {n} nodes, faults {fault}")
+                    records.append(one_run(net, n, pieces, fault, a, sys.executable))
+                    a.json.write_text(json.dumps(records, indent=1) + "\n")
+    finally:
+        if store is not None:
+            stop(store)
+        net.down()
+        shutil.rmtree(a.work, ignore_errors=True)
+    a.json.write_text(json.dumps(records, indent=1) + "\n")
+    for r in records:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,313 @@
+"""One emulated node: the agent's real peer code, without slurmd, FUSE or the agent.
+
+Run by ``bench.py`` in the node's network namespace. It serves the job's pieces with a
+real :class:`~bootseer.p2p.server.PeerServer` (per-job proof, the job's addresses only,
+the job's pieces only, held pieces sent with sendfile) and gets every piece of the job
+with the real :class:`~bootseer.p2p.swarm.Swarm` and
+:class:`~bootseer.p2p.client.PeerClient` (who to ask, digest checked on receipt, a peer
+that fails or lies dropped), from the store (HTTP, behind the store's slower link) when
+the swarm says so. What the agent adds around them is emulated in a few lines: one fetch
+per piece however many ask (the agent's fetcher and ``p2p.pieces``), the cache (a file
+per piece under ``--dir``), the prolog's readers (a window of pieces in flight per kind,
+in manifest order, as the image prefetch, the snapshot restore and the checkpoint mount
+read).
+
+Protocol on stdin/stdout (one line each): prints ``ready`` once it listens; ``go`` starts
+the fetch; prints ``done <monotonic time>`` when it holds every piece; ``stop`` ends it,
+after it prints one JSON line of its counts.
+
+Faults: ``--corrupt`` serves a byte flipped in every piece it sends (it holds good ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import hashlib
+import http.client
+import inspect
+import json
+import os
+import resource
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+# SWARM_LIB: measure another version of the peer code (a checkout's lib/)
+sys.path.insert(0, os.environ.get("SWARM_LIB") or str(Path(__file__).resolve().parents[3] / "lib"))
+
+from bootseer.p2p.client import PeerClient
+from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
+from bootseer.p2p.swarm import Swarm
+from bootseer.p2p.wire import PeerError, PieceRequest
+
+WINDOWS = {"block": 16, "frame": 4, "unit": 16}  # pieces in flight per kind, per node
+PRIORITY = 0  # the fetcher's DEMAND
+
+
+class Node:
+    def __init__(self, a: argparse.Namespace) -> None:
+        spec = json.loads(Path(a.spec).read_text())
+        self.name: str = a.name
+        self.job: int = spec["job"]
+        self.nodes: list[str] = spec["nodes"]
+        self.ips: dict[str, str] = spec["ips"]
+        self.port: int = spec["port"]
+        self.pieces: list[dict[str, Any]] = spec["pieces"]
+        self.by_sha = {p["sha256"]: p for p in self.pieces}
+        self.store = (spec["store_ip"], spec["store_port"])
+        # Long: a store asked again too soon sends the piece twice over its slow link, and
+        # at 64 nodes that fed on itself (117 s: store egress 5.1x, no run finished).
+        self.store_timeout = 900.0
+        self.corrupt = a.corrupt
+        self.dir = Path(a.dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.held: set[str] = set()
+        self.inflight: dict[str, cf.Future[bytes]] = {}
+        self.lock = threading.Lock()
+        self.local = threading.local()
+        key = bytes.fromhex(spec["site_key"])
+        token = bytes.fromhex(spec["token"])  # the agent derives it: auth.job_token
+        ip = self.ips[self.name]
+        addresses = frozenset(self.ips[n] for n in self.nodes)
+        self.served_job = ServedJob(addresses, self.provide, self.held_piece)
+        self.server = PeerServer(
+            (ip, self.port),
+            key,
+            lambda job: self.served_job if job == self.job else None,
+            self.log,
+            max_connections=spec["max_connections"],
+            serve_timeout=spec["peer_timeout"],
+            job_wait=spec["peer_timeout"] * 2 / 3,
+        )
+        bound = {}  # the client's own bound on open connections, where it has one
+        if "max_open" in inspect.signature(PeerClient).parameters:
+            bound["max_open"] = spec["max_connections"]
+        self.client = PeerClient(
+            timeout=spec["peer_timeout"], silence=spec["peer_silence"], **bound
+        )
+        self.swarm = Swarm(
+            self.job,
+            self.name,
+            self.nodes,
+            token,
+            lambda n: (self.ips[n], self.port),
+            self.client,
+            self.log,
+            dead_for=spec["dead_for"],
+        )
+        self.engine = spec["engine"]
+        self.store_bytes = 0
+        self.store_reads = 0
+        self.max_out = self.max_in = 0
+        self.logs: list[str] = []
+
+    def log(self, msg: str) -> None:
+        with self.lock:
+            if len(self.logs) < 50:
+                self.logs.append(msg)
+
+    # -- serving ------------------------------------------------------------------------
+
+    def held_piece(self, req: PieceRequest) -> HeldPiece | None:
+        p = self.by_sha.get(req.piece)
+        if p is None or req.piece not in self.held:
+            return None
+        return HeldPiece(self.dir / (req.piece + (".bad" if self.corrupt else "")), p["size"])
+
+    def provide(self, req: PieceRequest, deadline: float) -> bytes:
+        if req.piece not in self.by_sha:
+            raise PeerError("missing", f"{req.piece[:12]} is no piece of job {self.job}")
+        if req.cached_only and req.piece not in self.held:
+            raise PeerError("missing", "not held here")
+        data = self.get(req.piece).result(timeout=max(0.0, deadline - time.monotonic()))
+        return flip(data) if self.corrupt else data
+
+    # -- getting ------------------------------------------------------------------------
+
+    def get(self, sha: str) -> cf.Future[bytes]:
+        """The piece, fetched once however many ask (the node's own readers, its peers)."""
+        with self.lock:
+            fut = self.inflight.get(sha)
+            if fut is not None:
+                return fut
+            fut = self.inflight[sha] = cf.Future()
+        if sha in self.held:
+            fut.set_result((self.dir / sha).read_bytes())
+            return fut
+        try:
+            fut.set_result(self.fetch(sha))
+        except BaseException as exc:
+            fut.set_exception(exc)
+        return fut
+
+    def fetch(self, sha: str) -> bytes:
+        p = self.by_sha[sha]
+        data = self.swarm.fetch(sha, PRIORITY)
+        if data is None:
+            data = self.from_store(p)
+            if hashlib.sha256(data).hexdigest() != sha:
+                raise RuntimeError(f"piece {p['index']}: digest mismatch in the store")
+        path = self.dir / sha
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.rename(path)
+        if self.corrupt:
+            (self.dir / (sha + ".bad")).write_bytes(flip(data))
+        with self.lock:
+            self.held.add(sha)
+        return data
+
+    def from_store(self, p: dict[str, Any]) -> bytes:
+        conn = getattr(self.local, "store", None)
+        tries = 30  # the store is the source of truth: an agent retries it, so does this
+        for attempt in range(tries):
+            if conn is None:
+                # A store request unanswered this long is asked again on a new connection:
+                # now and then the HTTP store leaves one unanswered (not understood).
+                conn = http.client.HTTPConnection(*self.store, timeout=self.store_timeout)
+                self.local.store = conn
+            try:
+                conn.request("GET", f"/p/{p['index']}")
+                resp = conn.getresponse()
+                data = resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"store: {resp.status} for piece {p['index']}")
+                with self.lock:
+                    self.store_bytes += len(data)
+                    self.store_reads += 1
+                return data
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                conn = self.local.store = None
+                self.log(f"store: piece {p['index']}: {type(exc).__name__}: {exc}")
+                if attempt == tries - 1:
+                    raise
+                # Reset connections, or no route (ARP unanswered behind a full store link
+                # on a loaded machine): back off, up to 5 s.
+                time.sleep(min(5.0, 0.1 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def run(self) -> float:
+        """Every piece of the job, each kind read in order with its window; when done."""
+        kinds: dict[str, list[str]] = {}
+        for p in self.pieces:
+            kinds.setdefault(p["kind"], []).append(p["sha256"])
+        pools = []
+        futs = []
+        for kind, shas in kinds.items():
+            pool = cf.ThreadPoolExecutor(WINDOWS.get(kind, 8), thread_name_prefix=kind)
+            pools.append(pool)
+            futs += [pool.submit(lambda s=s: self.get(s).result()) for s in shas]
+        for f in futs:
+            f.result()
+        done = time.monotonic()
+        for pool in pools:
+            pool.shutdown()
+        return done
+
+    def sample_connections(self, stop: threading.Event) -> None:
+        """The most peer connections open at once, each way (the kernel's count, TCP
+        established in the node's namespace): ones this node opened to peers' port
+        (``max_out``), ones peers opened to its port (``max_in``, those still in the
+        listen backlog included)."""
+        port = f":{self.port:04X}"
+        while not stop.wait(0.2):
+            out = inn = 0
+            with open("/proc/self/net/tcp") as f:
+                next(f)
+                for line in f:
+                    parts = line.split(None, 4)
+                    if parts[3] == "01":
+                        inn += parts[1].endswith(port)
+                        out += parts[2].endswith(port)
+            self.max_out = max(self.max_out, out)
+            self.max_in = max(self.max_in, inn)
+
+    def verify_all(self) -> int:
+        """How many pieces this node holds with the right digest (read back from its files)."""
+        ok = 0
+        for p in self.pieces:
+            path = self.dir / p["sha256"]
+            if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == p["sha256"]:
+                ok += 1
+        return ok
+
+
+def count_handshakes(port: int) -> list[int]:
+    """Count the peer connections this process sets up (each one authenticated by the
+    server's hello), whatever version of the client makes them: [count]."""
+    count = [0]
+    connect = socket.create_connection
+
+    def counted(address: Any, *args: Any, **kw: Any) -> socket.socket:
+        if address[1] == port:
+            count[0] += 1
+        return connect(address, *args, **kw)
+
+    socket.create_connection = counted  # type: ignore[assignment]
+    return count
+
+
+def flip(data: bytes) -> bytes:
+    return bytes([data[0] ^ 0xFF]) + data[1:]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--corrupt", action="store_true")
+    a = ap.parse_args()
+    node = Node(a)
+    handshakes = count_handshakes(node.port)
+    node.server.start()
+    stop = threading.Event()
+    threading.Thread(target=node.sample_connections, args=(stop,), daemon=True).start()
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    t0 = time.monotonic()
+    try:
+        done = node.run()
+        print(f"done {done}", flush=True)
+    except Exception as exc:
+        print(f"failed {type(exc).__name__}: {exc}", flush=True)
+    sys.stdin.readline()  # stop
+    stop.set()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    st = node.swarm.stats
+    print(
+        json.dumps(
+            {
+                "node": node.name,
+                "held_ok": node.verify_all(),
+                "store_bytes": node.store_bytes,
+                "store_reads": node.store_reads,
+                "peer_bytes": st.peer_bytes,
+                "peer_failures": st.peer_failures,
+                "corrupt_refused": st.corrupt,
+                "served_bytes": node.server.served_bytes,
+                "served_pieces": node.server.served_pieces,
+                "refused": node.server.refused,
+                "handshakes": handshakes[0],
+                "max_out": node.max_out,
+                "max_in": node.max_in,
+                "cpu_s": ru.ru_utime + ru.ru_stime,
+                "started": t0,
+                "dropped": dict(list(st.dropped.items())[:5]),
+                "log": node.logs[:10],
+            }
+        ),
+        flush=True,
+    )
+    node.server.close()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
