@@ -3,14 +3,21 @@
 issue 14's typed totals), turns ``--identity-fd`` (issue 21: the namespace and uid in an
 inherited descriptor, not on the command line) back into the older arguments, then runs
 it as ``python -m bootseer.ckpt.fuse`` would. The mount's own arguments and the daemon's
-behaviour are the older tree's, unchanged."""
+behaviour are the older tree's, unchanged. A tree that has ``bootseer.ckptd`` runs it as
+it is."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import runpy
 import sys
+
+if importlib.util.find_spec("bootseer.ckptd") is not None:
+    # A tree after issue 18's move (the daemon its own package) takes today's arguments.
+    runpy.run_module("bootseer.ckptd", run_name="__main__", alter_sys=True)
+    sys.exit(0)
 
 NEWER_ARGS = ("--totals",)  # each takes one value
 
