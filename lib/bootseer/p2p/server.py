@@ -123,26 +123,29 @@ class PeerServer:
                 conn, addr = self._sock.accept()
             except OSError:
                 return
-            with self._lock:
-                full = self._active >= self.max_connections
+            with self._slots:
                 # Peers keep connections for their next pieces: at the cap, the one idle
                 # longest gives way (its peer reconnects when it needs it), so a big job's
-                # nodes are never turned away by connections nobody uses.
-                idle = self._idlest() if full else None
+                # nodes are never turned away by connections nobody uses. The idle one
+                # seen before the accept may have taken a request since: then this asker
+                # waits for the next slot, as the ones still in the backlog do (closing
+                # its connection would look like a dead peer to it).
+                while True:
+                    full = self._active >= self.max_connections
+                    idle = self._idlest() if full else None
+                    if not full or idle is not None or self._closed:
+                        break
+                    self._slots.wait(0.5)
                 if idle is not None:
                     # It counts as closed from now: the new one takes its place.
                     del self._idle[idle]
                     self._evicted.add(idle)
                     self._active -= 1
-                if not full or idle is not None:
-                    self._active += 1
-                    self.most_active = max(self.most_active, self._active)
+                self._active += 1
+                self.most_active = max(self.most_active, self._active)
             if idle is not None:
                 with contextlib.suppress(OSError):
                     idle.shutdown(socket.SHUT_RDWR)
-            elif full:
-                conn.close()
-                continue
             threading.Thread(
                 target=self._serve, args=(conn, addr[0]), name="peer-serve", daemon=True
             ).start()
