@@ -165,10 +165,8 @@ class RecordCache:
         return raw
 
     def _keep(self, key: str, raw: bytes, purpose: Purpose, keys: SiteKeys) -> None:
-        try:
-            keys.open(purpose, key, raw)
-        except SealError:
-            return  # not worth keeping: the caller refuses it
+        if not keys.verifies(purpose, key, raw):
+            return  # not worth keeping: the caller refuses it (and counts the refusal once)
         try:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
             path = self._path(key)
