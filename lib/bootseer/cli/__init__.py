@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from bootseer.errors import BootseerError
 
@@ -53,7 +55,26 @@ def plain_doc(doc: str | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return _dispatch(build_parser().parse_args(argv))
+
+
+def program() -> NoReturn:
+    """The ``bootseer`` program (its console script, ``python -m bootseer.cli``): :func:`main`,
+    then, for a command that sets ``exit_at_once`` (``report``), out of the process as
+    soon as its output is flushed. pyarrow's reader threads now and then abort the
+    interpreter's teardown after the report was written whole (``terminate called
+    without an active exception``, SIGABRT; apache/arrow#34314): a read-only command has
+    nothing to lose there."""
+    args = build_parser().parse_args()
+    status = _dispatch(args)
+    if getattr(args, "exit_at_once", False):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         status: int = args.handler(args)
     except BootseerError as exc:

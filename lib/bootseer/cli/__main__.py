@@ -1,5 +1,3 @@
-import sys
+from bootseer.cli import program
 
-from bootseer.cli import main
-
-sys.exit(main())
+program()

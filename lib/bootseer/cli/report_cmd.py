@@ -53,7 +53,7 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", metavar="FILE", help="also draw FILE (.png, .svg, .pdf)")
     p.add_argument("--store", metavar="URI", help="read this store instead of the site config's")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, exit_at_once=True)  # read-only (bootseer.cli.program)
 
 
 _JOB = re.compile(r"^(\d{1,12})(?:_(\d{1,9}))?$")
