@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bootseer.install.fanout import fold
+from bootseer.errors import BootseerError
+from bootseer.install.fanout import each, fold
 from bootseer.install.files import agent_unit, hook_wrapper
 from bootseer.install.layout import Layout
 from bootseer.install.node import NodeReport
@@ -70,6 +71,25 @@ def test_the_summary_folds_nodes_alike() -> None:
         NodeReport("n2", "unchanged"),
     ]
     assert fold(reports) == ["n[1-2]: unchanged", "n3: FAILED: ssh: timed out"]
+
+
+def test_a_node_that_fails_is_reported_with_its_cause_and_the_others_go_on() -> None:
+    def one(name: str) -> NodeReport:
+        if name == "n2":
+            raise BootseerError("n2: no python3")
+        if name == "n3":
+            raise OSError(113, "No route to host")
+        return NodeReport(name, "installed")
+
+    reports = each(["n1", "n2", "n3", "n4"], 2, one)
+    assert [(r.node, r.status) for r in reports] == [
+        ("n1", "installed"),
+        ("n2", "failed"),
+        ("n3", "failed"),
+        ("n4", "installed"),
+    ]
+    assert reports[1].error == "n2: no python3"
+    assert "No route to host" in reports[2].error, reports[2]
 
 
 def test_the_packaged_unit_is_the_one_install_writes() -> None:

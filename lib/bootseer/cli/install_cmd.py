@@ -238,11 +238,10 @@ def _finish(args: argparse.Namespace, reports: Any, layout: Any, cfg: Any, compu
 
 
 def _push_deb(args: argparse.Namespace, nodes: Any, site: Any, say: Any) -> Any:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from bootseer.errors import BootseerError, describe
+    from bootseer.errors import BootseerError
     from bootseer.install.debpkg import LAYOUT
     from bootseer.install.debpush import deb_version, push_deb
+    from bootseer.install.fanout import each
     from bootseer.install.files import site_files
     from bootseer.install.node import NodeReport
     from bootseer.install.remote import Node
@@ -253,15 +252,8 @@ def _push_deb(args: argparse.Namespace, nodes: Any, site: Any, say: Any) -> Any:
     say(f"pushing {args.deb.name} (version {version}) to {nodes}")
 
     def one(name: str) -> NodeReport:
-        try:
-            with Node(name, args.ssh_config) as node:
-                files = site_files(LAYOUT.for_node(name), site, args.role)
-                return push_deb(node, args.deb, version, files, args.role, args.dry_run)
-        except BootseerError as exc:
-            return NodeReport(name, "failed", error=str(exc))
-        except Exception as exc:  # one node's surprise must not hide the others' results
-            return NodeReport(name, "failed", error=describe(exc, named=True))
+        with Node(name, args.ssh_config) as node:
+            files = site_files(LAYOUT.for_node(name), site, args.role)
+            return push_deb(node, args.deb, version, files, args.role, args.dry_run)
 
-    names = list(nodes)
-    with ThreadPoolExecutor(max_workers=max(1, min(args.fanout, len(names)))) as pool:
-        return list(pool.map(one, names))
+    return each(nodes, args.fanout, one)

@@ -42,13 +42,11 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
     from ClusterShell.NodeSet import NodeSet, NodeSetParseError
 
     from bootseer.config import config_path
-    from bootseer.errors import BootseerError, describe
-    from bootseer.install.fanout import fold
+    from bootseer.errors import BootseerError
+    from bootseer.install.fanout import each, fold
     from bootseer.install.files import SiteFiles, parse
     from bootseer.install.layout import Layout
     from bootseer.install.node import NodeReport
@@ -64,25 +62,18 @@ def run(args: argparse.Namespace) -> int:
     layout = Layout(args.prefix, args.etc, args.unit_dir, args.bin_dir)
 
     def one(name: str) -> NodeReport:
-        try:
-            with Node(name, args.ssh_config) as node:
-                site = cfg.for_node(name)
-                return uninstall_node(
-                    node,
-                    layout.for_node(name),
-                    site.site.key_file,
-                    site.store.secrets_file,
-                    args.slurm_etc,
-                    args.dry_run,
-                )
-        except BootseerError as exc:
-            return NodeReport(name, "failed", error=str(exc))
-        except Exception as exc:  # one node's surprise must not hide the others' results
-            return NodeReport(name, "failed", error=describe(exc, named=True))
+        with Node(name, args.ssh_config) as node:
+            site = cfg.for_node(name)
+            return uninstall_node(
+                node,
+                layout.for_node(name),
+                site.site.key_file,
+                site.store.secrets_file,
+                args.slurm_etc,
+                args.dry_run,
+            )
 
-    names = list(nodes)
-    with ThreadPoolExecutor(max_workers=max(1, min(args.fanout, len(names)))) as pool:
-        reports = list(pool.map(one, names))
+    reports = each(nodes, args.fanout, one)
     for line in fold(reports):
         print(line)
     return 0 if all(r.status != "failed" for r in reports) else 1
