@@ -4,6 +4,7 @@ blocks, snapshot frames and checkpoint units alike; nobody is dropped for being 
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import hashlib
 import os
 import socket
@@ -17,6 +18,7 @@ import pytest
 from bootseer.image.blocks import block_key
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import StoreSource
+from bootseer.p2p.hedge import Source, first
 from bootseer.p2p.imagesource import PeerSource
 from bootseer.p2p.pieces import Located, Pieces
 from bootseer.p2p.server import PeerServer, ServedJob
@@ -25,6 +27,7 @@ from bootseer.store import Store
 from tests.conftest import devcluster
 from tests.p2p.test_peers import JOB, LOOPBACK, TIMEOUT, piece_owned_by, serve, swarm_to
 from tests.storeproxy import CountingProxy, proxied_store
+from tests.waiting import wait_until
 
 __all__ = ["serve"]  # the fixture, shared with test_peers
 
@@ -146,3 +149,60 @@ def test_a_fill_waits_for_a_late_owner(serve: Callable[..., PeerServer], store: 
     assert source.read_block(0, d, 0, len(data), 2) == data
     assert source.counts() == (0, len(data))
     assert hashlib.sha256(data).hexdigest() == d
+
+
+class Slots(threading.BoundedSemaphore):
+    """Hedge slots that count the times a hedge found none free."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.refused = 0
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        got = super().acquire(blocking, timeout)
+        self.refused += not got
+        return got
+
+
+def test_hedges_wait_for_a_slot_and_a_failure_needs_none() -> None:
+    """A store asked because a peer is late takes one of a few slots: with every slot
+    taken, a late piece waits for its owner rather than read the store a second time (a
+    job whose every piece is late, the store's link the bound, read each twice); a piece
+    whose owner cannot answer goes to the store at once, slot or not."""
+    pool = cf.ThreadPoolExecutor(8)
+    slots = Slots(1)
+    store_reads: list[str] = []
+    owner_done = threading.Event()
+
+    def late_owner() -> bytes:
+        owner_done.wait(TIMEOUT)
+        return b"from the owner"
+
+    def store(tag: str) -> Callable[[], bytes]:
+        def read() -> bytes:
+            store_reads.append(tag)
+            if tag == "a":  # a hedge that hangs, holding the one slot
+                owner_done.wait(TIMEOUT)
+            return b"from the store"
+
+        return read
+
+    def ask(tag: str, owner: Callable[[], bytes | None]) -> tuple[bytes, str]:
+        return first(
+            [Source("owner", owner, 0.05, pool), Source("store", store(tag), 1.0, pool, slots)]
+        )
+
+    try:
+        a = pool.submit(ask, "a", late_owner)
+        wait_until(lambda: store_reads == ["a"], "the first hedge", TIMEOUT)
+        b = pool.submit(ask, "b", late_owner)
+        wait_until(lambda: slots.refused >= 2, "the second hedge refused a slot", TIMEOUT)
+        assert ask("c", lambda: None) == (b"from the store", "store")  # the owner cannot
+        assert not b.done() and store_reads == ["a", "c"]  # b waits for its owner
+        owner_done.set()
+        assert b.result(TIMEOUT) == (b"from the owner", "owner")
+        assert a.result(TIMEOUT)[1] in ("owner", "store")
+        wait_until(lambda: slots.acquire(blocking=False), "the slot given back", TIMEOUT)
+    finally:
+        owner_done.set()
+        pool.shutdown(wait=True)

@@ -179,6 +179,43 @@ def test_a_busy_owner_is_waited_for(serve: Callable[..., PeerServer]) -> None:
     assert not swarm.stats.dropped
 
 
+def test_an_owner_still_getting_the_piece_at_its_bound_is_late_not_dropped(
+    serve: Callable[..., PeerServer],
+) -> None:
+    """A relay waits on the nodes above it (or the store): one that heartbeats to the
+    piece's bound is alive and busy. The asker goes elsewhere for that piece and keeps it
+    (dropped for 30 s, every piece below it went to the store: 1436 MiB of store egress
+    for a 16-node job that needs 231, at load 40-140)."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    release = threading.Event()
+
+    def upstream_slow(req: PieceRequest, deadline: float) -> bytes:
+        release.wait(TIMEOUT)
+        return data
+
+    server = serve({JOB: ServedJob(LOOPBACK, upstream_slow)})
+    swarm = swarm_to(server.port, timeout=2.5, silence=2.0)
+    try:
+        assert swarm.fetch(d, 1) is None
+    finally:
+        release.set()
+    assert not swarm.stats.dropped
+    assert swarm.source(d) == "n1"  # still asked for its next piece
+
+
+def test_an_owner_that_could_not_get_the_piece_is_kept(serve: Callable[..., PeerServer]) -> None:
+    """ "failed": the owner answered that its own source failed it; it is alive."""
+    d, _ = piece_owned_by("n1", ("n1", "n2"))
+
+    def store_down(req: PieceRequest, deadline: float) -> bytes:
+        raise PeerError("failed", "the store is down")
+
+    server = serve({JOB: ServedJob(LOOPBACK, store_down)})
+    swarm = swarm_to(server.port)
+    assert swarm.fetch(d, 1) is None
+    assert not swarm.stats.dropped
+
+
 def test_a_request_waits_for_the_job_to_be_prepared(serve: Callable[..., PeerServer]) -> None:
     d, data = piece_owned_by("n1", ("n1", "n2"))
     jobs: dict[int, ServedJob] = {}

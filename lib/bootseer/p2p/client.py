@@ -89,7 +89,7 @@ class PeerClient:
         self, addr: Address, req: PieceRequest, token: bytes, deadline: float, reuse: bool
     ) -> bytes:
         sock: socket.socket | None = None
-        keep = answered = False
+        keep = answered = pending = False
         try:
             sock, nonce, kept = self._take(addr, deadline, reuse)
             proof = prove(token, nonce, req.job_id, req.piece)
@@ -101,7 +101,8 @@ class PeerClient:
                     raise ConnectionResetError("the peer closed the connection")
                 answered = True
                 reply = PieceReply.decode(doc)
-                if not reply.pending:
+                pending = reply.pending
+                if not pending:
                     break
             if reply.error:
                 # The server keeps the connection after a miss, not after a refusal.
@@ -113,6 +114,13 @@ class PeerClient:
             keep = True
             return data
         except TimeoutError:
+            if pending and time.monotonic() >= deadline:
+                # It heartbeated to the end: alive, still getting the piece itself (its
+                # own source is slow: a relay's parent, the store under load). Busy is not
+                # dead: the asker goes elsewhere for this piece and keeps the peer.
+                raise PeerError(
+                    "late", f"peer {addr[0]}: still getting the piece after {self.timeout:g}s"
+                ) from None
             raise PeerError(
                 "timeout",
                 f"peer {addr[0]}: no piece within {self.timeout:g}s, "

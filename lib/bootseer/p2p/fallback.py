@@ -15,7 +15,10 @@
 
 All three are asked by :func:`bootseer.p2p.hedge.first`: the first answer wins, the
 others' answers are dropped, and nobody is dropped for being late (issue 19's rule:
-busy is not dead)::
+busy is not dead). The store is asked for a piece whose owner is only late with one of
+``Swarm.store_hedges``'s few slots (at once when the owner cannot answer): when every
+piece is late, the store's link being the bound, hedges would read each piece twice and
+make it later still::
 
     >>> data, where = fetch_piece(swarm, sha, PREFETCH, from_store)  # doctest: +SKIP
 """
@@ -57,7 +60,10 @@ def fetch_piece(
         sources.append(
             Source("owner", lambda: swarm.fetch(piece, priority, where), late, PEER_ASKS)
         )
-    sources.append(Source("store", store, swarm.store_late.bound(), STORE_READS))
+    # Asked while the owner is only late: with one of the job's few hedge slots here.
+    sources.append(
+        Source("store", store, swarm.store_late.bound(), STORE_READS, swarm.store_hedges)
+    )
     if len(swarm.nodes) > 1:
         sources.append(
             Source("holder", lambda: swarm.rescue(piece, priority, where), 0.0, PEER_ASKS)

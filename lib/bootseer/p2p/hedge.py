@@ -22,7 +22,9 @@ hang (the store's own bound is 30 s) fill the store's pool and never hold up a p
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,6 +36,9 @@ T = TypeVar("T")
 # source answered), and asks of peers at once.
 STORE_READS = cf.ThreadPoolExecutor(max_workers=32, thread_name_prefix="hedge-store")
 PEER_ASKS = cf.ThreadPoolExecutor(max_workers=64, thread_name_prefix="hedge-peer")
+# A source that needs a slot to be asked as a hedge and finds none looks again this often
+# (it is asked at once, slot or not, when the ones before it cannot answer).
+RECHECK = 0.25
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,9 @@ class Source(Generic[T]):
     get: Callable[[], T | None]  # the piece; None: not here (the next is asked at once)
     late: float  # seconds after which the next source is asked as well
     pool: cf.Executor
+    # Asked as a hedge (the sources before it still running, only late) only while a
+    # slot is free, held until it answers: what bounds hedged reads of a shared store.
+    slots: threading.Semaphore | None = None
 
 
 class NoSource(LookupError):
@@ -61,8 +69,15 @@ def first(sources: Sequence[Source[T]]) -> tuple[T, str]:
             now = time.monotonic()
             if i < len(sources) and (not running or now >= next_at):
                 src = sources[i]
+                slots = src.slots if running else None  # asked as a hedge: needs a slot
+                if slots is not None and not slots.acquire(blocking=False):
+                    next_at = now + RECHECK  # every slot taken: wait, look again
+                    continue
                 i += 1
-                running[src.pool.submit(src.get)] = src.name
+                fut = src.pool.submit(src.get)
+                if slots is not None:  # free again once it answered, or was cancelled
+                    fut.add_done_callback(functools.partial(_release, slots))
+                running[fut] = src.name
                 next_at = now + src.late
                 continue
             if not running:
@@ -87,3 +102,7 @@ def first(sources: Sequence[Source[T]]) -> tuple[T, str]:
     if errors:
         raise errors[0]
     raise NoSource("no source had the piece")
+
+
+def _release(slots: threading.Semaphore, _: object) -> None:
+    slots.release()

@@ -28,6 +28,7 @@ from bootseer.p2p.wire import PeerError, PieceRequest
 
 RESCUE_PEERS = 3  # nodes asked for a piece the store failed (or was late) to give
 BACKGROUND = 2  # the fetch priority of a fill (bootseer.image.fetch.BACKGROUND)
+STORE_HEDGES = 4  # store reads at once, per job, asked because a peer was late
 
 
 @dataclass
@@ -64,6 +65,11 @@ class Swarm:
         # few times the usual is asked of the next source too (bootseer.p2p.hedge).
         self.peer_late = Lateness()
         self.store_late = Lateness()
+        # Store reads this node may have running at once because a peer was late (not
+        # failed): a slow owner's pieces still go around it, while a job whose every
+        # piece is late (the store link saturated, the nodes loaded) adds at most these
+        # to the store's load, not a second read of each piece.
+        self.store_hedges = threading.BoundedSemaphore(STORE_HEDGES)
         self._dead_until: dict[str, float] = {}
         # A node's place, looked up per piece (a job may have 10,000 nodes).
         self._index = {n: i for i, n in enumerate(self.nodes)}
@@ -153,8 +159,15 @@ class Swarm:
             return None
         except PeerError as exc:
             # Not holding a piece is no fault; nor is an owner that holds a fill back
-            # while its own job starts (the fill is in no hurry, the peer is alive).
-            busy = priority >= BACKGROUND and exc.kind in ("timeout", "failed")
+            # while its own job starts (the fill is in no hurry, the peer is alive); nor
+            # is a peer that answered it could not get the piece in time ("failed": its
+            # own parent or the store was slow or down) or was still getting it ("late"):
+            # in a tree a relay waits on the nodes above it, and dropping it for their
+            # slowness sent every piece below it to the store (1436 MiB of store egress
+            # for a 16-node job that needs 231, at load 40-140).
+            busy = exc.kind in ("late", "failed") or (
+                priority >= BACKGROUND and exc.kind == "timeout"
+            )
             if not (cached_only and exc.kind == "missing") and not busy:
                 self._drop(o, f"{exc.kind}: {exc}")
             return None

@@ -35,9 +35,11 @@ SILENCE = 10.0
 
 
 # refused: not authenticated for the job; unknown: the job is not (yet) on that node;
-# missing: not a piece of the job; failed: the owner could not fetch it; protocol: bad bytes
+# missing: not a piece of the job; failed: the owner could not fetch it; protocol: bad bytes;
+# timeout: silent for the silence bound, or its bytes too slow for the piece's; late: still
+# getting the piece itself (heartbeating) when the piece's bound passed
 PeerErrorKind = Literal[
-    "refused", "unknown", "missing", "failed", "protocol", "unreachable", "timeout"
+    "refused", "unknown", "missing", "failed", "protocol", "unreachable", "timeout", "late"
 ]
 KINDS: tuple[PeerErrorKind, ...] = get_args(PeerErrorKind)
 
