@@ -27,6 +27,7 @@ from devconfig import INSTALL_ETC, INSTALL_PREFIX, NODE_LOCAL, NODE_ROOT, VENV, 
 # Ordinary users, as on a real cluster: tests and the demo submit jobs as them (root only
 # where an admin acts). Real accounts (useradd, with home directories), made by `up`.
 USERS = ("alice", "bob", "mallory")
+AGENT_START_TIMEOUT = 180  # seconds for a node agent to answer on its socket
 
 
 class Daemons(ClusterConfig):
@@ -141,7 +142,9 @@ class Daemons(ClusterConfig):
             except OSError:
                 return False
 
-        wait_for(answers, 30, f"the node agent of {node}")
+        # An agent's start imports pyarrow and the rest: 30 s was passed at load 130-250
+        # (the startup bench restarting 16 agents beside other work); busy is not dead.
+        wait_for(answers, AGENT_START_TIMEOUT, f"the node agent of {node}")
 
     def scontrol_ok(self, args: list[str]) -> bool:
         r = subprocess.run(["scontrol", *args], env=self.env(), capture_output=True, text=True)
