@@ -3,10 +3,12 @@
 A request must prove the job's token (:mod:`.auth`) and come from an address of one of
 the job's nodes; the piece must be one of the job's. An owner that does not hold the
 piece yet fetches it first (``ServedJob.provide``), and so does a node that is asked
-as a relay (:mod:`.tree`: it holds the piece or will). Connections are capped at
-``max_connections``: at the cap the idlest gives way, and with none idle the next asker
-waits in the listen backlog until one ends (a refusal would make it drop a live peer);
-an idle one is closed after ``idle_timeout`` seconds::
+as a relay (:mod:`.tree`: it holds the piece or will). An asker keeps one connection
+and sends all its requests on it, tagged: each is answered when ready (:mod:`.wire`).
+Connections are capped at ``max_connections``: at the cap the idlest (nothing asked,
+nothing being answered) gives way, and with none idle the next asker waits in the
+listen backlog until one ends (a refusal would make it drop a live peer); an idle one
+is closed after ``idle_timeout`` seconds::
 
     >>> server = PeerServer(("0.0.0.0", 746), site_key, jobs.get, log)  # doctest: +SKIP
     >>> server.start(); ...; server.close()  # doctest: +SKIP
