@@ -16,6 +16,7 @@ from bootseer.p2p.auth import job_token
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
 from bootseer.p2p.wire import PeerError, PieceRequest
+from tests.waiting import wait_until
 
 KEY = b"site-key-" + b"x" * 32
 JOB = 42
@@ -135,4 +136,39 @@ def test_a_refused_request_ends_the_connection_and_the_next_makes_a_new_one(
         assert client.fetch(addr, PieceRequest(JOB, "", d, 1), job_token(KEY, JOB)) == data
         assert client.connects == 2 and server.served_pieces == 2
     finally:
+        client.close()
+
+
+def test_an_asker_at_the_connection_bound_takes_the_first_connection_to_go_idle(
+    serve: Callable[[ServedJob], PeerServer],
+) -> None:
+    """A client bound to one connection, busy with one peer: its request to another peer
+    waits, and goes out as soon as the first connection has nothing in flight (it is
+    closed to make room), well before the request's time runs out."""
+    ps = pieces(2)
+    first, second = list(ps)
+    release = threading.Event()
+
+    def held_back(req: PieceRequest, deadline: float) -> bytes:
+        release.wait(TIMEOUT)
+        return ps[req.piece]
+
+    a = serve(ServedJob(LOOPBACK, held_back))
+    b = serve(ServedJob(LOOPBACK, lambda req, deadline: ps[req.piece]))
+    client = PeerClient(timeout=TIMEOUT, max_open=1)
+    token = job_token(KEY, JOB)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            busy = pool.submit(
+                client.fetch, ("127.0.0.1", a.port), PieceRequest(JOB, "", first, 1), token
+            )
+            wait_until(lambda: a.accepted == 1, "the first connection")
+            other = pool.submit(
+                client.fetch, ("127.0.0.1", b.port), PieceRequest(JOB, "", second, 1), token
+            )
+            release.set()
+            assert busy.result() == ps[first] and other.result() == ps[second]
+        assert client.most_open == 1 and client.connects == 2
+    finally:
+        release.set()
         client.close()

@@ -23,6 +23,7 @@ import struct
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 from bootseer.errors import describe
 from bootseer.p2p.auth import prove
@@ -75,8 +76,16 @@ class _Call:
 class _Link:
     """One authenticated connection to a peer, and the thread that reads its replies."""
 
-    def __init__(self, addr: Address, sock: socket.socket, nonce: bytes, silence: float) -> None:
+    def __init__(
+        self,
+        addr: Address,
+        sock: socket.socket,
+        nonce: bytes,
+        silence: float,
+        idle: Callable[[], None],
+    ) -> None:
         self.addr = addr
+        self.idle = idle  # called when its last open call ends: it may give way now
         self.sock = sock
         self.nonce = nonce
         self.silence = silence
@@ -190,8 +199,11 @@ class _Link:
         with self.lock:
             self.calls.pop(call.tag, None)
             self.used_at = time.monotonic()
+            idle = not self.calls
         call.data, call.error = data, error
         call.done.set()
+        if idle:
+            self.idle()
 
     def fail(self, exc: BaseException) -> None:
         """The connection is done for: every call still open gets ``exc``."""
@@ -249,7 +261,12 @@ class PeerClient:
         stale: _Link | None,
     ) -> bytes:
         link, kept = self._link(addr, deadline, stale)
-        call = link.send(req, token)
+        try:
+            call = link.send(req, token)
+        except PeerError:
+            if kept and stale is None:  # it died since it was taken: try a fresh one
+                raise _Stale(link) from None
+            raise
         while not call.done.wait(self._wait(link, deadline)):
             if time.monotonic() >= deadline:
                 link.abandon(call)
@@ -311,7 +328,7 @@ class PeerClient:
         link = None
         try:
             sock, nonce = self._connect(addr, deadline)
-            link = _Link(addr, sock, nonce, self.silence)
+            link = _Link(addr, sock, nonce, self.silence, self._went_idle)
             threading.Thread(
                 target=self._read, args=(link,), name="peer-replies", daemon=True
             ).start()
@@ -358,6 +375,11 @@ class PeerClient:
         except BaseException:
             sock.close()
             raise
+
+    def _went_idle(self) -> None:
+        """A connection has nothing in flight: an asker waiting at ``max_open`` may close it."""
+        with self._lock:
+            self._freed.notify_all()
 
     def _read(self, link: _Link) -> None:
         try:
