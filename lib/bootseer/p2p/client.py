@@ -60,6 +60,10 @@ class ConnectionsFull(Exception):
     fault of the peer (the asker goes elsewhere without dropping it)."""
 
 
+def _fresh(exc: PeerError) -> PeerError:
+    return PeerError(exc.kind, str(exc))
+
+
 class _Call:
     """One request on a connection, until its answer (bytes or a PeerError) comes."""
 
@@ -96,7 +100,7 @@ class _Link:
         self.receiving: _Call | None = None  # the call whose piece is arriving
         self.alive_at = time.monotonic()  # last heard from, or since when a call waits
         self.used_at = time.monotonic()
-        self.dead: BaseException | None = None
+        self.dead: PeerError | None = None
         self.closed = False
         self.counted = True  # among the client's open connections
 
@@ -107,7 +111,7 @@ class _Link:
     def send(self, req: PieceRequest, token: bytes) -> _Call:
         with self.lock:
             if self.dead is not None:
-                raise self.dead
+                raise _fresh(self.dead)
             call = _Call(next(self.tags), req.length)
             if not self.calls:
                 self.alive_at = time.monotonic()  # the wait for an answer starts now
@@ -205,15 +209,16 @@ class _Link:
         if idle:
             self.idle()
 
-    def fail(self, exc: BaseException) -> None:
-        """The connection is done for: every call still open gets ``exc``."""
+    def fail(self, exc: PeerError) -> None:
+        """The connection is done for: every call still open gets ``exc`` (a copy each:
+        their askers raise it in threads of their own)."""
         with self.lock:
             if self.dead is None:
                 self.dead = exc
             calls = list(self.calls.values())
             self.calls.clear()
         for call in calls:
-            call.error = exc
+            call.error = _fresh(exc)
             call.done.set()
         self.shutdown()
 
