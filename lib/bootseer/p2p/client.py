@@ -1,4 +1,10 @@
-"""Asking a peer's agent for a piece, over a few persistent connections per peer.
+"""Asking a peer's agent for pieces: one connection per peer, kept, carrying them all.
+
+A node asks a peer for many pieces at once (its readers' windows): the requests go out
+on one authenticated connection, each with a tag, and a thread per connection reads the
+replies as they come and hands each to its asker. The connection is set up (TCP, the
+server's hello and its nonce) once per peer and kept for the job, so a node makes about
+one handshake per peer it asks, not one per piece or per burst::
 
 >>> client = PeerClient(timeout=10)  # doctest: +SKIP
 >>> data = client.fetch(
@@ -10,10 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
+import select
 import socket
+import struct
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict
+from collections.abc import Callable
 
 from bootseer.errors import describe
 from bootseer.p2p.auth import prove
@@ -24,7 +34,7 @@ from bootseer.p2p.wire import (
     PieceReply,
     PieceRequest,
     read_message,
-    recv_piece,
+    recv_piece_alive,
 )
 
 Address = tuple[str, int]
@@ -35,14 +45,10 @@ Address = tuple[str, int]
 REUSE_IDLE = 60.0
 
 
-# Peer connections a node keeps open at most (``[p2p] max_connections``): the job's tree
-# gives a node at most 2 ceil(log2 N) peers (bootseer.p2p.tree), 28 at 10,000 nodes.
+# Peer connections a node keeps open at most (``[p2p] max_connections``): one per peer,
+# and the job's tree gives a node at most 2 ceil(log2 N) peers (bootseer.p2p.tree), 28 at
+# 10,000 nodes.
 MAX_OPEN = 64
-# Idle connections kept per peer for the next requests: a node asks at most ceil(log2 N)
-# parents (8 at 256 nodes), so 8 each fill MAX_OPEN there; with 4, the readers' bursts
-# (36 pieces in flight over a few parents) closed and re-made connections all through a
-# job (59 handshakes per node in a 16-node emulated job).
-IDLE_PER_PEER = 8
 
 
 class _Stale(Exception):
@@ -54,24 +60,191 @@ class ConnectionsFull(Exception):
     fault of the peer (the asker goes elsewhere without dropping it)."""
 
 
+def _fresh(exc: PeerError) -> PeerError:
+    return PeerError(exc.kind, str(exc))
+
+
+class _Call:
+    """One request on a connection, until its answer (bytes or a PeerError) comes."""
+
+    def __init__(self, tag: int, length: int) -> None:
+        self.tag = tag
+        self.length = length  # the piece's size when the request says it (0: any)
+        self.done = threading.Event()
+        self.data: bytes | None = None
+        self.error: BaseException | None = None
+        self.answered = False  # the peer said something about it (a heartbeat counts)
+        self.pending = False  # the last it said was a heartbeat: it is getting the piece
+        self.abandoned = False  # its asker gave up: its reply is read and dropped
+
+
+class _Link:
+    """One authenticated connection to a peer, and the thread that reads its replies."""
+
+    def __init__(
+        self,
+        addr: Address,
+        sock: socket.socket,
+        nonce: bytes,
+        silence: float,
+        idle: Callable[[], None],
+    ) -> None:
+        self.addr = addr
+        self.idle = idle  # called when its last open call ends: it may give way now
+        self.sock = sock
+        self.nonce = nonce
+        self.silence = silence
+        self.writing = threading.Lock()
+        self.lock = threading.Lock()
+        self.calls: OrderedDict[int, _Call] = OrderedDict()  # in the order they were sent
+        self.tags = itertools.count(1)
+        self.receiving: _Call | None = None  # the call whose piece is arriving
+        self.alive_at = time.monotonic()  # last heard from, or since when a call waits
+        self.used_at = time.monotonic()
+        self.dead: PeerError | None = None
+        self.closed = False
+        self.counted = True  # among the client's open connections
+
+    def busy(self) -> bool:
+        with self.lock:
+            return bool(self.calls)
+
+    def send(self, req: PieceRequest, token: bytes) -> _Call:
+        with self.lock:
+            if self.dead is not None:
+                raise _fresh(self.dead)
+            call = _Call(next(self.tags), req.length)
+            if not self.calls:
+                self.alive_at = time.monotonic()  # the wait for an answer starts now
+            self.calls[call.tag] = call
+            self.used_at = time.monotonic()
+        proof = prove(token, self.nonce, req.job_id, req.piece)
+        frame = dataclasses.replace(req, proof=proof, tag=call.tag).encode()
+        try:
+            with self.writing:
+                if self.closed:
+                    raise ConnectionResetError("the connection was closed")
+                self.sock.sendall(frame)
+        except OSError as exc:
+            self.fail(PeerError("unreachable", f"peer {self.addr[0]}: {describe(exc)}"))
+        return call
+
+    def silent_for(self) -> float:
+        """Seconds the peer has said nothing while a call waited (0 while a piece arrives)."""
+        with self.lock:
+            if self.receiving is not None or not self.calls:
+                return 0.0
+            return time.monotonic() - self.alive_at
+
+    def abandon(self, call: _Call) -> None:
+        """Its asker gave up (its deadline passed): a piece still arriving for it ends the
+        connection (a peer that trickles), one not started is dropped when it comes."""
+        with self.lock:
+            call.abandoned = True
+            trickling = self.receiving is call
+        if trickling:
+            self.shutdown()
+
+    def read_replies(self) -> None:
+        """The connection's reader: every reply to its call, until the connection ends."""
+        poller = select.poll()
+        poller.register(self.sock.fileno(), select.POLLIN)
+        try:
+            while True:
+                poller.poll()  # a reply, the peer's close, or our own shutdown
+                doc = read_message(self.sock)
+                if doc is None:
+                    raise ConnectionResetError("the peer closed the connection")
+                reply = PieceReply.decode(doc)
+                with self.lock:
+                    self.alive_at = time.monotonic()
+                    call = self._call_of(reply.tag)
+                    call.answered = True
+                    call.pending = reply.pending
+                    if reply.size and not reply.error and not reply.pending:
+                        if call.length and reply.size != call.length:
+                            raise PeerError(
+                                "protocol", f"{reply.size} bytes for a {call.length}-byte piece"
+                            )
+                        self.receiving = call
+                if reply.pending:
+                    continue
+                if reply.error:
+                    try:
+                        reply.raise_error()
+                    except PeerError as exc:
+                        self._finish(call, error=exc)
+                    continue
+                data = recv_piece_alive(self.sock, reply.size, self.silence)
+                with self.lock:
+                    self.receiving = None
+                    self.alive_at = time.monotonic()
+                self._finish(call, data=data)
+        except TimeoutError:
+            self.fail(PeerError("timeout", f"peer {self.addr[0]}: silent for {self.silence:g}s"))
+        except PeerError as exc:
+            self.fail(exc)
+        except OSError as exc:
+            self.fail(PeerError("unreachable", f"peer {self.addr[0]}: {describe(exc)}"))
+        finally:
+            with self.writing:  # no sender holds the descriptor: it cannot be another's
+                self.closed = True
+                self.sock.close()
+
+    def _call_of(self, tag: int) -> _Call:
+        if tag == 0 and self.calls:  # a peer of old answers in order
+            return next(iter(self.calls.values()))
+        call = self.calls.get(tag)
+        if call is None:
+            raise PeerError("protocol", f"a reply to no request (tag {tag})")
+        return call
+
+    def _finish(
+        self, call: _Call, data: bytes | None = None, error: BaseException | None = None
+    ) -> None:
+        with self.lock:
+            self.calls.pop(call.tag, None)
+            self.used_at = time.monotonic()
+            idle = not self.calls
+        call.data, call.error = data, error
+        call.done.set()
+        if idle:
+            self.idle()
+
+    def fail(self, exc: PeerError) -> None:
+        """The connection is done for: every call still open gets ``exc`` (a copy each:
+        their askers raise it in threads of their own)."""
+        with self.lock:
+            if self.dead is None:
+                self.dead = exc
+            calls = list(self.calls.values())
+            self.calls.clear()
+        for call in calls:
+            call.error = _fresh(exc)
+            call.done.set()
+        self.shutdown()
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+
 class PeerClient:
     def __init__(
         self,
         timeout: float,
         silence: float = SILENCE,
-        idle_per_peer: int = IDLE_PER_PEER,
         max_open: int = MAX_OPEN,
     ):
         self.timeout = timeout
         # The longest a peer may say nothing at all, the connection's set-up included.
         self.silence = silence
-        self.idle_per_peer = idle_per_peer
         self.max_open = max_open
-        # per peer: (connection, its nonce, when it was last used)
-        self._idle: dict[Address, list[tuple[socket.socket, bytes, float]]] = defaultdict(list)
+        self._links: dict[Address, _Link] = {}
+        self._connecting: set[Address] = set()
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
-        self._open = 0  # connections open (in use or idle): at most max_open
+        self._open = 0  # connections open or being set up: at most max_open
         self.connects = 0  # connections set up and authenticated (a hello read) so far
         self.most_open = 0  # the most open at once
 
@@ -81,139 +254,167 @@ class PeerClient:
         job's ``token`` and the connection's nonce."""
         deadline = time.monotonic() + self.timeout
         try:
-            return self._fetch(addr, req, token, deadline, reuse=True)
-        except _Stale:
-            return self._fetch(addr, req, token, deadline, reuse=False)
+            return self._fetch(addr, req, token, deadline, stale=None)
+        except _Stale as stale:
+            link = stale.args[0]
+            return self._fetch(addr, req, token, deadline, stale=link)
 
     def _fetch(
-        self, addr: Address, req: PieceRequest, token: bytes, deadline: float, reuse: bool
+        self,
+        addr: Address,
+        req: PieceRequest,
+        token: bytes,
+        deadline: float,
+        stale: _Link | None,
     ) -> bytes:
-        sock: socket.socket | None = None
-        keep = answered = pending = False
+        link, kept = self._link(addr, deadline, stale)
         try:
-            sock, nonce, kept = self._take(addr, deadline, reuse)
-            proof = prove(token, nonce, req.job_id, req.piece)
-            sock.settimeout(max(0.01, deadline - time.monotonic()))
-            sock.sendall(dataclasses.replace(req, proof=proof).encode())
-            while True:  # heartbeats while the owner gets the piece; silence means dead
-                doc = read_message(sock, min(deadline, time.monotonic() + self.silence))
-                if doc is None:
-                    raise ConnectionResetError("the peer closed the connection")
-                answered = True
-                reply = PieceReply.decode(doc)
-                pending = reply.pending
-                if not pending:
-                    break
-            if reply.error:
-                # The server keeps the connection after a miss, not after a refusal.
-                keep = reply.error not in ("refused", "protocol")
-                reply.raise_error()
-            if req.length and reply.size != req.length:  # a located piece's size is known
-                raise PeerError("protocol", f"{reply.size} bytes for a {req.length}-byte piece")
-            data = recv_piece(sock, reply.size, deadline)  # all of it by the deadline
-            keep = True
-            return data
-        except TimeoutError:
-            if pending and time.monotonic() >= deadline:
-                # It heartbeated to the end: alive, still getting the piece itself (its
-                # own source is slow: a relay's parent, the store under load). Busy is not
-                # dead: the asker goes elsewhere for this piece and keeps the peer.
+            call = link.send(req, token)
+        except PeerError:
+            if kept and stale is None:  # it died since it was taken: try a fresh one
+                raise _Stale(link) from None
+            raise
+        while not call.done.wait(self._wait(link, deadline)):
+            if time.monotonic() >= deadline:
+                link.abandon(call)
+                if call.pending:
+                    # It heartbeated to the end: alive, still getting the piece itself (its
+                    # own source is slow: a relay's parent, the store under load). Busy is
+                    # not dead: the asker goes elsewhere for this piece, keeps the peer.
+                    raise PeerError(
+                        "late", f"peer {addr[0]}: still getting the piece after {self.timeout:g}s"
+                    )
                 raise PeerError(
-                    "late", f"peer {addr[0]}: still getting the piece after {self.timeout:g}s"
-                ) from None
-            raise PeerError(
-                "timeout",
-                f"peer {addr[0]}: no piece within {self.timeout:g}s, "
-                f"or silent for {self.silence:g}s",
-            ) from None
-        except (OSError, PeerError) as exc:
-            if sock is not None and kept and not answered:
-                raise _Stale() from None
-            if isinstance(exc, PeerError):
-                raise
-            raise PeerError("unreachable", f"peer {addr[0]}:{addr[1]}: {describe(exc)}") from None
-        finally:
-            if sock is not None and keep:
-                self._give(addr, sock, nonce)
-            elif sock is not None:
-                self._close(sock)
-
-    def _take(
-        self, addr: Address, deadline: float, reuse: bool
-    ) -> tuple[socket.socket, bytes, bool]:
-        """A kept connection to ``addr`` (True), or a new one (False), and its nonce.
-        A new one waits while ``max_open`` are open and none is idle (an idle one, of
-        any peer, is closed to make room): ConnectionsFull if none frees in time."""
-        now = time.monotonic()
-        with self._lock:
-            kept = self._idle[addr]
-            while reuse and kept:
-                sock, nonce, used = kept.pop()
-                if now - used < REUSE_IDLE:
-                    return sock, nonce, True
-                self._close_locked(sock)
-            while self._open >= self.max_open:
-                oldest = min(
-                    ((conns[0][2], a) for a, conns in self._idle.items() if conns),
-                    default=None,
+                    "timeout",
+                    f"peer {addr[0]}: no piece within {self.timeout:g}s, "
+                    f"or silent for {self.silence:g}s",
                 )
-                if oldest is not None:
-                    self._close_locked(self._idle[oldest[1]].pop(0)[0])
+            if link.silent_for() >= self.silence:
+                link.fail(PeerError("timeout", f"peer {addr[0]}: silent for {self.silence:g}s"))
+        if call.error is not None:
+            if kept and not call.answered and stale is None:
+                raise _Stale(link)  # the server had closed it: try a fresh one
+            raise call.error
+        assert call.data is not None
+        return call.data
+
+    def _wait(self, link: _Link, deadline: float) -> float:
+        left = deadline - time.monotonic()
+        quiet = self.silence - link.silent_for()
+        return max(0.01, min(left, quiet))
+
+    def _link(self, addr: Address, deadline: float, stale: _Link | None) -> tuple[_Link, bool]:
+        """The connection to ``addr``, kept (True) or new (False). A new one waits while
+        ``max_open`` are open and none is idle (an idle one, of any peer, is closed to make
+        room): ConnectionsFull if none frees in time."""
+        with self._lock:
+            while True:
+                link = self._links.get(addr)
+                now = time.monotonic()
+                if link is not None:
+                    if (
+                        link is not stale
+                        and link.dead is None
+                        and (link.busy() or now - link.used_at < REUSE_IDLE)
+                    ):
+                        return link, True
+                    self._forget_locked(link)
+                    link.shutdown()
                     continue
-                left = deadline - time.monotonic()
-                if left <= 0 or not self._freed.wait(left):
-                    raise ConnectionsFull(f"all {self.max_open} peer connections in use")
-            self._open += 1
-            self.most_open = max(self.most_open, self._open)
-        wait = max(0.01, min(self.silence, deadline - now))
+                if addr in self._connecting:  # another asker is setting it up: share it
+                    if not self._freed.wait(max(0.0, deadline - now)):
+                        raise ConnectionsFull(f"no connection to {addr[0]} in time")
+                    continue
+                if self._open >= self.max_open:
+                    idle = [x for x in self._links.values() if not x.busy()]
+                    if idle:
+                        oldest = min(idle, key=lambda x: x.used_at)
+                        self._forget_locked(oldest)
+                        oldest.shutdown()
+                        continue
+                    if not self._freed.wait(max(0.0, deadline - now)):
+                        raise ConnectionsFull(f"all {self.max_open} peer connections in use")
+                    continue
+                self._open += 1
+                self.most_open = max(self.most_open, self._open)
+                self._connecting.add(addr)
+                break
+        link = None
+        try:
+            sock, nonce = self._connect(addr, deadline)
+            link = _Link(addr, sock, nonce, self.silence, self._went_idle)
+            threading.Thread(
+                target=self._read, args=(link,), name="peer-replies", daemon=True
+            ).start()
+            return link, False
+        finally:
+            with self._lock:
+                self._connecting.discard(addr)
+                if link is None:
+                    self._open -= 1
+                else:
+                    self._links[addr] = link
+                    self.connects += 1
+                self._freed.notify_all()
+
+    def _connect(self, addr: Address, deadline: float) -> tuple[socket.socket, bytes]:
+        wait = max(0.01, min(self.silence, deadline - time.monotonic()))
         try:
             sock = socket.create_connection(addr, timeout=wait)
         except TimeoutError:
-            self._released()
             raise PeerError("timeout", f"peer {addr[0]}: no connection within {wait:g}s") from None
-        except BaseException:
-            self._released()
-            raise
+        except OSError as exc:
+            raise PeerError("unreachable", f"peer {addr[0]}:{addr[1]}: {describe(exc)}") from None
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             hello = read_message(sock, min(deadline, time.monotonic() + self.silence))
             if hello is None:
                 raise PeerError("unreachable", f"peer {addr[0]} closed the connection")
             nonce = Hello.decode(hello)
-            with self._lock:
-                self.connects += 1
-            return sock, nonce, False
+            # From here the reader thread reads in blocking mode; a send the peer does
+            # not take for ``silence`` seconds fails (the peer is hung).
+            sock.settimeout(None)
+            sec = int(self.silence)
+            tv = struct.pack("ll", sec, int((self.silence - sec) * 1e6))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+            return sock, nonce
+        except TimeoutError:
+            sock.close()
+            raise PeerError(
+                "timeout", f"peer {addr[0]}: no hello within {self.silence:g}s"
+            ) from None
+        except OSError as exc:
+            sock.close()
+            raise PeerError("unreachable", f"peer {addr[0]}:{addr[1]}: {describe(exc)}") from None
         except BaseException:
-            self._close(sock)
+            sock.close()
             raise
 
-    def _give(self, addr: Address, sock: socket.socket, nonce: bytes) -> None:
+    def _went_idle(self) -> None:
+        """A connection has nothing in flight: an asker waiting at ``max_open`` may close it."""
         with self._lock:
-            if len(self._idle[addr]) < self.idle_per_peer:
-                self._idle[addr].append((sock, nonce, time.monotonic()))
-                self._freed.notify()
-                return
-        self._close(sock)
+            self._freed.notify_all()
 
-    def _close(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._close_locked(sock)
+    def _read(self, link: _Link) -> None:
+        try:
+            link.read_replies()
+        finally:
+            with self._lock:
+                self._forget_locked(link)
 
-    def _close_locked(self, sock: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            sock.close()
-        self._open -= 1
-        self._freed.notify()
-
-    def _released(self) -> None:
-        """A connection counted but never made."""
-        with self._lock:
+    def _forget_locked(self, link: _Link) -> None:
+        """The connection no longer counts (caller holds the lock); its reader ends it."""
+        if self._links.get(link.addr) is link:
+            del self._links[link.addr]
+        if link.counted:
+            link.counted = False
             self._open -= 1
-            self._freed.notify()
+            self._freed.notify_all()
 
     def close(self) -> None:
         with self._lock:
-            for socks in self._idle.values():
-                for s, _, _ in socks:
-                    self._close_locked(s)
-            self._idle.clear()
+            links = list(self._links.values())
+            for link in links:
+                self._forget_locked(link)
+        for link in links:
+            link.fail(PeerError("unreachable", "the client was closed"))

@@ -3,10 +3,12 @@
 A request must prove the job's token (:mod:`.auth`) and come from an address of one of
 the job's nodes; the piece must be one of the job's. An owner that does not hold the
 piece yet fetches it first (``ServedJob.provide``), and so does a node that is asked
-as a relay (:mod:`.tree`: it holds the piece or will). Connections are capped at
-``max_connections``: at the cap the idlest gives way, and with none idle the next asker
-waits in the listen backlog until one ends (a refusal would make it drop a live peer);
-an idle one is closed after ``idle_timeout`` seconds::
+as a relay (:mod:`.tree`: it holds the piece or will). An asker keeps one connection
+and sends all its requests on it, tagged: each is answered when ready (:mod:`.wire`).
+Connections are capped at ``max_connections``: at the cap the idlest (nothing asked,
+nothing being answered) gives way, and with none idle the next asker waits in the
+listen backlog until one ends (a refusal would make it drop a live peer); an idle one
+is closed after ``idle_timeout`` seconds::
 
     >>> server = PeerServer(("0.0.0.0", 746), site_key, jobs.get, log)  # doctest: +SKIP
     >>> server.start(); ...; server.close()  # doctest: +SKIP
@@ -40,6 +42,9 @@ from bootseer.p2p.wire import (
 # send its first request (it is not idle, its request is on the way): a connection closed
 # after its hello looks like a dead agent to the asker.
 FRESH_GRACE = SILENCE / 2
+# Requests of one connection answered at once by ``provide`` (each on a thread); the next
+# is read when one ends. Held pieces are sent as they are asked for, one after another.
+SERVE_AT_ONCE = 64
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,37 @@ class ServedJob:
     # The fast way: the piece's file if this node holds it and it is one of the job's,
     # at once (no waiting, no fetching); None sends the request to ``provide``.
     held: Callable[[PieceRequest], HeldPiece | None] | None = None
+
+
+class _Link:
+    """One asker's connection on the server's side: its replies are sent whole, one at a
+    time (a piece's bytes never split by another reply)."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.writing = threading.Lock()
+        self.answering = 0  # requests being answered by a thread of their own
+        self.reading = False  # the connection's thread waits for the next request
+        self._closed = False
+
+    def send(self, *parts: bytes) -> None:
+        with self.writing:
+            if self._closed:
+                raise OSError("the connection was closed")
+            for i, part in enumerate(parts):
+                more = socket.MSG_MORE if i + 1 < len(parts) else 0
+                self.conn.sendall(part, more)
+
+    def shutdown(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        """Closed by the connection's thread only, and never while a reply is being sent
+        (its descriptor could be another's by then)."""
+        with self.writing:
+            self._closed = True
+            self.conn.close()
 
 
 class PeerServer:
@@ -84,6 +120,7 @@ class PeerServer:
         self.served_bytes = 0
         self.served_pieces = 0
         self.refused = 0
+        self.accepted = 0  # connections accepted (each one hello, one nonce) so far
         self._active = 0
         self._idle: dict[socket.socket, float] = {}  # connections waiting for a request, since
         # Jobs a request was answered for: the first goes the slow way, under heartbeats
@@ -142,6 +179,7 @@ class PeerServer:
                     self._evicted.add(idle)
                     self._active -= 1
                 self._active += 1
+                self.accepted += 1
                 self.most_active = max(self.most_active, self._active)
             if idle is not None:
                 with contextlib.suppress(OSError):
@@ -160,6 +198,10 @@ class PeerServer:
         return conn if since <= now else None
 
     def _serve(self, conn: socket.socket, peer: str) -> None:
+        """One asker's connection: its requests read as they come, each answered when
+        ready (a held piece at once, by this thread; one to provide by a thread of its
+        own, at most ``SERVE_AT_ONCE`` at a time), replies never interleaved."""
+        link = _Link(conn)
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             nonce = os.urandom(16)
@@ -167,34 +209,44 @@ class PeerServer:
             conn.sendall(Hello(nonce.hex()).encode())
             grace = FRESH_GRACE  # a new connection's first request is on its way
             while True:
-                conn.settimeout(self.idle_timeout)
                 with self._lock:
-                    self._idle[conn] = time.monotonic() + grace
-                    self._slots.notify()
+                    link.reading = True
+                    if link.answering == 0:
+                        self._idle[conn] = time.monotonic() + grace
+                        self._slots.notify()
                 grace = 0.0
                 try:
+                    if not self._readable(link):
+                        return  # idle for idle_timeout
                     doc = read_message(conn)
                 finally:
                     with self._lock:
+                        link.reading = False
                         self._idle.pop(conn, None)
                 if doc is None:
                     return
+                tag = 0
                 try:
                     req = PieceRequest.decode(doc)
+                    tag = req.tag
                     job = self._known(req, peer, nonce)
-                    if job is not None and self._send_held(conn, job, req):
+                    if job is not None and self._send_held(link, job, req):
                         continue
-                    data = self._answer_beating(conn, req, peer, nonce)
                 except PeerError as exc:
-                    conn.sendall(PieceReply(error=exc.kind, message=str(exc)).encode())
+                    link.send(PieceReply(error=exc.kind, message=str(exc), tag=tag).encode())
                     if exc.kind in ("protocol", "refused"):
                         return
                     continue
-                with self._lock:
-                    self.served_bytes += len(data)
-                    self.served_pieces += 1
-                conn.sendall(PieceReply(size=len(data)).encode(), socket.MSG_MORE)
-                conn.sendall(data)
+                with self._slots:
+                    while link.answering >= SERVE_AT_ONCE:  # the asker's next wait here
+                        self._slots.wait()
+                    link.answering += 1
+                threading.Thread(
+                    target=self._answer_on,
+                    args=(link, req, peer, nonce),
+                    name="peer-answer",
+                    daemon=True,
+                ).start()
         except (OSError, PeerError):
             pass
         finally:
@@ -203,10 +255,48 @@ class PeerServer:
                     self._evicted.discard(conn)
                 else:
                     self._active -= 1
-                self._slots.notify()
-            conn.close()
+                self._slots.notify_all()
+            link.close()
 
-    def _send_held(self, conn: socket.socket, job: ServedJob, req: PieceRequest) -> bool:
+    def _readable(self, link: _Link) -> bool:
+        """Wait for the asker's next request: False once the connection was idle (nothing
+        asked, nothing being answered) for ``idle_timeout`` seconds."""
+        poller = select.poll()
+        poller.register(link.conn.fileno(), select.POLLIN)
+        idle_since = time.monotonic()
+        while not poller.poll(self.idle_timeout * 1000 / 4):
+            with self._lock:
+                if link.answering:
+                    idle_since = time.monotonic()
+            if time.monotonic() - idle_since >= self.idle_timeout:
+                return False
+        return True
+
+    def _answer_on(self, link: _Link, req: PieceRequest, peer: str, nonce: bytes) -> None:
+        """A request answered on its own thread (the piece comes from ``provide``), its
+        reply sent whole between the connection's others."""
+        try:
+            try:
+                data = self._answer_beating(link, req, peer, nonce)
+            except PeerError as exc:
+                link.send(PieceReply(error=exc.kind, message=str(exc), tag=req.tag).encode())
+                if exc.kind in ("protocol", "refused"):
+                    link.shutdown()
+                return
+            with self._lock:
+                self.served_bytes += len(data)
+                self.served_pieces += 1
+            link.send(PieceReply(size=len(data), tag=req.tag).encode(), data)
+        except OSError:
+            link.shutdown()  # the connection broke: the reader ends it
+        finally:
+            with self._lock:
+                link.answering -= 1
+                if link.answering == 0 and link.reading:
+                    self._idle[link.conn] = time.monotonic()
+                self._slots.notify_all()
+
+    def _send_held(self, link: _Link, job: ServedJob, req: PieceRequest) -> bool:
         """Send a piece this node holds straight from its file (``sendfile``: no copy
         through Python, no thread); False if it holds none (``provide`` answers)."""
         held = job.held(req) if job.held is not None else None
@@ -224,15 +314,14 @@ class PeerServer:
             with self._lock:
                 self.served_bytes += held.size
                 self.served_pieces += 1
-            conn.sendall(PieceReply(size=held.size).encode(), socket.MSG_MORE)
-            _sendfile(conn, fd, held.size, self.idle_timeout)
+            with link.writing:
+                link.conn.sendall(PieceReply(size=held.size, tag=req.tag).encode(), socket.MSG_MORE)
+                _sendfile(link.conn, fd, held.size, self.idle_timeout)
         finally:
             os.close(fd)
         return True
 
-    def _answer_beating(
-        self, conn: socket.socket, req: PieceRequest, peer: str, nonce: bytes
-    ) -> bytes:
+    def _answer_beating(self, link: _Link, req: PieceRequest, peer: str, nonce: bytes) -> bytes:
         """The answer, with a heartbeat every HEARTBEAT seconds while it takes: the asker
         tells a busy owner (waiting on the store) from a dead one by it."""
         done = threading.Event()
@@ -247,9 +336,9 @@ class PeerServer:
             finally:
                 done.set()
 
-        threading.Thread(target=work, name="peer-answer", daemon=True).start()
+        threading.Thread(target=work, name="peer-provide", daemon=True).start()
         while not done.wait(HEARTBEAT):
-            conn.sendall(PieceReply(pending=True).encode())
+            link.send(PieceReply(pending=True, tag=req.tag).encode())
         if failure:
             exc = failure[0]
             raise exc if isinstance(exc, PeerError) else PeerError("failed", describe(exc))

@@ -1,7 +1,10 @@
 """The peer protocol: one typed request and reply, framed, on a persistent TCP connection.
 
 Each message is a 4-byte big-endian length and a JSON object; a reply that carries a
-piece is followed by exactly ``size`` bytes::
+piece is followed by exactly ``size`` bytes. A connection carries many requests at once:
+each has a ``tag`` its replies (heartbeats included) repeat, and replies come in the
+order they are ready, a piece's bytes never split; a reply without a tag (a peer of an
+older version, which answers one request at a time) answers the oldest request open::
 
     >>> frame = PieceRequest(42, "ab" * 32, "cd" * 32, 1).encode()
     >>> int.from_bytes(frame[:4], "big") == len(frame) - 4
@@ -65,6 +68,7 @@ class PieceRequest:
     length: int = 0
     target: str = ""  # the store the key is in: a checkpoint target's URI, "" the main store
     cached_only: bool = False  # answer only from what the peer holds (the store failed)
+    tag: int = 0  # the request's number on its connection, repeated by its replies
 
     def encode(self) -> bytes:
         return _frame(asdict(self))
@@ -82,6 +86,7 @@ class PieceRequest:
                 int(doc.get("length", 0)),
                 str(doc.get("target", "")),
                 doc.get("cached_only", False) is True,
+                int(doc.get("tag", 0)),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PeerError("protocol", "malformed piece request") from None
@@ -93,6 +98,7 @@ class PieceRequest:
             or len(req.target) > 1024
             or req.offset < 0
             or not 0 <= req.length <= MAX_PIECE
+            or not 0 <= req.tag < 2**31
         ):
             raise PeerError("protocol", "malformed piece request")
         return req
@@ -124,6 +130,7 @@ class PieceReply:
     error: str = ""  # a kind from KINDS, or "" when the piece follows
     message: str = ""
     pending: bool = False  # a heartbeat: the piece is on its way, the answer follows
+    tag: int = 0  # the request's tag (0: the oldest request open, a server of old)
 
     def encode(self) -> bytes:
         return _frame(asdict(self))
@@ -136,9 +143,12 @@ class PieceReply:
                 str(doc["error"]),
                 str(doc["message"]),
                 doc.get("pending", False) is True,
+                int(doc.get("tag", 0)),
             )
         except (KeyError, TypeError, ValueError):
             raise PeerError("protocol", "malformed piece reply") from None
+        if not 0 <= reply.tag < 2**31:
+            raise PeerError("protocol", f"reply tag {reply.tag} out of bounds")
         if not 0 <= reply.size <= MAX_PIECE:
             raise PeerError("protocol", f"piece size {reply.size} out of bounds")
         return reply
@@ -239,3 +249,33 @@ def _rcvtimeo(sock: socket.socket, deadline: float) -> None:
     sec = int(left)
     tv = struct.pack("ll", sec, int((left - sec) * 1e6))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+
+
+def recv_piece_alive(sock: socket.socket, n: int, silence: float) -> bytes:
+    """A piece's ``n`` bytes however long they take while they keep coming: TimeoutError
+    once none came for ``silence`` seconds. As :func:`recv_piece`, one ``recv(MSG_WAITALL)``
+    a piece when it comes at once (``SO_RCVTIMEO`` ends a wait with what came, if any)."""
+    sock.settimeout(None)
+    tv = struct.pack("ll", int(silence), int((silence - int(silence)) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    try:
+        first = sock.recv(n, socket.MSG_WAITALL)
+    except BlockingIOError:
+        raise TimeoutError(f"0 of {n} bytes, then {silence:g}s of silence") from None
+    if len(first) == n:
+        return first
+    if not first:
+        raise PeerError("protocol", f"connection closed after 0 of {n} bytes")
+    buf = bytearray(n)
+    buf[: len(first)] = first
+    got = len(first)
+    with memoryview(buf) as view:
+        while got < n:
+            try:
+                k = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
+            except BlockingIOError:
+                raise TimeoutError(f"{got} of {n} bytes, then {silence:g}s of silence") from None
+            if k == 0:
+                raise PeerError("protocol", f"connection closed after {got} of {n} bytes")
+            got += k
+    return bytes(buf)

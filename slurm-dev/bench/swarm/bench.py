@@ -172,6 +172,12 @@ def pick(nodes: list[str], share: float) -> list[str]:
     return [nodes[min(len(nodes) - 1, int(step * i + step / 2))] for i in range(k)]
 
 
+def hold_quantiles(done: dict[str, str], t0: float) -> list[float]:
+    ts = sorted(float(v.split()[1]) - t0 for v in done.values())
+    at = lambda q: ts[min(len(ts) - 1, int(q * len(ts)))]  # noqa: E731
+    return [round(x, 1) for x in (ts[0], at(0.5), at(0.9), ts[-1])]
+
+
 def one_run(
     net: SwarmNetwork,
     n: int,
@@ -287,6 +293,8 @@ def one_run(
         "refused": sum(s["refused"] for s in stats.values()),
         "max_out": max(s["max_out"] for s in stats.values()),
         "max_in": max(s["max_in"] for s in stats.values()),
+        # When each node held every piece (s after the go): the straggler tail's shape.
+        "hold_s_min_median_p90_max": hold_quantiles(done, t0),
         "handshakes_mean": round(sum(s["handshakes"] for s in stats.values()) / len(stats), 1),
         "busiest": busiest,
         "served_max": max(s["served_bytes"] for s in stats.values()),
@@ -295,6 +303,7 @@ def one_run(
     }
     log(f"run: {json.dumps(record)}")
     log(f"  detail: {json.dumps(detail)[:1500]}")
+    a.details.append({**{k: record[k] for k in ("engine", "nodes", "faults")}, **detail})
     return record
 
 
@@ -340,6 +349,8 @@ def main() -> None:
         store_mbit=a.store_mbit,  # type: ignore[arg-type]
     )
     records: list[dict[str, Any]] = []
+    a.details = []
+    detail_path = a.json.with_name(a.json.stem + ".detail.json")
     store: subprocess.Popen[str] | None = None
     # The nodes run a copy of node.py and of the peer code taken now: a long run measures
     # one version whatever is edited meanwhile (SWARM_LIB: another checkout's lib/).
@@ -375,6 +386,9 @@ def main() -> None:
                     log(f"run: {a.engine}, {n} nodes, faults {fault}")
                     records.append(one_run(net, n, pieces, fault, a, sys.executable))
                     a.json.write_text(json.dumps(records, indent=1) + "\n")
+                    # What the record leaves out (store reads, drops, the finish times'
+                    # spread: the scale model's straggler term), beside it.
+                    detail_path.write_text(json.dumps(a.details, indent=1) + "\n")
     finally:
         if store is not None:
             stop(store)
