@@ -1,8 +1,7 @@
 """Issue 22, item 4: one artifact, ``bootseer_<version>_amd64.deb``. The suite checks what
 the package holds, built with the real ``dpkg-deb`` from this checkout's files (all but
-the venv, whose build takes a minute: ``scripts/build-deb`` builds the whole package,
-and ``slurm-dev/fresh-root`` installs it into a fresh bookworm root and runs jobs
-through it, by hand; docs/admin.md has its figures)."""
+the venv, whose build takes a minute: ``tests/install/test_fresh_root.py`` builds the
+whole package and installs it into a fresh bookworm root per host role)."""
 
 from __future__ import annotations
 

@@ -403,9 +403,9 @@ def test_rollback_returns_every_role_to_the_version_before(site: Site) -> None:
 
 def test_the_debian_package_is_pushed_with_the_sites_files(site: Site, tmp_path: Path) -> None:
     """Issue 22, item 4: ``install --deb FILE`` pushes the one artifact. These nodes share
-    this machine's root and dpkg, so the package is never installed here (slurm-dev/
-    fresh-root does that, by hand): a dry run reads its version, finds each node's dpkg
-    without it and the site's files to write, and changes nothing."""
+    this machine's root and dpkg, so the package is never installed here (test_fresh_root
+    does that): a dry run reads its version, finds each node's dpkg without it and the
+    site's files to write, and changes nothing."""
     from bootseer.install import debpkg
     from bootseer.install.bundle import Bundle, checkout
 

@@ -30,7 +30,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import bootseer
@@ -144,9 +144,11 @@ def build_deb(
     log: Callable[[str], None] = lambda _: None,
     compression: str = "zstd",
     version: str | None = None,
+    more_versions: Sequence[str] = (),
 ) -> Path:
     """Build the package into ``out_dir``; returns its path. ``version``: instead of
-    :func:`deb_version`'s (a test's upgrade, a site's own numbering)."""
+    :func:`deb_version`'s (a site's own numbering); ``more_versions``: the same package
+    under these versions too, beside it (a test's upgrade, without a second build)."""
     bundle = build(build_dir, log)
     version = version or deb_version(bundle)
     root = build_dir / "deb-root"
@@ -159,6 +161,8 @@ def build_deb(
     deb = out_dir / deb_name(version)
     log(f"dpkg-deb --build ({compression}) {deb}")
     pack(root, version, deb, compression)
+    for more in more_versions:
+        pack(root, more, out_dir / deb_name(more), compression)
     shutil.rmtree(root, ignore_errors=True)
     return deb
 
@@ -215,22 +219,6 @@ def pack(root: Path, version: str, deb: Path, compression: str = "zstd") -> None
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise BuildError(f"dpkg-deb failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
-
-
-def with_version(deb: Path, version: str, out_dir: Path, compression: str = "none") -> Path:
-    """The same package as ``deb`` under another version (the same files and scripts):
-    an upgrade or a rollback to test without a second build."""
-    root = out_dir / f".repack-{version}"
-    shutil.rmtree(root, ignore_errors=True)
-    r = subprocess.run(["dpkg-deb", "-R", str(deb), str(root)], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise BuildError(f"dpkg-deb -R {deb} failed ({r.returncode}): {r.stderr.strip()[-500:]}")
-    try:
-        out = out_dir / deb_name(version)
-        pack(root, version, out, compression)
-        return out
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _venv_at_its_path(tree: Path, venv: Path, wheels: Path) -> None:
