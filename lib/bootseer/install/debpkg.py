@@ -195,8 +195,8 @@ def stage(root: Path, bundle: Bundle) -> None:
 
 def pack(root: Path, version: str, deb: Path, compression: str = "zstd") -> None:
     """``DEBIAN/control`` (its Installed-Size from the tree), then ``dpkg-deb --build``
-    (zstd at level 1: 4 times faster than dpkg-deb's default level for a package a few
-    percent larger)."""
+    (zstd at dpkg-deb's level, 3: 1.2 s and 79 MiB here; level 1 took 0.8 s for 89 MiB,
+    not worth 10 MiB more for every node)."""
     size_kib = sum(p.lstat().st_size for p in root.rglob("*")) // 1024
     (root / "DEBIAN" / "control").write_text(
         f"Package: {PACKAGE}\n"
@@ -213,9 +213,7 @@ def pack(root: Path, version: str, deb: Path, compression: str = "zstd") -> None
         " command, with their venv on Debian's python3. The site config, site key and\n"
         " store secrets are not in the package: bootseer install --deb puts them.\n"
     )
-    level = ["-z1"] if compression == "zstd" else []
-    cmd = ["dpkg-deb", "--root-owner-group", f"-Z{compression}", *level, "--build"]
-    cmd += [str(root), str(deb)]
+    cmd = ["dpkg-deb", "--root-owner-group", f"-Z{compression}", "--build", str(root), str(deb)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise BuildError(f"dpkg-deb failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
