@@ -28,6 +28,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,22 +102,40 @@ echo "bootseer: $(readlink -f /opt/bootseer/venv)"
 """
 
 
-def base_root() -> Path:
-    """The bookworm root both roles start from, as ``mmdebstrap`` made it: built once and
-    kept across runs while its package list is the same (CI builds it each run)."""
-    base = STATE / f"root-{hashlib.sha256(PACKAGES.encode()).hexdigest()[:12]}"
-    if (base / ".complete").is_file():
-        return base
-    shutil.rmtree(base, ignore_errors=True)
-    base.parent.mkdir(parents=True, exist_ok=True)
-    argv = ["mmdebstrap", "--variant=apt"]
-    argv += ["--dpkgopt=force-unsafe-io", f"--include={PACKAGES}", "bookworm", str(base)]
-    t0 = time.monotonic()
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=1200)
-    assert r.returncode == 0, f"mmdebstrap failed ({r.returncode}): {r.stderr[-2000:]}"
-    print(f"fresh-root: mmdebstrap in {time.monotonic() - t0:.0f} s")
-    (base / ".complete").touch()
-    return base
+class BaseRoot:
+    """The bookworm root both roles start from, as ``mmdebstrap`` makes it: kept across
+    runs while its package list is the same (CI builds it each run), built while the
+    package builds (the mirror's downloads and dpkg beside pip's work)."""
+
+    def __init__(self) -> None:
+        self.path = STATE / f"root-{hashlib.sha256(PACKAGES.encode()).hexdigest()[:12]}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        if (self.path / ".complete").is_file():
+            return
+        shutil.rmtree(self.path, ignore_errors=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        argv = ["mmdebstrap", "--variant=apt", "--dpkgopt=force-unsafe-io"]
+        argv += [f"--include={PACKAGES}", "bookworm", str(self.path)]
+        self.t0 = time.monotonic()
+        self.log = open(STATE / "mmdebstrap.log", "wb")  # noqa: SIM115 (closed in wait)
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait(self) -> Path:
+        if self.proc is not None:
+            status = self.proc.wait(timeout=1200)
+            self.log.close()
+            self.proc = None
+            tail = (STATE / "mmdebstrap.log").read_text(errors="replace")[-2000:]
+            assert status == 0, f"mmdebstrap failed ({status}): {tail}"
+            print(f"fresh-root: mmdebstrap done {time.monotonic() - self.t0:.0f} s after it began")
+            (self.path / ".complete").touch()
+        return self.path
+
+    def stop(self) -> None:
+        if self.proc is not None:  # the test failed before it waited: leave no mmdebstrap
+            self.proc.kill()
+            self.proc.wait()
+            self.log.close()
 
 
 @dataclass
@@ -325,8 +344,9 @@ class Site:
 
     def install(self, deb: Path) -> None:
         shutil.copy(deb, self.work / "shared" / deb.name)  # /shared on both hosts
+        with ThreadPoolExecutor(len(ROLES)) as pool:  # as an admin's install reaches both
+            list(pool.map(lambda role: self.apt(role, f"install /shared/{deb.name}"), ROLES))
         for role in ROLES:
-            self.apt(role, f"install /shared/{deb.name}")
             have = self.run(role, "dpkg-query -W -f='${Version}' bootseer").out
             assert have == deb.name.split("_")[1], (role, have)
             plugstack = self.read(role, PLUGSTACK_D)
@@ -338,7 +358,17 @@ class Site:
 
 
 @pytest.fixture(scope="module")
-def debs() -> Iterator[tuple[Path, Path]]:
+def base() -> Iterator[BaseRoot]:
+    STATE.mkdir(parents=True, exist_ok=True)
+    root = BaseRoot()
+    try:
+        yield root
+    finally:
+        root.stop()
+
+
+@pytest.fixture(scope="module")
+def debs(base: BaseRoot) -> Iterator[tuple[Path, Path]]:
     """This checkout's package, and the same under a higher version (the upgrade)."""
     out = STATE / "debs"
     shutil.rmtree(out, ignore_errors=True)
@@ -361,8 +391,8 @@ def debs() -> Iterator[tuple[Path, Path]]:
 
 
 @pytest.fixture
-def site(debs: tuple[Path, Path]) -> Iterator[Site]:
-    s = Site(base_root(), STATE / "site")
+def site(base: BaseRoot, debs: tuple[Path, Path]) -> Iterator[Site]:
+    s = Site(base.wait(), STATE / "site")
     try:
         yield s
     finally:
@@ -410,8 +440,9 @@ def test_one_package_installs_upgrades_rolls_back_and_uninstalls_on_every_role(
     step("uninstall")
     site.reconfigure(hooks=False)
     site.stop_agent()
+    with ThreadPoolExecutor(len(ROLES)) as pool:
+        list(pool.map(lambda role: site.apt(role, "remove bootseer"), ROLES))
     for role in ROLES:
-        site.apt(role, "remove bootseer")
         gone = site.run(role, f"test ! -e {PLUGSTACK_D} && test ! -e /opt/bootseer", check=False)
         assert gone.status == 0, f"{role}: the plugstack line or /opt/bootseer is left"
     site.jobs_run("uninstalled", bootseer=False)
