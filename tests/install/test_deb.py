@@ -1,8 +1,7 @@
 """Issue 22, item 4: one artifact, ``bootseer_<version>_amd64.deb``. The suite checks what
 the package holds, built with the real ``dpkg-deb`` from this checkout's files (all but
-the venv, whose build takes a minute: ``scripts/build-deb`` builds the whole package,
-and ``slurm-dev/fresh-root`` installs it into a fresh bookworm root and runs jobs
-through it, by hand; docs/admin.md has its figures)."""
+the venv, whose build takes a minute: ``tests/install/test_fresh_root.py`` builds the
+whole package and installs it into a fresh bookworm root per host role)."""
 
 from __future__ import annotations
 
@@ -98,3 +97,62 @@ def test_control_names_debians_python_and_fuse_and_the_scripts_parse(
     post = (tmp_path / "DEBIAN" / "postinst").read_text()
     assert "systemctl reload bootseer-agent.service" in post
     assert "cp -al" in (tmp_path / "DEBIAN" / "preinst").read_text()
+
+
+PLUGSTACK_CASES = {
+    # plugstack.conf.d's files before -> bootseer.conf after postinst
+    "none": ({}, True),
+    "a line of the site's in plugstack.conf.d": ({"site.conf": "required /x/bootseer.so\n"}, False),
+    "another plugin only": ({"pyxis.conf": "required /usr/lib/pyxis/spank_pyxis.so\n"}, True),
+    "a commented-out line": ({"old.conf": "# required /x/bootseer.so\n"}, True),
+}
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("case", list(PLUGSTACK_CASES))
+def test_postinst_writes_the_plugstack_line_once_and_prerm_removes_it_first(
+    deb: Path, tmp_path: Path, case: str
+) -> None:
+    """Issue 22: the package brings its plugstack line where Debian's plugstack.conf
+    includes plugstack.conf.d/ and no line names the plugin yet (a second would fail
+    every sbatch); ``prerm remove`` takes it out before dpkg removes the plugin, and
+    leaves a line of the site's. Run in a mount namespace of its own, over tmpfs on
+    /etc/slurm and /opt/bootseer."""
+    files, written = PLUGSTACK_CASES[case]
+    subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / "DEBIAN")], check=True)
+    d = tmp_path / "DEBIAN"
+    script = f"""
+set -e
+mount -t tmpfs t /etc/slurm && mount -t tmpfs t /opt/bootseer
+[ ! -d /etc/systemd/system ] || mount -t tmpfs t /etc/systemd/system  # systemctl enable
+mkdir -p /etc/slurm/plugstack.conf.d /opt/bootseer/venvs/v1
+echo 'include /etc/slurm/plugstack.conf.d/*.conf' > /etc/slurm/plugstack.conf
+ln -s venvs/v1 /opt/bootseer/venv
+for f in {" ".join(files)}; do cp "{tmp_path}/$f" /etc/slurm/plugstack.conf.d/; done
+PATH=/usr/sbin:/usr/bin:/sbin:/bin sh {d}/postinst configure
+cat /etc/slurm/plugstack.conf.d/bootseer.conf 2>/dev/null || echo NONE
+echo ---
+sh {d}/prerm upgrade && ls /etc/slurm/plugstack.conf.d
+echo ---
+sh {d}/prerm remove && ls /etc/slurm/plugstack.conf.d
+"""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    if not Path("/opt/bootseer").is_dir() or not Path("/etc/slurm").is_dir():
+        pytest.skip("needs /etc/slurm and /opt/bootseer to mount over")
+    r = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    after_post, after_upgrade, after_remove = r.stdout.split("---\n")
+    if written:
+        assert after_post.splitlines()[1:] == [
+            "required /opt/bootseer/lib/slurm/bootseer.so rundir=/run/bootseer"
+        ], after_post
+        assert "bootseer.conf" in after_upgrade.split()  # an upgrade keeps it
+    else:
+        assert after_post == "NONE\n", after_post
+    assert "bootseer.conf" not in after_remove.split()
+    assert sorted(after_remove.split()) == sorted(files)  # the site's own stay

@@ -403,9 +403,9 @@ def test_rollback_returns_every_role_to_the_version_before(site: Site) -> None:
 
 def test_the_debian_package_is_pushed_with_the_sites_files(site: Site, tmp_path: Path) -> None:
     """Issue 22, item 4: ``install --deb FILE`` pushes the one artifact. These nodes share
-    this machine's root and dpkg, so the package is never installed here (slurm-dev/
-    fresh-root does that, by hand): a dry run reads its version, finds each node's dpkg
-    without it and the site's files to write, and changes nothing."""
+    this machine's root and dpkg, so the package is never installed here (test_fresh_root
+    does that): a dry run reads its version, finds each node's dpkg without it and the
+    site's files to write, and changes nothing."""
     from bootseer.install import debpkg
     from bootseer.install.bundle import Bundle, checkout
 
@@ -415,7 +415,9 @@ def test_the_debian_package_is_pushed_with_the_sites_files(site: Site, tmp_path:
     version = "0.1.0+202611270000.abcdef12"
     deb = tmp_path / debpkg.deb_name(version)
     debpkg.pack(tmp_path / "root", version, deb, compression="none")
-    cmd = [*BOOTSEER, "install", "n[1-2]", "--deb", str(deb), "--config", str(site.config)]
+    # One command for both roles (issue 22's install count): n1 compute, n2 a submit host.
+    cmd = [*BOOTSEER, "install", "n1", "--client", "n2", "--deb", str(deb)]
+    cmd += ["--config", str(site.config)]
     cmd += ["--ssh-config", str(site.ssh.config), "--slurm-conf", str(site.slurm_conf)]
     cmd += ["--metrics-dir", "none", "--dry-run"]
     bind = 'mount --bind "$0" "$1" && shift && exec "$@"'
@@ -430,6 +432,11 @@ def test_the_debian_package_is_pushed_with_the_sites_files(site: Site, tmp_path:
         assert line and f"would change: package {version}, " in line[0], r.stdout
         assert "config.toml" in line[0], r.stdout
     assert not Path("/opt/bootseer/venvs/abcdef12").exists()
+    steps = r.stdout.split("\n\n", 1)[1]
+    compute, client = steps.split("The package wrote the plugstack line on n2 ")
+    assert "Prolog=/opt/bootseer/libexec/bootseer-prolog" in compute and "n2" not in compute
+    assert "The package wrote the plugstack line on n1 " in compute, steps
+    assert "Prolog" not in client and "No agent, hooks or slurmd there" in client, steps
     r = subprocess.run([*wrap, *cmd, "--prefix", str(PREFIX)], capture_output=True, text=True)
     assert r.returncode != 0 and "--deb installs in the package's /opt/bootseer" in r.stderr
 

@@ -1,4 +1,5 @@
-"""``bootseer config [--check]``: show the site config in effect, or check it."""
+"""``bootseer config [--check | --init STORE]``: show the site config in effect, check it,
+or make the site's files once (bootseer.install.siteinit)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,23 @@ if TYPE_CHECKING:
 def register(sub: Any) -> None:
     p = sub.add_parser("config", help="show or check the site config")
     p.add_argument("--check", action="store_true", help="only check; exit 1 on a bad config")
+    p.add_argument(
+        "--init",
+        metavar="STORE",
+        help="make the site key, the site config naming STORE (file:///shared/bootseer or "
+        "s3://...) and a file:// store's root, where missing (nothing is overwritten); then "
+        "check them",
+    )
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from bootseer.config import config_path, load_config  # here: `bootseer phase` skips it
 
+    if args.init:
+        _init(args.init)
     cfg = load_config()
-    if args.check:
+    if args.check or args.init:
         print(f"{cfg.source or config_path()}: ok" if cfg.source else "no site config; defaults")
         return max(
             _check_store(cfg),
@@ -27,6 +37,23 @@ def run(args: argparse.Namespace) -> int:
             _check_secrets(cfg.store.secrets_file),
         )
     return _show(cfg)
+
+
+def _init(store: str) -> None:
+    import os
+
+    from bootseer.config import config_path, load_config
+    from bootseer.errors import ConfigError
+    from bootseer.install.siteinit import init_site
+
+    if os.geteuid() != 0:
+        raise ConfigError(
+            "bootseer config --init makes root's files (the site key): run it as root"
+        )
+    path = config_path()
+    key_file = load_config().site.key_file if path.exists() else path.parent / "site.key"
+    for line in init_site(path, store, key_file):
+        print(line)
 
 
 def _check_store(cfg: Any) -> int:

@@ -63,6 +63,12 @@ def register(sub: Any) -> None:
         "CLI and the config alone (no agent, no hooks, no root-only files)",
     )
     p.add_argument(
+        "--client",
+        metavar="NODESET",
+        default="",
+        help="submit and login hosts, installed in the same run as --role client installs them",
+    )
+    p.add_argument(
         "--config",
         type=Path,
         metavar="FILE",
@@ -145,8 +151,16 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         nodes = NodeSet(args.nodeset)
+        clients = NodeSet(args.client)
     except NodeSetParseError as exc:
-        raise BootseerError(f"bad NODESET {args.nodeset!r}: {exc}") from None
+        raise BootseerError(f"bad NODESET {args.nodeset!r} or {args.client!r}: {exc}") from None
+    if clients and (args.role == "client" or nodes & clients):
+        raise BootseerError("--client names the submit and login hosts of a compute install")
+
+    def role_of(node: str) -> str:
+        return "client" if node in clients or args.role == "client" else "compute"
+
+    nodes = nodes | clients
     layout = Layout(args.prefix, args.etc, args.unit_dir, args.bin_dir)
     if args.rollback:
         reports = fanout.rollback_all(
@@ -156,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
             args.python,
             dry_run=args.dry_run,
             fanout=args.fanout,
-            restart_agents=args.restart_agents and args.role == "compute",
+            restart_agents=args.restart_agents and args.role == "compute" and not clients,
         )
         for line in fanout.fold(reports):
             print(line)
@@ -173,10 +187,9 @@ def run(args: argparse.Namespace) -> int:
     metrics_dir = args.metrics_dir if given else DEFAULT_TEXTFILE_DIR
     site = dataclasses.replace(site, config=with_textfile_dir(site.config, config, metrics_dir))
     cfg = parse(site.config, config)
-    compute = args.role == "compute"
     if args.deb is not None:
-        reports = _push_deb(args, nodes, site, say)
-        return _finish(args, reports, layout, cfg, compute)
+        reports = _push_deb(args, nodes, site, say, role_of)
+        return _finish(args, reports, layout, cfg, role_of)
     built = bundle.build(args.build_dir, say)
     say(
         f"{len(built.wheels)} wheels (Python {built.python[0]}.{built.python[1]}), "
@@ -185,10 +198,10 @@ def run(args: argparse.Namespace) -> int:
 
     def target_for(node: str) -> Target:
         lay = layout.for_node(node)
-        if not compute:  # no agent, so no unit and no metrics of its own
+        if role_of(node) == "client":  # no agent, so no unit and no metrics of its own
             return Target(
                 dataclasses.replace(lay, unit_dir=None),
-                node_files(lay, built, site, args.role),
+                node_files(lay, built, site, "client"),
                 built,
                 args.python,
                 agent=False,
@@ -204,13 +217,14 @@ def run(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         fanout=args.fanout,
         log=say,
-        restart_agents=args.restart_agents and compute,
+        restart_agents=args.restart_agents and args.role == "compute",
     )
-    return _finish(args, reports, layout, cfg, compute)
+    return _finish(args, reports, layout, cfg, role_of)
 
 
-def _finish(args: argparse.Namespace, reports: Any, layout: Any, cfg: Any, compute: bool) -> int:
-    """The folded summary, then the lines to add for the hosts this run prepared."""
+def _finish(args: argparse.Namespace, reports: Any, layout: Any, cfg: Any, role_of: Any) -> int:
+    """The folded summary, then the lines to add for the hosts this run prepared, for
+    each role it prepared."""
     from ClusterShell.NodeSet import NodeSet
 
     from bootseer.install import fanout, slurmconf
@@ -227,17 +241,30 @@ def _finish(args: argparse.Namespace, reports: Any, layout: Any, cfg: Any, compu
     deadline = max(cfg.hooks.prolog_deadline, cfg.hooks.epilog_deadline)
     print()
     # The steps name the hosts this run prepared alone (never a host without the plugin).
-    prepared = NodeSet.fromlist([r.node for r in reports if r.status != "failed"])
-    text = slurmconf.render(
-        layout, conf, deadline, cfg.paths.run_dir, source, str(prepared), args.role
-    )
-    if compute and prepared:
-        text = slurmconf.with_node_exporter(text, cfg.metrics.textfile_dir)
-    print(text)
+    roles = {role_of(r.node) for r in reports} or {args.role}
+    texts = []
+    for role in sorted(roles, key=lambda r: r != "compute"):
+        prepared = NodeSet.fromlist(
+            [r.node for r in reports if r.status != "failed" and role_of(r.node) == role]
+        )
+        text = slurmconf.render(
+            layout,
+            conf,
+            deadline,
+            cfg.paths.run_dir,
+            source,
+            str(prepared),
+            role,
+            packaged=args.deb is not None,
+        )
+        if role == "compute" and prepared:
+            text = slurmconf.with_node_exporter(text, cfg.metrics.textfile_dir)
+        texts.append(text)
+    print("\n".join(texts))
     return 0 if all(r.status != "failed" for r in reports) else 1
 
 
-def _push_deb(args: argparse.Namespace, nodes: Any, site: Any, say: Any) -> Any:
+def _push_deb(args: argparse.Namespace, nodes: Any, site: Any, say: Any, role_of: Any) -> Any:
     from bootseer.errors import BootseerError
     from bootseer.install.debpkg import LAYOUT
     from bootseer.install.debpush import deb_version, push_deb
@@ -253,7 +280,8 @@ def _push_deb(args: argparse.Namespace, nodes: Any, site: Any, say: Any) -> Any:
 
     def one(name: str) -> NodeReport:
         with Node(name, args.ssh_config) as node:
-            files = site_files(LAYOUT.for_node(name), site, args.role)
-            return push_deb(node, args.deb, version, files, args.role, args.dry_run)
+            role = role_of(name)
+            files = site_files(LAYOUT.for_node(name), site, role)
+            return push_deb(node, args.deb, version, files, role, args.dry_run)
 
     return each(nodes, args.fanout, one)

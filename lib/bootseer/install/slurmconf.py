@@ -69,13 +69,16 @@ def render(
     source: str,
     hosts: str = "",
     role: Role = "compute",
+    packaged: bool = False,
 ) -> str:
     """The text ``bootseer install`` prints after its summary (80 columns, paths aside).
 
     ``hosts``: the node set this run prepared (its failed nodes left out). Every step
     names them alone: a plugstack line on a host without the plugin fails every
     ``sbatch`` and ``srun`` there, and slurm.conf's hooks on a node without them fail
-    its jobs' prologs (Slurm drains it)."""
+    its jobs' prologs (Slurm drains it). ``packaged``: the hosts got the Debian package,
+    whose ``postinst`` wrote the plugstack line into Debian's ``plugstack.conf.d/`` (and
+    whose ``prerm`` takes it out first)."""
     if not hosts:
         return "No host was prepared: nothing to add anywhere (see the failures above)."
     out = []
@@ -87,10 +90,18 @@ def render(
             f"({source}):",
         ]
         out += [f"    {x}" for x in add] or ["    (nothing: it has them already)"]
-    out.append(f"plugstack.conf (or a file in plugstack.conf.d/) on {hosts} alone, which have")
-    out.append("the plugin now (a plugstack.conf other hosts share: once they all have it):")
-    out.append(f"    {plugstack_line(layout, run_dir)}")
-    if role == "compute":
+    if packaged:
+        out.append(
+            f"The package wrote the plugstack line on {hosts} (plugstack.conf.d/bootseer.conf,"
+        )
+        out.append("which Debian's plugstack.conf includes; a plugstack.conf that does not: add")
+        out.append(f"    {plugstack_line(layout, run_dir)}")
+        out.append("there).")
+    else:
+        out.append(f"plugstack.conf (or a file in plugstack.conf.d/) on {hosts} alone, which have")
+        out.append("the plugin now (a plugstack.conf other hosts share: once they all have it):")
+        out.append(f"    {plugstack_line(layout, run_dir)}")
+    if role == "compute" and not packaged:
         out.append("Submit and login hosts: bootseer install --role client HOSTS, before the line")
         out.append("reaches them.")
         out.append(
