@@ -46,13 +46,14 @@ from bootseer.agentapi.jobs import (
 from bootseer.agentapi.requests import parse_request
 from bootseer.agentapi.views import MAX_VIEW_SCOPES, DepsList, DepsShow, ImageList, ImageShow
 from bootseer.agentapi.wire import Reply, Request, encode
+from bootseer.config import SiteConfig
 from bootseer.errors import StepError
 from bootseer.image import step
 from bootseer.options import Options
 from bootseer.stepapi import StepCall
 from tests import hookkit
 from tests.hookkit import job_context
-from tests.imagekit import node_config
+from tests.imagekit import node_config, site_config
 
 
 @pytest.fixture
@@ -67,6 +68,32 @@ def agent(tmp_path: Path) -> Iterator[tuple[Agent, AgentClient]]:
         server.shutdown()
         server.server_close()
         agent.close()
+
+
+def test_the_agent_starts_while_its_s3_store_does_not_answer(tmp_path: Path) -> None:
+    """The store's link busy or the store down as the agent starts is no reason for it to
+    exit (it did: "cannot open store ... Connection timed out after 5001 milliseconds",
+    and slurm-dev's startup bench stopped with the node's agent gone)."""
+    secrets = tmp_path / "secrets.toml"  # root's, as the agent's is: it then signs requests
+    secrets.write_text('[store]\naccess_key = "k"\nsecret_key = "s"\n')
+    secrets.chmod(0o600)
+    with socket.socket() as quiet:  # a port nothing answers on: bound, never listening
+        quiet.bind(("127.0.0.1", 0))
+        port = quiet.getsockname()[1]
+        cfg = SiteConfig.from_mapping(
+            {
+                **site_config(tmp_path),
+                "store": {
+                    "secrets_file": str(secrets),
+                    "uri": f"s3://bucket/store?endpoint_override=127.0.0.1:{port}&scheme=http",
+                },
+            }
+        ).for_node("t1")
+        agent = Agent(cfg, "t1")
+        try:
+            assert agent.store.uri.startswith("s3://bucket/store")
+        finally:
+            agent.close()
 
 
 def test_requests_round_trip_and_bad_ones_are_refused_as_bad_requests() -> None:

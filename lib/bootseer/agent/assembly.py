@@ -89,7 +89,11 @@ class Agent:
         self.paths = NodePaths(cfg)
         # Bounded: anyone can make the agent log (a refused peer, a user's long name).
         self.log = log or AgentLog(LineLog(self.paths.agent_log(node), "agent", MAX_BYTES))
-        self.store = store or cfg.store.open()
+        # Opened without a request: a store slow or down when the agent starts (a loaded
+        # node, its link busy: pyarrow's 5 s connect bound was passed at load 130-250)
+        # must not stop it; each read says what is wrong, and peers may serve meanwhile.
+        # The site makes the store's root (``bootseer config --init``), never the agent.
+        self.store = store or cfg.store.open(create=False, look=False)
         self.cache = BlockCache(
             self.paths.image_cache, int(icfg.cache_size_gib * (1 << 30)), self.log
         )
