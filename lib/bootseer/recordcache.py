@@ -167,9 +167,12 @@ class RecordCache:
     def _keep(self, key: str, raw: bytes, purpose: Purpose, keys: SiteKeys) -> None:
         if not keys.verifies(purpose, key, raw):
             return  # not worth keeping: the caller refuses it (and counts the refusal once)
+        path = self._path(key)
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == len(raw) and path.read_bytes() == raw:
+                return  # held already (a mount reads its manifests again and again)
         try:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = self._path(key)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as f:

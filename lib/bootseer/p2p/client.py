@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 
 from bootseer.errors import describe
 from bootseer.p2p.auth import prove
@@ -75,18 +76,31 @@ class PeerClient:
         self.connects = 0  # connections set up and authenticated (a hello read) so far
         self.most_open = 0  # the most open at once
 
-    def fetch(self, addr: Address, req: PieceRequest, token: bytes) -> bytes:
+    def fetch(
+        self,
+        addr: Address,
+        req: PieceRequest,
+        token: bytes,
+        on_pending: Callable[[], None] | None = None,
+    ) -> bytes:
         """The piece's bytes (not yet verified: the caller checks the digest); PeerError
         within ``timeout`` seconds whatever the peer does. The request is proved with the
-        job's ``token`` and the connection's nonce."""
+        job's ``token`` and the connection's nonce. ``on_pending`` is called at each
+        heartbeat: the peer is getting the piece (from the store, or once its prolog ran)."""
         deadline = time.monotonic() + self.timeout
         try:
-            return self._fetch(addr, req, token, deadline, reuse=True)
+            return self._fetch(addr, req, token, deadline, reuse=True, on_pending=on_pending)
         except _Stale:
-            return self._fetch(addr, req, token, deadline, reuse=False)
+            return self._fetch(addr, req, token, deadline, reuse=False, on_pending=on_pending)
 
     def _fetch(
-        self, addr: Address, req: PieceRequest, token: bytes, deadline: float, reuse: bool
+        self,
+        addr: Address,
+        req: PieceRequest,
+        token: bytes,
+        deadline: float,
+        reuse: bool,
+        on_pending: Callable[[], None] | None = None,
     ) -> bytes:
         sock: socket.socket | None = None
         keep = answered = False
@@ -103,6 +117,8 @@ class PeerClient:
                 reply = PieceReply.decode(doc)
                 if not reply.pending:
                     break
+                if on_pending is not None:
+                    on_pending()
             if reply.error:
                 # The server keeps the connection after a miss, not after a refusal.
                 keep = reply.error not in ("refused", "protocol")

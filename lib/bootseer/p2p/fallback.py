@@ -6,7 +6,9 @@
    store first, and a second store read of it then only costs egress), so a straggler's
    pieces (a node on a slow link, a node far behind) go elsewhere while it is still
    serving; a fill's never go (the fill is in no hurry, and the owner holds fills back
-   while its own job starts);
+   while its own job starts). An owner whose heartbeats say it is getting the piece
+   itself (from the store) is late only by the owners' known answer times, never on the
+   first guess (:func:`owner_patience`): the store would send that piece twice;
 2. the **store** (or the image file, or a checkpoint target): late after a few times
    the store's usual (``swarm.store_late``);
 3. the **nodes that may hold it** (:meth:`Swarm.rescue`: up to 3 live peers, asked for
@@ -22,6 +24,7 @@ busy is not dead)::
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -54,8 +57,16 @@ def fetch_piece(
         late = swarm.peer_late.bound() + swarm.store_late.bound()
         if priority >= BACKGROUND:
             late = float("inf")
+        getting = threading.Event()
         sources.append(
-            Source("owner", lambda: swarm.fetch(piece, priority, where), late, PEER_ASKS)
+            Source(
+                "owner",
+                lambda: swarm.fetch(piece, priority, where, on_pending=getting.set),
+                late,
+                PEER_ASKS,
+                getting,
+                lambda: owner_patience(swarm),
+            )
         )
     sources.append(Source("store", store, swarm.store_late.bound(), STORE_READS))
     if len(swarm.nodes) > 1:
@@ -63,3 +74,15 @@ def fetch_piece(
             Source("holder", lambda: swarm.rescue(piece, priority, where), 0.0, PEER_ASKS)
         )
     return first(sources)
+
+
+def owner_patience(swarm: Swarm) -> float:
+    """Seconds from the ask after which an owner (or a node above) that is getting the
+    piece itself (its heartbeats: it reads the store for it, or waits for its prolog) is
+    late: by the rule on the owners' known answer times, never on a guess. A second
+    store read of a piece on its way costs its bytes again (the 52-job load sent 1.29x
+    the piece bytes so): until enough answers are known the owner is waited for (its
+    answer, or its error, which has the store asked at once)."""
+    if not swarm.peer_late.known():
+        return float("inf")
+    return swarm.peer_late.bound() + swarm.store_late.bound()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,11 @@ class Source(Generic[T]):
     get: Callable[[], T | None]  # the piece; None: not here (the next is asked at once)
     late: float  # seconds after which the next source is asked as well
     pool: cf.Executor
+    # Set by ``get`` while the source is getting the piece itself (a peer's heartbeats:
+    # it reads the store for it); the next is then asked only after ``patient()``
+    # seconds from the ask (``inf``: not while it lasts; its answer or error decides).
+    getting: threading.Event | None = None
+    patient: Callable[[], float] | None = None
 
 
 class NoSource(LookupError):
@@ -56,14 +62,23 @@ def first(sources: Sequence[Source[T]]) -> tuple[T, str]:
     errors: list[BaseException] = []
     i = 0
     next_at = 0.0
+    # The source asked last, when, and its answer to come.
+    last: tuple[Source[T], float, cf.Future[T | None]] | None = None
     try:
         while True:
             now = time.monotonic()
+            if last is not None and last[2] in running and now >= next_at:
+                src, asked, _ = last
+                if src.getting is not None and src.patient is not None and src.getting.is_set():
+                    # Getting the piece itself: the next would read it a second time.
+                    next_at = max(next_at, asked + src.patient())
             if i < len(sources) and (not running or now >= next_at):
                 src = sources[i]
                 i += 1
-                running[src.pool.submit(src.get)] = src.name
+                fut = src.pool.submit(src.get)
+                running[fut] = src.name
                 next_at = now + src.late
+                last = (src, now, fut)
                 continue
             if not running:
                 break
