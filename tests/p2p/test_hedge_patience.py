@@ -1,7 +1,7 @@
 """A piece its owner is getting from the store is not read from the store a second time
 on a guess (issue 24: store egress under load): while the owners' answer times are not
-yet known, an owner that heartbeats is waited for; one that says nothing is still
-hedged at the first guess, and a known-late owner as the rule says."""
+yet known, an owner that heartbeats is waited for 4x the first guess, not the guess; a
+known-late owner is hedged as the rule says."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ import time
 from collections.abc import Callable
 
 from bootseer.p2p.fallback import fetch_piece
-from bootseer.p2p.lateness import INITIAL, KNOWN_AFTER
+from bootseer.p2p.lateness import KNOWN_AFTER, Lateness
 from bootseer.p2p.server import PeerServer, ServedJob
 from bootseer.p2p.wire import PieceRequest
 from tests.p2p.test_peers import JOB, LOOPBACK, piece_owned_by, serve, swarm_to
 
 __all__ = ["serve"]
 
-# Longer than the first guess of lateness (the owners' and the store's INITIAL), far
-# shorter than the piece timeout.
-SLOW = 3 * INITIAL + 1.0
+# First guesses (seconds) for the owners' and the store's answer times: an owner is late
+# after 3.5 s on them, a heartbeating one after 4 x 3 + 0.5 = 12.5 s; this one answers
+# after SLOW, 3.5 s past the first and 5.5 s before the second.
+PEER_GUESS, STORE_GUESS = 3.0, 0.5
+SLOW = 7.0
 TIMEOUT = 60.0
 
 
@@ -45,6 +47,8 @@ def test_an_owner_getting_the_piece_is_not_raced_to_the_store_on_a_guess(
 
     server = serve({JOB: ServedJob(LOOPBACK, reads_the_store_slowly)})
     swarm = swarm_to(server.port, timeout=TIMEOUT)
+    swarm.peer_late = Lateness(initial=PEER_GUESS)
+    swarm.store_late = Lateness(initial=STORE_GUESS)
     from_store, reads = counting(data)
     assert fetch_piece(swarm, d, 1, from_store) == (data, "owner")
     assert reads == []  # read once, by its owner

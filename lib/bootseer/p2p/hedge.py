@@ -45,7 +45,7 @@ class Source(Generic[T]):
     pool: cf.Executor
     # Set by ``get`` while the source is getting the piece itself (a peer's heartbeats:
     # it reads the store for it); the next is then asked only after ``patient()``
-    # seconds from the ask (``inf``: not while it lasts; its answer or error decides).
+    # seconds from the ask.
     getting: threading.Event | None = None
     patient: Callable[[], float] | None = None
 
