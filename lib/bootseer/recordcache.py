@@ -77,9 +77,11 @@ class RecordCache:
         root: Path,
         max_bytes: int = MAX_BYTES,
         log: Callable[[str], None] = lambda _: None,
+        wait: float = WAIT,
     ) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.wait = wait  # latest's default
         self.log = log
         self._lock = threading.Lock()
 
@@ -104,11 +106,13 @@ class RecordCache:
         limit: int,
         purpose: Purpose,
         keys: SiteKeys,
-        wait: float = WAIT,
+        wait: float | None = None,
     ) -> bytes:
         """The sealed bytes of the rewritten record at ``key``: the store's (kept when it
         opens); the node's copy that opens when the store fails or takes more than
-        ``wait`` seconds (then the store's error, or its late answer, if there is none)."""
+        ``wait`` seconds (default: the cache's); with no copy here, the store's error or
+        its late answer."""
+        wait = self.wait if wait is None else wait
         fut = _readers.submit(store.read_bytes, key, limit)
         try:
             raw = fut.result(timeout=wait)

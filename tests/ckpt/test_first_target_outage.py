@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from bootseer.ckpt import Namespace
-from bootseer.ckpt.errors import CkptIOError
 from bootseer.recordcache import RecordCache
 from bootseer.store import Store, open_store
 from tests.conftest import devcluster
@@ -52,18 +51,15 @@ def test_a_hung_first_target_costs_no_manifest_the_node_read(
         with writer.open("run2/model.bin", "wb") as f:
             f.write(data)
         # The mount daemon of a job on this node reads the file's manifest once...
-        ns = namespace(store, second, name, RecordCache(tmp_path / "records"))
+        # (0.5 s: how long the node waits on the target before its copy serves.)
+        ns = namespace(store, second, name, RecordCache(tmp_path / "records", wait=0.5))
         m = ns.manifest("run2/model.bin")
         assert m is not None and m.size == len(data)
         proxy.hang()  # ...then the first target stops answering
         assert ns.manifest("run2/model.bin") == m
         with ns.open("run2/model.bin") as r:  # unit 1 lives on the second target
             assert r.pread(UNIT, UNIT) == data[UNIT : 2 * UNIT]
-        # A copy altered on the node is refused, never served.
-        for kept in (tmp_path / "records").iterdir():
-            kept.write_bytes(kept.read_bytes()[:-1] + b"x")
-        with pytest.raises(CkptIOError):
-            ns.manifest("run2/model.bin")
+        # (A copy altered on the node is refused: tests/base/test_recordcache.py.)
     finally:
         proxy.resume()
         store.delete_prefix(name)
