@@ -77,9 +77,11 @@ class RecordCache:
         root: Path,
         max_bytes: int = MAX_BYTES,
         log: Callable[[str], None] = lambda _: None,
+        wait: float = WAIT,
     ) -> None:
         self.root = root
         self.max_bytes = max_bytes
+        self.wait = wait  # latest's default
         self.log = log
         self._lock = threading.Lock()
 
@@ -104,11 +106,13 @@ class RecordCache:
         limit: int,
         purpose: Purpose,
         keys: SiteKeys,
-        wait: float = WAIT,
+        wait: float | None = None,
     ) -> bytes:
         """The sealed bytes of the rewritten record at ``key``: the store's (kept when it
         opens); the node's copy that opens when the store fails or takes more than
-        ``wait`` seconds (then the store's error, or its late answer, if there is none)."""
+        ``wait`` seconds (default: the cache's); with no copy here, the store's error or
+        its late answer."""
+        wait = self.wait if wait is None else wait
         fut = _readers.submit(store.read_bytes, key, limit)
         try:
             raw = fut.result(timeout=wait)
@@ -167,9 +171,12 @@ class RecordCache:
     def _keep(self, key: str, raw: bytes, purpose: Purpose, keys: SiteKeys) -> None:
         if not keys.verifies(purpose, key, raw):
             return  # not worth keeping: the caller refuses it (and counts the refusal once)
+        path = self._path(key)
+        with contextlib.suppress(OSError):
+            if path.stat().st_size == len(raw) and path.read_bytes() == raw:
+                return  # held already (a mount reads its manifests again and again)
         try:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path = self._path(key)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as f:

@@ -301,9 +301,11 @@ class ClusterJobs:
         opts: list[str],
         script: Path,
         cwd: Path,
+        wait: bool = True,
     ) -> int:
         """``sbatch`` ``script`` on exactly ``nodes`` as the user, with ``exports`` added to
-        the environment and ``opts`` (the job's ``--bootseer*``); waits for it to end."""
+        the environment and ``opts`` (the job's ``--bootseer*``); waits for it to end
+        unless ``wait`` is false."""
         r = sh(
             [
                 *self.as_user,
@@ -324,7 +326,8 @@ class ClusterJobs:
             cwd=cwd,
         )
         job = int(r.stdout.strip().split(";")[0])
-        self.wait(job)
+        if wait:
+            self.wait(job)
         return job
 
     def wait(self, job: int, timeout: float = 3600) -> None:

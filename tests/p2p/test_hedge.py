@@ -189,7 +189,10 @@ def test_hedges_wait_for_a_slot_and_a_failure_needs_none() -> None:
 
     def ask(tag: str, owner: Callable[[], bytes | None]) -> tuple[bytes, str]:
         return first(
-            [Source("owner", owner, 0.05, pool), Source("store", store(tag), 1.0, pool, slots)]
+            [
+                Source("owner", owner, 0.05, pool),
+                Source("store", store(tag), 1.0, pool, slots=slots),
+            ]
         )
 
     try:

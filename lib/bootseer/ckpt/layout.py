@@ -9,6 +9,13 @@ and, on the first target only::
     <user>/<name>/tree.json                  the rename table (:mod:`bootseer.ckpt.tree`)
     <user>/<name>/dirs/<id>/<path>           manifests of a directory made again after a rename
 
+A mount daemon (root, with the site keys) reads those sealed records through the node's
+record cache (:class:`bootseer.recordcache.RecordCache`, ``latest``): the first
+target's copy, kept on the node; the node's copy when that target fails or does not
+answer within 5 s, so an outage of the first target costs no file the node has read
+before (its last version seen here; the units then come from the other targets and the
+job's peers).
+
 :class:`Layout` holds those keys, reads and commits manifests, and counts what reading
 units moved: all the reader and the writer need (:mod:`bootseer.ckpt.reader`,
 :mod:`bootseer.ckpt.writer`). The whole-file operations built on them are
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
     from bootseer.ckpt.quota import QuotaGuard
     from bootseer.config import CkptSection, SiteConfig
     from bootseer.p2p.via import Via
+    from bootseer.recordcache import RecordCache
 
 
 class Layout:
@@ -72,6 +80,9 @@ class Layout:
         # Units through the job's peers (bootseer.p2p.via), set by the mount daemon of a
         # job on several nodes; and where the units it read came from.
         self.via: Via | None = None
+        # The node's copies of the manifests and the rename table (a mount daemon's,
+        # which has ``keys``): served when the first target fails or hangs.
+        self.records: RecordCache | None = None
         # The quotas of a root-run writer (bootseer.ckpt.quota): every upload of a new
         # version is charged to it first; None (the Python API, root's CLI): none.
         self.quota: QuotaGuard | None = None
@@ -138,17 +149,34 @@ class Layout:
             self._tree, self._tree_at = t, now
         return t
 
+    def _kept(self, key: str, limit: int) -> bytes | None:
+        """The sealed record at ``key`` through the node's record cache (None: no cache
+        here, or an empty object, a directory's on some stores: read the target as
+        ever); raises as :meth:`RecordCache.latest`."""
+        if self.records is None or self.keys is None:
+            return None
+        raw = self.records.latest(self.meta, key, limit + 1, sitekey.CKPT_MANIFEST, self.keys)
+        if not raw:
+            return None
+        if len(raw) > limit:
+            raise ManifestError(f"bad record {key}: larger than {limit} bytes")
+        return raw
+
     def _read_tree(self) -> Tree:
         key = self.tree_key
         try:
-            info = self.meta.info(key)
-            if info is None or info.is_dir:
-                return Tree()
-            if info.size > MAX_TREE_BYTES + sitekey.SEAL_BYTES:
-                raise ManifestError(f"bad rename table: larger than {MAX_TREE_BYTES} bytes")
-            raw = self.meta.read_bytes(key)
-        except FileNotFoundError:
+            raw = self._kept(key, MAX_TREE_BYTES + sitekey.SEAL_BYTES)
+            if raw is None:
+                info = self.meta.info(key)
+                if info is None or info.is_dir:
+                    return Tree()
+                if info.size > MAX_TREE_BYTES + sitekey.SEAL_BYTES:
+                    raise ManifestError(f"bad rename table: larger than {MAX_TREE_BYTES} bytes")
+                raw = self.meta.read_bytes(key)
+        except (FileNotFoundError, IsADirectoryError):
             return Tree()
+        except ManifestError as exc:
+            raise CkptIOError(f"{self.name}: {exc}") from None
         except StoreError as exc:
             raise CkptIOError(f"{self.name}: cannot read its rename table: {exc}") from None
         try:
@@ -234,12 +262,14 @@ class Layout:
         except FileNotFoundError:
             return None
         try:
-            info = self.meta.info(key)
-            if info is None or info.is_dir:
-                return None
-            if info.size > MAX_MANIFEST_BYTES + sitekey.SEAL_BYTES:
-                raise ManifestError(f"bad manifest: larger than {MAX_MANIFEST_BYTES} bytes")
-            raw = self.meta.read_bytes(key)
+            raw = self._kept(key, MAX_MANIFEST_BYTES + sitekey.SEAL_BYTES)
+            if raw is None:
+                info = self.meta.info(key)
+                if info is None or info.is_dir:
+                    return None
+                if info.size > MAX_MANIFEST_BYTES + sitekey.SEAL_BYTES:
+                    raise ManifestError(f"bad manifest: larger than {MAX_MANIFEST_BYTES} bytes")
+                raw = self.meta.read_bytes(key)
         except (FileNotFoundError, IsADirectoryError):
             return None
         except StoreError as exc:

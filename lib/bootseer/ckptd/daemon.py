@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
         keys = site_keys(cfg)
         keys.require()
         ns = Namespace.from_config(cfg, namespace_name(user, name), keys=keys)
+        from bootseer.recordcache import node_records
+
+        # Manifests kept on the node: an outage of the first target costs no file read here.
+        ns.records = node_records(cfg, log)
         from bootseer.ckpt.quota import guard_for
 
         ns.quota = guard_for(cfg, ns.targets, user, log)

@@ -67,9 +67,10 @@ def _fresh(exc: PeerError) -> PeerError:
 class _Call:
     """One request on a connection, until its answer (bytes or a PeerError) comes."""
 
-    def __init__(self, tag: int, length: int) -> None:
+    def __init__(self, tag: int, length: int, on_pending: Callable[[], None] | None = None) -> None:
         self.tag = tag
         self.length = length  # the piece's size when the request says it (0: any)
+        self.on_pending = on_pending  # told of each heartbeat (the asker's hedging)
         self.done = threading.Event()
         self.data: bytes | None = None
         self.error: BaseException | None = None
@@ -109,11 +110,13 @@ class _Link:
         with self.lock:
             return bool(self.calls)
 
-    def send(self, req: PieceRequest, token: bytes) -> _Call:
+    def send(
+        self, req: PieceRequest, token: bytes, on_pending: Callable[[], None] | None = None
+    ) -> _Call:
         with self.lock:
             if self.dead is not None:
                 raise _fresh(self.dead)
-            call = _Call(next(self.tags), req.length)
+            call = _Call(next(self.tags), req.length, on_pending)
             if not self.calls:
                 self.alive_at = time.monotonic()  # the wait for an answer starts now
             self.calls[call.tag] = call
@@ -168,6 +171,8 @@ class _Link:
                             )
                         self.receiving = call
                 if reply.pending:
+                    if call.on_pending is not None:
+                        call.on_pending()
                     continue
                 if reply.error:
                     try:
@@ -248,16 +253,23 @@ class PeerClient:
         self.connects = 0  # connections set up and authenticated (a hello read) so far
         self.most_open = 0  # the most open at once
 
-    def fetch(self, addr: Address, req: PieceRequest, token: bytes) -> bytes:
+    def fetch(
+        self,
+        addr: Address,
+        req: PieceRequest,
+        token: bytes,
+        on_pending: Callable[[], None] | None = None,
+    ) -> bytes:
         """The piece's bytes (not yet verified: the caller checks the digest); PeerError
         within ``timeout`` seconds whatever the peer does. The request is proved with the
-        job's ``token`` and the connection's nonce."""
+        job's ``token`` and the connection's nonce. ``on_pending`` is called at each
+        heartbeat: the peer is getting the piece (from the store, or once its prolog ran)."""
         deadline = time.monotonic() + self.timeout
         try:
-            return self._fetch(addr, req, token, deadline, stale=None)
+            return self._fetch(addr, req, token, deadline, None, on_pending)
         except _Stale as stale:
             link = stale.args[0]
-            return self._fetch(addr, req, token, deadline, stale=link)
+            return self._fetch(addr, req, token, deadline, link, on_pending)
 
     def _fetch(
         self,
@@ -266,10 +278,11 @@ class PeerClient:
         token: bytes,
         deadline: float,
         stale: _Link | None,
+        on_pending: Callable[[], None] | None = None,
     ) -> bytes:
         link, kept = self._link(addr, deadline, stale)
         try:
-            call = link.send(req, token)
+            call = link.send(req, token, on_pending)
         except PeerError:
             if kept and stale is None:  # it died since it was taken: try a fresh one
                 raise _Stale(link) from None

@@ -50,6 +50,11 @@ class Source(Generic[T]):
     # Asked as a hedge (the sources before it still running, only late) only while a
     # slot is free, held until it answers: what bounds hedged reads of a shared store.
     slots: threading.Semaphore | None = None
+    # Set by ``get`` while the source is getting the piece itself (a peer's heartbeats:
+    # it reads the store for it); the next is then asked only after ``patient()``
+    # seconds from the ask.
+    getting: threading.Event | None = None
+    patient: Callable[[], float] | None = None
 
 
 class NoSource(LookupError):
@@ -64,9 +69,16 @@ def first(sources: Sequence[Source[T]]) -> tuple[T, str]:
     errors: list[BaseException] = []
     i = 0
     next_at = 0.0
+    # The source asked last, when, and its answer to come.
+    last: tuple[Source[T], float, cf.Future[T | None]] | None = None
     try:
         while True:
             now = time.monotonic()
+            if last is not None and last[2] in running and now >= next_at:
+                src, asked, _ = last
+                if src.getting is not None and src.patient is not None and src.getting.is_set():
+                    # Getting the piece itself: the next would read it a second time.
+                    next_at = max(next_at, asked + src.patient())
             if i < len(sources) and (not running or now >= next_at):
                 src = sources[i]
                 slots = src.slots if running else None  # asked as a hedge: needs a slot
@@ -79,6 +91,7 @@ def first(sources: Sequence[Source[T]]) -> tuple[T, str]:
                     fut.add_done_callback(functools.partial(_release, slots))
                 running[fut] = src.name
                 next_at = now + src.late
+                last = (src, now, fut)
                 continue
             if not running:
                 break

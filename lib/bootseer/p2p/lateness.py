@@ -55,6 +55,11 @@ class Lateness:
         with self._lock:
             self._times.append(seconds)
 
+    def known(self) -> bool:
+        """Whether enough answers are known for :meth:`bound` to be more than a guess."""
+        with self._lock:
+            return len(self._times) >= self.known_after
+
     def bound(self) -> float:
         """Seconds after which a piece asked now is late."""
         with self._lock:

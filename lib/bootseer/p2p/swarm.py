@@ -110,18 +110,23 @@ class Swarm:
         return None
 
     def fetch(
-        self, piece: str, priority: int, where: tuple[str, str, int, int] | None = None
+        self,
+        piece: str,
+        priority: int,
+        where: tuple[str, str, int, int] | None = None,
+        on_pending: Callable[[], None] | None = None,
     ) -> bytes | None:
         """``piece`` from the nearest live node above this one in its tree, verified;
         None: fetch it from the store yourself. ``where`` (target, store key, offset,
         length) locates a piece outside an image. A node that fails is dropped and the
         next one up asked; one that fails without being dropped (a fill held back) sends
-        this node to the store. The answer times feed ``peer_late`` (bootseer.p2p.hedge)."""
+        this node to the store. The answer times feed ``peer_late`` (bootseer.p2p.hedge);
+        ``on_pending`` is called while the node asked is getting the piece itself."""
         tried: set[str] = set()
         while (src := self.source(piece)) is not None and src not in tried:
             tried.add(src)
             t0 = time.monotonic()
-            data = self._ask(src, piece, priority, where)
+            data = self._ask(src, piece, priority, where, on_pending=on_pending)
             if data is not None:
                 self.peer_late.record(time.monotonic() - t0)
                 return data
@@ -152,13 +157,14 @@ class Swarm:
         priority: int,
         where: tuple[str, str, int, int] | None,
         cached_only: bool = False,
+        on_pending: Callable[[], None] | None = None,
     ) -> bytes | None:
         target, key, offset, length = where or ("", "", 0, 0)
         req = PieceRequest(
             self.job_id, "", piece, priority, key, offset, length, target, cached_only
         )
         try:
-            data = self.client.fetch(self.resolve(o), req, self.token)
+            data = self.client.fetch(self.resolve(o), req, self.token, on_pending)
         except ConnectionsFull:  # this node's own bound, not the peer's fault
             return None
         except PeerError as exc:
