@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,12 +16,11 @@ from bootseer.p2p.auth import job_token
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
 from bootseer.p2p.wire import PeerError, PieceRequest
+from tests.p2p.test_datapath import serve
+from tests.p2p.test_peers import JOB, KEY, LOOPBACK, TIMEOUT
 from tests.waiting import wait_until
 
-KEY = b"site-key-" + b"x" * 32
-JOB = 42
-LOOPBACK = frozenset({"127.0.0.1"})
-TIMEOUT = 60.0  # far beyond any wait a test expects, loaded or not
+__all__ = ["serve"]  # the fixture, shared with test_datapath
 
 
 def pieces(n: int, size: int = 16 << 10) -> dict[str, bytes]:
@@ -30,21 +29,6 @@ def pieces(n: int, size: int = 16 << 10) -> dict[str, bytes]:
         data = os.urandom(size)
         out[hashlib.sha256(data).hexdigest()] = data
     return out
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[ServedJob], PeerServer]]:
-    servers: list[PeerServer] = []
-
-    def start(job: ServedJob) -> PeerServer:
-        s = PeerServer(("127.0.0.1", 0), KEY, {JOB: job}.get, lambda _: None)
-        s.start()
-        servers.append(s)
-        return s
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def test_one_connection_carries_every_piece_of_a_job(
