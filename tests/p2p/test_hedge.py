@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,10 +20,18 @@ from bootseer.p2p.hedge import Source, first
 from bootseer.p2p.imagesource import PeerSource
 from bootseer.p2p.pieces import Located, Pieces
 from bootseer.p2p.server import PeerServer, ServedJob
-from bootseer.p2p.wire import Hello, PieceReply, PieceRequest, read_message
+from bootseer.p2p.wire import PieceRequest
 from bootseer.store import Store
 from tests.conftest import devcluster
-from tests.p2p.test_peers import JOB, LOOPBACK, TIMEOUT, piece_owned_by, serve, swarm_to
+from tests.p2p.test_peers import (
+    JOB,
+    LOOPBACK,
+    TIMEOUT,
+    piece_owned_by,
+    serve,
+    swarm_to,
+    trickling_peer,
+)
 from tests.storeproxy import CountingProxy, proxied_store
 from tests.waiting import wait_until
 
@@ -104,32 +110,14 @@ def test_a_block_late_from_its_owner_comes_from_the_store_and_the_owner_is_kept(
     store once late, and the job does not run at its pace."""
     d, data = piece_owned_by("n1", ("n1", "n2"))
     store.write_bytes(block_key(d), data)
-    slow = socket.create_server(("127.0.0.1", 0))
-    done = threading.Event()
-
-    def trickle() -> None:
-        conn, _ = slow.accept()
-        with conn:
-            conn.sendall(Hello(os.urandom(16).hex()).encode())
-            read_message(conn)
-            conn.sendall(PieceReply(size=len(data)).encode())
-            for b in data:
-                if done.wait(0.1):
-                    return
-                conn.sendall(bytes([b]))
-
-    threading.Thread(target=trickle, daemon=True).start()
-    try:
-        source = PeerSource(StoreSource(store), swarm_to(slow.getsockname()[1], timeout=TIMEOUT))
+    with trickling_peer(data, 0.1) as port:
+        source = PeerSource(StoreSource(store), swarm_to(port, timeout=TIMEOUT))
         t0 = time.monotonic()
         assert source.read_block(0, d, 0, len(data), 1) == data
         assert time.monotonic() - t0 < TIMEOUT / 3
         assert source.counts() == (len(data), 0)
         assert not source.swarm.stats.dropped  # late, not dead
         assert source.swarm.owner(d) == "n1"  # still asked for its next piece
-    finally:
-        done.set()
-        slow.close()
 
 
 def test_a_fill_waits_for_a_late_owner(serve: Callable[..., PeerServer], store: Store) -> None:

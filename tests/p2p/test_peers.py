@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -315,11 +316,10 @@ def test_a_peer_killed_mid_transfer_is_dropped_at_once() -> None:
         half_dead.close()
 
 
-def test_a_peer_that_trickles_a_piece_is_bounded_by_the_piece_timeout() -> None:
-    """Bytes still arriving keep a peer from being called silent, but not forever: a peer
-    that trickles a piece (a byte every 0.2 s: alive, far too slow) is given up at the
-    piece's timeout (2 s here), however long its silence bound."""
-    d, data = piece_owned_by("n1", ("n1", "n2"))
+@contextmanager
+def trickling_peer(data: bytes, every: float) -> Iterator[int]:
+    """A peer on a link far too slow: it answers the first request with ``data``, a byte
+    every ``every`` seconds (alive, never silent); its port. Stopped on leaving."""
     slow = socket.create_server(("127.0.0.1", 0))
     done = threading.Event()
 
@@ -330,21 +330,29 @@ def test_a_peer_that_trickles_a_piece_is_bounded_by_the_piece_timeout() -> None:
             read_message(conn)
             conn.sendall(PieceReply(size=len(data)).encode())
             for b in data:
-                if done.wait(0.2):
+                if done.wait(every):
                     return
                 conn.sendall(bytes([b]))
 
-    t = threading.Thread(target=trickle, daemon=True)
-    t.start()
+    threading.Thread(target=trickle, daemon=True).start()
     try:
-        swarm = swarm_to(slow.getsockname()[1], timeout=2.0, silence=TIMEOUT)
+        yield slow.getsockname()[1]
+    finally:
+        done.set()
+        slow.close()
+
+
+def test_a_peer_that_trickles_a_piece_is_bounded_by_the_piece_timeout() -> None:
+    """Bytes still arriving keep a peer from being called silent, but not forever: a peer
+    that trickles a piece (a byte every 0.2 s: alive, far too slow) is given up at the
+    piece's timeout (2 s here), however long its silence bound."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    with trickling_peer(data, 0.2) as port:
+        swarm = swarm_to(port, timeout=2.0, silence=TIMEOUT)
         t0 = time.monotonic()
         assert swarm.fetch(d, 1) is None
         assert 2.0 - 0.1 < time.monotonic() - t0 < TIMEOUT / 2
         assert "timeout" in swarm.stats.dropped["n1"]
-    finally:
-        done.set()
-        slow.close()
 
 
 class DownStore:
