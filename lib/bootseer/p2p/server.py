@@ -55,16 +55,21 @@ class HeldPiece:
     size: int
 
 
+# A run's blocks (PieceRequest.blocks), in the request's order; None: not got in time.
+RunBlocks = list[bytes | None]
+
+
 @dataclass(frozen=True)
 class ServedJob:
     """What the server needs of one job the agent prepared."""
 
     addresses: frozenset[str]  # the job's nodes' addresses: only they may ask
-    # (request, deadline) -> the piece's bytes; PeerError("missing"/"failed") otherwise
-    provide: Callable[[PieceRequest, float], bytes]
-    # The fast way: the piece's file if this node holds it and it is one of the job's,
-    # at once (no waiting, no fetching); None sends the request to ``provide``.
-    held: Callable[[PieceRequest], HeldPiece | None] | None = None
+    # (request, deadline) -> the piece's bytes, or a run's blocks (``req.blocks``);
+    # PeerError("missing"/"failed") otherwise
+    provide: Callable[[PieceRequest, float], bytes | RunBlocks]
+    # The fast way: the piece's file (a run's: every block's) if this node holds it and
+    # it is the job's, at once (no waiting, no fetching); None sends it to ``provide``.
+    held: Callable[[PieceRequest], HeldPiece | list[HeldPiece] | None] | None = None
 
 
 class _Link:
@@ -283,6 +288,15 @@ class PeerServer:
                 if exc.kind in ("protocol", "refused"):
                     link.shutdown()
                 return
+            if isinstance(data, list):  # a run: the blocks got, each one's length
+                sizes = tuple(0 if b is None else len(b) for b in data)
+                parts = [b for b in data if b]
+                with self._lock:
+                    self.served_bytes += sum(sizes)
+                    self.served_pieces += len(parts)
+                head = PieceReply(size=sum(sizes), tag=req.tag, sizes=sizes).encode()
+                link.send(head, *parts)
+                return
             with self._lock:
                 self.served_bytes += len(data)
                 self.served_pieces += 1
@@ -297,35 +311,47 @@ class PeerServer:
                 self._slots.notify_all()
 
     def _send_held(self, link: _Link, job: ServedJob, req: PieceRequest) -> bool:
-        """Send a piece this node holds straight from its file (``sendfile``: no copy
-        through Python, no thread); False if it holds none (``provide`` answers)."""
+        """Send a piece this node holds (a run's blocks, all held) straight from its files
+        (``sendfile``: no copy through Python, no thread); False if it holds none
+        (``provide`` answers)."""
         held = job.held(req) if job.held is not None else None
         if held is None:
             return False
+        files = held if isinstance(held, list) else [held]
+        fds: list[int] = []
         try:
-            fd = os.open(held.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:  # evicted meanwhile
-            return False
-        try:
-            if os.fstat(fd).st_size != held.size:
-                return False
+            for h in files:
+                try:
+                    fds.append(os.open(h.path, os.O_RDONLY | os.O_CLOEXEC))
+                except FileNotFoundError:  # evicted meanwhile
+                    return False
+                if os.fstat(fds[-1]).st_size != h.size:
+                    return False
+            sizes = tuple(h.size for h in files)
             # Counted before it is sent, as a provided piece is: counted after, the asker
             # could hold the whole piece before the count said so.
             with self._lock:
-                self.served_bytes += held.size
-                self.served_pieces += 1
+                self.served_bytes += sum(sizes)
+                self.served_pieces += len(files)
+            reply = PieceReply(
+                size=sum(sizes), tag=req.tag, sizes=sizes if isinstance(held, list) else ()
+            )
             with link.writing:
-                link.conn.sendall(PieceReply(size=held.size, tag=req.tag).encode(), socket.MSG_MORE)
-                _sendfile(link.conn, fd, held.size, self.idle_timeout)
+                link.conn.sendall(reply.encode(), socket.MSG_MORE)
+                for fd, size in zip(fds, sizes, strict=True):
+                    _sendfile(link.conn, fd, size, self.idle_timeout)
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
         return True
 
-    def _answer_beating(self, link: _Link, req: PieceRequest, peer: str, nonce: bytes) -> bytes:
+    def _answer_beating(
+        self, link: _Link, req: PieceRequest, peer: str, nonce: bytes
+    ) -> bytes | RunBlocks:
         """The answer, with a heartbeat every HEARTBEAT seconds while it takes: the asker
         tells a busy owner (waiting on the store) from a dead one by it."""
         done = threading.Event()
-        result: list[bytes] = []
+        result: list[bytes | RunBlocks] = []
         failure: list[BaseException] = []
 
         def work() -> None:
@@ -357,7 +383,7 @@ class PeerServer:
             self._refuse(f"peer {peer}: not a node of job {req.job_id}")
         return job
 
-    def _answer(self, req: PieceRequest, peer: str, nonce: bytes) -> bytes:
+    def _answer(self, req: PieceRequest, peer: str, nonce: bytes) -> bytes | RunBlocks:
         # The asker waits this long from its request, the wait for the job's prolog included.
         deadline = time.monotonic() + self.serve_timeout
         if not check_proof(self.site_key, nonce, req.job_id, req.piece, req.proof):
