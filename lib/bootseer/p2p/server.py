@@ -123,7 +123,8 @@ class PeerServer:
         self.serve_timeout = serve_timeout
         self.idle_timeout = idle_timeout
         self.served_bytes = 0
-        self.served_pieces = 0
+        self.served_pieces = 0  # a run's blocks count one each
+        self.requests = 0  # requests read (a piece, or a run of blocks: one each)
         self.refused = 0
         self.accepted = 0  # connections accepted (each one hello, one nonce) so far
         self._active = 0
@@ -231,6 +232,8 @@ class PeerServer:
                 if doc is None:
                     return
                 tag = 0
+                with self._lock:
+                    self.requests += 1
                 try:
                     req = PieceRequest.decode(doc)
                     tag = req.tag
