@@ -193,6 +193,36 @@ def test_a_run_with_a_bad_block_keeps_the_good_ones_and_gets_it_elsewhere(nodes,
     assert source.origin.read == [bad]  # type: ignore[attr-defined]
 
 
+def test_a_block_the_peer_cannot_get_is_left_out_of_its_run(  # type: ignore[no-untyped-def]
+    nodes, asker, tmp_path
+) -> None:
+    """n1's store lacks one block of the run: n1 answers with the other 7 and a 0 for it,
+    is not dropped (it is alive, its source failed), and n2 takes that block alone from
+    its own store."""
+    n1, server, blocks = nodes(8)
+    lacking = open_store(f"file://{tmp_path}/store-n1")
+    missing = n1.manifest.blocks[3]
+    for d, data in blocks.items():
+        if d != missing:
+            lacking.write_bytes(block_key(d), data)
+    n1.source = StoreSource(lacking)
+    n1.fetcher = Fetcher(n1.cache, workers=8, timeout=1.0)  # gives up on it in a second
+    fetcher, source = asker(server.port)
+    try:
+        res = prefetch_hot(
+            fetcher, source, n1.manifest, range(8), time.monotonic() + TIMEOUT, 1.0, RUN
+        )
+    finally:
+        n1.fetcher.stop()
+    assert res.complete and res.fetched_blocks == 8
+    # (the store may answer before n1 has read that ask: hedged once n1 is late)
+    wait_until(lambda: len(n1.requests) >= 2, "n1 asked for the block alone")
+    assert n1.runs()[:2] == [8, 0] and n1.requests[1].piece == missing
+    assert holds_exactly(fetcher.cache, blocks)
+    assert fetcher.stats.run_blocks == 7 and source.origin.read == [missing]  # type: ignore[attr-defined]
+    assert not source.swarm.stats.dropped and source.swarm.stats.corrupt == 0
+
+
 def test_an_agent_that_knows_no_runs_serves_block_by_block(nodes, asker, serve) -> None:  # type: ignore[no-untyped-def]
     """An agent of the previous version ignores a request's blocks and finds no block by
     the run's digest ("missing"): n2 drops nothing, asks it no more runs, and takes every

@@ -184,6 +184,7 @@ class _Job:
     taken: bool = False
     interests: list[Interest] = field(default_factory=list)
     order: int = 0  # its place in the queue among its priority's (the run's, if in one)
+    wanted: int = BACKGROUND  # the most urgent priority asked for it (a reader's, mid-run)
 
 
 @dataclass(eq=False)
@@ -294,6 +295,7 @@ class Fetcher:
                 job.created = time.monotonic()  # its time limit runs from this request
                 job.order = next(self._seq)  # (out of its run, if it was in one)
                 self._push(job)
+            job.wanted = min(job.wanted, priority)
             if interest is not None:
                 job.interests.append(interest)
             if priority < BACKGROUND or len(self._heap) == 1:
@@ -433,7 +435,12 @@ class Fetcher:
                 _nice(19)
             try:
                 if isinstance(item, _Run):
-                    self._fetch_run(item)
+                    try:
+                        self._fetch_run(item)
+                    except Exception as exc:  # a bug: the run's waiters hear it, not a hang
+                        for job in item.jobs:
+                            if not job.future.done():
+                                job.future.set_exception(FetchError(describe(exc)))
                 else:
                     self._fetch_one(item)
             finally:
@@ -468,6 +475,8 @@ class Fetcher:
         blocks = [(j.index, j.digest, j.length) for j in run.jobs]
         try:
             parts = run.source.read_run(run.peer, blocks, run.priority)
+            if len(parts) != len(blocks):
+                raise ValueError(f"{len(parts)} answers")
         except Exception as exc:  # the contract says never; a bug costs the run, not a block
             self.log(f"run of {len(blocks)} blocks from {run.peer}: {describe(exc)}")
             parts = [None] * len(blocks)
@@ -488,6 +497,7 @@ class Fetcher:
             self.stats.runs += 1
             for job in again:
                 job.taken = False
+                job.priority = min(job.priority, job.wanted)  # a reader waits on it now
                 self._push(job)
             if again:
                 self._cond.notify_all()
