@@ -505,7 +505,7 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
     )
     jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
     try:
-        got: list[bytes] = []
+        got: list[object] = []  # bytes (a run's blocks for a run)
         asked = threading.Thread(
             target=lambda: got.append(
                 jobs.provide_block(
@@ -520,7 +520,9 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
         assert src.reads == [] and asked.is_alive()
         fetcher.last_read = NEVER  # the job's reads end: the peer's block is fetched
         asked.join(timeout=60)
-        assert got and digest(got[0]) == m.blocks[2] and src.reads == [2]
+        assert (
+            got and isinstance(got[0], bytes) and digest(got[0]) == m.blocks[2] and src.reads == [2]
+        )
     finally:
         fetcher.stop()
 
@@ -560,6 +562,7 @@ def test_a_peer_is_sent_only_a_held_block_of_the_jobs_image(tmp_path: Path) -> N
     hold, a piece of no block of the image and an unknown job go to ``provide_block``."""
     from bootseer.agent.jobs import Jobs, JobView, PreparedImage
     from bootseer.nodepaths import NodePaths
+    from bootseer.p2p.server import HeldPiece
     from bootseer.p2p.wire import PieceRequest
 
     f = sqsh_file(tmp_path / "f.sqsh", 3 * BS + 100)
@@ -575,7 +578,7 @@ def test_a_peer_is_sent_only_a_held_block_of_the_jobs_image(tmp_path: Path) -> N
         data = f.read_bytes()
         cache.put(m.blocks[3], data[3 * BS :])
         held = jobs.held_block(PieceRequest(7, "", m.blocks[3], 1))
-        assert held is not None and held.size == 100
+        assert isinstance(held, HeldPiece) and held.size == 100
         assert held.path.read_bytes() == data[3 * BS :]
         assert jobs.held_block(PieceRequest(7, "", m.blocks[1], 1)) is None  # not held
         other = digest(b"not a block of the image")
