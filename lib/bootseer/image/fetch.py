@@ -197,7 +197,6 @@ class _Run:
     priority: int
     jobs: list[_Job]
     order: int
-    taken: bool = False
 
 
 @dataclass
@@ -333,6 +332,7 @@ class Fetcher:
                         priority,
                         time.monotonic(),
                         order=order,
+                        wanted=priority,
                     )
                     self._jobs[d] = job
                     members.append(job)
@@ -485,7 +485,7 @@ class Fetcher:
             if data is None:
                 again.append(job)
                 continue
-            self.cache.put(job.digest, data)  # type: ignore[arg-type]  # (a memoryview)
+            self.cache.put(job.digest, data)
             with self._cond:
                 self.stats.blocks += 1
                 self.stats.bytes += len(data)
