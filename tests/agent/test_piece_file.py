@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bootseer.agentapi.client import AgentClient
 from bootseer.agentapi.jobs import FetchPiece
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes, fold_nodes
@@ -125,3 +126,27 @@ def test_a_piece_of_a_ten_thousand_node_job(
         assert got is not None, log
         assert bytes(got[0]) == want
     assert log == []
+
+
+def test_pieces_come_on_one_kept_connection_with_their_files(
+    agent: tuple[AgentProc, list[str]],
+) -> None:
+    """Root's parts keep their connection: every piece on it, each with its own file
+    (a descriptor passed with each reply, none left over on the agent's side)."""
+    a, shas = agent
+    assert a.proc is not None
+    client = AgentClient(a.socket, keep=1)
+    for _ in range(3):
+        for i, sha in enumerate(shas):
+            req = FetchPiece(7, "t1,t1", KEY, i * PIECE, PIECE, sha, uid=0, pass_file=True)
+            piece, fds = client.ask_for_fds(req)
+            try:
+                assert (piece.passed, len(fds)) == (True, 1)
+                assert hashlib.sha256(read_fd(fds[0])).hexdigest() == sha
+            finally:
+                for fd in fds:
+                    os.close(fd)
+    assert client.connects == 1
+    client.close()
+    pid = a.proc.pid
+    wait_until(lambda: not _blocks_open(pid), "the agent closes the files it passed")

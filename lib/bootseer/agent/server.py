@@ -392,14 +392,14 @@ class AgentServer:
         caller = Caller(conn.uid, fds, conn.sock)
         try:
             reply = encode(answer(self.agent, line, caller))
+            with self._lock:  # counted before it is sent: the caller may count at once
+                self.served += 1
             try:
                 if caller.reply_fds:  # with the reply's first bytes, as SCM_RIGHTS
                     reply = reply[socket.send_fds(conn.sock, [reply], caller.reply_fds) :]
                 conn.sock.sendall(reply)
             except OSError:
                 return False
-            with self._lock:
-                self.served += 1
             return True
         finally:
             for fd in [*fds, *caller.reply_fds]:

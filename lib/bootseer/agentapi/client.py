@@ -61,6 +61,7 @@ class AgentClient:
         self._kept: list[tuple[socket.socket, float]] = []  # idle, and since when
         self._lock = threading.Lock()
         self._one_shot = False  # the agent closes a connection once it answered
+        self.one_shot_hint = ONE_SHOT_HINT
 
     def close(self) -> None:
         """Close the connections kept open."""
@@ -180,7 +181,7 @@ class AgentClient:
         return s, None
 
     def _closed_kept(self, since: float) -> None:
-        if time.monotonic() - since < ONE_SHOT_HINT:
+        if time.monotonic() - since < self.one_shot_hint:
             self._one_shot = True  # an agent from before: one connection per request
 
     def _keep(self, s: socket.socket, whole: bool) -> None:
