@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import select
 import socket
 import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar
 
 from bootseer import jsonlimits
 from bootseer.agent.assembly import Agent
@@ -43,6 +40,7 @@ from bootseer.agentapi.requests import parse_request
 from bootseer.agentapi.wire import MAX_LINE, encode
 from bootseer.errors import StoreError
 from bootseer.jsondecode import DecodeError
+from bootseer.workers import Pool
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -102,6 +100,11 @@ def agent_error(exc: Exception) -> AgentError | None:
     return None
 
 
+# A request read whole: its line, the descriptors passed with it, and whether the
+# connection closes after its reply (it cannot carry another).
+Request = tuple[bytes, list[int], bool]
+
+
 @dataclass(eq=False)
 class _Conn:
     """One open connection: its caller, the bytes of its next request read so far (and the
@@ -115,7 +118,7 @@ class _Conn:
     fds: list[int] = field(default_factory=list)
     eof: bool = False  # the caller will send nothing more
 
-    def take(self) -> tuple[bytes, list[int], bool] | None:
+    def take(self) -> Request | None:
         """The next request (its line, its descriptors, and whether the connection must
         close after its reply: it cannot carry another), or None until more is read."""
         at = self.buf.find(b"\n")
@@ -200,7 +203,9 @@ class AgentServer:
         self._busy: Counter[int] = Counter()  # uid -> requests being answered
         self._conns: dict[int, _Conn] = {}  # fd -> every open connection
         self._idle: set[_Conn] = set()  # those with no request under way
-        self._pool = _Pool(max_connections + ROOT_WORKERS, self._serve)
+        self._pool: Pool[tuple[_Conn, Request]] = Pool(
+            max_connections + ROOT_WORKERS, self._serve, "agent-request"
+        )
         self._stop = False
         self._stopped = threading.Event()
         self._stopped.set()  # not serving
@@ -354,7 +359,7 @@ class AgentServer:
 
     # -- the workers --------------------------------------------------------------
 
-    def _serve(self, item: tuple[_Conn, tuple[bytes, list[int], bool]]) -> None:
+    def _serve(self, item: tuple[_Conn, Request]) -> None:
         """Answer a connection's request (and the next ones if already read), then give
         the connection back to the selector, or close it."""
         conn, request = item
@@ -433,52 +438,3 @@ class AgentServer:
 # An idle connection waits for its next bytes; once they come it is taken off the wait
 # (one-shot) until the request is answered or more of it is read.
 WAIT = select.EPOLLIN | select.EPOLLONESHOT
-
-Item = TypeVar("Item")
-
-
-class _Pool(Generic[Item]):
-    """At most ``size`` threads running ``work`` on submitted items, each started when an
-    item finds no thread free, and kept for the next ones."""
-
-    def __init__(self, size: int, work: Callable[[Item], None]) -> None:
-        self.size = size
-        self.work = work
-        self.started = 0
-        self._free = 0  # threads waiting for an item, none promised to one yet
-        self._queued = 0  # items waiting for a thread (all were busy, at ``size``)
-        self._items: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-
-    def submit(self, item: Item) -> None:
-        with self._lock:
-            if self._free:
-                self._free -= 1
-                start = False
-            elif self.started < self.size:
-                self.started += 1
-                start = True
-            else:
-                self._queued += 1
-                start = False
-        self._items.put(item)
-        if start:
-            name = f"agent-request-{self.started}"
-            threading.Thread(target=self._run, name=name, daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            item = self._items.get()
-            if item is None:
-                return
-            self.work(item)
-            with self._lock:
-                if self._queued:
-                    self._queued -= 1  # this thread takes one waiting
-                else:
-                    self._free += 1
-
-    def stop(self) -> None:
-        """End the threads once the items submitted are done."""
-        for _ in range(self.started):
-            self._items.put(None)
