@@ -7,6 +7,7 @@ mean "the agent cannot serve this in time".
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import select
@@ -469,7 +470,7 @@ def test_a_kept_connection_takes_descriptors_request_by_request(served: AgentSer
             os.close(w)
             assert json.loads(read_line(s))["ok"]
             # The agent closed its copy of the write end: the read end sees EOF.
-            wait_until(lambda r=r: select.select([r], [], [], 0)[0], "the agent closes it")
+            wait_until(functools.partial(readable, r), "the agent closes it")
             assert os.read(r, 1) == b""
             os.close(r)
         r, w = os.pipe()
@@ -480,6 +481,10 @@ def test_a_kept_connection_takes_descriptors_request_by_request(served: AgentSer
         assert answer["kind"] == "invalid" and "at most 1" in answer["error"], answer
         assert s.recv(1) == b""  # closed after it
     assert served.served == 4
+
+
+def readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 def read_line(s: socket.socket) -> bytes:

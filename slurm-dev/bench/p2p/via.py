@@ -6,7 +6,7 @@ The checkpoint mount daemon and the prolog's restore ask the node's agent for ea
 (:func:`bootseer.p2p.via.agent_via`: a ``FetchPiece`` on its socket); the agent takes it
 from its cache, the job's peers or the store, and the caller gets the verified bytes.
 This bench runs a real agent (``tests.imagekit``: its own config, store and cache) and a
-store object of ``--mib`` MiB in ``--piece-mib`` pieces. A first pass puts every piece in
+store object of ``--mib`` MiB in ``--piece-kib`` pieces. A first pass puts every piece in
 the agent's cache (the store's read, not measured); each measured pass asks for every
 piece again, as a daemon reading a checkpoint twice (``torch.load``, then its shards) or
 a second job on the node does. Both sides' CPU per GiB: this process's
@@ -156,7 +156,8 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     print(
         f"{rec['label']}: {rec['bytes'] // MIB} MiB in {rec['piece_bytes'] // 1024} KiB pieces: "
-        f"{rec['seconds']} s, {rec['mb_s']} MB/s, {rec['pieces_s']} pieces/s, caller {rec['caller_cpu_s_per_gib']} / "
+        f"{rec['seconds']} s, {rec['mb_s']} MB/s, {rec['pieces_s']} pieces/s, "
+        f"caller {rec['caller_cpu_s_per_gib']} / "
         f"agent {rec['agent_cpu_s_per_gib']} CPU-s/GiB, "
         f"agent threads created {rec['agent_threads_created']}, load1 {rec['load1']}"
     )
