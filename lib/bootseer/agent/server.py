@@ -235,7 +235,7 @@ class AgentServer:
 
     # -- the selector thread ------------------------------------------------------
 
-    def serve_forever(self, poll_interval: float = 0.1) -> None:
+    def serve_forever(self) -> None:
         """Serve until :meth:`shutdown`; the connections stay, for the next call (a
         restart in place that did not happen serves them again)."""
         self._stop = False
@@ -243,7 +243,7 @@ class AgentServer:
         listen, wake = self.socket.fileno(), self._wake_r.fileno()
         try:
             while not self._stop:
-                for fd, _events in self._epoll.poll(self._next_deadline(poll_interval)):
+                for fd, _events in self._epoll.poll(self._next_deadline()):
                     if fd == listen:
                         self._accept()
                     elif fd == wake:
@@ -275,6 +275,7 @@ class AgentServer:
         for conn in idle:
             self._close(conn)
         self._pool.stop()
+        self._epoll.close()
         self._wake_r.close()
         self._wake_w.close()
 
@@ -329,12 +330,15 @@ class AgentServer:
             self._busy[conn.uid] += 1
         self._pool.submit((conn, request))
 
-    def _next_deadline(self, poll_interval: float) -> float:
+    def _next_deadline(self) -> float:
+        """Seconds until the next idle connection idles out. With none idle, one handed
+        back by a worker meanwhile (not waking this thread: no hand-off per request) is
+        looked at within ``idle_timeout``; :meth:`shutdown` wakes the thread itself."""
         with self._lock:
             oldest = min((c.since for c in self._idle), default=None)
         if oldest is None:
-            return poll_interval
-        return max(0.0, min(poll_interval, oldest + self.idle_timeout - time.monotonic()))
+            return self.idle_timeout
+        return max(0.0, oldest + self.idle_timeout - time.monotonic())
 
     def _expire(self) -> None:
         """Close connections idle for ``idle_timeout`` (their caller opens a new one) and
@@ -389,7 +393,7 @@ class AgentServer:
             else:
                 try:
                     self._epoll.modify(conn.sock.fileno(), WAIT)  # its next request
-                except OSError:  # the agent is stopping
+                except (OSError, ValueError):  # the agent is stopping (its epoll closed)
                     self._drop(conn)
 
     def _answer(self, conn: _Conn, line: bytes, fds: list[int]) -> bool:

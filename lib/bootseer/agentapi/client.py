@@ -212,7 +212,10 @@ def _request(
     except OSError as exc:
         if exc.errno in GONE:
             # The agent may have answered meanwhile (a refusal sent as it accepted).
-            buf = _answer(s, got)
+            try:
+                buf = _answer(s, got)
+            except OSError:
+                buf = b""
             if buf:
                 return buf
             raise _Unanswered() from None
