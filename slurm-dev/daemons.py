@@ -13,6 +13,7 @@ is ``python3``). The helpers below (pids, users, waiting) serve the store host
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pwd
 import signal
@@ -212,6 +213,14 @@ def ensure_users() -> None:
     fuse = Path("/dev/fuse")
     if fuse.exists() and fuse.stat().st_mode & 0o777 != 0o666:
         fuse.chmod(0o666)
+    # Two `up`s at once (the test suite's workers) would race useradd for /etc/passwd's
+    # lock ("cannot lock /etc/passwd; try again later"): one at a time.
+    with open("/run/slurm-dev-users.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _add_users()
+
+
+def _add_users() -> None:
     for user in USERS:
         if subprocess.run(["id", "-u", user], capture_output=True).returncode == 0:
             continue

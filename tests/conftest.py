@@ -33,8 +33,22 @@ sys.path.insert(0, str(TOP / "slurm-dev"))
 
 import devcluster as devcluster  # noqa: E402 (the tests take it from here)
 
+
+def _worker() -> int:
+    """This process's number among pytest-xdist's workers (``gw1`` -> 1); 0 without xdist."""
+    wid = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(wid[2:]) if wid.startswith("gw") and wid[2:].isdigit() else 0
+
+
+# Each xdist worker has its own clusters: its own state dirs and, 500 ports further on, its
+# own ports and node subnets (slurm-dev takes a subnet from the port base; tests use up to
+# base + 150). Worker 0 keeps the defaults, so a run without xdist is unchanged.
+WORKER_PORT_STEP = 500
 TEST_STATE = Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-test"))
 TEST_PORT_BASE = int(os.environ.get("BOOTSEER_TEST_PORT_BASE", "17900"))
+if _worker():
+    TEST_STATE = TEST_STATE.with_name(f"{TEST_STATE.name}-w{_worker()}")
+    TEST_PORT_BASE += WORKER_PORT_STEP * _worker()
 
 
 NOTICE = "bootseer on "  # how the plugin's line about a technique not set up begins

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bootseer.agentapi.client import AgentClient
 from bootseer.agentapi.jobs import FetchPiece
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes, fold_nodes
@@ -69,11 +70,22 @@ def test_the_agent_passes_the_open_cache_file_and_its_crcs(
         finally:
             for fd in fds:
                 os.close(fd)
-    # The agent keeps no descriptor of the cache files it passed (closed once sent).
+    # Root's parts keep their connection (issue 19: none made per piece): every piece
+    # on it, each with its own file; the agent keeps no descriptor of the cache files it
+    # passed (closed once sent).
+    kept = AgentClient(a.socket, keep=1)
     for _ in range(20):
-        _, fds = a.client.ask_for_fds(req)
-        for fd in fds:
-            os.close(fd)
+        for i, sha in enumerate(shas):
+            ask = FetchPiece(7, "t1,t1", KEY, i * PIECE, PIECE, sha, uid=0, pass_file=True)
+            piece, fds = kept.ask_for_fds(ask)
+            try:
+                assert (piece.passed, len(fds)) == (True, 1)
+                assert hashlib.sha256(read_fd(fds[0])).hexdigest() == sha
+            finally:
+                for fd in fds:
+                    os.close(fd)
+    assert kept.connects == 1
+    kept.close()
     pid = a.proc.pid
     wait_until(lambda: not _blocks_open(pid), "the agent closes the files it passed")
     # Without the ask (a caller from before), the reply names the file and passes nothing.

@@ -7,7 +7,10 @@ mean "the agent cannot serve this in time".
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import select
 import socket
 import socketserver
 import threading
@@ -54,6 +57,7 @@ from bootseer.stepapi import StepCall
 from tests import hookkit
 from tests.hookkit import job_context
 from tests.imagekit import node_config, site_config
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -412,3 +416,106 @@ def test_every_reply_type_round_trips_typed() -> None:
 
     with pytest.raises(DecodeError, match="fill"):
         JobReply.from_wire({**job.to_wire(), "fill": {"state": "odd"}})
+
+
+# -- kept connections (issue 19: no thread and no connection per request) ------------
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[AgentServer]:
+    """A real AgentServer whose connections idle out after 0.3 s."""
+    agent = Agent(node_config(tmp_path), "t1")
+    server = AgentServer(agent.paths.agent_socket, agent, idle_timeout=0.3)
+    agent.open_connections = server.connections  # as the daemon does
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        agent.close()
+
+
+@pytest.mark.root
+def test_a_kept_connection_carries_requests_and_comes_back_after_idling(
+    served: AgentServer,
+) -> None:
+    """One connection for many requests; the agent closes it once idle, and the next
+    request goes again on a new one without the caller seeing it."""
+    client = AgentClient(served.agent.paths.agent_socket, keep=2)
+    client.one_shot_hint = 0.1  # closed sooner: an agent of before (this one idles 0.3 s)
+    for _ in range(20):
+        assert client.ask(Ping()).node == "t1"
+    assert client.connects == 1
+    assert served.served == 20
+    wait_until(lambda: not served.open_connections(), "the idle connection closed")
+    with pytest.raises(AgentNotFound):  # an error reply leaves the connection usable
+        client.ask(Status(5))
+    assert client.ask(Stats()).connections == 1  # this request, not the kept connection
+    assert client.connects == 2
+    client.close()
+
+
+@pytest.mark.root
+def test_a_kept_connection_takes_descriptors_request_by_request(served: AgentServer) -> None:
+    """Descriptors passed (SCM_RIGHTS) go with their own request and are closed once it
+    is answered; more than one with a request is refused, and the connection closed
+    (what follows cannot be told apart)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(30)
+        s.connect(str(served.agent.paths.agent_socket))
+        for _ in range(3):
+            r, w = os.pipe()
+            socket.send_fds(s, [encode({"op": "ping"})], [w])
+            os.close(w)
+            assert json.loads(read_line(s))["ok"]
+            # The agent closed its copy of the write end: the read end sees EOF.
+            wait_until(functools.partial(readable, r), "the agent closes it")
+            assert os.read(r, 1) == b""
+            os.close(r)
+        r, w = os.pipe()
+        socket.send_fds(s, [encode({"op": "ping"})], [r, w])
+        os.close(r)
+        os.close(w)
+        answer = json.loads(read_line(s))
+        assert answer["kind"] == "invalid" and "at most 1" in answer["error"], answer
+        assert s.recv(1) == b""  # closed after it
+    assert served.served == 4
+
+
+def readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def read_line(s: socket.socket) -> bytes:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = s.recv(1 << 16)
+        assert chunk, f"closed after {buf!r}"
+        buf += chunk
+    return buf
+
+
+def test_a_keeping_client_asks_an_agent_of_before_once_per_connection(tmp_path: Path) -> None:
+    """An agent of the previous version answers one request and closes: the keeping
+    client's next request on that connection goes again on a new one, and from then on
+    it opens one per request."""
+    sock = tmp_path / "old.sock"
+    accepted = []
+
+    class OneShot(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            accepted.append(1)
+            self.rfile.readline()
+            self.wfile.write(encode({"ok": True, "node": "old", "pid": 1}))
+
+    with socketserver.ThreadingUnixStreamServer(str(sock), OneShot) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            client = AgentClient(sock, keep=4)
+            for _ in range(5):
+                assert client.ask(Ping(), timeout=30).node == "old"
+            assert len(accepted) == 5  # each request answered once, on its own connection
+            assert client.connects == 5
+        finally:
+            server.shutdown()

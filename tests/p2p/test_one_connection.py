@@ -156,3 +156,81 @@ def test_an_asker_at_the_connection_bound_takes_the_first_connection_to_go_idle(
     finally:
         release.set()
         client.close()
+
+
+def test_provided_pieces_are_answered_by_a_few_threads_kept(
+    serve: Callable[[ServedJob], PeerServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each piece the owner had to get first (``provide``) was answered by two threads
+    started for it, one getting it, one heartbeating: 2 per piece, ~620 in one 2-node
+    job with the agent's socket's. Now a bounded pool of kept threads gets the pieces and
+    one thread sends every request's heartbeats: the threads started in this process
+    over 239 pieces, 119 asked one by one and 120 16 at a time, are counted (238
+    before)."""
+    ps = pieces(240)
+    digests = list(ps)
+    server = serve(ServedJob(LOOPBACK, lambda req, deadline: ps[req.piece]))
+    client = PeerClient(timeout=TIMEOUT)
+    token = job_token(KEY, JOB)
+    addr = ("127.0.0.1", server.port)
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counted(self: threading.Thread) -> None:
+        started.append(self.name)
+        start(self)
+
+    def fetch(d: str) -> bytes:
+        return client.fetch(addr, PieceRequest(JOB, "", d, 1), token)
+
+    try:
+        assert fetch(digests[0]) == ps[digests[0]]  # the connection, its threads
+        monkeypatch.setattr(threading.Thread, "start", counted)
+        for d in digests[1:120]:
+            assert fetch(d) == ps[d]
+        assert len(started) <= 1, started  # the pool's first thread, if not yet started
+        with ThreadPoolExecutor(16) as pool:
+            assert list(pool.map(fetch, digests[120:])) == [ps[d] for d in digests[120:]]
+        providers = [n for n in started if n.startswith("peer-provide")]
+        assert len(providers) <= 16, started  # at most one per request at once
+        assert server.served_pieces == 240
+    finally:
+        client.close()
+
+
+def test_requests_waiting_for_a_provider_hear_heartbeats(
+    serve: Callable[[ServedJob], PeerServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the pool's threads, a request waits its turn, and its asker hears it is
+    pending meanwhile (busy is not dead): two providers, four slow pieces at once."""
+    monkeypatch.setattr("bootseer.p2p.server.PROVIDERS", 2)
+    ps = pieces(4)
+    digests = list(ps)
+    release = threading.Event()
+
+    def slow(req: PieceRequest, deadline: float) -> bytes:
+        release.wait(TIMEOUT)
+        return ps[req.piece]
+
+    server = serve(ServedJob(LOOPBACK, slow))
+    client = PeerClient(timeout=TIMEOUT, silence=3.0)
+    token = job_token(KEY, JOB)
+    addr = ("127.0.0.1", server.port)
+    beats = dict.fromkeys(digests, 0)
+
+    def fetch(d: str) -> bytes:
+        def heard() -> None:
+            beats[d] += 1
+
+        return client.fetch(addr, PieceRequest(JOB, "", d, 1), token, on_pending=heard)
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            got = [pool.submit(fetch, d) for d in digests]
+            wait_until(lambda: min(beats.values()) >= 2, "two heartbeats for each request")
+            assert server._providers.started == 2  # two waited for a thread, heartbeaten
+            release.set()
+            assert [f.result() for f in got] == [ps[d] for d in digests]
+    finally:
+        release.set()
+        client.close()

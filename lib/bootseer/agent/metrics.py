@@ -66,8 +66,8 @@ class AgentCollector:
         if self.server is not None:
             yield gauge(
                 "bootseer_agent_socket_connections",
-                "Connections the agent's socket is serving (hooks, jobs, CLI)",
-                sum(self.server.connections().values()),
+                "Connections open on the agent's socket (hooks, jobs, CLI), idle kept ones too",
+                sum(self.server.open_connections().values()),
             )
             yield counter(
                 "bootseer_agent_socket_refused",

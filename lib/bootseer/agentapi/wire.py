@@ -1,6 +1,8 @@
 """Requests and replies as typed dataclasses, decoded by :mod:`bootseer.jsondecode`.
 
-One connection carries one request and one reply, each a line of JSON. A request is a
+A request and its reply are each a line of JSON; a connection carries requests one
+after another, each answered before the next is sent (an agent of an earlier version
+answers one and closes: the client then opens one per request). A request is a
 frozen dataclass naming its ``op`` and, as its type parameter, its reply type; the
 decoder reads the dataclass's field types (and the bounds they carry in ``Annotated``),
 so a new request is declared once and needs no parse code of its own:

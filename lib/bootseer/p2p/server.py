@@ -17,6 +17,7 @@ is closed after ``idle_timeout`` seconds::
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
 import socket
@@ -37,14 +38,22 @@ from bootseer.p2p.wire import (
     PieceRequest,
     read_message,
 )
+from bootseer.workers import Pool
 
 # A connection just opened may not give way to another until its asker had this long to
 # send its first request (it is not idle, its request is on the way): a connection closed
 # after its hello looks like a dead agent to the asker.
 FRESH_GRACE = SILENCE / 2
-# Requests of one connection answered at once by ``provide`` (each on a thread); the next
-# is read when one ends. Held pieces are sent as they are asked for, one after another.
+# Requests of one connection being answered by ``provide`` at once; the next is read when
+# one ends. Held pieces are sent as they are asked for, one after another.
 SERVE_AT_ONCE = 64
+# Threads answering requests with ``provide``, for all connections: started as first
+# needed and kept (a thread started per piece cost its creation and end each time).
+# Requests past them wait their turn, heartbeaten as the others are.
+PROVIDERS = 256
+# A heartbeat due on a connection busy sending another reply (its asker hears bytes
+# then) goes this much later.
+BEAT_TICK = HEARTBEAT / 4
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,20 @@ class _Link:
                 more = socket.MSG_MORE if i + 1 < len(parts) else 0
                 self.conn.sendall(part, more)
 
+    def try_send(self, part: bytes, still: Callable[[], bool]) -> bool:
+        """Send ``part`` if ``still()`` holds, unless another reply is being sent (False:
+        try again later; True: sent, or no longer to send)."""
+        if not self.writing.acquire(blocking=False):
+            return False
+        try:
+            if self._closed:
+                raise OSError("the connection was closed")
+            if still():
+                self.conn.sendall(part)
+            return True
+        finally:
+            self.writing.release()
+
     def shutdown(self) -> None:
         with contextlib.suppress(OSError):
             self.conn.shutdown(socket.SHUT_RDWR)
@@ -101,6 +124,19 @@ class _Link:
         with self.writing:
             self._closed = True
             self.conn.close()
+
+
+@dataclass(eq=False)
+class _Providing:
+    """A request being answered by ``provide``: the asker hears a heartbeat for it every
+    HEARTBEAT seconds until its reply (it tells a busy owner from a dead one by them)."""
+
+    link: _Link
+    req: PieceRequest
+    peer: str
+    nonce: bytes
+    deadline: float  # the asker's wait, from its request
+    beat_at: float  # the next heartbeat's time
 
 
 class PeerServer:
@@ -137,15 +173,22 @@ class PeerServer:
         self._slots = threading.Condition(self._lock)  # a connection ended or went idle
         self.most_active = 0  # the most connections served at once
         self._evicted: set[socket.socket] = set()  # given way, their threads still ending
+        self._providing: set[_Providing] = set()  # requests given to the providers
+        self._providers: Pool[_Providing] = Pool(PROVIDERS, self._answer_on, "peer-provide")
+        self._beat = threading.Condition(self._lock)  # closing wakes the heartbeats
         self._sock = socket.create_server(address, reuse_port=False, backlog=128)
         self.port = self._sock.getsockname()[1]
         self._closed = False
 
     def start(self) -> None:
         threading.Thread(target=self._accept, name="peer-accept", daemon=True).start()
+        threading.Thread(target=self._heartbeats, name="peer-heartbeat", daemon=True).start()
 
     def close(self) -> None:
         self._closed = True
+        with self._beat:
+            self._beat.notify_all()
+        self._providers.stop()
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
@@ -245,16 +288,16 @@ class PeerServer:
                     if exc.kind in ("protocol", "refused"):
                         return
                     continue
+                now = time.monotonic()
+                work = _Providing(link, req, peer, nonce, now + self.serve_timeout, now)
                 with self._slots:
                     while link.answering >= SERVE_AT_ONCE:  # the asker's next wait here
                         self._slots.wait()
                     link.answering += 1
-                threading.Thread(
-                    target=self._answer_on,
-                    args=(link, req, peer, nonce),
-                    name="peer-answer",
-                    daemon=True,
-                ).start()
+                    work.beat_at = time.monotonic() + HEARTBEAT
+                    self._providing.add(work)
+                    self._beat.notify()
+                self._providers.submit(work)
         except (OSError, PeerError):
             pass
         finally:
@@ -280,16 +323,22 @@ class PeerServer:
                 return False
         return True
 
-    def _answer_on(self, link: _Link, req: PieceRequest, peer: str, nonce: bytes) -> None:
-        """A request answered on its own thread (the piece comes from ``provide``), its
-        reply sent whole between the connection's others."""
+    def _answer_on(self, work: _Providing) -> None:
+        """A request answered by a provider thread (the piece comes from ``provide``),
+        heartbeaten meanwhile, its reply sent whole between the connection's others."""
+        link, req = work.link, work.req
         try:
             try:
-                data = self._answer_beating(link, req, peer, nonce)
+                data = self._answer(req, work.peer, work.nonce, work.deadline)
             except PeerError as exc:
+                self._provided(work)
                 link.send(PieceReply(error=exc.kind, message=str(exc), tag=req.tag).encode())
                 if exc.kind in ("protocol", "refused"):
                     link.shutdown()
+                return
+            except Exception as exc:
+                self._provided(work)
+                link.send(PieceReply(error="failed", message=describe(exc), tag=req.tag).encode())
                 return
             if isinstance(data, list):  # a run: the blocks got, each one's length
                 sizes = tuple(0 if b is None else len(b) for b in data)
@@ -297,21 +346,58 @@ class PeerServer:
                 with self._lock:
                     self.served_bytes += sum(sizes)
                     self.served_pieces += len(parts)
+                self._provided(work)
                 head = PieceReply(size=sum(sizes), tag=req.tag, sizes=sizes).encode()
                 link.send(head, *parts)
                 return
             with self._lock:
                 self.served_bytes += len(data)
                 self.served_pieces += 1
+            self._provided(work)
             link.send(PieceReply(size=len(data), tag=req.tag).encode(), data)
         except OSError:
             link.shutdown()  # the connection broke: the reader ends it
         finally:
             with self._lock:
+                self._providing.discard(work)
                 link.answering -= 1
                 if link.answering == 0 and link.reading:
                     self._idle[link.conn] = time.monotonic()
                 self._slots.notify_all()
+
+    def _provided(self, work: _Providing) -> None:
+        """No heartbeat for ``work`` from now: its reply follows (a heartbeat after it
+        would be for a tag its asker no longer knows)."""
+        with self._lock:
+            self._providing.discard(work)
+
+    def _still(self, work: _Providing) -> bool:
+        with self._lock:
+            return work in self._providing
+
+    def _heartbeats(self) -> None:
+        """Every request being provided hears a heartbeat every HEARTBEAT seconds, from
+        this one thread (not a thread per request), queued ones too."""
+        while not self._closed:
+            now = time.monotonic()
+            with self._lock:
+                due = [w for w in self._providing if w.beat_at <= now]
+            for work in due:
+                beat = PieceReply(pending=True, tag=work.req.tag).encode()
+                try:
+                    # Its reply is sent once it left ``_providing``, under the lock this
+                    # heartbeat holds: never a heartbeat after the reply.
+                    sent = work.link.try_send(beat, functools.partial(self._still, work))
+                except OSError:
+                    work.link.shutdown()
+                    sent = True
+                # Sending another reply (its asker hears bytes): again a tick later.
+                work.beat_at = now + (HEARTBEAT if sent else BEAT_TICK)
+            with self._beat:
+                if self._closed:
+                    return
+                nxt = min((w.beat_at for w in self._providing), default=None)
+                self._beat.wait(None if nxt is None else max(0.0, nxt - time.monotonic()))
 
     def _send_held(self, link: _Link, job: ServedJob, req: PieceRequest) -> bool:
         """Send a piece this node holds (a run's blocks, all held) straight from its files
@@ -348,31 +434,6 @@ class PeerServer:
                 os.close(fd)
         return True
 
-    def _answer_beating(
-        self, link: _Link, req: PieceRequest, peer: str, nonce: bytes
-    ) -> bytes | RunBlocks:
-        """The answer, with a heartbeat every HEARTBEAT seconds while it takes: the asker
-        tells a busy owner (waiting on the store) from a dead one by it."""
-        done = threading.Event()
-        result: list[bytes | RunBlocks] = []
-        failure: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                result.append(self._answer(req, peer, nonce))
-            except BaseException as exc:
-                failure.append(exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=work, name="peer-provide", daemon=True).start()
-        while not done.wait(HEARTBEAT):
-            link.send(PieceReply(pending=True, tag=req.tag).encode())
-        if failure:
-            exc = failure[0]
-            raise exc if isinstance(exc, PeerError) else PeerError("failed", describe(exc))
-        return result[0]
-
     def _known(self, req: PieceRequest, peer: str, nonce: bytes) -> ServedJob | None:
         """The job, if prepared here and asked for before, that the request proves it is
         of and the peer is a node of; None if not (``_answer`` then waits for it, under
@@ -386,12 +447,14 @@ class PeerServer:
             self._refuse(f"peer {peer}: not a node of job {req.job_id}")
         return job
 
-    def _answer(self, req: PieceRequest, peer: str, nonce: bytes) -> bytes | RunBlocks:
-        # The asker waits this long from its request, the wait for the job's prolog included.
-        deadline = time.monotonic() + self.serve_timeout
+    def _answer(
+        self, req: PieceRequest, peer: str, nonce: bytes, deadline: float
+    ) -> bytes | RunBlocks:
+        """The piece (or a run's blocks), by ``deadline`` (the asker waits ``serve_timeout``
+        from its request, the wait for the job's prolog included)."""
         if not check_proof(self.site_key, nonce, req.job_id, req.piece, req.proof):
             self._refuse(f"peer {peer}: bad proof for job {req.job_id}")
-        job = self._wait_for(req.job_id)
+        job = self._wait_for(req.job_id, deadline)
         if job is None:
             raise PeerError("unknown", f"job {req.job_id} is not prepared here")
         if peer not in job.addresses:
@@ -408,14 +471,14 @@ class PeerServer:
         self.log(f"p2p: refused {why}")
         raise PeerError("refused", "refused")  # the asker learns nothing more
 
-    def _wait_for(self, job_id: int) -> ServedJob | None:
+    def _wait_for(self, job_id: int, by: float) -> ServedJob | None:
         """The job, waiting up to ``job_wait`` for its prolog on this node, heartbeating.
 
         A job's nodes start their prologs apart, and a loaded node's may come seconds
         late: the job's tasks wait for the slowest prolog anyway, so waiting for it costs
         the asker nothing, while answering "unknown" sent the asker to the store for its
         pieces (26 such drops in two loaded 16-node jobs with a 5 s wait)."""
-        deadline = time.monotonic() + self.job_wait
+        deadline = min(by, time.monotonic() + self.job_wait)
         with self._jobs_changed:
             while (job := self.lookup(job_id)) is None:
                 left = deadline - time.monotonic()

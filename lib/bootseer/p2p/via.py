@@ -33,6 +33,9 @@ Via = Callable[[str, str, int, int, str], tuple[bytes | memoryview, str] | None]
 # Pieces held at once by a caller (a checkpoint reader's read-ahead and its fetches in
 # flight): the buffers kept for reuse.
 KEEP_BUFFERS = 32
+# Connections to the agent kept open for the next pieces (one per fetch in flight: a
+# checkpoint reader's ``max_inflight``, 8 by default), not one made per piece.
+KEEP_CONNECTIONS = 16
 
 
 def agent_via(
@@ -53,7 +56,7 @@ def agent_via(
     from bootseer.nodepaths import NodePaths
 
     socket = NodePaths(cfg).agent_socket
-    client = AgentClient(socket)
+    client = AgentClient(socket, keep=KEEP_CONNECTIONS)
     # Folded (``n[0001-9999]``): a request per piece carries it, and the names one by
     # one passed the agent's 64 KiB request line at ~6,000 nodes.
     nodelist = fold_nodes(nodes)
