@@ -209,6 +209,9 @@ class ImageSection:
     # The prolog returns once this leading part of the hot set is local; the rest streams on
     # ahead of the job's reads (1.0: wait for all of it). 0.25 measured fastest.
     hot_start_fraction: float = 0.25
+    # The hot set's blocks a node gets from one peer are asked of it in runs of up to this
+    # many KiB, one request each, not block by block (0: block by block). docs/image.md.
+    prefetch_run_kib: int = 8192
     trace_window: float = 300.0  # seconds after the prolog that count as startup
     fetch_timeout: float = 30.0  # a read the store cannot serve by then fails with EIO
     register_wait: float = 60.0  # how long a node waits for another to register a path image
@@ -240,6 +243,10 @@ class ImageSection:
                 check_user(self.root_path_trace_owner)
             except ValueError as exc:
                 raise ConfigError(f"image.root_path_trace_owner: {exc}") from None
+        if not 0 <= self.prefetch_run_kib <= 65536:
+            raise ConfigError(
+                f"image.prefetch_run_kib must be 0 to 65536, not {self.prefetch_run_kib}"
+            )
         if not 1 <= self.max_connections_per_user <= self.max_connections:
             raise ConfigError(
                 "image.max_connections_per_user must be at least 1 and at most "

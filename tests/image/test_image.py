@@ -505,7 +505,7 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
     )
     jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
     try:
-        got: list[bytes] = []
+        got: list[object] = []  # bytes (a run's blocks for a run)
         asked = threading.Thread(
             target=lambda: got.append(
                 jobs.provide_block(
@@ -520,7 +520,9 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
         assert src.reads == [] and asked.is_alive()
         fetcher.last_read = NEVER  # the job's reads end: the peer's block is fetched
         asked.join(timeout=60)
-        assert got and digest(got[0]) == m.blocks[2] and src.reads == [2]
+        assert (
+            got and isinstance(got[0], bytes) and digest(got[0]) == m.blocks[2] and src.reads == [2]
+        )
     finally:
         fetcher.stop()
 
@@ -560,6 +562,7 @@ def test_a_peer_is_sent_only_a_held_block_of_the_jobs_image(tmp_path: Path) -> N
     hold, a piece of no block of the image and an unknown job go to ``provide_block``."""
     from bootseer.agent.jobs import Jobs, JobView, PreparedImage
     from bootseer.nodepaths import NodePaths
+    from bootseer.p2p.server import HeldPiece
     from bootseer.p2p.wire import PieceRequest
 
     f = sqsh_file(tmp_path / "f.sqsh", 3 * BS + 100)
@@ -575,12 +578,55 @@ def test_a_peer_is_sent_only_a_held_block_of_the_jobs_image(tmp_path: Path) -> N
         data = f.read_bytes()
         cache.put(m.blocks[3], data[3 * BS :])
         held = jobs.held_block(PieceRequest(7, "", m.blocks[3], 1))
-        assert held is not None and held.size == 100
+        assert isinstance(held, HeldPiece) and held.size == 100
         assert held.path.read_bytes() == data[3 * BS :]
         assert jobs.held_block(PieceRequest(7, "", m.blocks[1], 1)) is None  # not held
         other = digest(b"not a block of the image")
         cache.put(other, b"not a block of the image")
         assert jobs.held_block(PieceRequest(7, "", other, 1)) is None  # not the job's
         assert jobs.held_block(PieceRequest(8, "", m.blocks[3], 1)) is None  # no such job
+    finally:
+        fetcher.stop()
+
+
+def test_a_run_is_served_only_of_the_jobs_image_held_or_fetched(tmp_path: Path) -> None:
+    """A run request (blocks by index, its digest theirs): every block held goes the
+    sendfile way, a run with a block not held is provided (fetched from the job's
+    source), one whose digest does not name its blocks (another image) is "missing"."""
+    from bootseer.agent.jobs import Jobs, JobView, PreparedImage
+    from bootseer.nodepaths import NodePaths
+    from bootseer.p2p.wire import PeerError, PieceRequest, run_digest
+
+    f = sqsh_file(tmp_path / "f.sqsh", 3 * BS + 100)
+    m = hash_file(str(f), BS)
+    src = CountingSource(str(f))
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    fetcher = Fetcher(cache, workers=2, timeout=60)
+    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
+    store = open_store(f"file://{tmp_path}/s")
+    jobs = Jobs(cfg.image, NodePaths(cfg), store, cache, fetcher, BS, print, keys=lambda: KEYS)
+    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
+    data = f.read_bytes()
+
+    def run(*blocks: int) -> PieceRequest:
+        return PieceRequest(7, "", run_digest([m.blocks[i] for i in blocks]), 1, blocks=blocks)
+
+    try:
+        cache.put(m.blocks[1], data[BS : 2 * BS])
+        cache.put(m.blocks[3], data[3 * BS :])
+        held = jobs.held_block(run(1, 3))
+        assert isinstance(held, list) and [h.size for h in held] == [BS, 100]
+        assert jobs.held_block(run(1, 2)) is None  # block 2 not held: provided
+        got = jobs.provide_block(run(1, 2), time.monotonic() + 60)
+        assert got == [data[BS : 2 * BS], data[2 * BS : 3 * BS]] and src.reads == [2]
+        wrong = PieceRequest(7, "", run_digest([m.blocks[0]]), 1, blocks=(1,))
+        assert jobs.held_block(wrong) is None
+        with pytest.raises(PeerError, match="not a run"):
+            jobs.provide_block(wrong, time.monotonic() + 60)
+        with pytest.raises(PeerError, match="not a run"):  # past the image's end
+            jobs.provide_block(
+                PieceRequest(7, "", run_digest([m.blocks[0]]), 1, blocks=(99,)),
+                time.monotonic() + 60,
+            )
     finally:
         fetcher.stop()

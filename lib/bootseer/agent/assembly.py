@@ -46,7 +46,7 @@ from bootseer.linelog import LineLog
 from bootseer.nodepaths import NodePaths
 from bootseer.p2p.node import PeerNode
 from bootseer.p2p.pieces import Located, Pieces
-from bootseer.p2p.server import HeldPiece
+from bootseer.p2p.server import HeldPiece, RunBlocks
 from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.sitekey import site_keys
 from bootseer.store import Store
@@ -135,7 +135,7 @@ class Agent:
             log=self.log,
         )
 
-    def provide(self, req: PieceRequest, deadline: float) -> bytes:
+    def provide(self, req: PieceRequest, deadline: float) -> bytes | RunBlocks:
         """A piece for another node of one of this node's jobs (the peer server asks)."""
         if not req.key:
             return self.jobs.provide_block(req, deadline)
@@ -151,7 +151,7 @@ class Agent:
         data, _ = self.pieces.get(swarm, loc, req.priority, timeout, local=False)
         return data
 
-    def held(self, req: PieceRequest) -> HeldPiece | None:
+    def held(self, req: PieceRequest) -> HeldPiece | list[HeldPiece] | None:
         """The file of a piece of the job's this node holds, for the peer server to send
         as it is (``provide`` answers what this returns None for, errors included)."""
         if not req.key:

@@ -56,9 +56,9 @@ from bootseer.image.registry import (
 )
 from bootseer.image.trace import Recorder, Trace, hot_order, load_trace, save_trace, trace_user
 from bootseer.nodepaths import NodePaths
-from bootseer.p2p.imagesource import PeerSource
+from bootseer.p2p.imagesource import PeerSource, held_run, provide_run
 from bootseer.p2p.node import PeerNode
-from bootseer.p2p.server import HeldPiece
+from bootseer.p2p.server import HeldPiece, RunBlocks
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import PeerError, PieceRequest
 from bootseer.recordcache import RecordCache
@@ -208,8 +208,9 @@ class Jobs:
         except ContextError as exc:
             raise AgentBadRequest(str(exc)) from None
 
-    def provide_block(self, req: PieceRequest, deadline: float) -> bytes:
-        """A block of the job's image for one of its other nodes (the peer server asks)."""
+    def provide_block(self, req: PieceRequest, deadline: float) -> bytes | RunBlocks:
+        """A block of the job's image for one of its other nodes (the peer server asks),
+        or a run of them (``req.blocks``)."""
         # The job joined its swarm as its prepare began; the image may take a moment more.
         with self._added:
             self._added.wait_for(
@@ -218,15 +219,20 @@ class Jobs:
             view = self._jobs.get(req.job_id)
         if view is None:
             raise PeerError("unknown", f"job {req.job_id} has no image here")
+        if req.blocks:
+            return self._provide_run(view, req, deadline)
         return self._provide(view, req.piece, req.priority, deadline, req.cached_only)
 
-    def held_block(self, req: PieceRequest) -> HeldPiece | None:
-        """The cache file of a block of the job's image, if this node holds it; None
-        (``provide_block`` answers) if not, or if the job has no image here yet."""
+    def held_block(self, req: PieceRequest) -> HeldPiece | list[HeldPiece] | None:
+        """The cache file of a block of the job's image (a run's: of each of its blocks),
+        if this node holds it; None (``provide_block`` answers) if not, or if the job has
+        no image here yet."""
         with self._added:
             view = self._jobs.get(req.job_id)
         if view is None:
             return None
+        if req.blocks:
+            return held_run(self.cache, view.image.manifest, req)
         i = view.image.index_of(req.piece)
         if i is None or req.piece not in self.cache:
             return None
@@ -253,6 +259,11 @@ class Jobs:
         except Exception as exc:
             why = describe(exc, after=wait)
             raise PeerError("failed", f"block {i} of job {view.job_id}: {why}") from None
+
+    def _provide_run(self, view: JobView, req: PieceRequest, deadline: float) -> RunBlocks:
+        image = view.image
+        run_bytes = self.icfg.prefetch_run_kib << 10
+        return provide_run(self.fetcher, image.source, image.manifest, req, deadline, run_bytes)
 
     # -- prepare ------------------------------------------------------------------------
 
@@ -309,7 +320,13 @@ class Jobs:
         hot = hot_order(owners, own)
         hot_until = min(time.monotonic() + self.icfg.hot_deadline, until - 0.5)
         view.prefetch = prefetch_hot(
-            self.fetcher, source, manifest, hot, hot_until, self.icfg.hot_start_fraction
+            self.fetcher,
+            source,
+            manifest,
+            hot,
+            hot_until,
+            self.icfg.hot_start_fraction,
+            self.icfg.prefetch_run_kib << 10,
         )
         view.peers_at_prepare = _counts(view)
         # The cold rest waits for the job's first step (or fill_delay): until then the

@@ -156,6 +156,12 @@ class AgentCollector:
             server.served_bytes if server else 0,
         )
         yield counter(
+            "bootseer_peer_requests",
+            "Requests this node's jobs' other nodes sent it (a piece, or a run of image "
+            "blocks: one each)",
+            server.requests if server else 0,
+        )
+        yield counter(
             "bootseer_peer_refused_requests",
             "Peer requests refused (bad token or not a node of the job)",
             server.refused if server else 0,

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 DEFAULT_BLOCK_SIZE = 256 << 10
 MIN_BLOCK_SIZE = 64 << 10
 MAX_BLOCK_SIZE = 64 << 20
+# The most blocks one run (one request to a peer) names: 8 MiB of the smallest blocks.
+MAX_RUN_BLOCKS = 128
 DIGEST = re.compile(r"^[0-9a-f]{64}$")
 
 

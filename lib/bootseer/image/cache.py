@@ -242,7 +242,7 @@ class BlockCache:
         self.dropped_bad += 1
         self._drop(block_digest)
 
-    def put(self, block_digest: str, data: bytes) -> None:
+    def put(self, block_digest: str, data: bytes | memoryview) -> None:
         """Add a block whose digest the caller has checked (nothing, with a log line,
         where the disk will not take it)."""
         final = self.path(block_digest)

@@ -10,6 +10,12 @@ link or the CPU. A block whose digest does
 not match is refused and fetched again; a reader waits at most ``timeout`` seconds
 and then gets :class:`FetchError` (EIO through FUSE), whatever the store does.
 
+A source that can (:class:`RunSource`: a job's peers) is asked for several blocks in one
+request, a *run* (:meth:`Fetcher.request_run`): one job in the queue, one thread, one
+request for up to ``prefetch_run_kib`` of blocks. A block of a queued run that a reader
+misses is taken out of it and fetched alone, at once; a block the run did not bring
+(the peer had it not, or sent bad bytes) is queued again on its own, within its time::
+
     >>> f = Fetcher(cache, workers=16, background_workers=2, timeout=30)  # doctest: +SKIP
     >>> data = f.get(StoreSource(store), manifest, 7)  # doctest: +SKIP
     ... # (blocks until local or FetchError)
@@ -27,7 +33,7 @@ import stat
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -50,6 +56,32 @@ class BlockSource(Protocol):
     ) -> bytes: ...
 
     def describe(self) -> str: ...
+
+
+# A block of a run: its index in the image, its digest, its length.
+RunBlock = tuple[int, str, int]
+
+
+class RunSource(BlockSource, Protocol):
+    """A source that serves runs of blocks (:class:`bootseer.p2p.imagesource.PeerSource`)."""
+
+    def run_peer(self, block_digest: str) -> str | None:
+        """Whom a run holding this block is asked of; None: ask for it alone."""
+        ...
+
+    def read_run(
+        self, peer: str, blocks: Sequence[RunBlock], priority: int
+    ) -> list[bytes | memoryview | None]:
+        """The run's blocks from ``peer``, in order, each checked against its digest
+        (None: not got, or did not match: the fetcher asks for it alone). Never raises."""
+        ...
+
+
+def run_source(source: BlockSource) -> RunSource | None:
+    """``source`` if it serves runs, else None."""
+    if callable(getattr(source, "run_peer", None)) and callable(getattr(source, "read_run", None)):
+        return source  # type: ignore[return-value]
+    return None
 
 
 class StoreSource:
@@ -151,6 +183,20 @@ class _Job:
     future: cf.Future[bytes] = field(default_factory=cf.Future)
     taken: bool = False
     interests: list[Interest] = field(default_factory=list)
+    order: int = 0  # its place in the queue among its priority's (the run's, if in one)
+    wanted: int = BACKGROUND  # the most urgent priority asked for it (a reader's, mid-run)
+
+
+@dataclass(eq=False)
+class _Run:
+    """Blocks asked of one peer in one request: each still its own job (and future)."""
+
+    peer: str
+    source: RunSource
+    image_id: str
+    priority: int
+    jobs: list[_Job]
+    order: int
 
 
 @dataclass
@@ -161,6 +207,8 @@ class FetchStats:
     errors: int = 0
     by_image: Counter[str] = field(default_factory=Counter)
     by_priority: Counter[int] = field(default_factory=Counter)  # DEMAND, PREFETCH, BACKGROUND
+    runs: int = 0  # runs asked (each one request for several blocks)
+    run_blocks: int = 0  # blocks a run brought
 
 
 # A time.monotonic() before any other: "never". 0.0 is not: the clock counts from the
@@ -192,7 +240,8 @@ class Fetcher:
         self.log = log
         self.stats = FetchStats()
         self._cond = threading.Condition()
-        self._heap: list[tuple[int, int, _Job]] = []
+        # (priority, order, seq, job or run): a block requeued from a run keeps its place.
+        self._heap: list[tuple[int, int, int, _Job | _Run]] = []
         self._seq = itertools.count()
         self._jobs: dict[str, _Job] = {}
         self._running_fg = 0
@@ -236,13 +285,16 @@ class Fetcher:
                     manifest.id,
                     priority,
                     time.monotonic(),
+                    order=next(self._seq),
                 )
                 self._jobs[d] = job
-                heapq.heappush(self._heap, (priority, next(self._seq), job))
+                self._push(job)
             elif priority < job.priority and not job.taken:
                 job.priority = priority  # the older, lower entry is skipped when it surfaces
                 job.created = time.monotonic()  # its time limit runs from this request
-                heapq.heappush(self._heap, (priority, next(self._seq), job))
+                job.order = next(self._seq)  # (out of its run, if it was in one)
+                self._push(job)
+            job.wanted = min(job.wanted, priority)
             if interest is not None:
                 job.interests.append(interest)
             if priority < BACKGROUND or len(self._heap) == 1:
@@ -250,6 +302,54 @@ class Fetcher:
                 # once the queue holds work they look again every ``quiet`` seconds.
                 self._cond.notify()
         return job.future
+
+    def request_run(
+        self,
+        source: RunSource,
+        peer: str,
+        manifest: Manifest,
+        indices: Sequence[int],
+        priority: int,
+    ) -> list[cf.Future[bytes]]:
+        """Futures for blocks ``indices``, asked of ``peer`` as one run (at a priority
+        above ``BACKGROUND``); a block already asked for joins its fetch instead."""
+        assert priority < BACKGROUND
+        futures = []
+        with self._cond:
+            order = next(self._seq)
+            members = []
+            for i in indices:
+                d = manifest.blocks[i]
+                job = self._jobs.get(d)
+                if job is None:
+                    job = _Job(
+                        d,
+                        i,
+                        i * manifest.block_size,
+                        manifest.block_length(i),
+                        source,
+                        manifest.id,
+                        priority,
+                        time.monotonic(),
+                        order=order,
+                        wanted=priority,
+                    )
+                    self._jobs[d] = job
+                    members.append(job)
+                elif priority < job.priority and not job.taken:
+                    job.priority, job.created, job.order = priority, time.monotonic(), order
+                    self._push(job)
+                futures.append(job.future)
+            if len(members) == 1:
+                self._push(members[0])
+            elif members:
+                run = _Run(peer, source, manifest.id, priority, members, order)
+                heapq.heappush(self._heap, (priority, order, next(self._seq), run))
+            self._cond.notify()
+        return futures
+
+    def _push(self, job: _Job) -> None:
+        heapq.heappush(self._heap, (job.priority, job.order, next(self._seq), job))
 
     def get(self, source: BlockSource, manifest: Manifest, index: int) -> bytes:
         """Block ``index``, from the cache or fetched now; FetchError after ``timeout``."""
@@ -279,9 +379,23 @@ class Fetcher:
         self._failed.pop(d, None)
         return data
 
-    def _pick(self) -> _Job | None:
+    def _pick(self) -> _Job | _Run | None:
         while self._heap:
-            prio, _, job = self._heap[0]
+            prio, _, _, job = self._heap[0]
+            if isinstance(job, _Run):
+                heapq.heappop(self._heap)
+                # Its blocks not taken out meanwhile (a reader's miss, fetched alone).
+                left = [
+                    j
+                    for j in job.jobs
+                    if not j.taken and not j.future.done() and j.priority == job.priority
+                ]
+                if len(left) > 1:
+                    job.jobs = left
+                    return job
+                if left:
+                    return left[0]
+                continue
             if job.taken or job.future.done() or prio != job.priority:
                 heapq.heappop(self._heap)
                 continue
@@ -303,14 +417,16 @@ class Fetcher:
     def _work(self) -> None:
         while True:
             with self._cond:
-                job = self._pick()
-                while job is None:
+                item = self._pick()
+                while item is None:
                     if self._stopped:
                         return
                     self._cond.wait(timeout=self.quiet if self._heap else None)
-                    job = self._pick()
-                job.taken = True
-                background = job.priority == BACKGROUND
+                    item = self._pick()
+                jobs = item.jobs if isinstance(item, _Run) else [item]
+                for job in jobs:
+                    job.taken = True
+                background = item.priority == BACKGROUND
                 if background:
                     self._running_bg += 1
                 else:
@@ -318,17 +434,15 @@ class Fetcher:
             if background:
                 _nice(19)
             try:
-                job.future.set_result(self._fetch(job))
-            except Exception as exc:
-                with self._cond:
-                    self.stats.errors += 1
-                job.future.set_exception(
-                    exc
-                    if isinstance(exc, FetchError)
-                    else FetchError(
-                        f"block {job.index} of image {job.image_id[:12]}: {describe(exc)}"
-                    )
-                )
+                if isinstance(item, _Run):
+                    try:
+                        self._fetch_run(item)
+                    except Exception as exc:  # a bug: the run's waiters hear it, not a hang
+                        for job in item.jobs:
+                            if not job.future.done():
+                                job.future.set_exception(FetchError(describe(exc)))
+                else:
+                    self._fetch_one(item)
             finally:
                 with self._cond:
                     if background:
@@ -337,9 +451,56 @@ class Fetcher:
                     else:
                         self._running_fg -= 1
                         self._last_fg = time.monotonic()
-                    if self._jobs.get(job.digest) is job:
-                        del self._jobs[job.digest]
+                    for job in jobs:
+                        if job.future.done() and self._jobs.get(job.digest) is job:
+                            del self._jobs[job.digest]
                     self._cond.notify_all()
+
+    def _fetch_one(self, job: _Job) -> None:
+        try:
+            job.future.set_result(self._fetch(job))
+        except Exception as exc:
+            with self._cond:
+                self.stats.errors += 1
+            job.future.set_exception(
+                exc
+                if isinstance(exc, FetchError)
+                else FetchError(f"block {job.index} of image {job.image_id[:12]}: {describe(exc)}")
+            )
+
+    def _fetch_run(self, run: _Run) -> None:
+        """The run's blocks from its peer in one request, each checked by the source
+        against its digest (RunSource.read_run); the ones it did not bring are queued
+        again, each alone, in the run's place."""
+        blocks = [(j.index, j.digest, j.length) for j in run.jobs]
+        try:
+            parts = run.source.read_run(run.peer, blocks, run.priority)
+            if len(parts) != len(blocks):
+                raise ValueError(f"{len(parts)} answers")
+        except Exception as exc:  # the contract says never; a bug costs the run, not a block
+            self.log(f"run of {len(blocks)} blocks from {run.peer}: {describe(exc)}")
+            parts = [None] * len(blocks)
+        again = []
+        for job, data in zip(run.jobs, parts, strict=True):
+            if data is None:
+                again.append(job)
+                continue
+            self.cache.put(job.digest, data)
+            with self._cond:
+                self.stats.blocks += 1
+                self.stats.bytes += len(data)
+                self.stats.by_image[job.image_id] += len(data)
+                self.stats.by_priority[job.priority] += len(data)
+                self.stats.run_blocks += 1
+            job.future.set_result(data if isinstance(data, bytes) else bytes(data))
+        with self._cond:
+            self.stats.runs += 1
+            for job in again:
+                job.taken = False
+                job.priority = min(job.priority, job.wanted)  # a reader waits on it now
+                self._push(job)
+            if again:
+                self._cond.notify_all()
 
     def _pace(self, nbytes: int) -> None:
         """Hold a background fetch so the fill stays under ``background_bps`` on average."""

@@ -2,8 +2,15 @@
 
 :func:`prefetch_hot` queues the trace's blocks in first-access order at ``PREFETCH``
 priority (the fetcher's thread pool bounds the parallel reads) and waits until all
-are local or the deadline passes. :class:`BackgroundFill` then queues every other
-block at ``BACKGROUND`` priority, which yields to any read a job makes::
+are local or the deadline passes. The blocks a node gets from one peer (the job's
+other nodes own most of them: :mod:`bootseer.p2p.imagesource`) are asked in runs
+(:func:`request_blocks`): consecutive in trace order among that peer's, up to
+``prefetch_run_kib`` each, one request per run, each block still checked by its own
+digest. Trace order, not the image's: it is the order the job reads them in, so a run
+is what the job needs next from that peer, and the store keeps each block as its own
+object (by digest), so adjacency in the image buys no larger store read.
+:class:`BackgroundFill` then queues every other block at ``BACKGROUND`` priority,
+which yields to any read a job makes::
 
     >>> hot = prefetch_hot(fetcher, source, manifest, trace.blocks, deadline)  # doctest: +SKIP
     >>> fill = BackgroundFill(manifest.id)  # doctest: +SKIP
@@ -21,7 +28,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from bootseer.image.fetch import BACKGROUND, PREFETCH, BlockSource, Fetcher, Interest
+from bootseer.image.blocks import MAX_RUN_BLOCKS
+from bootseer.image.fetch import (
+    BACKGROUND,
+    PREFETCH,
+    BlockSource,
+    Fetcher,
+    Interest,
+    run_source,
+)
 from bootseer.image.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -51,21 +66,24 @@ def prefetch_hot(
     order: Sequence[int],
     deadline: float,
     start_fraction: float = 1.0,
+    run_bytes: int = 0,
 ) -> PrefetchResult:
     """Fetch ``order``'s blocks (trace order); return when all are local or at ``deadline``.
 
     With ``start_fraction`` below 1, return once that leading part of the trace is
     local: the rest keeps streaming at prefetch priority, ahead of the job's reads.
+    ``run_bytes``: the largest run asked of a peer (0: block by block).
     """
     t0 = time.monotonic()
     res = PrefetchResult(hot_blocks=len(order))
-    futures: dict[cf.Future[bytes], int] = {}
+    wanted = []
     for i in order:
         res.hot_bytes += manifest.block_length(i)
         if manifest.blocks[i] in fetcher.cache:
             res.local_before += 1
         else:
-            futures[fetcher.request(source, manifest, i, PREFETCH)] = i
+            wanted.append(i)
+    futures = request_blocks(fetcher, source, manifest, wanted, PREFETCH, run_bytes)
     leading = set(futures)
     if start_fraction < 1.0:
         k = math.ceil(len(order) * max(0.0, start_fraction))
@@ -83,6 +101,45 @@ def prefetch_hot(
     res.complete = not pending and not res.failed
     res.seconds = time.monotonic() - t0
     return res
+
+
+def request_blocks(
+    fetcher: Fetcher,
+    source: BlockSource,
+    manifest: Manifest,
+    indices: Sequence[int],
+    priority: int,
+    run_bytes: int,
+) -> dict[cf.Future[bytes], int]:
+    """Futures for blocks ``indices`` (each block's index): those a peer gives (the
+    source says whom: :class:`bootseer.image.fetch.RunSource`) asked of it in runs of up
+    to ``run_bytes``, consecutive among that peer's in ``indices``' order and queued at
+    their first block's place; the rest (the store's, this node's own) alone."""
+    runs = run_source(source) if run_bytes > 0 and priority < BACKGROUND else None
+    units: list[int | tuple[str, list[int]]] = []  # a block alone, or (peer, a run)
+    filling: dict[str, tuple[list[int], list[int]]] = {}  # peer -> (its open run, [bytes])
+    for i in indices:
+        peer = runs.run_peer(manifest.blocks[i]) if runs is not None else None
+        if peer is None:
+            units.append(i)
+            continue
+        length = manifest.block_length(i)
+        run = filling.get(peer)
+        if run is None or run[1][0] + length > run_bytes or len(run[0]) >= MAX_RUN_BLOCKS:
+            run = filling[peer] = ([], [0])
+            units.append((peer, run[0]))
+        run[0].append(i)
+        run[1][0] += length
+    futures: dict[cf.Future[bytes], int] = {}
+    for unit in units:
+        if isinstance(unit, int):
+            futures[fetcher.request(source, manifest, unit, priority)] = unit
+        else:
+            assert runs is not None
+            peer, blocks = unit
+            got = fetcher.request_run(runs, peer, manifest, blocks, priority)
+            futures.update(zip(got, blocks, strict=True))
+    return futures
 
 
 class BackgroundFill(Interest):

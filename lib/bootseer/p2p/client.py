@@ -73,6 +73,7 @@ class _Call:
         self.on_pending = on_pending  # told of each heartbeat (the asker's hedging)
         self.done = threading.Event()
         self.data: bytes | None = None
+        self.sizes: tuple[int, ...] = ()  # a run's reply: each block's length in ``data``
         self.error: BaseException | None = None
         self.answered = False  # the peer said something about it (a heartbeat counts)
         self.pending = False  # the last it said was a heartbeat: it is getting the piece
@@ -184,6 +185,7 @@ class _Link:
                 with self.lock:
                     self.receiving = None
                     self.alive_at = time.monotonic()
+                call.sizes = reply.sizes
                 self._finish(call, data=data)
         except TimeoutError:
             self.fail(PeerError("timeout", f"peer {self.addr[0]}: silent for {self.silence:g}s"))
@@ -264,6 +266,28 @@ class PeerClient:
         within ``timeout`` seconds whatever the peer does. The request is proved with the
         job's ``token`` and the connection's nonce. ``on_pending`` is called at each
         heartbeat: the peer is getting the piece (from the store, or once its prolog ran)."""
+        return self._call(addr, req, token, on_pending).data or b""
+
+    def fetch_run(
+        self,
+        addr: Address,
+        req: PieceRequest,
+        token: bytes,
+        on_pending: Callable[[], None] | None = None,
+    ) -> tuple[bytes, tuple[int, ...]]:
+        """A run's reply (``req.blocks``): its bytes and each block's length in them (not
+        yet verified, nor checked against the run: the caller does both). A server that
+        answered with no ``sizes`` (an older version) gives ``()``."""
+        call = self._call(addr, req, token, on_pending)
+        return call.data or b"", call.sizes
+
+    def _call(
+        self,
+        addr: Address,
+        req: PieceRequest,
+        token: bytes,
+        on_pending: Callable[[], None] | None,
+    ) -> _Call:
         deadline = time.monotonic() + self.timeout
         try:
             return self._fetch(addr, req, token, deadline, None, on_pending)
@@ -279,7 +303,7 @@ class PeerClient:
         deadline: float,
         stale: _Link | None,
         on_pending: Callable[[], None] | None = None,
-    ) -> bytes:
+    ) -> _Call:
         link, kept = self._link(addr, deadline, stale)
         try:
             call = link.send(req, token, on_pending)
@@ -309,7 +333,7 @@ class PeerClient:
                 raise _Stale(link)  # the server had closed it: try a fresh one
             raise call.error
         assert call.data is not None
-        return call.data
+        return call
 
     def _wait(self, link: _Link, deadline: float) -> float:
         left = deadline - time.monotonic()

@@ -7,16 +7,33 @@ its owner failed or is late; a store that fails or is late has the nodes that ho
 block asked (:mod:`bootseer.p2p.fallback`)::
 
     >>> source = PeerSource(StoreSource(store), peer_node.join(42, ("n1", "n2")))  # doctest: +SKIP
+
+It also serves runs (:class:`bootseer.image.fetch.RunSource`): the prefetch asks the
+node above this one in a block's tree for many of its blocks in one request
+(:meth:`bootseer.p2p.swarm.Swarm.fetch_run`); a block the run did not bring is then
+asked for alone, the way above.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import threading
+import time
+from collections.abc import Sequence
 
 from bootseer.image.blocks import digest
-from bootseer.image.fetch import BlockSource
+from bootseer.image.cache import BlockCache
+from bootseer.image.fetch import BlockSource, Fetcher, RunBlock
+from bootseer.image.manifest import Manifest
+from bootseer.image.prefetch import request_blocks
 from bootseer.p2p.fallback import fetch_piece
+from bootseer.p2p.server import HeldPiece, RunBlocks
 from bootseer.p2p.swarm import Swarm
+from bootseer.p2p.wire import PeerError, PieceRequest, run_digest
+
+# A run is answered with what is here by this part of the asker's bound: a reply after
+# its own bound (it counts from its send) would be dropped, each block asked again.
+ANSWER_BY = 0.8
 
 
 class PeerSource:
@@ -59,6 +76,19 @@ class PeerSource:
             self._local.verified = (data, block_digest)
         return data
 
+    def run_peer(self, block_digest: str) -> str | None:
+        """The node a run holding this block is asked of; None: ask for it alone (this
+        node gets it from the store, or that node does not know runs)."""
+        return self.swarm.run_source(block_digest)
+
+    def read_run(
+        self, peer: str, blocks: Sequence[RunBlock], priority: int
+    ) -> list[bytes | memoryview | None]:
+        got = self.swarm.fetch_run(peer, blocks, priority)
+        with self._lock:
+            self.peer_bytes += sum(len(b) for b in got if b is not None)
+        return got
+
     def counts(self) -> tuple[int, int]:
         """(bytes from the store, bytes from peers) so far."""
         with self._lock:
@@ -66,3 +96,51 @@ class PeerSource:
 
     def describe(self) -> str:
         return f"{self.origin.describe()} (peers of job {self.swarm.job_id})"
+
+
+def is_run(manifest: Manifest, req: PieceRequest) -> bool:
+    """Whether the request's blocks are the image's and its digest names exactly them."""
+    if any(i >= manifest.nblocks for i in req.blocks):
+        return False
+    return run_digest([manifest.blocks[i] for i in req.blocks]) == req.piece
+
+
+def held_run(cache: BlockCache, manifest: Manifest, req: PieceRequest) -> list[HeldPiece] | None:
+    """Each block's cache file when this node holds every block of the run (the peer
+    server sends them as they are); None otherwise (:func:`provide_run` answers)."""
+    if not is_run(manifest, req) or any(manifest.blocks[i] not in cache for i in req.blocks):
+        return None
+    return [HeldPiece(cache.path(manifest.blocks[i]), manifest.block_length(i)) for i in req.blocks]
+
+
+def provide_run(
+    fetcher: Fetcher,
+    source: BlockSource,
+    manifest: Manifest,
+    req: PieceRequest,
+    deadline: float,
+    run_bytes: int,
+) -> RunBlocks:
+    """A run's blocks for a peer, in its order: those held, and those fetched for it at
+    its priority (in runs too, where this node is a relay: it asks the node above it) by
+    a little before the asker's bound; a block not got by then is not sent (the asker
+    asks for it alone). PeerError("missing") if the run is not of this image's blocks,
+    ("failed") if no block of it came in time."""
+    if not is_run(manifest, req):
+        raise PeerError("missing", "not a run of blocks of the job's image")
+    out: RunBlocks = [
+        fetcher.cache.read(manifest.blocks[i], 0, manifest.block_length(i)) for i in req.blocks
+    ]
+    wanted = [i for i, b in zip(req.blocks, out, strict=True) if b is None]
+    if wanted:
+        futures = request_blocks(fetcher, source, manifest, wanted, req.priority, run_bytes)
+        cf.wait(futures, timeout=max(0.0, deadline - time.monotonic()) * ANSWER_BY)
+        got = {
+            i: f.result()
+            for f, i in futures.items()
+            if f.done() and not f.cancelled() and f.exception() is None
+        }
+        out = [got.get(i) if b is None else b for i, b in zip(req.blocks, out, strict=True)]
+    if all(b is None for b in out):
+        raise PeerError("failed", f"no block of the run of {len(out)} came in time")
+    return out

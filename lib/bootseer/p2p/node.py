@@ -20,7 +20,7 @@ from bootseer.errors import ConfigError, describe
 from bootseer.p2p.auth import job_token, load_site_key
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.hosts import Resolver
-from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
+from bootseer.p2p.server import HeldPiece, PeerServer, RunBlocks, ServedJob
 from bootseer.p2p.swarm import Swarm, SwarmStats
 from bootseer.p2p.wire import PieceRequest
 
@@ -28,8 +28,9 @@ from bootseer.p2p.wire import PieceRequest
 # job without an image never releases one).
 IDLE_JOB = 3600.0
 
-Provide = Callable[[PieceRequest, float], bytes]
-Held = Callable[[PieceRequest], HeldPiece | None]  # the piece's file, if held (ServedJob)
+Provide = Callable[[PieceRequest, float], bytes | RunBlocks]
+# The piece's file (a run's: its blocks'), if held (ServedJob)
+Held = Callable[[PieceRequest], HeldPiece | list[HeldPiece] | None]
 
 
 @dataclass

@@ -64,16 +64,21 @@ class HeldPiece:
     size: int
 
 
+# A run's blocks (PieceRequest.blocks), in the request's order; None: not got in time.
+RunBlocks = list[bytes | None]
+
+
 @dataclass(frozen=True)
 class ServedJob:
     """What the server needs of one job the agent prepared."""
 
     addresses: frozenset[str]  # the job's nodes' addresses: only they may ask
-    # (request, deadline) -> the piece's bytes; PeerError("missing"/"failed") otherwise
-    provide: Callable[[PieceRequest, float], bytes]
-    # The fast way: the piece's file if this node holds it and it is one of the job's,
-    # at once (no waiting, no fetching); None sends the request to ``provide``.
-    held: Callable[[PieceRequest], HeldPiece | None] | None = None
+    # (request, deadline) -> the piece's bytes, or a run's blocks (``req.blocks``);
+    # PeerError("missing"/"failed") otherwise
+    provide: Callable[[PieceRequest, float], bytes | RunBlocks]
+    # The fast way: the piece's file (a run's: every block's) if this node holds it and
+    # it is the job's, at once (no waiting, no fetching); None sends it to ``provide``.
+    held: Callable[[PieceRequest], HeldPiece | list[HeldPiece] | None] | None = None
 
 
 class _Link:
@@ -154,7 +159,8 @@ class PeerServer:
         self.serve_timeout = serve_timeout
         self.idle_timeout = idle_timeout
         self.served_bytes = 0
-        self.served_pieces = 0
+        self.served_pieces = 0  # a run's blocks count one each
+        self.requests = 0  # requests read (a piece, or a run of blocks: one each)
         self.refused = 0
         self.accepted = 0  # connections accepted (each one hello, one nonce) so far
         self._active = 0
@@ -269,6 +275,8 @@ class PeerServer:
                 if doc is None:
                     return
                 tag = 0
+                with self._lock:
+                    self.requests += 1
                 try:
                     req = PieceRequest.decode(doc)
                     tag = req.tag
@@ -332,6 +340,16 @@ class PeerServer:
                 self._provided(work)
                 link.send(PieceReply(error="failed", message=describe(exc), tag=req.tag).encode())
                 return
+            if isinstance(data, list):  # a run: the blocks got, each one's length
+                sizes = tuple(0 if b is None else len(b) for b in data)
+                parts = [b for b in data if b]
+                with self._lock:
+                    self.served_bytes += sum(sizes)
+                    self.served_pieces += len(parts)
+                self._provided(work)
+                head = PieceReply(size=sum(sizes), tag=req.tag, sizes=sizes).encode()
+                link.send(head, *parts)
+                return
             with self._lock:
                 self.served_bytes += len(data)
                 self.served_pieces += 1
@@ -382,28 +400,38 @@ class PeerServer:
                 self._beat.wait(None if nxt is None else max(0.0, nxt - time.monotonic()))
 
     def _send_held(self, link: _Link, job: ServedJob, req: PieceRequest) -> bool:
-        """Send a piece this node holds straight from its file (``sendfile``: no copy
-        through Python, no thread); False if it holds none (``provide`` answers)."""
+        """Send a piece this node holds (a run's blocks, all held) straight from its files
+        (``sendfile``: no copy through Python, no thread); False if it holds none
+        (``provide`` answers)."""
         held = job.held(req) if job.held is not None else None
         if held is None:
             return False
+        files = held if isinstance(held, list) else [held]
+        fds: list[int] = []
         try:
-            fd = os.open(held.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:  # evicted meanwhile
-            return False
-        try:
-            if os.fstat(fd).st_size != held.size:
-                return False
+            for h in files:
+                try:
+                    fds.append(os.open(h.path, os.O_RDONLY | os.O_CLOEXEC))
+                except FileNotFoundError:  # evicted meanwhile
+                    return False
+                if os.fstat(fds[-1]).st_size != h.size:
+                    return False
+            sizes = tuple(h.size for h in files)
             # Counted before it is sent, as a provided piece is: counted after, the asker
             # could hold the whole piece before the count said so.
             with self._lock:
-                self.served_bytes += held.size
-                self.served_pieces += 1
+                self.served_bytes += sum(sizes)
+                self.served_pieces += len(files)
+            reply = PieceReply(
+                size=sum(sizes), tag=req.tag, sizes=sizes if isinstance(held, list) else ()
+            )
             with link.writing:
-                link.conn.sendall(PieceReply(size=held.size, tag=req.tag).encode(), socket.MSG_MORE)
-                _sendfile(link.conn, fd, held.size, self.idle_timeout)
+                link.conn.sendall(reply.encode(), socket.MSG_MORE)
+                for fd, size in zip(fds, sizes, strict=True):
+                    _sendfile(link.conn, fd, size, self.idle_timeout)
         finally:
-            os.close(fd)
+            for fd in fds:
+                os.close(fd)
         return True
 
     def _known(self, req: PieceRequest, peer: str, nonce: bytes) -> ServedJob | None:
@@ -419,9 +447,11 @@ class PeerServer:
             self._refuse(f"peer {peer}: not a node of job {req.job_id}")
         return job
 
-    def _answer(self, req: PieceRequest, peer: str, nonce: bytes, deadline: float) -> bytes:
-        """The piece, by ``deadline`` (the asker waits ``serve_timeout`` from its request,
-        the wait for the job's prolog included)."""
+    def _answer(
+        self, req: PieceRequest, peer: str, nonce: bytes, deadline: float
+    ) -> bytes | RunBlocks:
+        """The piece (or a run's blocks), by ``deadline`` (the asker waits ``serve_timeout``
+        from its request, the wait for the job's prolog included)."""
         if not check_proof(self.site_key, nonce, req.job_id, req.piece, req.proof):
             self._refuse(f"peer {peer}: bad proof for job {req.job_id}")
         job = self._wait_for(req.job_id, deadline)

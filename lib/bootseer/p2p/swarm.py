@@ -9,6 +9,11 @@ to the store itself: it owns the piece, or every node above it failed::
 
     >>> swarm = Swarm(42, "n2", ("n1", "n2"), token, resolve, client, log)  # doctest: +SKIP
     >>> data = swarm.fetch(piece_digest, PREFETCH) or store.read_bytes(key)  # doctest: +SKIP
+
+``fetch_run`` asks one node for a run of image blocks in one request (the prefetch's:
+:mod:`bootseer.image.prefetch`) and checks each block by its own digest: a bad one
+drops the node as a bad piece does, the good ones are kept. A node that answers a run
+"missing" (an agent of an older version, which knows no runs) is asked no more runs.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from bootseer.p2p.client import Address, ConnectionsFull, PeerClient
 from bootseer.p2p.lateness import Lateness
 from bootseer.p2p.owner import owner, owner_index
 from bootseer.p2p.tree import ancestors, label
-from bootseer.p2p.wire import PeerError, PieceRequest
+from bootseer.p2p.wire import PeerError, PieceRequest, run_digest
 
 RESCUE_PEERS = 3  # nodes asked for a piece the store failed (or was late) to give
 BACKGROUND = 2  # the fetch priority of a fill (bootseer.image.fetch.BACKGROUND)
@@ -40,6 +45,7 @@ class SwarmStats:
     store_bytes: int = 0  # bytes this node fetched from the store itself (counted by callers)
     peer_failures: int = 0
     corrupt: int = 0  # pieces a peer served with the wrong digest (refused)
+    runs: int = 0  # runs of image blocks asked of peers (one request each)
     dropped: dict[str, str] = field(default_factory=dict)  # node -> why it was last dropped
 
 
@@ -75,6 +81,7 @@ class Swarm:
         share = -(-STORE_HEDGES // max(1, len(self.nodes)))
         self.store_hedges = threading.BoundedSemaphore(share)
         self._dead_until: dict[str, float] = {}
+        self._no_runs: set[str] = set()  # nodes that answered a run "missing"
         # A node's place, looked up per piece (a job may have 10,000 nodes).
         self._index = {n: i for i, n in enumerate(self.nodes)}
         self._lock = threading.Lock()
@@ -108,6 +115,69 @@ class Swarm:
             if self._dead_until.get(self.nodes[i], 0.0) <= now:
                 return self.nodes[i]
         return None
+
+    def run_source(self, piece: str) -> str | None:
+        """The node to ask for ``piece`` in a run (:meth:`source`); None: ask it alone
+        (this node reads the store for it, or that node does not know runs)."""
+        src = self.source(piece)
+        return None if src is None or src in self._no_runs else src
+
+    def fetch_run(
+        self, node: str, blocks: Sequence[tuple[int, str, int]], priority: int
+    ) -> list[bytes | memoryview | None]:
+        """Blocks (index in the job's image, digest, length) from ``node`` in one request,
+        each checked by its digest: its bytes, or None (not sent, or bad: the caller asks
+        for it alone). Never raises: a node that fails is dropped as in :meth:`fetch`."""
+        none: list[bytes | memoryview | None] = [None] * len(blocks)
+        digests = [d for _, d, _ in blocks]
+        req = PieceRequest(
+            self.job_id, "", run_digest(digests), priority, blocks=tuple(i for i, _, _ in blocks)
+        )
+        with self._lock:
+            self.stats.runs += 1
+        try:
+            data, sizes = self.client.fetch_run(self.resolve(node), req, self.token)
+        except ConnectionsFull:
+            return none
+        except PeerError as exc:
+            if exc.kind == "missing":
+                # An agent of an older version knows no runs (it found no block with the
+                # run's digest), or its image differs: block by block from now on.
+                with self._lock:
+                    first = node not in self._no_runs
+                    self._no_runs.add(node)
+                if first:
+                    self.log(f"job={self.job_id} p2p: {node} serves no runs ({exc}): blocks alone")
+            elif not (
+                exc.kind in ("late", "failed") or (priority >= BACKGROUND and exc.kind == "timeout")
+            ):
+                self._drop(node, f"{exc.kind}: {exc}")
+            return none
+        except OSError as exc:
+            self._drop(node, f"unreachable: {describe(exc)}")
+            return none
+        if len(sizes) != len(blocks):
+            self._drop(node, f"answered a run of {len(blocks)} blocks with {len(sizes)} sizes")
+            return none
+        out = list(none)
+        view = memoryview(data)
+        at = bad = got = 0
+        for k, ((_, d, length), size) in enumerate(zip(blocks, sizes, strict=True)):
+            part = view[at : at + size]
+            at += size
+            if size == 0:
+                continue  # the node could not get it in time: asked again alone
+            if size != length or hashlib.sha256(part).hexdigest() != d:
+                bad += 1
+                continue
+            out[k] = part
+            got += size
+        with self._lock:
+            self.stats.peer_bytes += got
+            self.stats.corrupt += bad
+        if bad:
+            self._drop(node, f"served {bad} blocks of a run that do not match their digests")
+        return out
 
     def fetch(
         self,

@@ -4,7 +4,14 @@ Each message is a 4-byte big-endian length and a JSON object; a reply that carri
 piece is followed by exactly ``size`` bytes. A connection carries many requests at once:
 each has a ``tag`` its replies (heartbeats included) repeat, and replies come in the
 order they are ready, a piece's bytes never split; a reply without a tag (a peer of an
-older version, which answers one request at a time) answers the oldest request open::
+older version, which answers one request at a time) answers the oldest request open.
+
+A request may name a *run*: several blocks of the job's image by their indices
+(``blocks``), its ``piece`` the :func:`run_digest` of their digests. Its reply carries
+the blocks one after another, ``sizes`` saying each one's length (0: not sent, the
+server could not get it); the asker checks every block by its own digest. A server of
+an older version ignores ``blocks`` and answers "missing" (no block has the run's
+digest): the asker then asks block by block::
 
     >>> frame = PieceRequest(42, "ab" * 32, "cd" * 32, 1).encode()
     >>> int.from_bytes(frame[:4], "big") == len(frame) - 4
@@ -14,19 +21,24 @@ older version, which answers one request at a time) answers the oldest request o
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 from bootseer import jsonlimits
 from bootseer.choices import one_of
 from bootseer.errors import BootseerError
+from bootseer.image.blocks import MAX_RUN_BLOCKS
 
 MAX_HEADER = 4096  # no request or reply header is longer; a longer one ends the connection
 MAX_PIECE = 64 << 20
+# Blocks one run may name (its indices fit a request's header).
+MAX_RUN = MAX_RUN_BLOCKS
 # A server still getting a piece (its owner reads the store for it) says so this often.
 HEARTBEAT = 1.0
 # An asker that hears nothing at all from a peer this long (no hello, no heartbeat, no
@@ -69,13 +81,21 @@ class PieceRequest:
     target: str = ""  # the store the key is in: a checkpoint target's URI, "" the main store
     cached_only: bool = False  # answer only from what the peer holds (the store failed)
     tag: int = 0  # the request's number on its connection, repeated by its replies
+    # A run: indices of blocks of the job's image, ``piece`` their run_digest; () a piece.
+    blocks: tuple[int, ...] = ()
 
     def encode(self) -> bytes:
-        return _frame(asdict(self))
+        doc = asdict(self)
+        if not self.blocks:
+            del doc["blocks"]  # a piece's request as an older version sends it
+        return _frame(doc)
 
     @classmethod
     def decode(cls, doc: Any) -> PieceRequest:
         try:
+            blocks = doc.get("blocks", [])
+            if not isinstance(blocks, list) or len(blocks) > MAX_RUN:
+                raise ValueError("blocks")
             req = cls(
                 int(doc["job_id"]),
                 str(doc["proof"]),
@@ -87,6 +107,7 @@ class PieceRequest:
                 str(doc.get("target", "")),
                 doc.get("cached_only", False) is True,
                 int(doc.get("tag", 0)),
+                tuple(_index(b) for b in blocks),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PeerError("protocol", "malformed piece request") from None
@@ -99,6 +120,7 @@ class PieceRequest:
             or req.offset < 0
             or not 0 <= req.length <= MAX_PIECE
             or not 0 <= req.tag < 2**31
+            or (req.blocks and (req.key or req.target or req.length or req.cached_only))
         ):
             raise PeerError("protocol", "malformed piece request")
         return req
@@ -131,9 +153,15 @@ class PieceReply:
     message: str = ""
     pending: bool = False  # a heartbeat: the piece is on its way, the answer follows
     tag: int = 0  # the request's tag (0: the oldest request open, a server of old)
+    # A run's reply: each block's length in the bytes that follow, in the request's
+    # order (0: that block is not sent). () for a piece.
+    sizes: tuple[int, ...] = ()
 
     def encode(self) -> bytes:
-        return _frame(asdict(self))
+        doc = asdict(self)
+        if not self.sizes:
+            del doc["sizes"]
+        return _frame(doc)
 
     @classmethod
     def decode(cls, doc: Any) -> PieceReply:
@@ -144,6 +172,7 @@ class PieceReply:
                 str(doc["message"]),
                 doc.get("pending", False) is True,
                 int(doc.get("tag", 0)),
+                _sizes(doc.get("sizes", [])),
             )
         except (KeyError, TypeError, ValueError):
             raise PeerError("protocol", "malformed piece reply") from None
@@ -151,12 +180,46 @@ class PieceReply:
             raise PeerError("protocol", f"reply tag {reply.tag} out of bounds")
         if not 0 <= reply.size <= MAX_PIECE:
             raise PeerError("protocol", f"piece size {reply.size} out of bounds")
+        if reply.sizes and sum(reply.sizes) != reply.size:
+            raise PeerError(
+                "protocol", f"a run's sizes add up to {sum(reply.sizes)}, not {reply.size}"
+            )
         return reply
 
     def raise_error(self) -> None:
         if self.error:
             kind = one_of(self.error, KINDS) or "protocol"  # or one this version lacks
             raise PeerError(kind, self.message or kind)
+
+
+def run_digest(digests: Sequence[str]) -> str:
+    """The name a run of blocks is asked by: the SHA-256 of their digests, in order, so
+    the request's proof covers exactly these blocks and a server whose image differs
+    finds none (``missing``)::
+
+        >>> run_digest(["ab" * 32]) == run_digest(["cd" * 32])
+        False
+    """
+    h = hashlib.sha256(b"bootseer-run/1\n")
+    for d in digests:
+        h.update(d.encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def _index(value: Any) -> int:
+    if type(value) is not int or not 0 <= value < 2**31:
+        raise ValueError("a block index")
+    return value
+
+
+def _sizes(value: Any) -> tuple[int, ...]:
+    if not isinstance(value, list) or len(value) > MAX_RUN:
+        raise ValueError("sizes")
+    out = tuple(int(v) for v in value)
+    if any(not 0 <= v <= MAX_PIECE for v in out):
+        raise ValueError("sizes")
+    return out
 
 
 def _frame(doc: dict[str, object]) -> bytes:

@@ -20,10 +20,18 @@ fabric would not lift.
 
     datapath.py --gib 1 --runs 3 --json out.json
     datapath.py --smoke --json out.json     # 32 MiB, seconds (the test suite runs it)
+    datapath.py --gib 1 --runs 3 --run-kib 0,8192 --json out.json   # before/after, alternated
 
-Records (one per run): ``bytes``, ``pieces``, ``piece_bytes``, ``seconds``, ``mb_s``,
-``sender_cpu_s_per_gib``, ``receiver_cpu_s_per_gib``, ``load1``, ``workers``; the JSON
-holds the runs and their medians. Everything it starts is stopped by pid, its files
+``--run-kib`` asks the pieces as the agent's prefetch does
+(:func:`bootseer.image.prefetch.request_blocks`): in runs of up to that many KiB, one
+request each, served by the agent's own ``held_run``/``provide_run`` (0: one request per
+piece, as before runs). Several values (``0,8192``) are run in turn, ``--runs`` rounds of
+each alternated, so before and after see the same minutes' load.
+
+Records (one per run): ``bytes``, ``pieces``, ``piece_bytes``, ``run_kib``,
+``requests`` (the sender's count), ``seconds``, ``mb_s``, ``sender_cpu_s_per_gib``,
+``receiver_cpu_s_per_gib``, ``load1``, ``workers``; the JSON holds the runs and their
+medians (per ``run_kib`` under ``medians``). Everything it starts is stopped by pid, its files
 removed (``--keep`` keeps the sender's cache for the next run).
 """
 
@@ -46,9 +54,10 @@ from typing import Any
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import PREFETCH, Fetcher
 from bootseer.image.manifest import Manifest
+from bootseer.image.prefetch import request_blocks
 from bootseer.p2p.auth import job_token
 from bootseer.p2p.client import PeerClient
-from bootseer.p2p.imagesource import PeerSource
+from bootseer.p2p.imagesource import PeerSource, held_run, provide_run
 from bootseer.p2p.owner import owner
 from bootseer.p2p.server import PeerServer, ServedJob
 
@@ -104,8 +113,14 @@ def sender(work: Path, total: int, piece: int) -> None:
     for d in digests:  # the CRC the agent keeps for a block it wrote (or checked once)
         cache.read(d, 0, piece)
     pieces = frozenset(digests)
+    manifest = Manifest(len(digests) * piece, piece, tuple(digests))
+    fetcher = Fetcher(cache, workers=1, timeout=60.0)  # every block is held: none fetched
+    tags: set[int] = set()  # one connection: a request's tag names it
 
-    def provide(req: PieceRequest, deadline: float) -> bytes:  # the agent's, for a block
+    def provide(req: PieceRequest, deadline: float) -> Any:  # the agent's, for a block
+        tags.add(req.tag)
+        if req.blocks:  # (Jobs.provide_block for a run)
+            return provide_run(fetcher, NoStore(), manifest, req, deadline, 8 << 20)
         if req.piece not in pieces:
             raise PeerError("missing", "no piece of the job")
         data = cache.read(req.piece, 0, piece)
@@ -114,6 +129,9 @@ def sender(work: Path, total: int, piece: int) -> None:
         return data
 
     def held(req: PieceRequest) -> Any:  # the agent's (Jobs.held_block)
+        tags.add(req.tag)
+        if req.blocks:
+            return held_run(cache, manifest, req)
         if req.piece not in pieces or req.piece not in cache:
             return None
         return HeldPiece(cache.path(req.piece), piece)
@@ -126,9 +144,15 @@ def sender(work: Path, total: int, piece: int) -> None:
     c0 = cpu()
     sys.stdin.readline()  # the receiver is done
     used = since(c0)
-    doc = {"cpu_s": sum(used), "sys_s": used[1], "served_bytes": server.served_bytes}
+    doc = {
+        "cpu_s": sum(used),
+        "sys_s": used[1],
+        "served_bytes": server.served_bytes,
+        "requests": len(tags),
+    }
     print(json.dumps(doc), flush=True)
     server.close()
+    fetcher.stop()
 
 
 class NoStore:
@@ -140,7 +164,7 @@ class NoStore:
 
 
 def one_run(
-    work: Path, total: int, piece: int, workers: int, recv_at: Path | None
+    work: Path, total: int, piece: int, workers: int, recv_at: Path | None, run_kib: int = 0
 ) -> dict[str, Any]:
     child = subprocess.Popen(
         [
@@ -182,7 +206,11 @@ def one_run(
         fetcher = Fetcher(cache, workers=workers, timeout=60.0)
         manifest = Manifest(len(digests) * piece, piece, tuple(digests))
         t0, c0 = time.monotonic(), cpu()
-        futures = [fetcher.request(source, manifest, i, PREFETCH) for i in range(len(digests))]
+        asked = request_blocks(
+            fetcher, source, manifest, range(len(digests)), PREFETCH, run_kib << 10
+        )
+        futures = list(asked)
+        del asked
         for i, f in enumerate(futures):
             f.result()
             futures[i] = None  # type: ignore[call-overload]  # as the agent's readers do
@@ -201,6 +229,8 @@ def one_run(
             "bytes": moved,
             "pieces": len(digests),
             "piece_bytes": piece,
+            "run_kib": run_kib,
+            "requests": served["requests"],
             "workers": workers,
             "receiver_cache": str(recv_dir.parent),
             "seconds": round(seconds, 3),
@@ -228,6 +258,12 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=16)  # the agent's fetch workers
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument(
+        "--run-kib",
+        default="0",
+        help="the largest run asked in one request, KiB (0: a request per piece); "
+        "several, comma-separated, are alternated round by round",
+    )
+    ap.add_argument(
         "--recv-dir",
         type=Path,
         help="where the receiver's cache goes (default: under --work); /dev/shm leaves "
@@ -247,9 +283,11 @@ def main() -> None:
     own = a.work is None
     work = a.work or Path(tempfile.mkdtemp(prefix="bs-datapath-", dir="/var/tmp"))
     try:
+        modes = [int(k) for k in str(a.run_kib).split(",")]
         runs = [
-            one_run(work, total, piece, a.workers, a.recv_dir)
+            one_run(work, total, piece, a.workers, a.recv_dir, k)
             for _ in range(1 if a.smoke else a.runs)
+            for k in modes
         ]
     finally:
         if own or not a.keep:
@@ -257,11 +295,17 @@ def main() -> None:
         if own and not a.keep:
             shutil.rmtree(work, ignore_errors=True)
     keys = ("seconds", "mb_s", "sender_cpu_s_per_gib", "receiver_cpu_s_per_gib", "load1")
+    keys += ("requests",)
     median = {k: statistics.median(r[k] for r in runs) for k in keys}
-    doc = {"label": a.label, "runs": runs, "median": median}
+    medians = {
+        str(m): {k: statistics.median(r[k] for r in runs if r["run_kib"] == m) for k in keys}
+        for m in modes
+    }
+    doc = {"label": a.label, "runs": runs, "median": median, "medians": medians}
     for r in runs:
         print(
-            f"{r['bytes'] >> 20} MiB in {r['pieces']} pieces: {r['seconds']:.2f} s, "
+            f"{r['bytes'] >> 20} MiB in {r['pieces']} pieces, runs of {r['run_kib']} KiB, "
+            f"{r['requests']} requests: {r['seconds']:.2f} s, "
             f"{r['mb_s']:.0f} MB/s, sender {r['sender_cpu_s_per_gib']:.2f} / receiver "
             f"{r['receiver_cpu_s_per_gib']:.2f} CPU-s/GiB, load1 {r['load1']}"
         )

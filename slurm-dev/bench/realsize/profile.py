@@ -28,16 +28,18 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench as B  # noqa: E402
-from benchkit import NOT_BOOTSEER, TICK  # noqa: E402
+from benchkit import NOT_BOOTSEER, TICK, dump_toml  # noqa: E402
 
 COUNTER = re.compile(
-    r'^bootseer_(p2p_bytes_total\{source="(peer|store)"\}|peer_served_bytes_total) (\S+)$'
+    r'^bootseer_(p2p_bytes_total\{source="(peer|store)"\}|peer_served_bytes_total'
+    r"|peer_requests_total) (\S+)$"
 )
 
 
@@ -114,7 +116,8 @@ def counters(b: B.Bench, node: str) -> dict[str, float]:
         for line in prom.read_text().splitlines():
             m = COUNTER.match(line)
             if m:
-                got[m.group(2) or "served"] = float(m.group(3))
+                name = m.group(2) or ("requests" if "requests" in m.group(1) else "served")
+                got[name] = float(m.group(3))
     return got
 
 
@@ -129,6 +132,12 @@ def main() -> int:
     p.add_argument("--user", default=B.default_user())
     p.add_argument("--perf", type=Path, help="record perf -a and py-spy into this directory")
     p.add_argument("--py-spy", default="", help="py-spy's path (with --perf)")
+    p.add_argument(
+        "--run-kib",
+        type=int,
+        help="the agents' [image] prefetch_run_kib (0: the hot set block by block; "
+        "default: the site's)",
+    )
     args = p.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("profile: run as root")
@@ -144,6 +153,10 @@ def main() -> int:
     try:
         b.cpu.adopt_cluster()
         b.site_config()
+        if args.run_kib is not None:
+            data = tomllib.loads(cluster.site_config.read_text())
+            data.setdefault("image", {})["prefetch_run_kib"] = args.run_kib
+            cluster.site_config.write_text(dump_toml(data, "profile.py --run-kib"))
         b.out.mkdir(exist_ok=True)
         b.out.chmod(0o1777)
         b.http_proc = cluster.serve_http(work, B.HTTP_PORT)
@@ -187,7 +200,7 @@ def main() -> int:
         print(
             f"{node}: agent took in {c.get('store', 0) / B.GiB:.2f} GiB from the store, "
             f"{c.get('peer', 0) / B.GiB:.2f} GiB from peers; "
-            f"served {c.get('served', 0) / B.GiB:.2f} GiB"
+            f"served {c.get('served', 0) / B.GiB:.2f} GiB in {c.get('requests', 0):.0f} requests"
         )
     if taken:
         print(f"all: {total:.1f} CPU-s, {total / (taken / B.GiB):.2f} CPU-s per GiB taken in")
