@@ -487,10 +487,7 @@ class Fetcher:
                 continue
             self.cache.put(job.digest, data)
             with self._cond:
-                self.stats.blocks += 1
-                self.stats.bytes += len(data)
-                self.stats.by_image[job.image_id] += len(data)
-                self.stats.by_priority[job.priority] += len(data)
+                self._count(job, len(data))
                 self.stats.run_blocks += 1
             job.future.set_result(data if isinstance(data, bytes) else bytes(data))
         with self._cond:
@@ -501,6 +498,13 @@ class Fetcher:
                 self._push(job)
             if again:
                 self._cond.notify_all()
+
+    def _count(self, job: _Job, nbytes: int) -> None:
+        """A block fetched and cached, in the stats (under ``_cond``)."""
+        self.stats.blocks += 1
+        self.stats.bytes += nbytes
+        self.stats.by_image[job.image_id] += nbytes
+        self.stats.by_priority[job.priority] += nbytes
 
     def _pace(self, nbytes: int) -> None:
         """Hold a background fetch so the fill stays under ``background_bps`` on average."""
@@ -535,10 +539,7 @@ class Fetcher:
                 if matches(data, job.digest) if matches else digest(data) == job.digest:
                     self.cache.put(job.digest, data)
                     with self._cond:
-                        self.stats.blocks += 1
-                        self.stats.bytes += len(data)
-                        self.stats.by_image[job.image_id] += len(data)
-                        self.stats.by_priority[job.priority] += len(data)
+                        self._count(job, len(data))
                     return data
                 with self._cond:
                     self.stats.corrupt += 1
