@@ -156,3 +156,66 @@ def test_an_asker_at_the_connection_bound_takes_the_first_connection_to_go_idle(
     finally:
         release.set()
         client.close()
+
+
+def test_requests_being_got_cost_one_thread_each_and_one_heartbeat_thread(
+    tmp_path: Path,
+) -> None:
+    """24 requests on one connection whose pieces the server must get first (``provide``
+    waits until released): each costs the server one thread, and one thread per
+    connection beats them all (two threads a request before: at 256 emulated nodes
+    that was more threads than the machine's pid_max left). Every request hears its
+    heartbeats; once released, every answer comes whole and none is followed by a
+    heartbeat of its tag (the asker would take that for a protocol error)."""
+    ps = pieces(24)
+    release = threading.Event()
+    asked: set[str] = set()
+    lock = threading.Lock()
+    beats: dict[str, int] = dict.fromkeys(ps, 0)
+
+    def provide(req: PieceRequest, deadline: float) -> bytes:
+        with lock:
+            asked.add(req.piece)
+        release.wait(TIMEOUT)
+        return ps[req.piece]
+
+    server = PeerServer(
+        ("127.0.0.1", 0), KEY, {JOB: ServedJob(LOOPBACK, provide)}.get, lambda _: None,
+        heartbeat=0.05,
+    )  # fmt: skip
+    server.start()
+    client = PeerClient(timeout=TIMEOUT)
+    token = job_token(KEY, JOB)
+    addr = ("127.0.0.1", server.port)
+
+    def fetch(d: str) -> bytes:
+        def beat() -> None:
+            with lock:
+                beats[d] += 1
+
+        return client.fetch(addr, PieceRequest(JOB, "", d, 1), token, on_pending=beat)
+
+    before = {t.ident for t in threading.enumerate()}  # other tests' threads still ending
+
+    def serving() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("peer-")
+                and t.name != "peer-replies" and t.ident not in before]  # fmt: skip
+
+    pool = ThreadPoolExecutor(24)
+    try:
+        futs = {d: pool.submit(fetch, d) for d in ps}
+        wait_until(lambda: len(asked) == 24, "all 24 requests being got")
+        wait_until(lambda: min(beats.values()) >= 3, "three heartbeats for each")
+        names = serving()
+        assert names.count("peer-heartbeat") == 1
+        # accept, the connection's reader, its heartbeats, one per request
+        assert len(names) <= 3 + 24, names
+        release.set()
+        assert {d: f.result() for d, f in futs.items()} == ps
+        assert client.connects == 1 and server.served_pieces == 24
+        wait_until(lambda: "peer-heartbeat" not in serving(), "the heartbeat thread to end")
+    finally:
+        release.set()
+        pool.shutdown()
+        client.close()
+        server.close()
