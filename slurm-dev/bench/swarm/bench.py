@@ -54,7 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[2] / "lib"))
 
-from swarmnet import SwarmNetwork  # noqa: E402
+from swarmnet import SwarmNetwork, neigh_stats  # noqa: E402
 
 from bootseer.p2p.auth import job_token  # noqa: E402
 
@@ -204,11 +204,14 @@ def one_run(
         "site_key": key.hex(),
         "token": job_token(key, JOB).hex(),
         "max_connections": a.max_connections,
-        # The agent's bounds (30 s a piece, 10 s of silence, 30 s dropped), stretched as
-        # the emulator stretches time: they keep their ratio to the transfer times.
+        # The agent's bounds (30 s a piece, 10 s of silence, 30 s dropped) and its
+        # heartbeat (1 s), stretched as the emulator stretches time: they keep their
+        # ratio to the transfer times, and a node sends as many heartbeats per piece
+        # as an agent on slurm-dev's links (at 1 s they were 15% of a node's CPU).
         "peer_timeout": 30.0 * a.stretch,
         "peer_silence": 10.0 * a.stretch,
         "dead_for": 30.0 * a.stretch,
+        "heartbeat": 1.0 * a.stretch,
     }
     run_dir = a.work / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -236,6 +239,7 @@ def one_run(
             lines.follow(x, procs[x])
         lines.expect(set(live), "ready", a.timeout)
         egress0 = net.store_egress_bytes()
+        neigh0 = neigh_stats()
         tx0 = {x: net.node_tx_bytes(x) for x in nodes}
         t0 = time.monotonic()
         for x in live:
@@ -244,6 +248,7 @@ def one_run(
             procs[x].stdin.flush()
         done = lines.expect(set(live), "done", a.run_timeout, partial=True)
         load1 = os.getloadavg()[0]
+        neigh1 = neigh_stats()
         egress = net.store_egress_bytes() - egress0
         uploads = {x: net.node_tx_bytes(x) - tx0[x] for x in nodes}
         if len(done) < len(live):  # not finished in time: what the links say, no more
@@ -298,9 +303,27 @@ def one_run(
         "handshakes_mean": round(sum(s["handshakes"] for s in stats.values()) / len(stats), 1),
         "busiest": busiest,
         "served_max": max(s["served_bytes"] for s in stats.values()),
+        # The kernel's neighbour table (one for all namespaces): what this run added to
+        # it (permanent entries are not counted against gc_thresh), whether it had to
+        # force a garbage collection or overflowed meanwhile (anyone's: the counters are
+        # the machine's), and the entries the nodes resolved themselves (no ARP: 0).
+        "neigh": {
+            "entries_before_after": [neigh0["entries"], neigh1["entries"]],
+            "forced_gc_runs": neigh1["forced_gc_runs"] - neigh0["forced_gc_runs"],
+            "table_fulls": neigh1["table_fulls"] - neigh0["table_fulls"],
+            "permanent_per_node": min(s["neigh"]["permanent"] for s in stats.values()),
+            "dynamic_max_per_node": max(s["neigh"]["dynamic"] for s in stats.values()),
+            "dynamic_total": sum(s["neigh"]["dynamic"] for s in stats.values()),
+        },
         "dropped_sample": next((s["dropped"] for s in stats.values() if s["dropped"]), {}),
         "log_sample": next((s["log"] for s in stats.values() if s["log"]), []),
     }
+    # The bound, checked on every run (at 256 nodes this is the only place it can
+    # be: the suite's smoke stops at 64): no node had more peer connections open at once,
+    # either way, than the bound (the kernel's count, the listen backlog included).
+    if record["max_open_connections"] > a.max_connections:
+        a.failed.append(f"{n} nodes, {fault}: {record['max_open_connections']} peer "
+                        f"connections open on one node, above the bound {a.max_connections}")  # fmt: skip
     log(f"run: {json.dumps(record)}")
     log(f"  detail: {json.dumps(detail)[:1500]}")
     a.details.append({**{k: record[k] for k in ("engine", "nodes", "faults")}, **detail})
@@ -350,6 +373,7 @@ def main() -> None:
     )
     records: list[dict[str, Any]] = []
     a.details = []
+    a.failed = []
     detail_path = a.json.with_name(a.json.stem + ".detail.json")
     store: subprocess.Popen[str] | None = None
     # The nodes run a copy of node.py and of the peer code taken now: a long run measures
@@ -397,6 +421,8 @@ def main() -> None:
     a.json.write_text(json.dumps(records, indent=1) + "\n")
     for r in records:
         print(json.dumps(r))
+    if a.failed:
+        raise SystemExit("bench.py: checks failed: " + "; ".join(a.failed))
 
 
 if __name__ == "__main__":
