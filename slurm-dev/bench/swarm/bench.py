@@ -322,8 +322,11 @@ def one_run(
     # be: the suite's smoke stops at 64): no node had more peer connections open at once,
     # either way, than the bound (the kernel's count, the listen backlog included).
     if record["max_open_connections"] > a.max_connections:
-        a.failed.append(f"{n} nodes, {fault}: {record['max_open_connections']} peer "
-                        f"connections open on one node, above the bound {a.max_connections}")  # fmt: skip
+        most = record["max_open_connections"]
+        a.failed.append(
+            f"{n} nodes, {fault}: {most} peer connections open on one node, "
+            f"above the bound {a.max_connections}"
+        )
     log(f"run: {json.dumps(record)}")
     log(f"  detail: {json.dumps(detail)[:1500]}")
     a.details.append({**{k: record[k] for k in ("engine", "nodes", "faults")}, **detail})
