@@ -26,7 +26,16 @@ or served, sampled every 0.2 s from the kernel's table), ``handshakes_per_node``
 (mean over the live nodes, the whole run), ``faults``, ``load1``.
 
     bench.py --smoke --json OUT    # 16 and 64 nodes, a quarter of the pieces (tests/slurmdev)
-    bench.py --nodes 16,64,256 --faults none,dead5,slow5,corrupt1 --json OUT
+    bench.py --nodes 16,64 --faults none,dead5,slow5,corrupt1 --json OUT
+    bench.py --nodes 16,128,256 --store-mbit 0.1 --json OUT   # 256 on 2 shared cores
+
+``--store-mbit`` (nodes 10x it) sets the emulator's time scale: every bound of the
+agent's and its heartbeat are stretched by the same factor as the transfers
+(``stretch``), so only the share of the machine's CPU a run takes changes. 256 nodes
+need 0.1 Mbit/s on this 2-core machine: at 0.4 their CPU, squeezed into 4x less
+time, starved processes past the silence bound (docs/p2p.md, "256 emulated nodes").
+Each run is checked: every node holds every piece (read back, digests), and no node
+had more peer connections open than ``--max-connections`` (the run fails otherwise).
 
 Needs root (namespaces, tc) and bootseer importable (the venv's python). Everything it
 starts is stopped by pid, and the network removed, also on failure.
