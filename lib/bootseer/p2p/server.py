@@ -77,19 +77,6 @@ class _Link:
         self.answering = 0  # requests being answered by a thread of their own
         self.reading = False  # the connection's thread waits for the next request
         self._closed = False
-        # Requests still being got (tag -> when the next heartbeat is due), all beaten by
-        # one thread per connection while there are any (``PeerServer._beat``).
-        self.beats = threading.Condition()
-        self.pending: dict[int, float] = {}
-        self.beating = False
-
-    def stop_beating(self, tag: int) -> None:
-        """No heartbeat of ``tag`` is sent from now on, so none follows its reply (one
-        being sent now is finished first: both hold ``writing``)."""
-        with self.writing, self.beats:
-            self.pending.pop(tag, None)
-            if not self.pending:
-                self.beats.notify()  # the heartbeat thread ends now, not a beat later
 
     def send(self, *parts: bytes) -> None:
         with self.writing:
@@ -98,10 +85,6 @@ class _Link:
             for i, part in enumerate(parts):
                 more = socket.MSG_MORE if i + 1 < len(parts) else 0
                 self.conn.sendall(part, more)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def shutdown(self) -> None:
         with contextlib.suppress(OSError):
@@ -126,12 +109,8 @@ class PeerServer:
         job_wait: float = 20.0,
         serve_timeout: float = 30.0,
         idle_timeout: float = 120.0,
-        heartbeat: float = HEARTBEAT,
     ) -> None:
         self.site_key = site_key
-        # How often a request still being got is said to be alive: a tenth of the asker's
-        # silence bound. The many-node emulator stretches both with its scaled links.
-        self.heartbeat = heartbeat
         self.lookup = lookup
         self.log = log
         self.max_connections = max_connections
@@ -343,55 +322,27 @@ class PeerServer:
         return True
 
     def _answer_beating(self, link: _Link, req: PieceRequest, peer: str, nonce: bytes) -> bytes:
-        """The answer, with a heartbeat every ``heartbeat`` seconds while it takes: the asker
-        tells a busy owner (waiting on the store) from a dead one by it. The heartbeats
-        come from the connection's one heartbeat thread, so a request being got costs one
-        thread, this one (it was two: at 256 emulated nodes, 36 requests waiting on each
-        node's parents, that was 18,000 threads of the machine's 32,768)."""
-        with link.beats:
-            link.pending[req.tag] = time.monotonic() + self.heartbeat
-            if not link.beating:
-                link.beating = True
-                threading.Thread(
-                    target=self._beat, args=(link,), name="peer-heartbeat", daemon=True
-                ).start()
-        try:
-            return self._answer(req, peer, nonce)
-        except PeerError:
-            raise
-        except Exception as exc:
-            raise PeerError("failed", describe(exc)) from exc
-        finally:
-            link.stop_beating(req.tag)
+        """The answer, with a heartbeat every HEARTBEAT seconds while it takes: the asker
+        tells a busy owner (waiting on the store) from a dead one by it."""
+        done = threading.Event()
+        result: list[bytes] = []
+        failure: list[BaseException] = []
 
-    def _beat(self, link: _Link) -> None:
-        """A heartbeat for each request of ``link`` still being got, every ``heartbeat``
-        seconds, until none is. Those due within half a beat go out together, in one send:
-        one wake-up per connection, not one per request."""
-        try:
-            while True:
-                with link.beats:
-                    if not link.pending:
-                        link.beating = False
-                        return
-                    wait = min(link.pending.values()) - time.monotonic()
-                    if wait > 0:
-                        link.beats.wait(wait)
-                        continue
-                with link.writing:  # a reply of a request is sent after its last beat
-                    with link.beats:
-                        now = time.monotonic()
-                        soon = now + self.heartbeat / 2
-                        due = [tag for tag, at in link.pending.items() if at <= soon]
-                        for tag in due:
-                            link.pending[tag] = now + self.heartbeat
-                    if due and not link.closed:
-                        frames = b"".join(PieceReply(pending=True, tag=t).encode() for t in due)
-                        link.conn.sendall(frames)
-        except OSError:
-            link.shutdown()  # the connection broke: its reader ends it
-            with link.beats:
-                link.beating = False
+        def work() -> None:
+            try:
+                result.append(self._answer(req, peer, nonce))
+            except BaseException as exc:
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=work, name="peer-provide", daemon=True).start()
+        while not done.wait(HEARTBEAT):
+            link.send(PieceReply(pending=True, tag=req.tag).encode())
+        if failure:
+            exc = failure[0]
+            raise exc if isinstance(exc, PeerError) else PeerError("failed", describe(exc))
+        return result[0]
 
     def _known(self, req: PieceRequest, peer: str, nonce: bytes) -> ServedJob | None:
         """The job, if prepared here and asked for before, that the request proves it is
