@@ -2,8 +2,9 @@
 
 The tree's shape (bounded peers, O(log N) depth, no cycles), then real peers on loopback:
 a relay serves onward what it got from above, its bytes are verified, a relay that lies
-is dropped for the next node up, outsiders get nothing from a relay either, and both
-ends keep their connections within the bound.
+is dropped for the next node up (or, with no honest node above, the store), outsiders
+get nothing from any tier (owner, relay, a held piece's fast path, a rescue's
+cached-only ask), and both ends keep their connections within the bound.
 """
 
 from __future__ import annotations
@@ -11,19 +12,21 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
-from bootseer.p2p.auth import job_token
+from bootseer.p2p.auth import job_token, prove
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.owner import owner, owner_index
-from bootseer.p2p.server import PeerServer, ServedJob
+from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.tree import ancestors, children, parent, peers
-from bootseer.p2p.wire import PeerError, PieceRequest
+from bootseer.p2p.wire import Hello, PeerError, PieceReply, PieceRequest, read_message
 
 KEY = b"site-key-" + b"t" * 32
 JOB = 77
@@ -206,6 +209,21 @@ def test_a_relay_that_lies_is_dropped_and_the_piece_comes_from_above(
     assert n4.store_reads == 0
 
 
+def test_a_relay_that_lies_with_no_honest_node_above_the_piece_comes_from_the_store(
+    cluster: Callable[..., dict[str, Node]],
+) -> None:
+    """n4's parent n2 and the owner above it both serve bad bytes: each is refused on
+    receipt and dropped, and n4 reads the store; no bad byte is kept or passed on."""
+    d, data = piece_with_owner(NAMES4, "n1")
+    nodes = cluster(4, {d: data}, lie=("n1", "n2"))
+    n4 = nodes["n4"]
+    assert n4.get(d) == data and n4.held[d] == data
+    assert n4.store_reads == 1
+    assert n4.swarm is not None and n4.swarm.stats.corrupt == 2
+    assert n4.swarm.stats.peer_bytes == 0
+    assert all("do not match" in n4.swarm.stats.dropped[x] for x in ("n1", "n2"))
+
+
 def test_with_every_node_above_down_the_piece_comes_from_the_store(
     cluster: Callable[..., dict[str, Node]],
 ) -> None:
@@ -256,6 +274,67 @@ def test_a_node_outside_the_job_gets_nothing_from_a_relay(
     assert err.value.kind == "refused" and o2.served_pieces == 0
     assert other["n1"].server is not None and other["n1"].server.served_pieces == 0
     client.close()
+
+
+def ask_from(source: str, port: int, req: PieceRequest, token: bytes) -> PieceReply:
+    """One request, as the peer client sends it, from ``source`` (another loopback
+    address: a host outside the job that holds the job's token)."""
+    with socket.create_connection(("127.0.0.1", port), TIMEOUT, (source, 0)) as sock:
+        nonce = Hello.decode(read_message(sock))
+        proof = prove(token, nonce, req.job_id, req.piece)
+        sock.sendall(PieceRequest(req.job_id, proof, req.piece, req.priority,
+                                  cached_only=req.cached_only, tag=1).encode())  # fmt: skip
+        return PieceReply.decode(read_message(sock))
+
+
+def test_a_node_outside_the_job_gets_nothing_from_any_tier(tmp_path: Path) -> None:
+    """A node serves a job's pieces by three ways: one it must get first (owner, relay:
+    ``provide``), one it holds (the fast path: sendfile, once the job is known), and a
+    rescue's cached-only ask. With the job already being served to its nodes, an asker
+    with another job's token, another site's, or the job's own token from an address
+    outside the job is refused on each way, and gets no byte."""
+    got = os.urandom(32 << 10)
+    held = os.urandom(32 << 10)
+    d_got, d_held = hashlib.sha256(got).hexdigest(), hashlib.sha256(held).hexdigest()
+    (tmp_path / d_held).write_bytes(held)
+    provided: list[str] = []
+
+    def provide(req: PieceRequest, deadline: float) -> bytes:
+        provided.append(req.piece)
+        return {d_got: got, d_held: held}[req.piece]
+
+    def held_piece(req: PieceRequest) -> HeldPiece | None:
+        return HeldPiece(tmp_path / d_held, len(held)) if req.piece == d_held else None
+
+    job = ServedJob(LOOPBACK, provide, held_piece)
+    server = PeerServer(("127.0.0.1", 0), KEY, {JOB: job}.get, lambda _: None)
+    server.start()
+    addr = ("127.0.0.1", server.port)
+    member = PeerClient(timeout=TIMEOUT)
+    try:
+        token = job_token(KEY, JOB)
+        assert member.fetch(addr, PieceRequest(JOB, "", d_got, 0), token) == got
+        assert member.fetch(addr, PieceRequest(JOB, "", d_held, 0), token) == held
+        assert provided == [d_got]  # the held piece went the fast way
+        served, sent = server.served_pieces, server.served_bytes
+        asks = [PieceRequest(JOB, "", d, 0, cached_only=c) for d in (d_got, d_held)
+                for c in (False, True)]  # fmt: skip
+        for bad in (job_token(KEY, JOB + 1), job_token(b"another site" * 3, JOB)):
+            for req in asks:
+                outsider = PeerClient(timeout=TIMEOUT)
+                with pytest.raises(PeerError) as err:
+                    outsider.fetch(addr, req, bad)
+                assert err.value.kind == "refused"
+                outsider.close()
+        for req in asks:  # the right token, from outside the job's addresses
+            reply = ask_from("127.0.0.2", server.port, req, token)
+            assert reply.error == "refused" and reply.size == 0
+        assert server.refused == 3 * len(asks)
+        assert (server.served_pieces, server.served_bytes) == (served, sent)
+        assert provided == [d_got]
+    finally:
+        member.close()
+        server.close()
 
 
 def test_connections_stay_within_the_bound_both_ways(

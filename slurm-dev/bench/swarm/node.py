@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import http.client
 import inspect
@@ -30,6 +31,7 @@ import json
 import os
 import resource
 import socket
+import struct
 import sys
 import threading
 import time
@@ -69,6 +71,9 @@ class Node:
         self.inflight: dict[str, cf.Future[bytes]] = {}
         self.lock = threading.Lock()
         self.local = threading.local()
+        beat = {}  # the server's heartbeat, stretched as the bounds are, where it has one
+        if "heartbeat" in inspect.signature(PeerServer).parameters:
+            beat["heartbeat"] = spec["heartbeat"]
         key = bytes.fromhex(spec["site_key"])
         token = bytes.fromhex(spec["token"])  # the agent derives it: auth.job_token
         ip = self.ips[self.name]
@@ -82,6 +87,7 @@ class Node:
             max_connections=spec["max_connections"],
             serve_timeout=spec["peer_timeout"],
             job_wait=spec["peer_timeout"] * 2 / 3,
+            **beat,
         )
         bound = {}  # the client's own bound on open connections, where it has one
         if "max_open" in inspect.signature(PeerClient).parameters:
@@ -165,12 +171,14 @@ class Node:
         conn = getattr(self.local, "store", None)
         tries = 30  # the store is the source of truth: an agent retries it, so does this
         for attempt in range(tries):
-            if conn is None:
-                # A store request unanswered this long is asked again on a new connection:
-                # now and then the HTTP store leaves one unanswered (not understood).
-                conn = http.client.HTTPConnection(*self.store, timeout=self.store_timeout)
-                self.local.store = conn
             try:
+                if conn is None:
+                    # A store request unanswered this long is asked again on a new
+                    # connection.
+                    conn = http.client.HTTPConnection(*self.store, timeout=self.store_timeout)
+                    self.local.store = conn
+                    conn.connect()
+                    keepalive(conn.sock)
                 conn.request("GET", f"/p/{p['index']}")
                 resp = conn.getresponse()
                 data = resp.read()
@@ -186,8 +194,8 @@ class Node:
                 self.log(f"store: piece {p['index']}: {type(exc).__name__}: {exc}")
                 if attempt == tries - 1:
                     raise
-                # Reset connections, or no route (ARP unanswered behind a full store link
-                # on a loaded machine): back off, up to 5 s.
+                # A reset connection (before the emulator's neighbours were permanent,
+                # also ARP unanswered behind a full store link): back off, up to 5 s.
                 time.sleep(min(5.0, 0.1 * 2**attempt))
         raise AssertionError("unreachable")
 
@@ -213,19 +221,17 @@ class Node:
         """The most peer connections open at once, each way (the kernel's count, TCP
         established in the node's namespace): ones this node opened to peers' port
         (``max_out``), ones peers opened to its port (``max_in``, those still in the
-        listen backlog included)."""
-        port = f":{self.port:04X}"
-        while not stop.wait(0.2):
-            out = inn = 0
-            with open("/proc/self/net/tcp") as f:
-                next(f)
-                for line in f:
-                    parts = line.split(None, 4)
-                    if parts[3] == "01":
-                        inn += parts[1].endswith(port)
-                        out += parts[2].endswith(port)
-            self.max_out = max(self.max_out, out)
-            self.max_in = max(self.max_in, inn)
+        listen backlog included). Asked of the kernel by sock_diag (:func:`established`)
+        twice a second: reading /proc/net/tcp walks the machine's whole TCP hash table,
+        3.7 ms a read here, and at 5 reads a second that was half a node's CPU."""
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
+            while not stop.wait(0.5):
+                out = inn = 0
+                for sport, dport in established(nl):
+                    inn += sport == self.port
+                    out += dport == self.port
+                self.max_out = max(self.max_out, out)
+                self.max_in = max(self.max_in, inn)
 
     def verify_all(self) -> int:
         """How many pieces this node holds with the right digest (read back from its files)."""
@@ -235,6 +241,63 @@ class Node:
             if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == p["sha256"]:
                 ok += 1
         return ok
+
+
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+TCP_ESTABLISHED = 1
+
+
+def established(nl: socket.socket) -> list[tuple[int, int]]:
+    """(local port, remote port) of every established IPv4 TCP connection in this
+    network namespace: an inet_diag dump (what ``ss`` asks), filtered by state in the
+    kernel."""
+    # nlmsghdr (len, type, flags REQUEST|DUMP, seq, pid) + inet_diag_req_v2 (family,
+    # protocol, ext, pad, states) + an empty inet_diag_sockid (48 bytes)
+    req = struct.pack("=BBBxI48x", socket.AF_INET, socket.IPPROTO_TCP, 0, 1 << TCP_ESTABLISHED)
+    nl.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, 0x301, 1, 0) + req)
+    ports = []
+    while True:
+        buf = nl.recv(1 << 16)
+        at = 0
+        while at + 16 <= len(buf):
+            length, kind = struct.unpack_from("=IH", buf, at)
+            if kind == 3:  # NLMSG_DONE
+                return ports
+            if kind == 2:  # NLMSG_ERROR
+                raise OSError(f"sock_diag: error {struct.unpack_from('=i', buf, at + 16)[0]}")
+            # inet_diag_msg: family, state, timer, retrans, then the sockid's ports (BE)
+            ports.append(struct.unpack_from("!HH", buf, at + 16 + 4))
+            at += (length + 3) & ~3
+        if not buf:
+            return ports
+
+
+def keepalive(sock: socket.socket) -> None:
+    """Probe a store connection that has been silent for 20 s, six times 5 s apart: the
+    store's kernel answers for a live connection however slow its link, and with a reset
+    for one the store has dropped. Now and then the store resets a connection and the
+    reset is lost in its link's full queue (tbf drops 10-20% of its packets here): the
+    node then waited the whole store timeout (900 s) for a reply that never came, one
+    16-node run in five stalled so with every other node done."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 20)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 5)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 6)
+
+
+def neighbours() -> dict[str, int]:
+    """This namespace's IPv4 neighbour table (/proc/self/net/arp): the permanent entries
+    ``swarmnet`` installed, and any the node had to resolve (ATF_PERM is flag 0x4)."""
+    perm = dynamic = 0
+    with open("/proc/self/net/arp") as f:
+        next(f)
+        for line in f:
+            if int(line.split()[2], 16) & 0x4:
+                perm += 1
+            else:
+                dynamic += 1
+    return {"permanent": perm, "dynamic": dynamic}
 
 
 def count_handshakes(port: int) -> list[int]:
@@ -256,13 +319,52 @@ def flip(data: bytes) -> bytes:
     return bytes([data[0] ^ 0xFF]) + data[1:]
 
 
+def profile_threads(path: str) -> Any:
+    """Profile every thread of this process (SWARM_PROFILE=DIR: where the CPU goes);
+    returns a function that writes the merged stats to DIR/<node>.pstats."""
+    import cProfile
+    import pstats
+
+    profiles: list[cProfile.Profile] = []
+    run = threading.Thread.run
+
+    def profiled(self: threading.Thread) -> None:
+        prof = cProfile.Profile()
+        profiles.append(prof)
+        prof.enable()
+        try:
+            run(self)
+        finally:
+            prof.disable()
+
+    threading.Thread.run = profiled  # type: ignore[method-assign]
+    main_prof = cProfile.Profile()
+    profiles.append(main_prof)
+    main_prof.enable()
+
+    def dump(name: str) -> None:
+        for prof in profiles:
+            prof.disable()
+        stats = pstats.Stats(profiles[0])
+        for prof in profiles[1:]:
+            with contextlib.suppress(TypeError):  # a thread that never ran
+                stats.add(prof)
+        Path(path).mkdir(parents=True, exist_ok=True)
+        stats.dump_stats(str(Path(path) / f"{name}.pstats"))
+
+    return dump
+
+
 def main() -> None:
+    dump = profile_threads(os.environ["SWARM_PROFILE"]) if os.environ.get("SWARM_PROFILE") else None
     ap = argparse.ArgumentParser()
     ap.add_argument("--spec", required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--dir", required=True)
     ap.add_argument("--corrupt", action="store_true")
     a = ap.parse_args()
+    # ~90 threads a node, 256 nodes: 512 KiB stacks, not 8 MiB, on a machine shared with others
+    threading.stack_size(512 << 10)
     node = Node(a)
     handshakes = count_handshakes(node.port)
     node.server.start()
@@ -280,6 +382,8 @@ def main() -> None:
     sys.stdin.readline()  # stop
     stop.set()
     ru = resource.getrusage(resource.RUSAGE_SELF)
+    if dump is not None:  # before the counts: bench.py stops the node once it has them
+        dump(node.name)
     st = node.swarm.stats
     print(
         json.dumps(
@@ -298,6 +402,7 @@ def main() -> None:
                 "max_out": node.max_out,
                 "max_in": node.max_in,
                 "cpu_s": ru.ru_utime + ru.ru_stime,
+                "neigh": neighbours(),
                 "started": t0,
                 "dropped": dict(list(st.dropped.items())[:5]),
                 "log": node.logs[:10],

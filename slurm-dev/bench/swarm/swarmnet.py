@@ -8,7 +8,21 @@ counters and caps this reuses. Two things differ, both for size:
   than 244 nodes fit;
 - namespaces, links and caps are made with a few batched ``ip`` and ``tc`` calls
   (``-batch``, ``-n``), not a dozen processes per node: 256 nodes come up in seconds
-  on a loaded 2-core machine.
+  on a loaded 2-core machine;
+- **no ARP, no IPv6**: the kernel's neighbour table is one for all network namespaces
+  (``net.ipv4.neigh.default.gc_thresh3``, 1,024 entries here, shared with every other
+  dev cluster on the machine). At 128 nodes the emulator's own ARP entries (each node's
+  peers and the store, in each namespace) overflowed it ("neighbor table overflow") and
+  broke the other sessions' clusters. The emulator knows every host's address and gives
+  each a MAC of its own (:func:`mac`), so it installs every other host as a *permanent*
+  neighbour in each namespace: permanent entries are not counted against the
+  thresholds (Linux >= 4.20, ``neigh_alloc``'s ``exempt_from_gc``; checked on this
+  machine's 6.18: 600 permanent entries left ``forced_gc_runs`` still, 600 stale ones
+  started it), and no node ever resolves one. Links get no IPv6 address
+  (``addrgenmode none``): no link-local address, no DAD, router solicitation or MLD,
+  none of the multicast neighbour entries that 2 x 257 links would add to the IPv6
+  table (1,024 too). Host sysctls are left alone. ``node.py`` reports each namespace's
+  table (``/proc/net/arp``) and ``bench.py`` the kernel's counters around each run.
 
 A node's link can be re-capped between runs (``slow``) to emulate a slow node.
 """
@@ -79,9 +93,11 @@ class SwarmNetwork(Network):
         return f"bsw{self.port_base}{node}"
 
     def up(self) -> None:
-        """The bridge, the store host and every node host, capped."""
+        """The bridge, the store host and every node host, capped, each knowing every
+        other's MAC (permanent neighbour entries: no ARP)."""
         self.down()
         sh("ip", "link", "add", self.bridge, "type", "bridge")
+        sh("ip", "link", "set", self.bridge, "addrgenmode", "none")
         sh("ip", "addr", "add", f"{self.host_ip}/16", "dev", self.bridge)
         sh("ip", "link", "set", self.bridge, "up")
         hosts = [(self.store_netns, self.store_link, self.store_ip, self.store_mbit)]
@@ -90,17 +106,24 @@ class SwarmNetwork(Network):
             for n in self.nodes
         ]
         lines = []
-        for ns, link, _, _ in hosts:
+        for ns, link, ip, _ in hosts:
             lines.append(f"netns add {ns}")
-            lines.append(f"link add {link} type veth peer name eth0 netns {ns}")
+            lines.append(f"link add {link} type veth peer name eth0 address {mac(ip)} netns {ns}")
+            lines.append(f"link set {link} addrgenmode none")
             lines.append(f"link set {link} master {self.bridge} up")
         batch(["ip", "-batch", "-"], lines)
         batch(["tc", "-batch", "-"], [tbf(link, mbit) for _, link, _, mbit in hosts])
         for ns, _, ip, mbit in hosts:
+            neigh = [
+                f"neigh replace {other} lladdr {mac(other)} dev eth0 nud permanent"
+                for _, _, other, _ in hosts
+                if other != ip
+            ]
             batch(
                 ["ip", "-n", ns, "-batch", "-"],
-                [f"addr add {ip}/16 dev eth0", "link set eth0 up", "link set lo up"],
-            )
+                [f"addr add {ip}/16 dev eth0", "link set eth0 addrgenmode none",
+                 "link set eth0 up", "link set lo up", *neigh],
+            )  # fmt: skip
             batch(["tc", "-n", ns, "-batch", "-"], [tbf("eth0", mbit)])
 
     def cap(self, node: str, mbit: float) -> None:
@@ -126,10 +149,28 @@ class SwarmNetwork(Network):
                    .read_text())  # fmt: skip
 
 
+def mac(ip: str) -> str:
+    """A host's MAC, from its address: locally administered (02:), unique per bridge."""
+    a, b, c, d = (int(x) for x in ip.split("."))
+    return f"02:00:{a:02x}:{b:02x}:{c:02x}:{d:02x}"
+
+
+def neigh_stats() -> dict[str, int]:
+    """The kernel's IPv4 neighbour table, all namespaces together (/proc/net/stat/arp_cache):
+    entries (permanent ones included), forced garbage collections and overflows so far."""
+    rows = [line.split() for line in Path("/proc/net/stat/arp_cache").read_text().splitlines()]
+    cpus = rows[1:]
+    return {
+        "entries": int(cpus[0][0], 16),
+        "forced_gc_runs": sum(int(r[10], 16) for r in cpus),
+        "table_fulls": sum(int(r[12], 16) for r in cpus),
+    }
+
+
 def batch(cmd: list[str], lines: list[str]) -> None:
     r = subprocess.run(cmd, input="\n".join(lines) + "\n", capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"swarm bench: {' '.join(cmd)} failed: {(r.stderr or r.stdout)[-2000:]}")
 
 
-__all__ = ["SwarmNetwork", "cap_device"]
+__all__ = ["SwarmNetwork", "cap_device", "mac", "neigh_stats"]
