@@ -24,6 +24,7 @@ from bootseer.p2p.imagesource import PeerSource
 from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import (
+    HEARTBEAT,
     MAX_PIECE,
     Hello,
     PeerError,
@@ -38,11 +39,11 @@ from .test_peers import JOB, KEY, LOOPBACK, TIMEOUT, piece_owned_by, swarm_to
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[[ServedJob], PeerServer]]:
+def serve() -> Iterator[Callable[..., PeerServer]]:
     servers: list[PeerServer] = []
 
-    def start(job: ServedJob) -> PeerServer:
-        s = PeerServer(("127.0.0.1", 0), KEY, {JOB: job}.get, lambda _: None)
+    def start(job: ServedJob, heartbeat: float = HEARTBEAT) -> PeerServer:
+        s = PeerServer(("127.0.0.1", 0), KEY, {JOB: job}.get, lambda _: None, heartbeat=heartbeat)
         s.start()
         servers.append(s)
         return s

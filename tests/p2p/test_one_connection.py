@@ -234,3 +234,40 @@ def test_requests_waiting_for_a_provider_hear_heartbeats(
     finally:
         release.set()
         client.close()
+
+
+def test_a_server_beats_at_the_heartbeat_it_was_given(serve: Callable[..., PeerServer]) -> None:
+    """The heartbeat is the server's own (the many-node emulator stretches it with its
+    scaled links): a server told 0.05 s beats many times while one at the default 1 s
+    beats a few, both providing one slow piece at once."""
+    ps = pieces(1)
+    (digest,) = ps
+    release = threading.Event()
+
+    def slow(req: PieceRequest, deadline: float) -> bytes:
+        release.wait(TIMEOUT)
+        return ps[req.piece]
+
+    fast = serve(ServedJob(LOOPBACK, slow), heartbeat=0.05)
+    default = serve(ServedJob(LOOPBACK, slow))
+    client = PeerClient(timeout=TIMEOUT, silence=3.0)
+    token = job_token(KEY, JOB)
+    beats = {fast.port: 0, default.port: 0}
+
+    def fetch(port: int) -> bytes:
+        def heard() -> None:
+            beats[port] += 1
+
+        req = PieceRequest(JOB, "", digest, 1)
+        return client.fetch(("127.0.0.1", port), req, token, on_pending=heard)
+
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            got = [pool.submit(fetch, port) for port in beats]
+            wait_until(lambda: beats[fast.port] >= 20, "20 heartbeats from the 0.05 s server")
+            assert beats[default.port] * 4 <= beats[fast.port], beats
+            release.set()
+            assert [f.result() for f in got] == [ps[digest]] * 2
+    finally:
+        release.set()
+        client.close()

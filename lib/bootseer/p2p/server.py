@@ -52,8 +52,8 @@ SERVE_AT_ONCE = 64
 # Requests past them wait their turn, heartbeaten as the others are.
 PROVIDERS = 256
 # A heartbeat due on a connection busy sending another reply (its asker hears bytes
-# then) goes this much later.
-BEAT_TICK = HEARTBEAT / 4
+# then) goes this much later, in heartbeats.
+BEAT_TICK = 1 / 4
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class _Link:
 @dataclass(eq=False)
 class _Providing:
     """A request being answered by ``provide``: the asker hears a heartbeat for it every
-    HEARTBEAT seconds until its reply (it tells a busy owner from a dead one by them)."""
+    ``heartbeat`` seconds until its reply (it tells a busy owner from a dead one by them)."""
 
     link: _Link
     req: PieceRequest
@@ -150,8 +150,13 @@ class PeerServer:
         job_wait: float = 20.0,
         serve_timeout: float = 30.0,
         idle_timeout: float = 120.0,
+        heartbeat: float = HEARTBEAT,
     ) -> None:
+        """``heartbeat``: how often a request being got is said to be alive, a tenth of
+        the asker's silence bound (the many-node emulator stretches both with its
+        scaled-down links; the product keeps wire.HEARTBEAT)."""
         self.site_key = site_key
+        self.heartbeat = heartbeat
         self.lookup = lookup
         self.log = log
         self.max_connections = max_connections
@@ -294,7 +299,7 @@ class PeerServer:
                     while link.answering >= SERVE_AT_ONCE:  # the asker's next wait here
                         self._slots.wait()
                     link.answering += 1
-                    work.beat_at = time.monotonic() + HEARTBEAT
+                    work.beat_at = time.monotonic() + self.heartbeat
                     self._providing.add(work)
                     self._beat.notify()
                 self._providers.submit(work)
@@ -376,7 +381,7 @@ class PeerServer:
             return work in self._providing
 
     def _heartbeats(self) -> None:
-        """Every request being provided hears a heartbeat every HEARTBEAT seconds, from
+        """Every request being provided hears a heartbeat every ``heartbeat`` seconds, from
         this one thread (not a thread per request), queued ones too."""
         while not self._closed:
             now = time.monotonic()
@@ -392,7 +397,7 @@ class PeerServer:
                     work.link.shutdown()
                     sent = True
                 # Sending another reply (its asker hears bytes): again a tick later.
-                work.beat_at = now + (HEARTBEAT if sent else BEAT_TICK)
+                work.beat_at = now + self.heartbeat * (1 if sent else BEAT_TICK)
             with self._beat:
                 if self._closed:
                     return
