@@ -347,7 +347,7 @@ def main() -> None:
     ap.add_argument("--nodes", default="16,64,256")
     ap.add_argument("--shape", default="bench", choices=("bench", "10x", "smoke"))
     ap.add_argument("--faults", default="none")
-    ap.add_argument("--engine", default="direct")
+    ap.add_argument("--engine", default="tree", help="the record's label for the code run")
     ap.add_argument("--scale", type=int, default=64, help="piece bytes divided by this")
     ap.add_argument("--store-mbit", type=float, default=0.4)
     ap.add_argument("--node-mbit", type=float, default=0.0, help="default: 10x the store's")
