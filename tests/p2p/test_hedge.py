@@ -37,9 +37,11 @@ from tests.waiting import wait_until
 
 __all__ = ["serve"]  # the fixture, shared with test_peers
 
-# Far below the store's own 30 s bound, far above the 0.5-2 s after which a piece is late:
-# what a loaded machine needs to hedge, and less than waiting the store out would take.
-RESCUED_WITHIN = 20.0
+# Below the store's own 30 s bound (a piece that waited the store out took longer: what
+# the tests tell apart), far above the 0.5-2 s after which a piece is late: what a loaded
+# machine needs to hedge. 20 s was passed once at load1 ~1,300 (another session's
+# 256-node emulator): 23.8 s, still a rescue.
+RESCUED_WITHIN = 28.0
 
 
 @pytest.fixture
