@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -33,6 +34,9 @@ from bootseer.image.trace import Recorder, Trace, TraceError
 from bootseer.store import open_store
 from tests.sitekeys import KEYS
 from tests.waiting import wait_until
+
+if TYPE_CHECKING:
+    from bootseer.agent.jobs import Jobs
 
 BS = 64 << 10
 
@@ -477,33 +481,40 @@ def test_a_demand_read_is_served_while_the_pacer_holds_the_fill(tmp_path: Path) 
         fill[1].result(timeout=30)
 
 
-def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> None:
-    """The owner serves a peer's fill at the fill's priority: while its own job reads,
-    the block is not fetched for the peer (it was, at prefetch priority, during startup)."""
+def one_job(
+    tmp_path: Path, size: int, fetcher_of: Callable[[BlockCache], Fetcher]
+) -> tuple[Path, Manifest, CountingSource, BlockCache, Fetcher, Jobs]:
+    """An agent's jobs with one, job 7, of an image of ``size`` bytes read from a
+    counting source, its blocks cached in ``tmp_path`` by the fetcher ``fetcher_of``
+    makes: what a peer's request to this node meets."""
     from bootseer.agent.jobs import Jobs, JobView, PreparedImage
     from bootseer.nodepaths import NodePaths
-    from bootseer.p2p.wire import PieceRequest
 
-    f = sqsh_file(tmp_path / "f.sqsh", 4 * BS)
+    f = sqsh_file(tmp_path / "f.sqsh", size)
     m = hash_file(str(f), BS)
     src = CountingSource(str(f))
     cache = BlockCache(tmp_path / "c", 1 << 30)
+    fetcher = fetcher_of(cache)
+    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
+    store = open_store(f"file://{tmp_path}/s")
+    jobs = Jobs(cfg.image, NodePaths(cfg), store, cache, fetcher, BS, print, keys=lambda: KEYS)
+    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
+    return f, m, src, cache, fetcher, jobs
+
+
+def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> None:
+    """The owner serves a peer's fill at the fill's priority: while its own job reads,
+    the block is not fetched for the peer (it was, at prefetch priority, during startup)."""
+    from bootseer.p2p.wire import PieceRequest
+
     # The owner's own job is reading: its last read is within read_quiet (an hour here,
     # so a test thread the machine leaves waiting cannot end the reading by accident).
-    fetcher = Fetcher(cache, workers=4, timeout=60, quiet=0.05, read_quiet=3600.0)
-    fetcher.last_read = time.monotonic()
-    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
-    jobs = Jobs(
-        cfg.image,
-        NodePaths(cfg),
-        open_store(f"file://{tmp_path}/s"),
-        cache,
-        fetcher,
-        BS,
-        lambda _: None,
-        keys=lambda: KEYS,
+    _, m, src, _, fetcher, jobs = one_job(
+        tmp_path,
+        4 * BS,
+        lambda c: Fetcher(c, workers=4, timeout=60, quiet=0.05, read_quiet=3600.0),
     )
-    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
+    fetcher.last_read = time.monotonic()
     try:
         got: list[object] = []  # bytes (a run's blocks for a run)
         asked = threading.Thread(
@@ -531,20 +542,12 @@ def test_a_peers_request_that_times_out_says_so(tmp_path: Path) -> None:
     """The owner's job reads all along, so the peer's fill request gets no block before
     its deadline: the error says it timed out and after how long (the future's
     TimeoutError has no message; "block 2 of job 7: " was all a peer once heard)."""
-    from bootseer.agent.jobs import Jobs, JobView, PreparedImage
-    from bootseer.nodepaths import NodePaths
     from bootseer.p2p.wire import PeerError, PieceRequest
 
-    f = sqsh_file(tmp_path / "f.sqsh", 4 * BS)
-    m = hash_file(str(f), BS)
-    src = CountingSource(str(f))
-    cache = BlockCache(tmp_path / "c", 1 << 30)
-    fetcher = Fetcher(cache, workers=4, timeout=60, quiet=0.05, read_quiet=3600.0)
+    _, m, src, _cache, fetcher, jobs = one_job(
+        tmp_path, 4 * BS, lambda c: Fetcher(c, workers=4, timeout=60, quiet=0.05, read_quiet=3600.0)
+    )
     fetcher.last_read = time.monotonic()
-    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
-    store = open_store(f"file://{tmp_path}/s")
-    jobs = Jobs(cfg.image, NodePaths(cfg), store, cache, fetcher, BS, print, keys=lambda: KEYS)
-    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
     try:
         ask = PieceRequest(7, "", m.blocks[2], BACKGROUND)
         with pytest.raises(PeerError) as got:
@@ -560,20 +563,12 @@ def test_a_peer_is_sent_only_a_held_block_of_the_jobs_image(tmp_path: Path) -> N
     """``held_block`` (the peer server's sendfile path) names the cache file of a block of
     the job's image that this node holds, at the block's length; a block it does not
     hold, a piece of no block of the image and an unknown job go to ``provide_block``."""
-    from bootseer.agent.jobs import Jobs, JobView, PreparedImage
-    from bootseer.nodepaths import NodePaths
     from bootseer.p2p.server import HeldPiece
     from bootseer.p2p.wire import PieceRequest
 
-    f = sqsh_file(tmp_path / "f.sqsh", 3 * BS + 100)
-    m = hash_file(str(f), BS)
-    src = CountingSource(str(f))
-    cache = BlockCache(tmp_path / "c", 1 << 30)
-    fetcher = Fetcher(cache, workers=1, timeout=60)
-    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
-    store = open_store(f"file://{tmp_path}/s")
-    jobs = Jobs(cfg.image, NodePaths(cfg), store, cache, fetcher, BS, print, keys=lambda: KEYS)
-    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
+    f, m, _src, cache, fetcher, jobs = one_job(
+        tmp_path, 3 * BS + 100, lambda c: Fetcher(c, workers=1, timeout=60)
+    )
     try:
         data = f.read_bytes()
         cache.put(m.blocks[3], data[3 * BS :])
@@ -593,19 +588,11 @@ def test_a_run_is_served_only_of_the_jobs_image_held_or_fetched(tmp_path: Path) 
     """A run request (blocks by index, its digest theirs): every block held goes the
     sendfile way, a run with a block not held is provided (fetched from the job's
     source), one whose digest does not name its blocks (another image) is "missing"."""
-    from bootseer.agent.jobs import Jobs, JobView, PreparedImage
-    from bootseer.nodepaths import NodePaths
     from bootseer.p2p.wire import PeerError, PieceRequest, run_digest
 
-    f = sqsh_file(tmp_path / "f.sqsh", 3 * BS + 100)
-    m = hash_file(str(f), BS)
-    src = CountingSource(str(f))
-    cache = BlockCache(tmp_path / "c", 1 << 30)
-    fetcher = Fetcher(cache, workers=2, timeout=60)
-    cfg = SiteConfig.from_mapping({"image": {"cache_dir": str(tmp_path / "i")}})
-    store = open_store(f"file://{tmp_path}/s")
-    jobs = Jobs(cfg.image, NodePaths(cfg), store, cache, fetcher, BS, print, keys=lambda: KEYS)
-    jobs._add(JobView(7, 0, 0, PreparedImage(m, src, str(f)), Recorder(m.nblocks, 0)))
+    f, m, src, cache, fetcher, jobs = one_job(
+        tmp_path, 3 * BS + 100, lambda c: Fetcher(c, workers=2, timeout=60)
+    )
     data = f.read_bytes()
 
     def run(*blocks: int) -> PieceRequest:
