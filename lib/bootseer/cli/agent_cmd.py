@@ -73,7 +73,12 @@ def _agent(args: argparse.Namespace) -> int:
         from bootseer.agent.handover import exec_again
 
         exec_again(listen)
-    return 0
+    # Stopped: unmounted, socket closed, "agent stopped" logged. Exit now, not when the
+    # interpreter has joined every pool thread: one held by a store or peer read that
+    # never returns would keep the process (and systemd's stop) waiting without end.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _restart_agent(args: argparse.Namespace, cfg: Any) -> int:
