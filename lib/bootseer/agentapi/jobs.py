@@ -126,8 +126,10 @@ PieceSource = Literal["cache", "peer", "store"]  # where a piece came from
 
 @dataclass(frozen=True)
 class PieceFile(Reply):
-    """Where the agent keeps the verified piece (root reads it; verify again on read).
-    ``passed``: the cache file came with the reply, opened (``SCM_RIGHTS``), with the
+    """Where the agent keeps the verified piece (root reads it; verify again on read):
+    ``size`` bytes at ``offset`` of the file ``path`` (a cache pack; "": the agent's disk
+    did not take it). ``offset`` None: an agent from before, whose file was the piece's
+    alone. ``passed``: the file came with the reply, opened (``SCM_RIGHTS``), with the
     CRC-32C of each 32 KiB the agent recorded when it verified the piece
     (:class:`~bootseer.image.cache.BlockCache`): the caller checks what it reads against
     those, not the SHA-256 again."""
@@ -137,6 +139,7 @@ class PieceFile(Reply):
     size: int
     passed: bool = False
     crcs: tuple[int, ...] = ()
+    offset: int | None = None
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,16 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from bootseer.config import SiteConfig
 from bootseer.context import fold_nodes
 from bootseer.directio import Buffers, read_direct, read_fd
 from bootseer.errors import describe
 from bootseer.image.cache import crcs_match
+
+if TYPE_CHECKING:
+    from bootseer.agentapi.jobs import PieceFile
 
 # (target URI or "" for the main store, key, offset, length, sha256) -> (the bytes, where
 # they came from: "peer", "store" or "cache"), or None.
@@ -86,7 +90,7 @@ def agent_via(
             piece, fds = client.ask_for_fds(req, timeout=timeout)
             try:
                 if piece.passed and fds:
-                    data = read_fd(fds[0], buffers)
+                    data = read_fd(fds[0], buffers, piece.offset or 0, _size(piece, length))
                     buffers.retire(data)
                     if len(data) == length and crcs_match(piece.crcs, data):
                         return data, piece.source
@@ -99,7 +103,7 @@ def agent_via(
                     os.close(fd)
             # An agent from before passed files: its cache file, read past the page cache
             # as it was written, into a buffer used again once the caller drops it.
-            data = read_direct(piece.path, buffers)
+            data = read_direct(piece.path, buffers, piece.offset or 0, _size(piece, length))
             buffers.retire(data)
         except (AgentUnavailable, AgentRefused) as exc:
             # No agent, or not root: the store for every piece, without asking again.
@@ -115,3 +119,9 @@ def agent_via(
         return data, piece.source
 
     return via
+
+
+def _size(piece: PieceFile, length: int) -> int | None:
+    """The bytes to read of the agent's file: the piece's, or (an agent from before,
+    whose file was the piece's alone) the whole file."""
+    return None if piece.offset is None else length
