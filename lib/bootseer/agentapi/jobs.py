@@ -270,7 +270,7 @@ class Prepare(JobRequest[JobReply]):
 class FetchPiece(JobRequest[PieceFile]):
     """A piece outside any image (a snapshot frame: ``length`` bytes of store object
     ``key`` at ``offset``, with SHA-256 ``sha256``) for the job's prolog, through the
-    job's peers; the agent answers with the cache file that holds it."""
+    job's peers; the agent answers with where its cache holds it (a pack, an offset)."""
 
     op = "piece"
     root_only = True
@@ -285,6 +285,6 @@ class FetchPiece(JobRequest[PieceFile]):
     # serves the job's peers only pieces of its scopes, and need not ask Slurm.
     uid: Annotated[int, Bounds(-1, 1 << 32)] = -1
     account: str = ""
-    # Pass the cache file, opened, with the reply, and its CRCs (an agent from before
-    # ignores this and names the file alone).
+    # Pass the cache's pack, opened, with the reply, and the piece's CRCs (an agent from
+    # before ignores this and names the file alone).
     pass_file: bool = False

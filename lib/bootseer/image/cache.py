@@ -155,6 +155,29 @@ class Where:
     size: int
 
 
+def blocks_on_disk(root: Path) -> dict[str, Where]:
+    """The blocks a cache at ``root`` holds on disk by its packs' indexes (whole records
+    within their pack, not punched out), read from outside the agent that owns it (a
+    test, an admin's look): nothing is checked against its digest."""
+    held: dict[str, Where] = {}
+    for idx in sorted((root / "packs").glob("*.idx")):
+        pack = idx.with_suffix(".pack")
+        try:
+            fd = os.open(pack, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            size = os.fstat(fd).st_size
+            raw = idx.read_bytes()
+            for at in range(0, len(raw) - RECORD_BYTES + 1, RECORD_BYTES):
+                rec = parse_record(raw[at : at + RECORD_BYTES])
+                if rec is not None and rec[1] + rec[2] <= size and not _is_hole(fd, rec[1]):
+                    held.setdefault(rec[0], Where(pack, rec[1], rec[2]))
+        finally:
+            os.close(fd)
+    return held
+
+
 class _Pack:
     """One pack file and its index, open."""
 

@@ -4,10 +4,12 @@ The prolog's snapshot restore and the checkpoint mount daemon read byte ranges o
 store objects whose SHA-256 they know (snapshot frames, checkpoint units). Through
 :func:`agent_via` each asks the node's agent, which takes the piece from its owner among
 the job's nodes or, owning it, from the store, and keeps it in its cache. The agent
-passes the cache file, opened, with its reply, and the CRCs it recorded when it verified
-the piece: the caller reads the file and checks the CRCs (0.26 CPU-s per GiB here), not
-the SHA-256 again (0.6), and the agent reads nothing. With an agent from before, the
-caller reads the file by its name and checks the SHA-256. ``None`` from the function means:
+passes the cache's pack that holds it, opened, with its reply, where the piece lies in it
+and the CRCs it recorded when it verified the piece: the caller reads the piece's range
+and checks the CRCs (0.26 CPU-s per GiB here), not the SHA-256 again (0.6), and the agent
+reads nothing. Asked without the file (or an agent from before, whose cache file was the
+piece's alone: ``offset`` None), the caller reads the file by its name and checks the
+SHA-256. ``None`` from the function means:
 read it from the store yourself (no agent, an error, a one-node job)::
 
     >>> via = agent_via(cfg, job_id=42, nodes=("n1", "n2"), log=print)  # doctest: +SKIP
@@ -101,8 +103,9 @@ def agent_via(
             finally:
                 for fd in fds:
                     os.close(fd)
-            # An agent from before passed files: its cache file, read past the page cache
-            # as it was written, into a buffer used again once the caller drops it.
+            # Asked without the file, or an agent from before passed files: the piece's
+            # range of the file named, read past the page cache as it was written, into a
+            # buffer used again once the caller drops it.
             data = read_direct(piece.path, buffers, piece.offset or 0, _size(piece, length))
             buffers.retire(data)
         except (AgentUnavailable, AgentRefused) as exc:
