@@ -44,6 +44,7 @@ again as needed::
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -65,6 +66,10 @@ from bootseer.image.blocks import digest
 
 CHECK_CHUNK = 32 << 10  # a CRC-32 per this many bytes of a block (the last piece: shorter)
 SEGMENT_BYTES = 1 << 30  # a pack takes blocks until it is this long, then the next one
+# The pack appended to is allocated this far ahead of its blocks (``fallocate``): ext4
+# takes a file's lock exclusively for a direct write that extends it, shared for one into
+# allocated space, so the fetch workers' writes no longer queue on each other.
+AHEAD_BYTES = 16 << 20
 # An index record: magic, the block's SHA-256, its offset and size in the pack; then zeros
 # up to the CRC-32C of the record's first 60 bytes, in its last 4.
 RECORD = struct.Struct("<4s32sQI")
@@ -136,6 +141,12 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
+def allocate(fd: int, offset: int, length: int) -> bool:
+    """Allocate ``length`` bytes at ``offset`` (the file grows to cover them; they read
+    as zeros): whether the filesystem did (no zeros written where it cannot)."""
+    return _libc.fallocate(fd, 0, offset, length) == 0
+
+
 def _is_hole(fd: int, offset: int) -> bool:
     """Whether the pack's bytes at ``offset`` were freed (a punched block starts a hole)."""
     try:
@@ -189,6 +200,7 @@ class _Pack:
         self.direct_fd = -1  # the pack appended to: writes past the page cache (or ``fd``)
         self.index_fd = -1  # the pack appended to: its index, O_APPEND
         self.end = 0  # where the next block goes
+        self.allocated = 0  # allocated ahead up to here (AHEAD_BYTES)
         self.current = False  # blocks are being appended to it
         self.live = 0  # blocks held, being written or being freed
         self.writing = 0  # blocks being written
@@ -228,6 +240,8 @@ class BlockCache:
         self.cap = cap_bytes
         self.log = log
         self.segment_bytes = segment_bytes
+        # Allocated ahead: at most an eighth of the cap (a small cache's disk stays near it).
+        self.ahead = min(AHEAD_BYTES, cap_bytes // 8 // DIRECT_ALIGN * DIRECT_ALIGN)
         self._lock = threading.Lock()
         self._lru: collections.OrderedDict[str, _Entry] = collections.OrderedDict()
         self._pins: collections.Counter[str] = collections.Counter()
@@ -309,12 +323,14 @@ class BlockCache:
         raw = pack.index_path.read_bytes()
         whole = len(raw) - len(raw) % RECORD_BYTES
         self.dropped_records += len(raw) > whole  # a record the crash cut short
+        last = 0
         for at in range(0, whole, RECORD_BYTES):
             rec = parse_record(raw[at : at + RECORD_BYTES])
             if rec is None or rec[1] % DIRECT_ALIGN or rec[1] + rec[2] > size:
                 self.dropped_records += 1
                 continue
             block_digest, offset, length = rec
+            last = max(last, offset + padded(length))
             if block_digest in self._lru:  # written twice (puts that raced): one is enough
                 self._punch(pack, offset, length)
                 continue
@@ -323,6 +339,9 @@ class BlockCache:
             self._lru[block_digest] = _Entry(pack, offset, length, crcs=None)
             self.bytes += length
             pack.live += 1
+        if size > last and pack.live:  # allocated ahead, or bytes no record names
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, last)
         self._maybe_remove(pack)
 
     # -- lookups -----------------------------------------------------------------------
@@ -482,6 +501,12 @@ class BlockCache:
                 pack.end += padded(size)
                 pack.live += 1
                 pack.writing += 1
+                if pack.end > pack.allocated:
+                    want = min(self.segment_bytes, pack.end + self.ahead)
+                    if want > pack.allocated and allocate(pack.fd, pack.allocated, want - pack.allocated):
+                        pack.allocated = want
+                    else:
+                        pack.allocated = pack.end  # a full disk, no fallocate: as it comes
         if pack is None:
             self._unwritten(failure)
             return
@@ -565,6 +590,9 @@ class BlockCache:
         if self._current is pack:
             self._current = None
         pack.current = False
+        if pack.allocated > pack.end:  # what was allocated ahead, given back
+            with contextlib.suppress(OSError):
+                os.ftruncate(pack.fd, pack.end)
         if pack.writing == 0:
             pack.close_writers()
         self._maybe_remove(pack)
