@@ -144,7 +144,7 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
 def allocate(fd: int, offset: int, length: int) -> bool:
     """Allocate ``length`` bytes at ``offset`` (the file grows to cover them; they read
     as zeros): whether the filesystem did (no zeros written where it cannot)."""
-    return _libc.fallocate(fd, 0, offset, length) == 0
+    return bool(_libc.fallocate(fd, 0, offset, length) == 0)
 
 
 def _is_hole(fd: int, offset: int) -> bool:
@@ -503,7 +503,9 @@ class BlockCache:
                 pack.writing += 1
                 if pack.end > pack.allocated:
                     want = min(self.segment_bytes, pack.end + self.ahead)
-                    if want > pack.allocated and allocate(pack.fd, pack.allocated, want - pack.allocated):
+                    if want > pack.allocated and allocate(
+                        pack.fd, pack.allocated, want - pack.allocated
+                    ):
                         pack.allocated = want
                     else:
                         pack.allocated = pack.end  # a full disk, no fallocate: as it comes

@@ -150,7 +150,9 @@ def main() -> None:
     medians = {
         str(t): {
             ph: {
-                k: statistics.median(r[k] for r in records if r["tree"] == str(t) and r["phase"] == ph)
+                k: statistics.median(
+                    r[k] for r in records if r["tree"] == str(t) and r["phase"] == ph
+                )
                 for k in keys
             }
             for ph in ("put", "put_evicting", "read")
