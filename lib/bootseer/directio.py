@@ -112,27 +112,35 @@ class Buffers:
                 del self._free[0]  # freed when its last view goes
 
 
-def read_direct(path: str, buffers: Buffers | None = None) -> bytes | memoryview:
-    """The file's bytes, read with ``O_DIRECT`` into a page-aligned buffer (of ``buffers``,
-    else fresh; the view returned keeps it); through the page cache where the filesystem
-    has no O_DIRECT."""
+def read_direct(
+    path: str, buffers: Buffers | None = None, offset: int = 0, size: int | None = None
+) -> bytes | memoryview:
+    """The file's bytes (``size`` of them at ``offset``; None: all of it), read with
+    ``O_DIRECT`` into a page-aligned buffer (of ``buffers``, else fresh; the view returned
+    keeps it); through the page cache where the filesystem has no O_DIRECT."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_DIRECT)
     except OSError as exc:
         if exc.errno != errno.EINVAL:
             raise
-        return read_file(path, None)
+        if size is None:
+            return read_file(path, None)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return read_fd(fd, buffers)
+        return read_fd(fd, buffers, offset, size)
     finally:
         os.close(fd)
 
 
-def read_fd(fd: int, buffers: Buffers | None = None) -> bytes | memoryview:
+def read_fd(
+    fd: int, buffers: Buffers | None = None, offset: int = 0, size: int | None = None
+) -> bytes | memoryview:
     """:func:`read_direct` of an open file (``O_DIRECT`` or not: a descriptor another
-    process passed); a read the file's ``O_DIRECT`` refuses is done through the page cache."""
-    size = os.fstat(fd).st_size
-    if size == 0:
+    process passed); a read the file's ``O_DIRECT`` refuses is done through the page cache.
+    Fewer than ``size`` bytes where the file ends before (the caller checks the length)."""
+    if size is None:
+        size = os.fstat(fd).st_size - offset
+    if size <= 0:
         return b""
     n = -(-size // DIRECT_ALIGN) * DIRECT_ALIGN
     buf = buffers.get(n) if buffers is not None else mmap.mmap(-1, n)
@@ -140,7 +148,7 @@ def read_fd(fd: int, buffers: Buffers | None = None) -> bytes | memoryview:
     done = 0
     try:
         while done < size:
-            got = os.preadv(fd, [view[done:]], done)
+            got = os.preadv(fd, [view[done:]], offset + done)
             if got == 0:
                 break  # it shrank: what there is (the caller checks the length)
             done += got
@@ -152,22 +160,45 @@ def read_fd(fd: int, buffers: Buffers | None = None) -> bytes | memoryview:
         done = -1
     if done < 0 or (done < size and done % DIRECT_ALIGN):
         view.release()
-        return _read_buffered(fd, size)
+        return _read_buffered(fd, size, offset)
     return view[: min(done, size)]
 
 
-def _read_buffered(fd: int, size: int) -> bytes:
+def _read_buffered(fd: int, size: int, offset: int = 0) -> bytes:
     flags = fcntl.fcntl(fd, fcntl.F_GETFL)
     if flags & os.O_DIRECT:
         fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
     parts: list[bytes] = []
     got = 0
-    while True:
-        chunk = os.pread(fd, max(size - got, 1 << 20), got)
+    while got < size:
+        chunk = os.pread(fd, size - got, offset + got)
         if not chunk:
-            return b"".join(parts)
+            break
         parts.append(chunk)
         got += len(chunk)
+    return b"".join(parts)
+
+
+def pwrite_padded(fd: int, data: bytes | bytearray | memoryview, offset: int) -> int:
+    """``data`` into ``fd`` at ``offset`` (a multiple of :data:`DIRECT_ALIGN`), zero-padded
+    to a whole number of ``DIRECT_ALIGN`` blocks, through the thread's page-aligned buffer
+    (one memory copy): a file opened with ``O_DIRECT`` takes it past the page cache, any
+    other as usual. The bytes written (``data``'s length rounded up)."""
+    mv = memoryview(data).cast("B")
+    n = -(-len(mv) // DIRECT_ALIGN) * DIRECT_ALIGN
+    if n == 0:
+        return 0
+    buf = _aligned(n)
+    buf[: len(mv)] = mv
+    buf[len(mv) : n] = bytes(n - len(mv))
+    view = memoryview(buf)
+    try:
+        done = 0
+        while done < n:
+            done += os.pwrite(fd, view[done:n], offset + done)
+    finally:
+        view.release()
+    return n
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview, direct: bool = False) -> None:

@@ -42,15 +42,16 @@ def _via(base: Path, log: list[str]) -> Via:
     return via
 
 
-def _blocks_open(pid: int) -> list[str]:
-    """The cache's block files process ``pid`` holds open."""
+def _packs_open(pid: int) -> list[str]:
+    """The cache's pack files process ``pid`` holds open (its own: a pack's, its index's;
+    and any it passed and has not closed yet)."""
     held = []
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except FileNotFoundError:  # closed meanwhile
             continue
-        if "/blocks/" in target:
+        if "/packs/" in target:
             held.append(target)
     return held
 
@@ -66,13 +67,16 @@ def test_the_agent_passes_the_open_cache_file_and_its_crcs(
         try:
             assert (piece.source, piece.passed, len(fds)) == (source, True, 1)
             assert len(piece.crcs) == PIECE // (32 << 10)
-            assert hashlib.sha256(read_fd(fds[0])).hexdigest() == shas[0]
+            assert piece.offset is not None and piece.offset % 4096 == 0
+            data = read_fd(fds[0], None, piece.offset, PIECE)
+            assert hashlib.sha256(data).hexdigest() == shas[0]
         finally:
             for fd in fds:
                 os.close(fd)
     # Root's parts keep their connection (issue 19: none made per piece): every piece
-    # on it, each with its own file; the agent keeps no descriptor of the cache files it
-    # passed (closed once sent).
+    # on it, each with its own descriptor; the agent keeps none of those it passed
+    # (closed once sent): only its own (a pack's, its index's, the pack's written past
+    # the page cache) of the one pack the three pieces went to.
     kept = AgentClient(a.socket, keep=1)
     for _ in range(20):
         for i, sha in enumerate(shas):
@@ -80,14 +84,15 @@ def test_the_agent_passes_the_open_cache_file_and_its_crcs(
             piece, fds = kept.ask_for_fds(ask)
             try:
                 assert (piece.passed, len(fds)) == (True, 1)
-                assert hashlib.sha256(read_fd(fds[0])).hexdigest() == sha
+                data = read_fd(fds[0], None, piece.offset or 0, PIECE)
+                assert hashlib.sha256(data).hexdigest() == sha
             finally:
                 for fd in fds:
                     os.close(fd)
     assert kept.connects == 1
     kept.close()
     pid = a.proc.pid
-    wait_until(lambda: not _blocks_open(pid), "the agent closes the files it passed")
+    wait_until(lambda: len(_packs_open(pid)) <= 3, "the agent closes the files it passed")
     # Without the ask (a caller from before), the reply names the file and passes nothing.
     old = FetchPiece(7, "t1,t1", KEY, 0, PIECE, shas[0], uid=0)
     piece, fds = a.client.ask_for_fds(old)
@@ -105,15 +110,24 @@ def test_via_serves_the_piece_and_refuses_a_damaged_cache_file(
     want = (tmp_path / "store" / KEY).read_bytes()[PIECE : 2 * PIECE]
     got = via("", KEY, PIECE, PIECE, shas[1])
     assert got is not None and bytes(got[0]) == want and got[1] == "store"
-    cached = next((tmp_path / "t1" / "cache" / "image" / "blocks").rglob(shas[1]))
+    cached, at = _find_in_packs(tmp_path / "t1" / "cache" / "image" / "packs", want)
     with open(cached, "r+b") as f:
-        f.seek(PIECE // 2)
+        f.seek(at + PIECE // 2)
         f.write(bytes([want[PIECE // 2] ^ 0xFF]))
     got = via("", KEY, PIECE, PIECE, shas[1])
     assert got is not None and bytes(got[0]) == want
     assert any("the agent's cache file is damaged" in line for line in log), log
     assert "damaged on disk" in a.log_text()
-    assert cached.read_bytes() == want  # fetched again into the cache
+    _find_in_packs(tmp_path / "t1" / "cache" / "image" / "packs", want)  # fetched again
+
+
+def _find_in_packs(packs: Path, want: bytes) -> tuple[Path, int]:
+    """The pack holding ``want`` and its offset there (the agent's own, a process apart)."""
+    for p in sorted(packs.glob("*.pack")):
+        at = p.read_bytes().find(want)
+        if at >= 0:
+            return p, at
+    raise AssertionError(f"no pack under {packs} holds the piece")
 
 
 def test_a_piece_of_a_ten_thousand_node_job(

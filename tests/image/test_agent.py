@@ -17,6 +17,7 @@ import pytest
 from bootseer import mounts
 from bootseer.agentapi.errors import AgentError
 from bootseer.image.blocks import block_key
+from bootseer.image.cache import blocks_on_disk
 from bootseer.image.manifest import load_manifest
 from bootseer.image.trace import Trace, save_trace, trace_key
 from bootseer.sitekey import IMAGE_TRACE
@@ -192,8 +193,10 @@ def test_eviction_while_in_use_keeps_reads_correct(base: Path, image: Path) -> N
         stats = agent.stats()
         assert stats["evicted"] > 0
         assert stats["cache_bytes"] <= cap_blocks * 65536
-        on_disk = sum(f.stat().st_size for f in (agent.cache / "blocks").rglob("*") if f.is_file())
-        assert on_disk <= cap_blocks * 65536
+        assert sum(w.size for w in blocks_on_disk(agent.cache).values()) <= cap_blocks * 65536
+        # Evicted blocks' bytes are punched out of their packs: the disk has them back.
+        packs = list((agent.cache / "packs").glob("*.pack"))
+        assert sum(p.stat().st_blocks * 512 for p in packs) <= (cap_blocks + 1) * 65536
         agent.release(1)
 
 
@@ -209,7 +212,7 @@ def test_eviction_takes_blocks_of_unused_images_first(base: Path) -> None:
         used = agent.prepare(1, "a:1")
         assert Path(used["path"]).read_bytes() == a.read_bytes()
         ma = load_manifest(store, used["image"], keys=KEYS)
-        cached = {p.name for p in (agent.cache / "blocks").rglob("*") if p.is_file()}
+        cached = set(blocks_on_disk(agent.cache))
         assert set(ma.blocks) <= cached, "a block of the image in use was evicted"
         assert agent.stats()["evicted"] > 0
         agent.release(1)
@@ -225,8 +228,10 @@ def test_restart_keeps_the_verified_cache_and_the_prepared_jobs(base: Path, imag
         assert fetched > 0
         agent.stop()
         # A block damaged on disk while the agent was down is caught on its first read.
-        victim = next(p for p in (agent.cache / "blocks").rglob("*") if p.is_file())
-        victim.write_bytes(b"\0" * victim.stat().st_size)
+        victim = next(iter(blocks_on_disk(agent.cache).values()))
+        with open(victim.path, "r+b") as f:
+            f.seek(victim.offset)
+            f.write(b"\0" * victim.size)
         agent.start()
         stats = agent.stats()
         assert stats["cache_blocks"] == fetched and stats["jobs"] == [1]
@@ -397,18 +402,17 @@ def test_an_agent_killed_with_sigkill_comes_back(base: Path, image: Path) -> Non
 
 
 def test_a_block_damaged_in_the_cache_is_never_served(base: Path, image: Path) -> None:
-    """Bytes flipped in a cached block file while the agent runs: the next job's read
+    """Bytes flipped in a cached block (in its pack) while the agent runs: the next job's read
     gets the right bytes (the block is dropped and fetched again), never the damage."""
     add_image(base, image, "test:1")
     original = image.read_bytes()
     with running_agent(base) as agent:
         assert Path(agent.prepare(1, "test:1")["path"]).read_bytes() == original
-        blocks = sorted((agent.cache / "blocks").rglob("*"))
-        files = [b for b in blocks if b.is_file()]
-        assert files
-        for f in files[:3]:
-            with open(f, "r+b") as fh:  # in place, as a bad disk or a stray write would
-                fh.seek(f.stat().st_size // 2)
+        held = sorted(blocks_on_disk(agent.cache).values(), key=lambda w: (w.path, w.offset))
+        assert held
+        for w in held[:3]:
+            with open(w.path, "r+b") as fh:  # in place, as a bad disk or a stray write would
+                fh.seek(w.offset + w.size // 2)
                 byte = fh.read(1)
                 fh.seek(-1, os.SEEK_CUR)
                 fh.write(bytes([byte[0] ^ 0xFF]))

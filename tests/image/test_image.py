@@ -209,7 +209,11 @@ def test_cache_lru_prefers_unpinned_and_survives_restart(tmp_path: Path) -> None
     again = BlockCache(tmp_path / "c", cap_bytes=30)
     assert {d for d in ds if d in again} == {d for d in ds if d in cache}
     # A block damaged on disk is dropped on its first read after a restart.
-    again.path(ds[4]).write_bytes(b"x" * 10)
+    where = again.locate(ds[4])
+    assert where is not None
+    with open(where.path, "r+b") as f:
+        f.seek(where.offset)
+        f.write(b"x" * 10)
     assert again.read(ds[4], 0, 10) is None and ds[4] not in again
     assert again.read(ds[0], 2, 3) == blocks[0][2:5]
 
@@ -263,7 +267,8 @@ def test_cache_writes_blocks_past_the_page_cache(tmp_path: Path) -> None:
 
     if cached(buffered) == 0:
         pytest.skip("this filesystem keeps no page cache for a buffered write either")
-    assert cached(cache.path(digest(data))) == 0
+    where = cache.locate(digest(data))
+    assert where is not None and cached(where.path) == 0
     assert cache.read(digest(data), 0, len(data)) == data
 
 
@@ -560,8 +565,8 @@ def test_a_peers_request_that_times_out_says_so(tmp_path: Path) -> None:
 
 
 def test_a_peer_is_sent_only_a_held_block_of_the_jobs_image(tmp_path: Path) -> None:
-    """``held_block`` (the peer server's sendfile path) names the cache file of a block of
-    the job's image that this node holds, at the block's length; a block it does not
+    """``held_block`` (the peer server's sendfile path) names where the cache holds a block
+    of the job's image that this node holds (its pack, offset and length); a block it does not
     hold, a piece of no block of the image and an unknown job go to ``provide_block``."""
     from bootseer.p2p.server import HeldPiece
     from bootseer.p2p.wire import PieceRequest
@@ -574,7 +579,8 @@ def test_a_peer_is_sent_only_a_held_block_of_the_jobs_image(tmp_path: Path) -> N
         cache.put(m.blocks[3], data[3 * BS :])
         held = jobs.held_block(PieceRequest(7, "", m.blocks[3], 1))
         assert isinstance(held, HeldPiece) and held.size == 100
-        assert held.path.read_bytes() == data[3 * BS :]
+        with open(held.path, "rb") as pack:
+            assert os.pread(pack.fileno(), 100, held.offset) == data[3 * BS :]
         assert jobs.held_block(PieceRequest(7, "", m.blocks[1], 1)) is None  # not held
         other = digest(b"not a block of the image")
         cache.put(other, b"not a block of the image")

@@ -90,10 +90,10 @@ class Node1:
         self._note(req)
         if req.blocks:
             return held_run(self.cache, self.manifest, req) if self.hold.is_set() else None
-        if req.piece not in self.cache:
+        where = self.cache.locate(req.piece)
+        if where is None:
             return None
-        i = self.manifest.blocks.index(req.piece)
-        return HeldPiece(self.cache.path(req.piece), self.manifest.block_length(i))
+        return HeldPiece(where.path, where.size, where.offset)
 
     def provide(self, req: PieceRequest, deadline: float) -> bytes | RunBlocks:
         self._note(req)
@@ -181,7 +181,11 @@ def test_a_run_with_a_bad_block_keeps_the_good_ones_and_gets_it_elsewhere(nodes,
     bad = digests[5]
     damaged = bytearray(blocks[bad])
     damaged[100] ^= 1
-    n1.cache.path(bad).write_bytes(damaged)
+    where = n1.cache.locate(bad)
+    assert where is not None
+    with open(where.path, "r+b") as f:
+        f.seek(where.offset)
+        f.write(damaged)
     res = prefetch_hot(
         fetcher, source, n1.manifest, range(1, 9), time.monotonic() + TIMEOUT, 1.0, RUN
     )

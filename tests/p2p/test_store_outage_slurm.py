@@ -85,7 +85,7 @@ def test_a_cold_node_starts_with_bootseer_from_its_peer_while_the_store_hangs(
     agent = cluster.cluster.alive("bootseer-agent-n2")
     assert agent
     devcluster_stop(cluster, agent)
-    shutil.rmtree(cluster.dir / "nodes" / "n2" / "cache" / "image" / "blocks")
+    shutil.rmtree(cluster.dir / "nodes" / "n2" / "cache" / "image" / "packs")
     cluster.cluster.start_agent("n2")
     forget_prefix("n2")
     weed = cluster.cluster.alive("weed")

@@ -161,15 +161,16 @@ class Agent:
             self.scopes.check(req.job_id, req.target, req.key)
         except PeerError:
             return None
-        if req.piece not in self.cache:
+        where = self.cache.locate(req.piece)
+        if where is None or where.size != req.length:
             return None
-        return HeldPiece(self.cache.path(req.piece), req.length)
+        return HeldPiece(where.path, where.size, where.offset)
 
     def fetch_piece(self, req: FetchPiece) -> tuple[PieceFile, int | None]:
         """A located piece for this node's prolog or checkpoint daemon, from the cache,
-        the job's peers or the store: where the cache keeps it and, when the request asks
-        for it, its file opened (the caller closes it; None where the disk did not take
-        the piece)."""
+        the job's peers or the store: where the cache keeps it (its pack and the offset
+        in it) and, when the request asks for it, the pack opened (the caller closes it;
+        None where the disk did not take the piece)."""
         swarm = None
         if req.uid >= 0:  # root's word (FetchPiece is root's alone): no squeue for the job
             self.scopes.learn(req.job_id, req.uid, req.account)
@@ -179,7 +180,6 @@ class Agent:
             except ContextError as exc:
                 raise AgentBadRequest(str(exc)) from None
         loc = Located(req.target, req.key, req.offset, req.length, req.sha256)
-        path = str(self.cache.path(req.sha256))
         try:
             held = self.pieces.held(loc, local=True) if req.pass_file else None
             if held is None:
@@ -191,11 +191,19 @@ class Agent:
         except PeerError as exc:
             raise AgentError(str(exc)) from None
         if held is None:
-            return PieceFile(path, source, req.length), None
-        # The caller reads the file and checks it against the CRCs: this process reads
+            # The caller reads it by the pack's name (and checks its SHA-256); "": the
+            # disk did not take it, the caller reads the store.
+            where = self.cache.locate(req.sha256)
+            if where is None or where.size != req.length:
+                return PieceFile("", source, req.length, offset=0), None
+            return PieceFile(str(where.path), source, req.length, offset=where.offset), None
+        # The caller reads the block and checks it against the CRCs: this process reads
         # nothing (a cache hit) or only writes (a piece just fetched and verified).
-        fd, crcs, source = held
-        return PieceFile(path, source, req.length, passed=True, crcs=tuple(crcs)), fd
+        fd, where, crcs, source = held
+        reply = PieceFile(
+            str(where.path), source, req.length, passed=True, crcs=tuple(crcs), offset=where.offset
+        )
+        return reply, fd
 
     def _ckpt_target(self, uri: str) -> Store | None:
         """The site's checkpoint target ``uri``, opened once; None if it is not one."""

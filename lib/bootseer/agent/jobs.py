@@ -224,7 +224,7 @@ class Jobs:
         return self._provide(view, req.piece, req.priority, deadline, req.cached_only)
 
     def held_block(self, req: PieceRequest) -> HeldPiece | list[HeldPiece] | None:
-        """The cache file of a block of the job's image (a run's: of each of its blocks),
+        """Where the cache holds a block of the job's image (a run's: each of its blocks),
         if this node holds it; None (``provide_block`` answers) if not, or if the job has
         no image here yet."""
         with self._added:
@@ -234,9 +234,10 @@ class Jobs:
         if req.blocks:
             return held_run(self.cache, view.image.manifest, req)
         i = view.image.index_of(req.piece)
-        if i is None or req.piece not in self.cache:
+        where = self.cache.locate(req.piece) if i is not None else None
+        if i is None or where is None or where.size != view.image.manifest.block_length(i):
             return None
-        return HeldPiece(self.cache.path(req.piece), view.image.manifest.block_length(i))
+        return HeldPiece(where.path, where.size, where.offset)
 
     def _provide(
         self, view: JobView, piece: str, priority: int, deadline: float, cached_only: bool

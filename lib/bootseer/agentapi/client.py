@@ -82,8 +82,8 @@ class AgentClient:
     def ask_for_fds(
         self, request: Request[R], timeout: float | None = DEFAULT
     ) -> tuple[R, list[int]]:
-        """:meth:`ask`, and the descriptors the agent sent with its reply (at most one: a
-        piece's cache file); the caller closes them."""
+        """:meth:`ask`, and the descriptors the agent sent with its reply (at most one:
+        the cache's pack that holds a piece); the caller closes them."""
         got: list[int] = []
         try:
             return self._ask(request, timeout, (), got), got

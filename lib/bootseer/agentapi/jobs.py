@@ -126,8 +126,10 @@ PieceSource = Literal["cache", "peer", "store"]  # where a piece came from
 
 @dataclass(frozen=True)
 class PieceFile(Reply):
-    """Where the agent keeps the verified piece (root reads it; verify again on read).
-    ``passed``: the cache file came with the reply, opened (``SCM_RIGHTS``), with the
+    """Where the agent keeps the verified piece (root reads it; verify again on read):
+    ``size`` bytes at ``offset`` of the file ``path`` (a cache pack; "": the agent's disk
+    did not take it). ``offset`` None: an agent from before, whose file was the piece's
+    alone. ``passed``: the file came with the reply, opened (``SCM_RIGHTS``), with the
     CRC-32C of each 32 KiB the agent recorded when it verified the piece
     (:class:`~bootseer.image.cache.BlockCache`): the caller checks what it reads against
     those, not the SHA-256 again."""
@@ -137,6 +139,7 @@ class PieceFile(Reply):
     size: int
     passed: bool = False
     crcs: tuple[int, ...] = ()
+    offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,7 @@ class Prepare(JobRequest[JobReply]):
 class FetchPiece(JobRequest[PieceFile]):
     """A piece outside any image (a snapshot frame: ``length`` bytes of store object
     ``key`` at ``offset``, with SHA-256 ``sha256``) for the job's prolog, through the
-    job's peers; the agent answers with the cache file that holds it."""
+    job's peers; the agent answers with where its cache holds it (a pack, an offset)."""
 
     op = "piece"
     root_only = True
@@ -282,6 +285,6 @@ class FetchPiece(JobRequest[PieceFile]):
     # serves the job's peers only pieces of its scopes, and need not ask Slurm.
     uid: Annotated[int, Bounds(-1, 1 << 32)] = -1
     account: str = ""
-    # Pass the cache file, opened, with the reply, and its CRCs (an agent from before
-    # ignores this and names the file alone).
+    # Pass the cache's pack, opened, with the reply, and the piece's CRCs (an agent from
+    # before ignores this and names the file alone).
     pass_file: bool = False

@@ -44,9 +44,10 @@ class ReadingJob(Protocol):
     def recorder(self) -> Recorder: ...
 
 
-# How far past a sequential read the reader asks the kernel to read the cache's block
-# files ahead (BlockCache.advise): the node disk's own read-ahead (8 MiB here) stops at
-# the end of each block's file.
+# How far past a sequential read the reader asks the kernel to read the cache's blocks
+# ahead (BlockCache.advise): they lie in the cache's packs in the order they came (the
+# trace's, the fill's, a peer's), not the image's, so the disk's own read-ahead reads
+# the wrong bytes ahead as often as the right ones.
 READ_AHEAD = 8 << 20
 # A read that starts this close to where the job's last one ended reads on: the kernel's
 # requests (up to 1 MiB) may come a little out of order, served by several threads.

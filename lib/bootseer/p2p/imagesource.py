@@ -106,11 +106,17 @@ def is_run(manifest: Manifest, req: PieceRequest) -> bool:
 
 
 def held_run(cache: BlockCache, manifest: Manifest, req: PieceRequest) -> list[HeldPiece] | None:
-    """Each block's cache file when this node holds every block of the run (the peer
-    server sends them as they are); None otherwise (:func:`provide_run` answers)."""
-    if not is_run(manifest, req) or any(manifest.blocks[i] not in cache for i in req.blocks):
+    """Where the cache holds each block when this node holds every block of the run (the
+    peer server sends them as they are); None otherwise (:func:`provide_run` answers)."""
+    if not is_run(manifest, req):
         return None
-    return [HeldPiece(cache.path(manifest.blocks[i]), manifest.block_length(i)) for i in req.blocks]
+    held = []
+    for i in req.blocks:
+        where = cache.locate(manifest.blocks[i])
+        if where is None or where.size != manifest.block_length(i):
+            return None
+        held.append(HeldPiece(where.path, where.size, where.offset))
+    return held
 
 
 def provide_run(

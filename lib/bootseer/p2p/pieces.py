@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
+import os
 import re
 import threading
 from array import array
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 from bootseer.agentapi.jobs import PieceSource
 from bootseer.errors import describe
-from bootseer.image.cache import BlockCache
+from bootseer.image.cache import BlockCache, Where
 from bootseer.p2p.fallback import fetch_piece
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import MAX_PIECE, PeerError
@@ -107,16 +108,19 @@ class Pieces:
             with self._lock:
                 self._inflight.pop(loc.sha256, None)
 
-    def held(self, loc: Located, local: bool) -> tuple[int, array[int], Source] | None:
-        """If the cache holds the piece: its file opened, its CRCs and where it came
-        from, for root's own process that asked to read and check it
-        (:meth:`BlockCache.open_held`); else None (:meth:`get` fetches it)."""
+    def held(self, loc: Located, local: bool) -> tuple[int, Where, array[int], Source] | None:
+        """If the cache holds the piece: its pack opened, where the piece lies in it, its
+        CRCs and where it came from, for root's own process that asked to read and check
+        it (:meth:`BlockCache.open_held`); else None (:meth:`get` fetches it)."""
         loc.check()
         opened = self.cache.open_held(loc.sha256)
         if opened is None:
             return None
-        fd, crcs = opened
-        return fd, crcs, self._cached_source(loc.sha256, local)
+        fd, where, crcs = opened
+        if where.size != loc.length:
+            os.close(fd)
+            return None
+        return fd, where, crcs, self._cached_source(loc.sha256, local)
 
     def _cached_source(self, sha256: str, local: bool) -> Source:
         """A cache hit's source: for this node's own use, where a peer's ask had it

@@ -58,10 +58,12 @@ BEAT_TICK = 1 / 4
 
 @dataclass(frozen=True)
 class HeldPiece:
-    """A piece this node holds: a file of exactly ``size`` bytes, sent with sendfile."""
+    """A piece this node holds: ``size`` bytes at ``offset`` of a file (a cache pack),
+    sent with sendfile."""
 
     path: Path
     size: int
+    offset: int = 0
 
 
 # A run's blocks (PieceRequest.blocks), in the request's order; None: not got in time.
@@ -419,7 +421,7 @@ class PeerServer:
                     fds.append(os.open(h.path, os.O_RDONLY | os.O_CLOEXEC))
                 except FileNotFoundError:  # evicted meanwhile
                     return False
-                if os.fstat(fds[-1]).st_size != h.size:
+                if os.fstat(fds[-1]).st_size < h.offset + h.size:
                     return False
             sizes = tuple(h.size for h in files)
             # Counted before it is sent, as a provided piece is: counted after, the asker
@@ -432,8 +434,8 @@ class PeerServer:
             )
             with link.writing:
                 link.conn.sendall(reply.encode(), socket.MSG_MORE)
-                for fd, size in zip(fds, sizes, strict=True):
-                    _sendfile(link.conn, fd, size, self.idle_timeout)
+                for fd, h in zip(fds, files, strict=True):
+                    _sendfile(link.conn, fd, h.size, self.idle_timeout, h.offset)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -493,15 +495,15 @@ class PeerServer:
         return job
 
 
-def _sendfile(conn: socket.socket, fd: int, size: int, timeout: float) -> None:
-    """``size`` bytes of ``fd`` from its start onto ``conn`` (a socket in timeout mode,
+def _sendfile(conn: socket.socket, fd: int, size: int, timeout: float, offset: int = 0) -> None:
+    """``size`` bytes of ``fd`` from ``offset`` onto ``conn`` (a socket in timeout mode,
     hence non-blocking), by the kernel; OSError (the connection, mid-piece, must close)
     if the peer takes nothing for ``timeout`` seconds or the file ends early."""
     sent = 0
     poller: select.poll | None = None
     while sent < size:
         try:
-            k = os.sendfile(conn.fileno(), fd, sent, size - sent)
+            k = os.sendfile(conn.fileno(), fd, offset + sent, size - sent)
         except BlockingIOError:
             if poller is None:
                 poller = select.poll()

@@ -4,10 +4,12 @@ The prolog's snapshot restore and the checkpoint mount daemon read byte ranges o
 store objects whose SHA-256 they know (snapshot frames, checkpoint units). Through
 :func:`agent_via` each asks the node's agent, which takes the piece from its owner among
 the job's nodes or, owning it, from the store, and keeps it in its cache. The agent
-passes the cache file, opened, with its reply, and the CRCs it recorded when it verified
-the piece: the caller reads the file and checks the CRCs (0.26 CPU-s per GiB here), not
-the SHA-256 again (0.6), and the agent reads nothing. With an agent from before, the
-caller reads the file by its name and checks the SHA-256. ``None`` from the function means:
+passes the cache's pack that holds it, opened, with its reply, where the piece lies in it
+and the CRCs it recorded when it verified the piece: the caller reads the piece's range
+and checks the CRCs (0.26 CPU-s per GiB here), not the SHA-256 again (0.6), and the agent
+reads nothing. Asked without the file (or an agent from before, whose cache file was the
+piece's alone: ``offset`` None), the caller reads the file by its name and checks the
+SHA-256. ``None`` from the function means:
 read it from the store yourself (no agent, an error, a one-node job)::
 
     >>> via = agent_via(cfg, job_id=42, nodes=("n1", "n2"), log=print)  # doctest: +SKIP
@@ -20,12 +22,16 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from bootseer.config import SiteConfig
 from bootseer.context import fold_nodes
 from bootseer.directio import Buffers, read_direct, read_fd
 from bootseer.errors import describe
 from bootseer.image.cache import crcs_match
+
+if TYPE_CHECKING:
+    from bootseer.agentapi.jobs import PieceFile
 
 # (target URI or "" for the main store, key, offset, length, sha256) -> (the bytes, where
 # they came from: "peer", "store" or "cache"), or None.
@@ -86,7 +92,7 @@ def agent_via(
             piece, fds = client.ask_for_fds(req, timeout=timeout)
             try:
                 if piece.passed and fds:
-                    data = read_fd(fds[0], buffers)
+                    data = read_fd(fds[0], buffers, piece.offset or 0, _size(piece, length))
                     buffers.retire(data)
                     if len(data) == length and crcs_match(piece.crcs, data):
                         return data, piece.source
@@ -97,9 +103,10 @@ def agent_via(
             finally:
                 for fd in fds:
                     os.close(fd)
-            # An agent from before passed files: its cache file, read past the page cache
-            # as it was written, into a buffer used again once the caller drops it.
-            data = read_direct(piece.path, buffers)
+            # Asked without the file, or an agent from before passed files: the piece's
+            # range of the file named, read past the page cache as it was written, into a
+            # buffer used again once the caller drops it.
+            data = read_direct(piece.path, buffers, piece.offset or 0, _size(piece, length))
             buffers.retire(data)
         except (AgentUnavailable, AgentRefused) as exc:
             # No agent, or not root: the store for every piece, without asking again.
@@ -115,3 +122,9 @@ def agent_via(
         return data, piece.source
 
     return via
+
+
+def _size(piece: PieceFile, length: int) -> int | None:
+    """The bytes to read of the agent's file: the piece's, or (an agent from before,
+    whose file was the piece's alone) the whole file."""
+    return None if piece.offset is None else length

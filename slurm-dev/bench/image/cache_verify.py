@@ -64,8 +64,10 @@ def main() -> None:
 
         def raw() -> None:  # what a read cost before: open, pread, close
             for n in names:
-                fd = os.open(cache.path(n), os.O_RDONLY)
-                os.pread(fd, block, 0)
+                where = cache.locate(n)
+                assert where is not None
+                fd = os.open(where.path, os.O_RDONLY)
+                os.pread(fd, block, where.offset)
                 os.close(fd)
 
         total = len(names) * block

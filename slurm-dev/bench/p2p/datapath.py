@@ -132,9 +132,10 @@ def sender(work: Path, total: int, piece: int) -> None:
         tags.add(req.tag)
         if req.blocks:
             return held_run(cache, manifest, req)
-        if req.piece not in pieces or req.piece not in cache:
+        where = cache.locate(req.piece) if req.piece in pieces else None
+        if where is None:
             return None
-        return HeldPiece(cache.path(req.piece), piece)
+        return HeldPiece(where.path, where.size, where.offset)
 
     fast = {"held": held} if HeldPiece is not None else {}  # the code before had none
     job = ServedJob(frozenset({"127.0.0.1"}), provide, **fast)
@@ -267,7 +268,7 @@ def main() -> None:
         "--recv-dir",
         type=Path,
         help="where the receiver's cache goes (default: under --work); /dev/shm leaves "
-        "out the file system's cost of creating a file per piece",
+        "out the file system's cost of writing the pieces",
     )
     ap.add_argument("--smoke", action="store_true", help="32 MiB, one run")
     ap.add_argument("--keep", action="store_true", help="keep the sender's pieces")
