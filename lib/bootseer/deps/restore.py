@@ -57,6 +57,7 @@ class RestoreRequest:
     threads: int = 0
     timeout: float = 600.0
     replace: bool = False  # the prefix is a restore of ours: swap it for the new one
+    extractor: str = "tar"  # GNU tar fed checked headers; "python": tarfile (archive.py)
 
 
 @dataclass
@@ -267,6 +268,7 @@ def restore(
             max_files=req.max_files,
             replace=replace,
             mode=mode,
+            extractor=req.extractor,
         )
 
     child = UserChild.start(req.uid, req.gid, work, groups=req.groups, feed=True)
