@@ -36,8 +36,8 @@ modes exactly, a name never written twice), no xattrs, ACLs or SELinux labels,
 it. Last, :func:`check_tree` walks what tar wrote: exactly the manifest's entries,
 their types, sizes, link targets and filtered modes, hard links sharing their file.
 
-    >>> _rewrite(bytes(512), 0o755)[100:108]
-    b'0000755\x00'
+    >>> oct(int(_rewrite(bytes(512), 0o755)[100:107], 8))
+    '0o755'
 """
 
 from __future__ import annotations
