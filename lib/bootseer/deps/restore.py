@@ -25,7 +25,7 @@ from typing import Any
 
 from bootseer import jsonlimits, sitekey
 from bootseer.asuser import UserChild, UserChildError
-from bootseer.deps import archive
+from bootseer.deps import archive, gnutar
 from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
 from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest
@@ -271,6 +271,8 @@ def restore(
             extractor=req.extractor,
         )
 
+    if req.extractor == "tar":
+        gnutar.gnu_tar()  # found once per process, not in every child (it runs `tar --version`)
     child = UserChild.start(req.uid, req.gid, work, groups=req.groups, feed=True)
     assert child.stdin is not None
     _widen_pipe(child.stdin)
