@@ -7,6 +7,7 @@ parallel decode, and extraction in a child that dropped to an unprivileged user.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import tarfile
@@ -350,3 +351,200 @@ def test_contents_across_the_stream_buffers(store: Store, scratch: Path) -> None
     prefix = do_restore(store, scratch, members)
     for ti, data in members:
         assert (prefix / ti.name).read_bytes() == data, ti.name
+
+
+# The GNU tar extractor (bootseer.deps.gnutar): the header pass accepts only what a
+# capture writes, so that it and tar cannot read one header two ways. Each archive
+# goes through restore() as USER_A, as the ones above.
+
+
+def _patched(raw: bytes, at: int, field: slice, value: bytes) -> bytes:
+    """``raw`` with the header at byte ``at`` changed in ``field``, checksum kept valid."""
+    block = bytearray(raw[at : at + 512])
+    block[field] = value
+    block[148:156] = b"        "
+    block[148:156] = b"%06o\0 " % sum(block)
+    return raw[:at] + bytes(block) + raw[at + 512 :]
+
+
+def test_the_default_extractor_is_gnu_tar() -> None:
+    from bootseer.deps import gnutar
+
+    assert gnutar.gnu_tar() is not None  # Debian's tar is essential: every node has it
+    assert RestoreRequest("", 0, 0).extractor == "tar"
+
+
+def test_a_header_that_is_not_posix_ustar(store: Store, scratch: Path) -> None:
+    """An old-GNU header's prefix field holds times; tarfile reads it as a name prefix,
+    tar does not: the one name checked, another written."""
+    members = [member("a", data=b"x")]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for ti, data in members:
+            tf.addfile(ti, io.BytesIO(data or b""))
+    rejects(store, scratch, members, "not POSIX ustar", raw=buf.getvalue())
+    raw = _patched(tar_bytes(members), 0, slice(257, 265), b"ustar  \0")
+    rejects(store, scratch, members, "not POSIX ustar", raw=raw)
+
+
+@pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        (b"\0", "not one a capture writes"),  # AREGTYPE: a name ending in '/' is a dir
+        (b"7", "not one a capture writes"),  # contiguous file
+        (b"g", "not one a capture writes"),  # a pax global header
+        (b"L", "not one a capture writes"),  # GNU long name: names the next member
+        (b"K", "not one a capture writes"),  # GNU long link name
+        (b"S", "sparse files are not allowed"),  # old GNU sparse
+        (b"V", "not one a capture writes"),  # volume label
+    ],
+)
+def test_member_types_a_capture_never_writes(
+    store: Store, scratch: Path, kind: bytes, match: str
+) -> None:
+    members = [member("a", data=b"x")]
+    rejects(
+        store, scratch, members, match, raw=_patched(tar_bytes(members), 0, slice(156, 157), kind)
+    )
+
+
+@pytest.mark.parametrize(
+    ("pax", "match"),
+    [
+        ({"SCHILY.xattr.user.x": "1"}, "not one a capture writes"),
+        ({"comment": "hi"}, "not one a capture writes"),
+        ({"GNU.sparse.major": "1", "GNU.sparse.minor": "0"}, "sparse files are not allowed"),
+    ],
+)
+def test_pax_keywords_a_capture_never_writes(
+    store: Store, scratch: Path, pax: dict[str, str], match: str
+) -> None:
+    ti, data = member("a", data=b"x")
+    ti.pax_headers = pax
+    rejects(store, scratch, [(ti, data)], match)
+
+
+def test_malformed_pax_records(store: Store, scratch: Path) -> None:
+    ti, data = member("a" * 120, data=b"x")  # a long name: a pax header with its path
+    raw = tar_bytes([(ti, data)])
+    assert raw[156:157] == tarfile.XHDTYPE
+    rec = raw[512:1024]
+    length = rec.index(b" ")
+    bad = raw[:512] + rec[: length - 1] + b"9" + rec[length:] + raw[1024:]  # lies about its length
+    rejects(store, scratch, [(ti, data)], "malformed pax record", raw=bad)
+    # The path twice: the pass and tar might each take another one.
+    ti2, _ = member("b" * 120, data=b"x")
+    ti2.pax_headers = {"path": "c" * 120}
+    twice = tar_bytes([(ti2, b"x")]).replace(b"path=" + b"c" * 120, b"path=" + b"b" * 120)
+    rejects(store, scratch, [(ti, data)], "pax|disagrees", raw=twice)
+
+
+def test_a_header_with_a_bad_checksum(store: Store, scratch: Path) -> None:
+    """tar would skip ahead to the next header it finds valid, one the pass never saw."""
+    members = [member("a", data=b"x")]
+    raw = bytearray(tar_bytes(members))
+    raw[0] = ord("b")
+    rejects(store, scratch, members, "checksum", raw=bytes(raw))
+
+
+def test_a_size_in_base_256(store: Store, scratch: Path) -> None:
+    members = [member("a", data=b"x")]
+    raw = _patched(tar_bytes(members), 0, slice(124, 136), b"\x80" + bytes(10) + b"\x01")
+    rejects(store, scratch, members, "not octal", raw=raw)
+
+
+def test_a_symlink_with_data(store: Store, scratch: Path) -> None:
+    """tarfile skips no data after a symlink, tar skips its size: a header hidden in it
+    would be written by one and never seen by the other."""
+    hidden = tar_bytes([member("evil", data=b"x")])[:1024]
+    link = tar_bytes([member("l", tarfile.SYMTYPE, link="a")])[:512]
+    raw = _patched(link, 0, slice(124, 136), b"%011o\0" % 1024) + hidden + bytes(10240)
+    rejects(store, scratch, [member("l", tarfile.SYMTYPE, link="a")], "bytes of data", raw=raw)
+
+
+def test_data_after_the_end(store: Store, scratch: Path) -> None:
+    members = [member("a", data=b"x")]
+    raw = tar_bytes(members)
+    rejects(store, scratch, members, "data after the end", raw=raw + b"x")
+    # A lone zero block and then a member: tar would stop (or go on with -i); refused.
+    rejects(store, scratch, members, "data after the end", raw=raw[:1024] + bytes(512) + raw)
+
+
+def test_an_archive_cut_inside_a_header(store: Store, scratch: Path) -> None:
+    members = [member("a", data=b"x"), member("b", data=b"y")]
+    raw = tar_bytes(members)
+    rejects(store, scratch, members, "ends at byte|ends inside", raw=raw[: 1024 + 100])
+
+
+def test_tar_options_from_the_environment_are_ignored(
+    store: Store, scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A TAR_OPTIONS in the prolog's environment (``--to-stdout``, ``--absolute-names``)
+    would change what tar does with the checked stream."""
+    monkeypatch.setenv("TAR_OPTIONS", "--to-stdout --absolute-names")
+    prefix = do_restore(store, scratch, [member("a", data=b"x")])
+    assert (prefix / "a").read_bytes() == b"x"
+
+
+def _tree(top: Path) -> list[Entry]:
+    (top / "d").mkdir(parents=True)
+    (top / "d" / "f").write_bytes(b"abc")
+    os.chmod(top / "d" / "f", 0o644)
+    os.link(top / "d" / "f", top / "h")
+    os.symlink("d/f", top / "l")
+    return [
+        Entry("d", "d"),
+        Entry("d/f", "f", 3),
+        Entry("h", "h", 0, "d/f"),
+        Entry("l", "l", 0, "d/f"),
+    ]
+
+
+def _spoil(top: Path, how: str) -> None:
+    f = top / "d" / "f"
+    if how == "extra":
+        (top / "extra").write_bytes(b"")
+    elif how == "missing":
+        (top / "l").unlink()
+    elif how == "size":
+        f.write_bytes(b"abcd")
+    elif how == "target":
+        (top / "l").unlink()
+        os.symlink("/etc/passwd", top / "l")
+    elif how == "setuid":
+        os.chmod(f, 0o4755)
+    elif how == "group-write":
+        os.chmod(f, 0o664)
+    elif how == "not-linked":
+        (top / "h").unlink()
+        (top / "h").write_bytes(b"abc")
+    elif how == "type":
+        f.unlink()
+        f.mkdir()
+
+
+@pytest.mark.parametrize(
+    ("how", "match"),
+    [
+        ("extra", "does not hold"),
+        ("missing", "3 of"),
+        ("size", "4 bytes"),
+        ("target", "symlink"),
+        ("setuid", "filtered mode"),
+        ("group-write", "filtered mode"),
+        ("not-linked", "not a hard link"),
+        ("type", "filtered mode|not a"),
+    ],
+)
+def test_the_walk_after_tar_checks_the_tree_against_the_manifest(
+    tmp_path: Path, how: str, match: str
+) -> None:
+    """Whatever tar wrote that the pass did not check (a difference in how the two read
+    a header) is refused by the walk after it."""
+    from bootseer.deps.gnutar import HeaderError, check_tree
+
+    entries = _tree(tmp_path / "t")
+    check_tree(str(tmp_path / "t"), entries)
+    _spoil(tmp_path / "t", how)
+    with pytest.raises(HeaderError, match=match):
+        check_tree(str(tmp_path / "t"), entries)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bootseer.asuser import stop_held
-from bootseer.deps import datafilter
+from bootseer.deps import datafilter, gnutar
 from bootseer.deps.manifest import Entry, check_name
 from bootseer.deps.writer import CHUNK, MemberWriter, WriteError
 from bootseer.errors import BootseerError, describe
@@ -174,8 +174,13 @@ def extract_snapshot(
     max_files: int,
     replace: bool = False,
     mode: int = 0o755,
+    extractor: str = "tar",
 ) -> dict[str, Any]:
     """Extract the tar stream on ``in_fd`` into ``prefix``, whole or not at all.
+
+    ``extractor="tar"``: GNU tar writes the members, each header checked and rewritten
+    first (:mod:`bootseer.deps.gnutar`); where the node has no GNU tar, or with
+    ``"python"``, tarfile parses and :class:`~bootseer.deps.writer.MemberWriter` writes.
 
     The stream goes into a fresh sibling directory, which is renamed onto ``prefix``
     only once every entry checked out; ``prefix`` must not exist or be empty, unless
@@ -203,19 +208,19 @@ def extract_snapshot(
         flt = SnapshotFilter(
             entries, link_roots=link_roots, max_bytes=max_bytes, max_files=max_files
         )
-        # Buffered: tarfile's stream reads 10 KiB at a time, one system call each without it.
-        with open(in_fd, "rb", buffering=1 << 20, closefd=False) as reader:
+        tar = gnutar.gnu_tar() if extractor == "tar" else None
+        if tar is not None:
             try:
-                with tarfile.open(fileobj=reader, mode="r|", errorlevel=2) as tf:
-                    _extract_members(tf, flt, MemberWriter(tmp))
-            except tarfile.TarError as exc:
-                raise SnapshotRejected(
-                    f"broken archive after entry {flt.count}: {describe(exc)}"
-                ) from None
+                gnutar.extract(in_fd, tmp, flt, tar)
+            except gnutar.HeaderError as exc:
+                raise SnapshotRejected(f"broken archive after entry {flt.count}: {exc}") from None
             flt.finish()
-            while chunk := reader.read(1 << 20):
-                if chunk.count(0) != len(chunk):
-                    raise SnapshotRejected("data after the end of the archive")
+            try:
+                gnutar.check_tree(tmp, entries)
+            except gnutar.HeaderError as exc:
+                raise SnapshotRejected(f"the extracted tree disagrees: {exc}") from None
+        else:
+            _extract_python(in_fd, tmp, flt)
         os.chmod(tmp, prefix_mode(mode))
         try:
             os.rename(tmp, prefix)
@@ -234,6 +239,24 @@ def extract_snapshot(
         raise
     st = os.lstat(prefix)
     return {"entries": flt.count, "bytes": flt.bytes, "dev": st.st_dev, "ino": st.st_ino}
+
+
+def _extract_python(in_fd: int, tmp: str, flt: SnapshotFilter) -> None:
+    """tarfile parses, :class:`~bootseer.deps.writer.MemberWriter` writes (where GNU
+    tar is not there, or ``extractor="python"``)."""
+    # Buffered: tarfile's stream reads 10 KiB at a time, one system call each without it.
+    with open(in_fd, "rb", buffering=1 << 20, closefd=False) as reader:
+        try:
+            with tarfile.open(fileobj=reader, mode="r|", errorlevel=2) as tf:
+                _extract_members(tf, flt, MemberWriter(tmp))
+        except tarfile.TarError as exc:
+            raise SnapshotRejected(
+                f"broken archive after entry {flt.count}: {describe(exc)}"
+            ) from None
+        flt.finish()
+        while chunk := reader.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                raise SnapshotRejected("data after the end of the archive")
 
 
 def _extract_members(tf: tarfile.TarFile, flt: SnapshotFilter, out: MemberWriter) -> None:

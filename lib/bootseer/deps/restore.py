@@ -25,7 +25,7 @@ from typing import Any
 
 from bootseer import jsonlimits, sitekey
 from bootseer.asuser import UserChild, UserChildError
-from bootseer.deps import archive
+from bootseer.deps import archive, gnutar
 from bootseer.deps.frames import decode_frames, default_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
 from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest
@@ -57,6 +57,7 @@ class RestoreRequest:
     threads: int = 0
     timeout: float = 600.0
     replace: bool = False  # the prefix is a restore of ours: swap it for the new one
+    extractor: str = "tar"  # GNU tar fed checked headers; "python": tarfile (archive.py)
 
 
 @dataclass
@@ -267,8 +268,11 @@ def restore(
             max_files=req.max_files,
             replace=replace,
             mode=mode,
+            extractor=req.extractor,
         )
 
+    if req.extractor == "tar":
+        gnutar.gnu_tar()  # found once per process, not in every child (it runs `tar --version`)
     child = UserChild.start(req.uid, req.gid, work, groups=req.groups, feed=True)
     assert child.stdin is not None
     _widen_pipe(child.stdin)

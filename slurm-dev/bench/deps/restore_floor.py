@@ -3,7 +3,8 @@
 Captures ``SRC`` once into a file:// store under ``WORK`` (as the tree ``WORK/prefix``),
 then alternates ``--runs`` times: bootseer's restore of that snapshot into
 ``WORK/prefix``, and ``tar -I zstd -xf`` of the same archive object into a fresh
-directory. Prints per-run times, the medians, the ratio and the load average.
+directory (``--before``: first, the restore with the tarfile extractor too). Prints
+per-run times, the medians, the ratio, the parent's and child's CPU and the load average.
 
     python3 restore_floor.py /var/tmp/deps-perf/src /var/tmp/deps-perf --runs 5
 """
@@ -76,11 +77,21 @@ def cpu() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
-def time_restore(uri: str, m: Manifest, other: Path) -> tuple[float, float]:
-    """Wall and CPU seconds of one restore (the settling before it not counted)."""
+def cpu_split() -> tuple[float, float]:
+    """CPU seconds of this process (the fetching, verifying, decoding parent) and of its
+    reaped children (the extracting child and its tar; tar and zstd for the floor)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime, b.ru_utime + b.ru_stime
+
+
+def time_restore(
+    uri: str, m: Manifest, other: Path, extractor: str = "tar"
+) -> tuple[float, float, float, float]:
+    """Wall and CPU seconds of one restore (the settling before it not counted), then
+    the parent's and the child's CPU seconds."""
     settle(other)  # one tree on disk at a time: a 1 GB install thrice does not fit
     settle(m.prefix)
-    c0, t0 = cpu(), time.perf_counter()
+    (p0, k0), t0 = cpu_split(), time.perf_counter()
     restore(
         open_store(uri),
         m,
@@ -91,9 +102,12 @@ def time_restore(uri: str, m: Manifest, other: Path) -> tuple[float, float]:
             link_roots=ROOTS,
             max_bytes=1 << 40,
             max_files=10**7,
+            extractor=extractor,
         ),
     )
-    return time.perf_counter() - t0, cpu() - c0
+    wall = time.perf_counter() - t0
+    p1, k1 = cpu_split()
+    return wall, p1 - p0 + k1 - k0, p1 - p0, k1 - k0
 
 
 def time_tar(archive: str, dest: Path, other: str) -> tuple[float, float]:
@@ -113,6 +127,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--settle", type=float, default=5.0, help="seconds between runs")
     ap.add_argument("--json", type=Path, help="write the figures here")
     ap.add_argument("--label", default="", help="what this run measures (into the JSON)")
+    ap.add_argument(
+        "--before",
+        action="store_true",
+        help="also the tarfile extractor (extractor='python', the restore before GNU tar) "
+        "in every run, alternating",
+    )
     args = ap.parse_args(argv)
     global SETTLE
     SETTLE = args.settle
@@ -126,19 +146,34 @@ def main(argv: list[str]) -> int:
     floor: list[float] = []
     ours_cpu: list[float] = []
     floor_cpu: list[float] = []
+    split: list[tuple[float, float]] = []  # the restore's parent and child CPU-s
+    before: list[float] = []  # --before: the tarfile extractor (main before issue 19's)
+    before_cpu: list[float] = []
+    before_split: list[tuple[float, float]] = []
     loads = [os.getloadavg()[0]]
     print(f"load before: {os.getloadavg()}")
     tar_out = args.work.resolve() / "tar-out"
     for i in range(args.runs):
-        wall, used = time_restore(uri, m, tar_out)
+        if args.before:
+            wall, used, par, kid = time_restore(uri, m, tar_out, "python")
+            before.append(wall)
+            before_cpu.append(used)
+            before_split.append((par, kid))
+            print(
+                f"run {i}: restore (tarfile) {wall:.2f}s {used:.2f} CPU-s "
+                f"(parent {par:.2f}, child {kid:.2f})"
+            )
+        wall, used, par, kid = time_restore(uri, m, tar_out)
         ours.append(wall)
         ours_cpu.append(used)
+        split.append((par, kid))
         wall, used = time_tar(archive, tar_out, m.prefix)
         floor.append(wall)
         floor_cpu.append(used)
         loads.append(os.getloadavg()[0])
         print(
-            f"run {i}: restore {ours[-1]:.2f}s {ours_cpu[-1]:.2f} CPU-s  "
+            f"run {i}: restore {ours[-1]:.2f}s {ours_cpu[-1]:.2f} CPU-s "
+            f"(parent {par:.2f}, child {kid:.2f})  "
             f"tar {floor[-1]:.2f}s {floor_cpu[-1]:.2f} CPU-s  load1 {loads[-1]:.1f}"
         )
     settle(tar_out)
@@ -150,6 +185,18 @@ def main(argv: list[str]) -> int:
         f"BENCH CPU-s/GiB restore {ca / gib:.2f}  tar {cb / gib:.2f}  ratio {ca / cb:.2f}x; "
         f"MB/s restore {m.raw_bytes / a / 1e6:.0f}  tar {m.raw_bytes / b / 1e6:.0f}"
     )
+    print(
+        f"BENCH restore CPU-s median parent {statistics.median(p for p, _ in split):.2f}  "
+        f"child {statistics.median(k for _, k in split):.2f}"
+    )
+    if before:
+        z = statistics.median(before)
+        print(
+            f"BENCH before (tarfile) median {z:.2f}s  ratio to tar {z / b:.2f}x  CPU-s "
+            f"{statistics.median(before_cpu):.2f} (parent "
+            f"{statistics.median(p for p, _ in before_split):.2f}, child "
+            f"{statistics.median(k for _, k in before_split):.2f})"
+        )
     print(f"load after: {os.getloadavg()}")
     if args.json:
         args.json.write_text(
@@ -165,6 +212,10 @@ def main(argv: list[str]) -> int:
                     "restore_cpu_s": ours_cpu,
                     "tar_cpu_s": floor_cpu,
                     "load1": loads,
+                    "restore_cpu_parent_child_s": split,
+                    "before_s": before,
+                    "before_cpu_s": before_cpu,
+                    "before_cpu_parent_child_s": before_split,
                     "median": {"restore_s": a, "tar_s": b, "ratio": a / b},
                     "cpu_s_per_gib": {"restore": ca / gib, "tar": cb / gib, "ratio": ca / cb},
                     "mb_per_s": {"restore": m.raw_bytes / a / 1e6, "tar": m.raw_bytes / b / 1e6},
