@@ -1,0 +1,297 @@
+"""One emulated node of the ``libtorrent`` engine: a libtorrent session in its namespace.
+
+Run by ``bench.py`` instead of ``node.py`` for ``--engine libtorrent``, with the same
+protocol on stdin/stdout (``ready``; ``go``; ``done <monotonic time>``; ``stop``, then one
+JSON line of counts) and the same counts where libtorrent has them.
+
+The job's piece set is one private v2 torrent (SHA-256 merkle piece hashes, 16 KiB
+pieces), one file per kind of piece (``block``, ``frame``, ``unit``: each kind's pieces in
+manifest order), made by ``bench.py`` from the store's bytes as image registration would.
+The store is the torrent's web seed (BEP 19: ``store.py``'s ``/ws/``, HTTP byte ranges).
+
+- **Peers** come from the job's node list (``connect_peer``), no tracker, DHT, LSD, PEX,
+  UPnP, NAT-PMP or uTP; a node connects to the nodes after it on a ring of the list
+  (distances 1..K, K = (bound - 1) // 2, and the opposite node when the whole list fits):
+  every pair once, each node with at most ``max_connections - 1`` peers (the whole job up
+  to 64 nodes, 62 of them at 256), the last slot for the web seed.
+- **The store**: the web seed is given at the start to ``webseeds`` nodes only (the spec
+  names them: one per 32 nodes by default); every other node adds it only when it has
+  gained no piece for ``fallback_s`` (the fall-back to the store: a node cut off from
+  its peers, or whose peers are all waiting on a dead seed). Given to every node, every
+  node pulls from the store at the start (``--lt-webseeds 0`` measures that).
+- **Tuned** for a cluster's fabric (``settings``): every peer unchoked (the upload slots
+  are the connection bound), reconnect at once, the request and piece timeouts of the
+  p2p spike (issue 10) stretched as the emulator stretches time, no encryption (it
+  authenticates nobody), 2 disk threads (64-256 sessions share 2 cores).
+
+``--corrupt``: this node joins as a seed whose files have a byte flipped in every piece
+(``seed_mode``: libtorrent trusts them unchecked) and serves them; it holds no good copy
+and is left out of the "every node holds every piece" check by ``bench.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import libtorrent as lt
+from node import NETLINK_SOCK_DIAG, established, neighbours
+
+
+def settings(spec: dict[str, Any], ip: str) -> dict[str, Any]:
+    stretch = spec["stretch"]
+    bound = spec["max_connections"]
+    return {
+        "listen_interfaces": f"{ip}:{spec['port']}",
+        "enable_dht": False,
+        "enable_lsd": False,
+        "enable_upnp": False,
+        "enable_natpmp": False,
+        "enable_incoming_utp": False,
+        "enable_outgoing_utp": False,
+        "in_enc_policy": int(lt.enc_policy.disabled),
+        "out_enc_policy": int(lt.enc_policy.disabled),
+        "user_agent": "bootseer-swarm",
+        "connections_limit": bound,
+        # Choking: on a job's own fabric nobody free-rides; every connected peer may ask.
+        "choking_algorithm": int(lt.choking_algorithm_t.fixed_slots_choker),
+        "unchoke_slots_limit": bound,
+        # The p2p spike's tuning (issue 10): with the defaults 6 of 44 runs stalled 60 s
+        # waiting to reconnect or for a block's timeout; stretched like the tree's bounds.
+        "close_redundant_connections": False,
+        "min_reconnect_time": 1,
+        "request_timeout": int(5 * stretch),
+        "piece_timeout": int(5 * stretch),
+        "peer_connect_timeout": int(max(5, 3 * stretch)),
+        "urlseed_timeout": int(20 * stretch),
+        "urlseed_wait_retry": int(max(2, 2 * stretch)),
+        "aio_threads": 2,
+        "hashing_threads": 1,
+        "alert_mask": int(
+            lt.alert_category.error
+            | lt.alert_category.status
+            | lt.alert_category.storage
+            | lt.alert_category.connect
+            | lt.alert_category.peer
+        ),
+        **spec.get("lt_settings", {}),
+    }
+
+
+def ring_peers(nodes: list[str], me: str, bound: int) -> list[str]:
+    """The peers ``me`` connects to: the next K nodes on the ring of the job's list (K =
+    (bound - 1) // 2), and the opposite node (the lower of the pair) when the whole job
+    fits in the bound. Each pair connects once; a node has at most bound - 1 peers."""
+    n = len(nodes)
+    i = nodes.index(me)
+    k = min(n - 1, bound - 1) // 2
+    out = [nodes[(i + d) % n] for d in range(1, k + 1)]
+    if n - 1 <= bound - 1 and n % 2 == 0 and n > 2 and i < n // 2:
+        out.append(nodes[i + n // 2])
+    return out
+
+
+class Node:
+    def __init__(self, a: argparse.Namespace) -> None:
+        spec = json.loads(Path(a.spec).read_text())
+        self.spec = spec
+        self.name: str = a.name
+        self.nodes: list[str] = spec["nodes"]
+        self.ips: dict[str, str] = spec["ips"]
+        self.port: int = spec["port"]
+        self.pieces: list[dict[str, Any]] = spec["pieces"]
+        self.corrupt = a.corrupt
+        self.dir = Path(a.dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.webseed = f"http://{spec['store_ip']}:{spec['store_port']}/ws/"
+        self.webseeded = self.name in spec["webseeds"]
+        self.fallback_s: float = spec["fallback_s"]
+        self.fallbacks = 0
+        self.handshakes = 0  # outgoing connections to peers that completed
+        self.incoming = 0
+        self.disconnects = 0
+        self.hash_failures = 0
+        self.errors: list[str] = []
+        self.max_out = self.max_in = 0
+        if self.corrupt:
+            self.write_bad_copy()
+        self.ses = lt.session(settings(spec, self.ips[self.name]))
+        atp = lt.add_torrent_params()
+        atp.ti = lt.torrent_info(spec["torrent"])
+        atp.save_path = str(self.dir)
+        atp.flags &= ~(lt.torrent_flags.auto_managed | lt.torrent_flags.paused)
+        if self.corrupt:
+            atp.flags |= lt.torrent_flags.seed_mode
+        self.total = atp.ti.num_pieces()
+        self.h = self.ses.add_torrent(atp)
+        deadline = time.monotonic() + 120
+        want = (lt.torrent_status.downloading, lt.torrent_status.seeding)
+        while self.h.status().state not in want:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"torrent stuck in {self.h.status().state}")
+            time.sleep(0.05)
+
+    def write_bad_copy(self) -> None:
+        """--corrupt: the job's files with a byte flipped in every piece, from the store
+        (before the clock starts: this node is a liar that seems to have everything)."""
+        import urllib.request
+
+        kinds: dict[str, list[dict[str, Any]]] = {}
+        for p in self.pieces:
+            kinds.setdefault(p["kind"], []).append(p)
+        root = self.dir / self.spec["torrent_name"]
+        root.mkdir(parents=True, exist_ok=True)
+        for kind in kinds:
+            with urllib.request.urlopen(f"{self.webseed}{self.spec['torrent_name']}/{kind}") as r:
+                data = bytearray(r.read())
+            for at in range(0, len(data), 16 << 10):
+                data[at] ^= 0xFF
+            (root / kind).write_bytes(bytes(data))
+
+    def pump(self, timeout_ms: int) -> None:
+        self.ses.wait_for_alert(timeout_ms)
+        for al in self.ses.pop_alerts():
+            if isinstance(al, lt.peer_connect_alert):
+                if al.endpoint[1] == self.port:
+                    self.handshakes += 1
+            elif isinstance(al, lt.incoming_connection_alert):
+                self.incoming += 1
+            elif isinstance(al, lt.peer_disconnected_alert):
+                self.disconnects += 1
+            elif isinstance(al, lt.hash_failed_alert):
+                self.hash_failures += 1
+            elif al.category() & lt.alert_category.error and len(self.errors) < 10:
+                self.errors.append(f"{type(al).__name__}: {al.message()}"[:300])
+
+    def run(self) -> float:
+        for peer in ring_peers(self.nodes, self.name, self.spec["max_connections"]):
+            self.h.connect_peer((self.ips[peer], self.port))
+        if self.webseeded:
+            self.h.add_url_seed(self.webseed)
+        have, since = -1, time.monotonic()
+        while True:
+            self.pump(200)
+            st = self.h.status()
+            if st.num_pieces == self.total:
+                return time.monotonic()
+            if st.num_pieces != have:
+                have, since = st.num_pieces, time.monotonic()
+            elif not self.webseeded and time.monotonic() - since > self.fallback_s:
+                self.h.add_url_seed(self.webseed)  # the fall-back to the store
+                self.webseeded = True
+                self.fallbacks += 1
+
+    def sample_connections(self, stop: threading.Event) -> None:
+        """As ``node.py``'s: the most peer connections open at once each way (sock_diag)."""
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
+            while not stop.wait(0.5):
+                out = inn = 0
+                for sport, dport in established(nl):
+                    inn += sport == self.port
+                    out += dport == self.port
+                self.max_out = max(self.max_out, out)
+                self.max_in = max(self.max_in, inn)
+
+    def verify_all(self) -> int:
+        """Pieces held with the manifest's sha256 (read back from the torrent's files,
+        after libtorrent flushed them)."""
+        if self.corrupt:
+            return 0
+        self.h.flush_cache()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self.ses.wait_for_alert(200)
+            if any(isinstance(al, lt.cache_flushed_alert) for al in self.ses.pop_alerts()):
+                break
+        ok = 0
+        root = self.dir / self.spec["torrent_name"]
+        at: dict[str, int] = {}
+        files: dict[str, Any] = {}
+        try:
+            for p in self.pieces:
+                f = files.get(p["kind"]) or files.setdefault(p["kind"], open(root / p["kind"], "rb"))
+                off = at.get(p["kind"], 0)
+                at[p["kind"]] = off + p["size"]
+                if hashlib.sha256(os.pread(f.fileno(), p["size"], off)).hexdigest() == p["sha256"]:
+                    ok += 1
+        except OSError:
+            pass
+        finally:
+            for f in files.values():
+                f.close()
+        return ok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--spec", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--corrupt", action="store_true")
+    a = ap.parse_args()
+    node = Node(a)
+    stop = threading.Event()
+    threading.Thread(target=node.sample_connections, args=(stop,), daemon=True).start()
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return
+    t0 = time.monotonic()
+    if node.corrupt:
+        print(f"done {time.monotonic()}", flush=True)
+    else:
+        try:
+            print(f"done {node.run()}", flush=True)
+        except Exception as exc:
+            print(f"failed {type(exc).__name__}: {exc}", flush=True)
+    # Keep serving (and counting) until stopped: the others may still be fetching.
+    line: list[str] = []
+    reader = threading.Thread(target=lambda: line.append(sys.stdin.readline()), daemon=True)
+    reader.start()
+    while reader.is_alive():
+        node.pump(200)
+    stop.set()
+    st = node.h.status()
+    held = node.verify_all()
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print(
+        json.dumps(
+            {
+                "node": node.name,
+                "held_ok": held,
+                "store_bytes": 0,
+                "store_reads": 0,
+                "peer_bytes": st.total_payload_download,
+                "peer_failures": node.disconnects,
+                "corrupt_refused": node.hash_failures,
+                "served_bytes": st.total_payload_upload,
+                "served_pieces": 0,
+                "refused": 0,
+                "handshakes": node.handshakes,
+                "incoming": node.incoming,
+                "fallbacks": node.fallbacks,
+                "webseeded": node.webseeded,
+                "max_out": node.max_out,
+                "max_in": node.max_in,
+                "cpu_s": ru.ru_utime + ru.ru_stime,
+                "neigh": neighbours(),
+                "started": t0,
+                "dropped": {},
+                "log": node.errors,
+            }
+        ),
+        flush=True,
+    )
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
