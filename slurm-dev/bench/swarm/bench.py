@@ -196,12 +196,11 @@ def hold_quantiles(done: dict[str, str], t0: float) -> list[float]:
     return [round(x, 1) for x in (ts[0], at(0.5), at(0.9), ts[-1])]
 
 
-def webseeds(nodes: list[str], per: int) -> list[str]:
-    """The nodes given the store as a web seed from the start: one per ``per`` nodes,
-    spread over the list from its first (``per`` 0: every node)."""
-    if per <= 0:
+def webseeds(nodes: list[str], k: int) -> list[str]:
+    """The ``k`` nodes given the store as a web seed from the start, spread over the list
+    from its first (0: every node)."""
+    if k <= 0 or k >= len(nodes):
         return list(nodes)
-    k = max(1, len(nodes) // per)
     return [nodes[i * len(nodes) // k] for i in range(k)]
 
 
@@ -269,6 +268,13 @@ def one_run(
         "torrent_name": TORRENT_NAME,
         "webseeds": webseeds(live, a.lt_webseeds),
         "fallback_s": 10.0 * a.stretch,
+        # bytes/s a web-seeded node may upload: this many times its share of the store's
+        # link (0: no limit), so that the pieces it takes from the store spread by relays
+        "seed_slots": a.lt_seed_slots,
+        "slots": a.lt_slots,
+        "seed_upload_bps": int(
+            a.lt_seed_upload * a.store_mbit * 1e6 / 8 / len(webseeds(live, a.lt_webseeds))
+        ),
         "lt_settings": json.loads(os.environ.get("SWARM_LT_SETTINGS", "{}")),
     }
     run_dir = a.work / "run"
@@ -418,9 +424,23 @@ def main() -> None:
         "node.py's peer code",
     )  # fmt: skip
     ap.add_argument(
-        "--lt-webseeds", type=int, default=32,
-        help="libtorrent: one node per this many gets the store as web seed from the start "
-        "(0: every node)",
+        "--lt-seed-upload", type=float, default=0.0,
+        help="libtorrent: a web-seeded node's upload limit, in its share of the store's "
+        "link (0: none)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--lt-slots", type=int, default=int(os.environ.get("SWARM_LT_SLOTS", 4)),
+        help="libtorrent: peers any node unchokes at once (0: the connection bound, all)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--lt-seed-slots", type=int, default=int(os.environ.get("SWARM_LT_SEED_SLOTS", 2)),
+        help="libtorrent: peers a web-seeded node unchokes at once (the others get its "
+        "pieces by relays; 0: as every node, all)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--lt-webseeds", type=int, default=1,
+        help="libtorrent: how many nodes get the store as web seed from the start (0: every "
+        "node; 2 took 1.7x the piece bytes from the store at 64 nodes)",
     )  # fmt: skip
     ap.add_argument("--scale", type=int, default=64, help="piece bytes divided by this")
     ap.add_argument("--store-mbit", type=float, default=0.4)

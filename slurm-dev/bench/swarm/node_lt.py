@@ -15,12 +15,15 @@ The store is the torrent's web seed (BEP 19: ``store.py``'s ``/ws/``, HTTP byte 
   every pair once, each node with at most ``max_connections - 1`` peers (the whole job up
   to 64 nodes, 62 of them at 256), the last slot for the web seed.
 - **The store**: the web seed is given at the start to ``webseeds`` nodes only (the spec
-  names them: one per 32 nodes by default); every other node adds it only when it has
+  names them: one by default, the list's first); every other node adds it only when it has
   gained no piece for ``fallback_s`` (the fall-back to the store: a node cut off from
   its peers, or whose peers are all waiting on a dead seed). Given to every node, every
   node pulls from the store at the start (``--lt-webseeds 0`` measures that).
-- **Tuned** for a cluster's fabric (``settings``): every peer unchoked (the upload slots
-  are the connection bound), reconnect at once, the request and piece timeouts of the
+- **Tuned** for a cluster's fabric (``settings``): 4 upload slots a node (``slots``), 2 on
+  the web-seeded node (else it sends every piece it reads to nearly every peer itself:
+  12x the piece set at 16 nodes), the local peer class made to count as any (libtorrent
+  exempts peers on the local network from the slots, and counts each 1.5x against the
+  connection limit), reconnect at once, the request and piece timeouts of the
   p2p spike (issue 10) stretched as the emulator stretches time, no encryption (it
   authenticates nobody), 2 disk threads (64-256 sessions share 2 cores).
 
@@ -62,9 +65,10 @@ def settings(spec: dict[str, Any], ip: str) -> dict[str, Any]:
         "out_enc_policy": int(lt.enc_policy.disabled),
         "user_agent": "bootseer-swarm",
         "connections_limit": bound,
-        # Choking: on a job's own fabric nobody free-rides; every connected peer may ask.
+        # Choking: a few upload slots a node (bench.py --lt-slots), fixed: a piece then
+        # spreads by relays, as a tree would, not from its first holder to everyone.
         "choking_algorithm": int(lt.choking_algorithm_t.fixed_slots_choker),
-        "unchoke_slots_limit": bound,
+        "unchoke_slots_limit": spec.get("slots") or bound,
         # The p2p spike's tuning (issue 10): with the defaults 6 of 44 runs stalled 60 s
         # waiting to reconnect or for a block's timeout; stretched like the tree's bounds.
         "close_redundant_connections": False,
@@ -124,7 +128,18 @@ class Node:
         self.max_out = self.max_in = 0
         if self.corrupt:
             self.write_bad_copy()
-        self.ses = lt.session(settings(spec, self.ips[self.name]))
+        pack = settings(spec, self.ips[self.name])
+        if self.webseeded and spec["seed_slots"]:
+            # A node that reads the store unchokes a few peers only: the rest get its
+            # pieces from them (else it sends every piece to nearly every peer itself).
+            pack["unchoke_slots_limit"] = spec["seed_slots"]
+        self.ses = lt.session(pack)
+        # Every peer of a job is on the "local" network (one fabric, private addresses),
+        # and libtorrent's local peer class ignores the unchoke slots and counts each
+        # connection 1.5x against connections_limit (42 peers, not 64): count as global.
+        local = self.ses.get_peer_class(self.ses.local_peer_class_id)
+        local.update(ignore_unchoke_slots=False, connection_limit_factor=100)
+        self.ses.set_peer_class(self.ses.local_peer_class_id, local)
         atp = lt.add_torrent_params()
         atp.ti = lt.torrent_info(spec["torrent"])
         atp.save_path = str(self.dir)
@@ -176,11 +191,27 @@ class Node:
         for peer in ring_peers(self.nodes, self.name, self.spec["max_connections"]):
             self.h.connect_peer((self.ips[peer], self.port))
         if self.webseeded:
+            # Web-seeded nodes split the store's pieces: seed j of k asks the store for
+            # stripe j first (priority 7, the rest 1), so that each piece leaves the
+            # store about once and the rest arrive from the other seeds through peers.
+            seeds = self.spec["webseeds"]
+            if len(seeds) > 1:
+                j, k = seeds.index(self.name), len(seeds)
+                self.h.prioritize_pieces(
+                    [7 if i * k // self.total == j else 1 for i in range(self.total)]
+                )
             self.h.add_url_seed(self.webseed)
+            if self.spec["seed_upload_bps"]:
+                self.h.set_upload_limit(self.spec["seed_upload_bps"])
         have, since = -1, time.monotonic()
         while True:
             self.pump(200)
             st = self.h.status()
+            if os.environ.get("SWARM_LT_DEBUG") and self.name in self.spec["webseeds"]:
+                peers = self.h.get_peer_info()
+                unchoked = sum(not (p.flags & lt.peer_info.choked) for p in peers)
+                self.errors.append(f"{st.num_pieces} unchoked {unchoked}/{len(peers)} up {st.upload_payload_rate} slots {self.ses.get_settings()['unchoke_slots_limit']} {st.num_uploads}")
+                self.errors = self.errors[-8:]
             if st.num_pieces == self.total:
                 return time.monotonic()
             if st.num_pieces != have:
