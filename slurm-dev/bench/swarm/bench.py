@@ -208,7 +208,13 @@ def make_torrent(work: Path, pieces: list[dict[str, Any]]) -> Path:
     """The ``libtorrent`` engine's torrent: one private v2 torrent (SHA-256 merkle, 16 KiB
     pieces) named ``job``, a file per kind of piece (its pieces' bytes in order), made
     from the store's bytes as image registration would."""
-    import libtorrent as lt
+    try:
+        import libtorrent as lt
+    except ImportError as exc:
+        raise SystemExit(
+            f"bench.py: --engine libtorrent needs libtorrent in {sys.executable} ({exc}): "
+            "pip install -e '.[bench]' into the venv (scripts/bootstrap installs [dev] only)"
+        ) from exc
 
     root = work / "torrent" / TORRENT_NAME
     shutil.rmtree(root, ignore_errors=True)
