@@ -126,8 +126,8 @@ class Node:
         self.dropped: dict[str, int] = {}  # why peers were disconnected: how often
         self.hash_failures = 0
         self.errors: list[str] = []
-        self.max_out = self.max_in = 0
-        self.debug = bool(os.environ.get("SWARM_LT_DEBUG")) and self.webseeded
+        self.max_out = self.max_in = self.max_both = 0  # both: open at once, either way
+        self.debug = bool(os.environ.get("SWARM_LT_DEBUG"))
         if self.corrupt:
             self.write_bad_copy()
         pack = settings(spec, self.ips[self.name])
@@ -188,8 +188,11 @@ class Node:
                 self.dropped[why] = self.dropped.get(why, 0) + 1
             elif isinstance(al, lt.hash_failed_alert):
                 self.hash_failures += 1
-            elif al.category() & lt.alert_category.error and len(self.errors) < 10:
-                self.errors.append(f"{type(al).__name__}: {al.message()}"[:300])
+            elif al.category() & lt.alert_category.error:
+                if len(self.errors) < 10:
+                    self.errors.append(f"{type(al).__name__}: {al.message()}"[:300])
+                if self.debug:
+                    print(f"{self.name}: {type(al).__name__}: {al.message()}", file=sys.stderr)
 
     def run(self) -> float:
         for peer in ring_peers(self.nodes, self.name, self.spec["max_connections"]):
@@ -211,7 +214,7 @@ class Node:
         while True:
             self.pump(200)
             st = self.h.status()
-            if self.debug:
+            if self.debug and self.webseeded:
                 self.show_choking(st)
             if st.num_pieces == self.total:
                 return time.monotonic()
@@ -244,6 +247,7 @@ class Node:
                     out += dport == self.port
                 self.max_out = max(self.max_out, out)
                 self.max_in = max(self.max_in, inn)
+                self.max_both = max(self.max_both, out + inn)
 
     def verify_all(self) -> int:
         """Pieces held with the manifest's sha256 (read back from the torrent's files,
@@ -321,6 +325,7 @@ def main() -> None:
                 "webseeded": node.webseeded,
                 "max_out": node.max_out,
                 "max_in": node.max_in,
+                "max_both": node.max_both,
                 "cpu_s": ru.ru_utime + ru.ru_stime,
                 "neigh": neighbours(),
                 "started": t0,
