@@ -28,6 +28,13 @@ or served, sampled every 0.2 s from the kernel's table), ``handshakes_per_node``
     bench.py --smoke --json OUT    # 16 and 64 nodes, a quarter of the pieces (tests/slurmdev)
     bench.py --nodes 16,64 --faults none,dead5,slow5,corrupt1 --json OUT
     bench.py --nodes 16,128,256 --store-mbit 0.1 --json OUT   # 256 on 2 shared cores
+    bench.py --engine tree,libtorrent --nodes 16,64 --json OUT  # the engines alternating
+
+Engines: ``tree`` (or any label: the peer code of this checkout or ``SWARM_LIB``, run by
+``node.py``) and ``libtorrent`` (``node_lt.py``: a libtorrent session per node, the piece
+set as one v2 torrent, the store its web seed; needs ``libtorrent`` in the python that
+runs this, the ``bench`` extra: ``pip install -e '.[bench]'``). Several, comma-separated,
+run one after another for each size and fault, on the same network and store.
 
 ``--store-mbit`` (nodes 10x it) sets the emulator's time scale: every bound of the
 agent's and its heartbeat are stretched by the same factor as the transfers
@@ -72,6 +79,8 @@ MiB = 1 << 20
 STORE_PORT = 8080
 PEER_PORT = 7460
 JOB = 4242
+TORRENT_NAME = "job"
+LT_PIECE = 16 * KiB  # libtorrent's smallest piece (v2: a power of two >= 16 KiB)
 FAULTS = ("none", "dead5", "slow5", "corrupt1")
 FIELDS = (
     "engine", "nodes", "pieces", "piece_bytes", "all_hold_s", "store_egress_bytes",
@@ -187,6 +196,48 @@ def hold_quantiles(done: dict[str, str], t0: float) -> list[float]:
     return [round(x, 1) for x in (ts[0], at(0.5), at(0.9), ts[-1])]
 
 
+def webseeds(nodes: list[str], k: int) -> list[str]:
+    """The ``k`` nodes given the store as a web seed from the start, spread over the list
+    from its first (0: every node)."""
+    if k <= 0 or k >= len(nodes):
+        return list(nodes)
+    return [nodes[i * len(nodes) // k] for i in range(k)]
+
+
+def make_torrent(work: Path, pieces: list[dict[str, Any]]) -> Path:
+    """The ``libtorrent`` engine's torrent: one private v2 torrent (SHA-256 merkle, 16 KiB
+    pieces) named ``job``, a file per kind of piece (its pieces' bytes in order), made
+    from the store's bytes as image registration would."""
+    try:
+        import libtorrent as lt
+    except ImportError as exc:
+        raise SystemExit(
+            f"bench.py: --engine libtorrent needs libtorrent in {sys.executable} ({exc}): "
+            "pip install -e '.[bench]' into the venv (scripts/bootstrap installs [dev] only)"
+        ) from exc
+
+    root = work / "torrent" / TORRENT_NAME
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    with open(work / "store" / "pieces", "rb") as src:
+        for p in pieces:
+            with open(root / p["kind"], "ab") as f:
+                f.write(os.pread(src.fileno(), p["size"], p["offset"]))
+    # Each file a whole number of pieces (zeros after the last piece of a kind, as
+    # store.py serves it): libtorrent 2.1.1 failed the hash of pieces a web seed sent
+    # next to a v2 pad file and banned the web seed, every run of the 10x set.
+    for f in root.iterdir():
+        with open(f, "ab") as out:
+            out.write(bytes(-f.stat().st_size % LT_PIECE))
+    ct = lt.create_torrent(lt.list_files(str(root)), LT_PIECE, lt.create_torrent.v2_only)
+    ct.set_priv(True)
+    lt.set_piece_hashes(ct, str(root.parent))
+    out = work / "torrent" / "job.torrent"
+    out.write_bytes(lt.bencode(ct.generate()))
+    shutil.rmtree(root)
+    return out
+
+
 def one_run(
     net: SwarmNetwork,
     n: int,
@@ -194,6 +245,7 @@ def one_run(
     fault: str,
     a: argparse.Namespace,
     python: str,
+    engine: str,
 ) -> dict[str, Any]:
     nodes = list(net.nodes[:n])
     dead = pick(nodes, 0.05) if fault == "dead5" else []
@@ -203,7 +255,7 @@ def one_run(
     key = os.urandom(32)
     spec = {
         "job": JOB,
-        "engine": a.engine,
+        "engine": engine,
         "nodes": nodes,
         "ips": {x: net.node_ip(x) for x in nodes},
         "port": PEER_PORT,
@@ -221,6 +273,21 @@ def one_run(
         "peer_silence": 10.0 * a.stretch,
         "dead_for": 30.0 * a.stretch,
         "heartbeat": 1.0 * a.stretch,
+        # libtorrent: its torrent, the nodes given the web seed from the start, how long a
+        # node gains no piece before it adds the web seed itself (the silence bound)
+        "stretch": a.stretch,
+        "torrent": str(a.torrent) if a.torrent else None,
+        "torrent_name": TORRENT_NAME,
+        "webseeds": webseeds(live, a.lt_webseeds),
+        "fallback_s": 10.0 * a.stretch,
+        # bytes/s a web-seeded node may upload: this many times its share of the store's
+        # link (0: no limit), so that the pieces it takes from the store spread by relays
+        "seed_slots": a.lt_seed_slots,
+        "slots": a.lt_slots,
+        "seed_upload_bps": int(
+            a.lt_seed_upload * a.store_mbit * 1e6 / 8 / len(webseeds(live, a.lt_webseeds))
+        ),
+        "lt_settings": json.loads(os.environ.get("SWARM_LT_SETTINGS", "{}")),
     }
     run_dir = a.work / "run"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -233,7 +300,8 @@ def one_run(
     lines = Lines()
     try:
         for x in live:
-            cmd = [*net.enter(x), python, str(a.code / "node.py"), "--spec", str(spec_path)]
+            script = "node_lt.py" if engine == "libtorrent" else "node.py"
+            cmd = [*net.enter(x), python, str(a.code / script), "--spec", str(spec_path)]
             cmd += ["--name", x, "--dir", str(run_dir / x)]
             if x in corrupt:
                 cmd.append("--corrupt")
@@ -262,7 +330,7 @@ def one_run(
         uploads = {x: net.node_tx_bytes(x) - tx0[x] for x in nodes}
         if len(done) < len(live):  # not finished in time: what the links say, no more
             record = {
-                "engine": a.engine, "nodes": n, "pieces": len(pieces),
+                "engine": engine, "nodes": n, "pieces": len(pieces),
                 "piece_bytes": sum(p["size"] for p in pieces), "all_hold_s": None,
                 "store_egress_bytes": egress, "max_node_upload_bytes": max(uploads.values()),
                 "max_open_connections": None, "handshakes_per_node": None,
@@ -282,12 +350,16 @@ def one_run(
         for x in slow:
             net.cap(x, a.node_mbit)
         shutil.rmtree(run_dir, ignore_errors=True)
-    short = {x: s["held_ok"] for x, s in stats.items() if s["held_ok"] != len(pieces)}
+    # A libtorrent liar (corrupt1) holds no good copy: it is checked by the others' pieces.
+    liars = set(corrupt) if engine == "libtorrent" else set()
+    short = {
+        x: s["held_ok"] for x, s in stats.items() if s["held_ok"] != len(pieces) and x not in liars
+    }
     if short:
         raise RuntimeError(f"nodes missing pieces (held of {len(pieces)}): {short}")
     busiest = max(uploads, key=uploads.__getitem__)
     record = {
-        "engine": a.engine,
+        "engine": engine,
         "nodes": n,
         "pieces": len(pieces),
         "piece_bytes": sum(p["size"] for p in pieces),
@@ -324,6 +396,14 @@ def one_run(
             "dynamic_max_per_node": max(s["neigh"]["dynamic"] for s in stats.values()),
             "dynamic_total": sum(s["neigh"]["dynamic"] for s in stats.values()),
         },
+        # libtorrent: connections peers opened to it, nodes that added the web seed after
+        # gaining nothing for the silence bound, nodes that had it from the start
+        "incoming_max": max(s.get("incoming", 0) for s in stats.values()),
+        # libtorrent: the most peer connections open at once on a node, both ways summed
+        # (the record's max_open_connections is the larger way, as the tree's)
+        "max_both": max(s.get("max_both", 0) for s in stats.values()),
+        "fallbacks": sum(s.get("fallbacks", 0) for s in stats.values()),
+        "webseeded": sum(bool(s.get("webseeded")) for s in stats.values()),
         "dropped_sample": next((s["dropped"] for s in stats.values() if s["dropped"]), {}),
         "log_sample": next((s["log"] for s in stats.values() if s["log"]), []),
     }
@@ -339,6 +419,12 @@ def one_run(
     log(f"run: {json.dumps(record)}")
     log(f"  detail: {json.dumps(detail)[:1500]}")
     a.details.append({**{k: record[k] for k in ("engine", "nodes", "faults")}, **detail})
+    a.details[-1]["stats"] = (
+        {x: {k: s.get(k) for k in ("held_ok", "handshakes", "incoming", "cpu_s", "served_bytes",
+                                  "peer_bytes", "fallbacks", "webseeded")}
+         for x, s in stats.items()}
+        if engine == "libtorrent" else None
+    )  # fmt: skip
     return record
 
 
@@ -347,7 +433,30 @@ def main() -> None:
     ap.add_argument("--nodes", default="16,64,256")
     ap.add_argument("--shape", default="bench", choices=("bench", "10x", "smoke"))
     ap.add_argument("--faults", default="none")
-    ap.add_argument("--engine", default="tree", help="the record's label for the code run")
+    ap.add_argument(
+        "--engine", default="tree",
+        help="comma-separated: libtorrent (node_lt.py), any other the record's label for "
+        "node.py's peer code",
+    )  # fmt: skip
+    ap.add_argument(
+        "--lt-seed-upload", type=float, default=0.0,
+        help="libtorrent: a web-seeded node's upload limit, in its share of the store's "
+        "link (0: none)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--lt-slots", type=int, default=int(os.environ.get("SWARM_LT_SLOTS", 4)),
+        help="libtorrent: peers any node unchokes at once (0: the connection bound, all)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--lt-seed-slots", type=int, default=int(os.environ.get("SWARM_LT_SEED_SLOTS", 2)),
+        help="libtorrent: peers a web-seeded node unchokes at once (the others get its "
+        "pieces by relays; 0: as every node, all)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--lt-webseeds", type=int, default=1,
+        help="libtorrent: how many nodes get the store as web seed from the start (0: every "
+        "node; 2 took 1.7x the piece bytes from the store at 64 nodes)",
+    )  # fmt: skip
     ap.add_argument("--scale", type=int, default=64, help="piece bytes divided by this")
     ap.add_argument("--store-mbit", type=float, default=0.4)
     ap.add_argument("--node-mbit", type=float, default=0.0, help="default: 10x the store's")
@@ -396,9 +505,14 @@ def main() -> None:
     shutil.copytree(lib / "bootseer", code / "lib" / "bootseer",
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     shutil.copy2(HERE / "node.py", code / "node.py")
+    shutil.copy2(HERE / "node_lt.py", code / "node_lt.py")
     a.code = code
+    engines = a.engine.split(",")
+    a.torrent = None
     try:
         pieces = make_pieces(a.work / "store", shape(a.shape), a.scale)
+        if "libtorrent" in engines:
+            a.torrent = make_torrent(a.work, pieces)
         log(
             f"{len(pieces)} pieces, {sum(p['size'] for p in pieces) / MiB:.2f} MiB; store "
             f"{a.store_mbit:g} Mbit/s, nodes {a.node_mbit:g} Mbit/s; {len(net.nodes)} hosts"
@@ -419,12 +533,13 @@ def main() -> None:
         for _ in range(a.runs):
             for n in sizes:
                 for fault in faults:
-                    log(f"run: {a.engine}, {n} nodes, faults {fault}")
-                    records.append(one_run(net, n, pieces, fault, a, sys.executable))
-                    a.json.write_text(json.dumps(records, indent=1) + "\n")
-                    # What the record leaves out (store reads, drops, the finish times'
-                    # spread: the scale model's straggler term), beside it.
-                    detail_path.write_text(json.dumps(a.details, indent=1) + "\n")
+                    for engine in engines:
+                        log(f"run: {engine}, {n} nodes, faults {fault}")
+                        records.append(one_run(net, n, pieces, fault, a, sys.executable, engine))
+                        a.json.write_text(json.dumps(records, indent=1) + "\n")
+                        # What the record leaves out (store reads, drops, the finish times'
+                        # spread: the scale model's straggler term), beside it.
+                        detail_path.write_text(json.dumps(a.details, indent=1) + "\n")
     finally:
         if store is not None:
             stop(store)
