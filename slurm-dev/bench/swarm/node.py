@@ -108,7 +108,7 @@ class Node:
         self.engine = spec["engine"]
         self.store_bytes = 0
         self.store_reads = 0
-        self.max_out = self.max_in = 0
+        self.connections = Connections(self.port)
         self.logs: list[str] = []
 
     def log(self, msg: str) -> None:
@@ -217,22 +217,6 @@ class Node:
             pool.shutdown()
         return done
 
-    def sample_connections(self, stop: threading.Event) -> None:
-        """The most peer connections open at once, each way (the kernel's count, TCP
-        established in the node's namespace): ones this node opened to peers' port
-        (``max_out``), ones peers opened to its port (``max_in``, those still in the
-        listen backlog included). Asked of the kernel by sock_diag (:func:`established`)
-        twice a second: reading /proc/net/tcp walks the machine's whole TCP hash table,
-        3.7 ms a read here, and at 5 reads a second that was half a node's CPU."""
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
-            while not stop.wait(0.5):
-                out = inn = 0
-                for sport, dport in established(nl):
-                    inn += sport == self.port
-                    out += dport == self.port
-                self.max_out = max(self.max_out, out)
-                self.max_in = max(self.max_in, inn)
-
     def verify_all(self) -> int:
         """How many pieces this node holds with the right digest (read back from its files)."""
         ok = 0
@@ -246,6 +230,30 @@ class Node:
 NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
 TCP_ESTABLISHED = 1
+
+
+class Connections:
+    """The most peer connections open at once on a node: ones it opened to peers' port
+    (``max_out``), ones peers opened to its port (``max_in``, those still in the listen
+    backlog included), both together (``max_both``). The kernel's count (TCP established
+    in the node's namespace), asked by sock_diag (:func:`established`) twice a second:
+    reading /proc/net/tcp walks the machine's whole TCP hash table, 3.7 ms a read here,
+    and at 5 reads a second that was half a node's CPU."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.max_out = self.max_in = self.max_both = 0
+
+    def sample(self, stop: threading.Event) -> None:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
+            while not stop.wait(0.5):
+                out = inn = 0
+                for sport, dport in established(nl):
+                    inn += sport == self.port
+                    out += dport == self.port
+                self.max_out = max(self.max_out, out)
+                self.max_in = max(self.max_in, inn)
+                self.max_both = max(self.max_both, out + inn)
 
 
 def established(nl: socket.socket) -> list[tuple[int, int]]:
@@ -369,7 +377,7 @@ def main() -> None:
     handshakes = count_handshakes(node.port)
     node.server.start()
     stop = threading.Event()
-    threading.Thread(target=node.sample_connections, args=(stop,), daemon=True).start()
+    threading.Thread(target=node.connections.sample, args=(stop,), daemon=True).start()
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
@@ -399,8 +407,8 @@ def main() -> None:
                 "served_pieces": node.server.served_pieces,
                 "refused": node.server.refused,
                 "handshakes": handshakes[0],
-                "max_out": node.max_out,
-                "max_in": node.max_in,
+                "max_out": node.connections.max_out,
+                "max_in": node.connections.max_in,
                 "cpu_s": ru.ru_utime + ru.ru_stime,
                 "neigh": neighbours(),
                 "started": t0,

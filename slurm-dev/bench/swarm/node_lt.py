@@ -39,7 +39,6 @@ import hashlib
 import json
 import os
 import resource
-import socket
 import sys
 import threading
 import time
@@ -47,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import libtorrent as lt
-from node import NETLINK_SOCK_DIAG, established, neighbours
+from node import Connections, neighbours
 
 
 def settings(spec: dict[str, Any], ip: str) -> dict[str, Any]:
@@ -126,7 +125,7 @@ class Node:
         self.dropped: dict[str, int] = {}  # why peers were disconnected: how often
         self.hash_failures = 0
         self.errors: list[str] = []
-        self.max_out = self.max_in = self.max_both = 0  # both: open at once, either way
+        self.connections = Connections(self.port)
         self.debug = bool(os.environ.get("SWARM_LT_DEBUG"))
         if self.corrupt:
             self.write_bad_copy()
@@ -237,18 +236,6 @@ class Node:
             f"uploading at {st.upload_payload_rate} B/s",
         ]
 
-    def sample_connections(self, stop: threading.Event) -> None:
-        """As ``node.py``'s: the most peer connections open at once each way (sock_diag)."""
-        with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
-            while not stop.wait(0.5):
-                out = inn = 0
-                for sport, dport in established(nl):
-                    inn += sport == self.port
-                    out += dport == self.port
-                self.max_out = max(self.max_out, out)
-                self.max_in = max(self.max_in, inn)
-                self.max_both = max(self.max_both, out + inn)
-
     def verify_all(self) -> int:
         """Pieces held with the manifest's sha256 (read back from the torrent's files,
         after libtorrent flushed them)."""
@@ -284,7 +271,7 @@ def main() -> None:
     a = ap.parse_args()
     node = Node(a)
     stop = threading.Event()
-    threading.Thread(target=node.sample_connections, args=(stop,), daemon=True).start()
+    threading.Thread(target=node.connections.sample, args=(stop,), daemon=True).start()
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
@@ -323,9 +310,9 @@ def main() -> None:
                 "incoming": node.incoming,
                 "fallbacks": node.fallbacks,
                 "webseeded": node.webseeded,
-                "max_out": node.max_out,
-                "max_in": node.max_in,
-                "max_both": node.max_both,
+                "max_out": node.connections.max_out,
+                "max_in": node.connections.max_in,
+                "max_both": node.connections.max_both,
                 "cpu_s": ru.ru_utime + ru.ru_stime,
                 "neigh": neighbours(),
                 "started": t0,
