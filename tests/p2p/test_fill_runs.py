@@ -10,10 +10,16 @@ n2 fills through :class:`PeerSource`, its own fetcher and cache.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 
+from bootseer.image.blocks import block_key
+from bootseer.image.manifest import Manifest
 from bootseer.image.prefetch import BackgroundFill
+from bootseer.p2p.owner import owner
 from bootseer.p2p.server import ServedJob
+from bootseer.store import open_store
 from tests.p2p.test_peers import LOOPBACK, TIMEOUT, provider
 from tests.p2p.test_runs import BS, RUN, asker, holds_exactly, nodes, serve
 from tests.waiting import wait_until
@@ -121,3 +127,36 @@ def test_a_read_is_not_held_behind_a_fill_run_in_flight(nodes, asker) -> None:  
     reader.join(TIMEOUT)
     ended(fill)
     assert fill.done == 16 and fill.failed == 0 and holds_exactly(fetcher.cache, blocks)
+
+
+def test_the_fill_takes_its_own_share_first_then_the_peers_in_runs(  # type: ignore[no-untyped-def]
+    nodes, asker, tmp_path
+) -> None:
+    """n2's fill reads the blocks it owns from the store before it asks n1 for a run of
+    n1's (each node's fill does the same): by then n1 has had its own share's time, and
+    holds the run. One fill thread, n1 answering no run yet: when n1 is asked, n2's own
+    blocks are all read already."""
+    n1, server, blocks = nodes(8)
+    store = open_store(f"file://{tmp_path}/store")
+    mine: dict[str, bytes] = {}
+    while len(mine) < 4:
+        data = os.urandom(BS)
+        d = hashlib.sha256(data).hexdigest()
+        if owner(d, ("n1", "n2")) == "n2":
+            mine[d] = data
+            store.write_bytes(block_key(d), data)
+    theirs = list(blocks)
+    mixed = [d for pair in zip(theirs[::2], theirs[1::2], mine, strict=True) for d in pair]
+    n1.manifest = Manifest(len(mixed) * BS, BS, tuple(mixed))  # n1's, n1's, n2's, ...
+    fetcher, source = asker(server.port)
+    fetcher.background_workers = 1
+    n1.hold.clear()
+    try:
+        fill = fill_of(fetcher, source, n1.manifest, set(), RUN)
+        wait_until(lambda: n1.runs() == [8], "the run of n1's blocks asked", timeout=TIMEOUT)
+        assert sorted(source.origin.read) == sorted(mine)  # type: ignore[attr-defined]
+    finally:
+        n1.hold.set()
+    ended(fill)
+    assert fill.done == 12 and fill.failed == 0 and fetcher.stats.run_blocks == 8
+    assert holds_exactly(fetcher.cache, {**blocks, **mine})

@@ -11,7 +11,8 @@ is what the job needs next from that peer, and the store keeps each block as its
 object (by digest), so adjacency in the image buys no larger store read.
 :class:`BackgroundFill` then queues every other block at ``BACKGROUND`` priority,
 which yields to any read a job makes; a peer's blocks in runs too, consecutive in the
-image's order among that peer's (the fill has no trace to follow)::
+image's order among that peer's (the fill has no trace to follow), after the blocks
+this node reads from the store itself (each peer reads its own share meanwhile)::
 
     >>> hot = prefetch_hot(fetcher, source, manifest, trace.blocks, deadline)  # doctest: +SKIP
     >>> fill = BackgroundFill(manifest.id)  # doctest: +SKIP
@@ -172,14 +173,21 @@ class BackgroundFill(Interest):
         skip: set[int],
         run_bytes: int = 0,
     ) -> None:
-        """Queue every block not in ``skip`` nor local; ``run_bytes``: the largest run
-        asked of a peer (0: block by block)."""
+        """Queue every block not in ``skip`` nor local, in the image's order; with runs
+        (``run_bytes``, the largest asked of a peer; 0: block by block), the blocks this
+        node reads itself (the store's) first, then the peers' in runs: by then each
+        peer has read its own share, and sends a run from its cache rather than holding
+        it until the store gave it every block (a fill thread waiting all that time)."""
         wanted, seen = [], set()
         for i in range(manifest.nblocks):
             d = manifest.blocks[i]
             if i not in skip and d not in seen and d not in fetcher.cache:
                 seen.add(d)  # a block the image holds twice (zeros) is fetched once
                 wanted.append(i)
+        runs = run_source(source) if run_bytes > 0 else None
+        if runs is not None:
+            peers = {i for i in wanted if runs.run_peer(manifest.blocks[i]) is not None}
+            wanted = [i for i in wanted if i not in peers] + [i for i in wanted if i in peers]
         self.total = len(wanted)
         if not wanted:
             self.ended = time.time()
