@@ -18,7 +18,8 @@ from bootseer.image.blocks import block_key
 from bootseer.image.manifest import Manifest
 from bootseer.image.prefetch import BackgroundFill
 from bootseer.p2p.owner import owner
-from bootseer.p2p.server import ServedJob
+from bootseer.p2p.server import HeldPiece, ServedJob
+from bootseer.p2p.wire import PieceRequest
 from bootseer.store import open_store
 from tests.p2p.test_peers import LOOPBACK, TIMEOUT, provider
 from tests.p2p.test_runs import BS, RUN, asker, holds_exactly, nodes, serve
@@ -61,14 +62,27 @@ def test_the_fill_asks_a_peer_in_runs(nodes, asker) -> None:  # type: ignore[no-
 
 
 def test_a_bad_block_in_a_fill_run_drops_the_peer_and_comes_from_the_store(  # type: ignore[no-untyped-def]
-    nodes, asker
+    nodes, asker, serve, tmp_path
 ) -> None:
-    """n1 holds the fill's two runs, one block of the first damaged in its cache file: n2
-    keeps the 7 good ones, drops n1, and takes the bad one alone from the store; the
-    second run, queued before the drop, is not asked of n1: its blocks go alone, to the
-    store (n1's parent), and the fill ends with no failure."""
-    n1, server, blocks = nodes(17)
+    """n1 holds the fill's two runs and sends one block of the first damaged (from a file
+    of its own, as a damaged cache would: sendfile does not look): n2 keeps the 7 good
+    ones, drops n1, and takes the bad one alone from the store; the second run, queued
+    before the drop, is not asked of n1: its blocks go alone, to the store (n1's
+    parent), and the fill ends with no failure."""
+    n1, _, blocks = nodes(17)
     digests = list(blocks)
+    bad = digests[5]
+    damaged = bytearray(blocks[bad])
+    damaged[100] ^= 1
+    (tmp_path / "damaged").write_bytes(damaged)
+
+    def held(req: PieceRequest) -> HeldPiece | list[HeldPiece] | None:
+        got = n1.held(req)
+        if isinstance(got, list) and 5 in req.blocks:
+            got[req.blocks.index(5)] = HeldPiece(tmp_path / "damaged", BS)
+        return got
+
+    server = serve({42: ServedJob(LOOPBACK, n1.provide, held)})
     fetcher, source = asker(server.port)
     fetcher.background_workers = 1  # one run after the other
     # The job's first request takes the slow way; after it held blocks go by sendfile.
@@ -76,10 +90,6 @@ def test_a_bad_block_in_a_fill_run_drops_the_peer_and_comes_from_the_store(  # t
     fetcher.cache.put(digests[0], blocks[digests[0]])
     for d in digests[1:]:
         n1.cache.put(d, blocks[d])
-    bad = digests[5]
-    damaged = bytearray(blocks[bad])
-    damaged[100] ^= 1
-    n1.cache.path(bad).write_bytes(damaged)
     fill = ended(fill_of(fetcher, source, n1.manifest, set(), RUN))
     assert fill.done == 16 and fill.failed == 0
     assert n1.runs() == [0, 8]
