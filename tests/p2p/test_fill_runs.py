@@ -77,7 +77,7 @@ def test_a_bad_block_in_a_fill_run_drops_the_peer_and_comes_from_the_store(  # t
     (tmp_path / "damaged").write_bytes(damaged)
 
     def held(req: PieceRequest) -> HeldPiece | list[HeldPiece] | None:
-        got = n1.held(req)
+        got: HeldPiece | list[HeldPiece] | None = n1.held(req)
         if isinstance(got, list) and 5 in req.blocks:
             got[req.blocks.index(5)] = HeldPiece(tmp_path / "damaged", BS)
         return got
