@@ -209,8 +209,8 @@ class ImageSection:
     # The prolog returns once this leading part of the hot set is local; the rest streams on
     # ahead of the job's reads (1.0: wait for all of it). 0.25 measured fastest.
     hot_start_fraction: float = 0.25
-    # The hot set's blocks a node gets from one peer are asked of it in runs of up to this
-    # many KiB, one request each, not block by block (0: block by block). docs/image.md.
+    # The blocks a node gets from one peer (the hot set's, the fill's) are asked of it in
+    # runs of up to this many KiB, one request each (0: block by block). docs/image.md.
     prefetch_run_kib: int = 8192
     trace_window: float = 300.0  # seconds after the prolog that count as startup
     fetch_timeout: float = 30.0  # a read the store cannot serve by then fails with EIO

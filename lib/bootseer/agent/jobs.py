@@ -439,7 +439,9 @@ class Jobs:
                 return
             image.fill = BackgroundFill(image.id)
             view.peers_at_fill = _counts(view)
-        image.fill.start(self.fetcher, image.source, image.manifest, set())
+        image.fill.start(
+            self.fetcher, image.source, image.manifest, set(), self.icfg.prefetch_run_kib << 10
+        )
         self.log(f"job={view.job_id} background fill: {image.fill.total} blocks")
 
     def first_step(self, view: JobView) -> None:

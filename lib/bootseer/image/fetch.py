@@ -12,9 +12,12 @@ and then gets :class:`FetchError` (EIO through FUSE), whatever the store does.
 
 A source that can (:class:`RunSource`: a job's peers) is asked for several blocks in one
 request, a *run* (:meth:`Fetcher.request_run`): one job in the queue, one thread, one
-request for up to ``prefetch_run_kib`` of blocks. A block of a queued run that a reader
-misses is taken out of it and fetched alone, at once; a block the run did not bring
-(the peer had it not, or sent bad bytes) is queued again on its own, within its time::
+request for up to ``prefetch_run_kib`` of blocks, the hot set's (``PREFETCH``) and the
+fill's (``BACKGROUND``: held back, capped and paced as its single blocks are). A block of
+a queued run that a reader misses is taken out of it and fetched alone, at once; so is a
+block of a fill's run in flight (the peer may be holding it back behind its own start):
+the reader does not wait for the run. A block the run did not bring (the peer had it
+not, or sent bad bytes) is queued again on its own, within its time::
 
     >>> f = Fetcher(cache, workers=16, background_workers=2, timeout=30)  # doctest: +SKIP
     >>> data = f.get(StoreSource(store), manifest, 7)  # doctest: +SKIP
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import functools
 import heapq
 import itertools
 import math
@@ -158,6 +162,18 @@ class FileSource:
         return f"{self.path} (dev {dev} inode {ino})"
 
 
+def _follow(future: cf.Future[bytes], done: cf.Future[bytes]) -> None:
+    """Settle ``future`` as ``done`` was (a fill's block after the reader's own fetch)."""
+    if future.done():
+        return
+    if done.cancelled():
+        future.cancel()
+    elif (exc := done.exception()) is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(done.result())
+
+
 def _nice(value: int) -> None:
     """Set this thread's CPU priority (Linux: per thread); background work runs at 19."""
     with contextlib.suppress(OSError):
@@ -185,6 +201,7 @@ class _Job:
     interests: list[Interest] = field(default_factory=list)
     order: int = 0  # its place in the queue among its priority's (the run's, if in one)
     wanted: int = BACKGROUND  # the most urgent priority asked for it (a reader's, mid-run)
+    in_fill_run: bool = False  # taken in a background run in flight: a reader asks alone
 
 
 @dataclass(eq=False)
@@ -275,7 +292,9 @@ class Fetcher:
         d = manifest.blocks[index]
         with self._cond:
             job = self._jobs.get(d)
-            if job is None:
+            if job is None or (job.in_fill_run and priority < BACKGROUND):
+                # (A fill's run in flight may wait on its peer's quiet: the reader's own
+                # fetch of the block goes beside it, and the run's job follows this one.)
                 job = _Job(
                     d,
                     index,
@@ -310,10 +329,12 @@ class Fetcher:
         manifest: Manifest,
         indices: Sequence[int],
         priority: int,
+        interest: Interest | None = None,
     ) -> list[cf.Future[bytes]]:
-        """Futures for blocks ``indices``, asked of ``peer`` as one run (at a priority
-        above ``BACKGROUND``); a block already asked for joins its fetch instead."""
-        assert priority < BACKGROUND
+        """Futures for blocks ``indices``, asked of ``peer`` as one run; a block already
+        asked for joins its fetch instead. At ``BACKGROUND`` the run waits, as a single
+        block does, for the node's start to be quiet, and is dropped once every block's
+        interests are cancelled."""
         futures = []
         with self._cond:
             order = next(self._seq)
@@ -339,6 +360,9 @@ class Fetcher:
                 elif priority < job.priority and not job.taken:
                     job.priority, job.created, job.order = priority, time.monotonic(), order
                     self._push(job)
+                job.wanted = min(job.wanted, priority)
+                if interest is not None:
+                    job.interests.append(interest)
                 futures.append(job.future)
             if len(members) == 1:
                 self._push(members[0])
@@ -383,36 +407,53 @@ class Fetcher:
         while self._heap:
             prio, _, _, job = self._heap[0]
             if isinstance(job, _Run):
-                heapq.heappop(self._heap)
-                # Its blocks not taken out meanwhile (a reader's miss, fetched alone).
-                left = [
+                # Its blocks not taken out meanwhile (a reader's miss, fetched alone), nor
+                # (the fill's) wanted by no one any more.
+                job.jobs = [
                     j
                     for j in job.jobs
-                    if not j.taken and not j.future.done() and j.priority == job.priority
+                    if not j.taken
+                    and not j.future.done()
+                    and j.priority == job.priority
+                    and not (prio == BACKGROUND and self._forsaken(j))
                 ]
-                if len(left) > 1:
-                    job.jobs = left
-                    return job
-                if left:
-                    return left[0]
-                continue
+                if not job.jobs:
+                    heapq.heappop(self._heap)
+                    continue
+                if prio == BACKGROUND and self._background_waits():
+                    return None
+                heapq.heappop(self._heap)
+                return job if len(job.jobs) > 1 else job.jobs[0]
             if job.taken or job.future.done() or prio != job.priority:
                 heapq.heappop(self._heap)
                 continue
             if prio == BACKGROUND:
-                if job.interests and all(i.cancelled for i in job.interests):
+                if self._forsaken(job):
                     heapq.heappop(self._heap)
-                    self._jobs.pop(job.digest, None)
-                    job.future.cancel()
                     continue
-                if self._running_bg >= self.background_workers or self._running_fg:
+                if self._background_waits():
                     return None
-                now = time.monotonic()
-                if now - self._last_fg < self.quiet or now - self.last_read < self.read_quiet:
-                    return None  # a job is busy starting: leave it the link and the CPU
             heapq.heappop(self._heap)
             return job
         return None
+
+    def _forsaken(self, job: _Job) -> bool:
+        """Whether every background asker of ``job`` has cancelled: then it is dropped
+        (under ``_cond``)."""
+        if not (job.interests and all(i.cancelled for i in job.interests)):
+            return False
+        if self._jobs.get(job.digest) is job:
+            del self._jobs[job.digest]
+        job.future.cancel()
+        return True
+
+    def _background_waits(self) -> bool:
+        """Whether background work must wait (under ``_cond``): its threads are busy, or
+        a job is busy starting (leave it the link and the CPU)."""
+        if self._running_bg >= self.background_workers or self._running_fg:
+            return True
+        now = time.monotonic()
+        return now - self._last_fg < self.quiet or now - self.last_read < self.read_quiet
 
     def _work(self) -> None:
         while True:
@@ -424,9 +465,10 @@ class Fetcher:
                     self._cond.wait(timeout=self.quiet if self._heap else None)
                     item = self._pick()
                 jobs = item.jobs if isinstance(item, _Run) else [item]
+                background = item.priority == BACKGROUND
                 for job in jobs:
                     job.taken = True
-                background = item.priority == BACKGROUND
+                    job.in_fill_run = background and isinstance(item, _Run)
                 if background:
                     self._running_bg += 1
                 else:
@@ -452,6 +494,7 @@ class Fetcher:
                         self._running_fg -= 1
                         self._last_fg = time.monotonic()
                     for job in jobs:
+                        job.in_fill_run = False
                         if job.future.done() and self._jobs.get(job.digest) is job:
                             del self._jobs[job.digest]
                     self._cond.notify_all()
@@ -473,6 +516,8 @@ class Fetcher:
         against its digest (RunSource.read_run); the ones it did not bring are queued
         again, each alone, in the run's place."""
         blocks = [(j.index, j.digest, j.length) for j in run.jobs]
+        if run.priority == BACKGROUND:
+            self._pace(sum(j.length for j in run.jobs))
         try:
             parts = run.source.read_run(run.peer, blocks, run.priority)
             if len(parts) != len(blocks):
@@ -482,6 +527,7 @@ class Fetcher:
             parts = [None] * len(blocks)
         again = []
         for job, data in zip(run.jobs, parts, strict=True):
+            job.in_fill_run = False  # the run has answered: a reader joins it from here
             if data is None:
                 again.append(job)
                 continue
@@ -493,6 +539,11 @@ class Fetcher:
         with self._cond:
             self.stats.runs += 1
             for job in again:
+                alone = self._jobs.get(job.digest)
+                if alone is not job and alone is not None:
+                    # A reader's fetch of it went beside the run (in_fill_run): follow it.
+                    alone.future.add_done_callback(functools.partial(_follow, job.future))
+                    continue
                 job.taken = False
                 job.priority = min(job.priority, job.wanted)  # a reader waits on it now
                 self._push(job)

@@ -10,11 +10,13 @@ digest. Trace order, not the image's: it is the order the job reads them in, so 
 is what the job needs next from that peer, and the store keeps each block as its own
 object (by digest), so adjacency in the image buys no larger store read.
 :class:`BackgroundFill` then queues every other block at ``BACKGROUND`` priority,
-which yields to any read a job makes::
+which yields to any read a job makes; a peer's blocks in runs too, consecutive in the
+image's order among that peer's (the fill has no trace to follow), after the blocks
+this node reads from the store itself (each peer reads its own share meanwhile)::
 
     >>> hot = prefetch_hot(fetcher, source, manifest, trace.blocks, deadline)  # doctest: +SKIP
     >>> fill = BackgroundFill(manifest.id)  # doctest: +SKIP
-    >>> fill.start(fetcher, source, manifest, set(trace.blocks))  # doctest: +SKIP
+    >>> fill.start(fetcher, source, manifest, set(trace.blocks), run_bytes)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -110,12 +112,14 @@ def request_blocks(
     indices: Sequence[int],
     priority: int,
     run_bytes: int,
+    interest: Interest | None = None,
 ) -> dict[cf.Future[bytes], int]:
     """Futures for blocks ``indices`` (each block's index): those a peer gives (the
     source says whom: :class:`bootseer.image.fetch.RunSource`) asked of it in runs of up
     to ``run_bytes``, consecutive among that peer's in ``indices``' order and queued at
-    their first block's place; the rest (the store's, this node's own) alone."""
-    runs = run_source(source) if run_bytes > 0 and priority < BACKGROUND else None
+    their first block's place; the rest (the store's, this node's own) alone.
+    ``interest``: who asked (the fill, which may cancel)."""
+    runs = run_source(source) if run_bytes > 0 else None
     units: list[int | tuple[str, list[int]]] = []  # a block alone, or (peer, a run)
     filling: dict[str, tuple[list[int], list[int]]] = {}  # peer -> (its open run, [bytes])
     for i in indices:
@@ -133,11 +137,11 @@ def request_blocks(
     futures: dict[cf.Future[bytes], int] = {}
     for unit in units:
         if isinstance(unit, int):
-            futures[fetcher.request(source, manifest, unit, priority)] = unit
+            futures[fetcher.request(source, manifest, unit, priority, interest)] = unit
         else:
             assert runs is not None
             peer, blocks = unit
-            got = fetcher.request_run(runs, peer, manifest, blocks, priority)
+            got = fetcher.request_run(runs, peer, manifest, blocks, priority, interest)
             futures.update(zip(got, blocks, strict=True))
     return futures
 
@@ -162,19 +166,34 @@ class BackgroundFill(Interest):
         return "done" if self.ended is not None else "running"
 
     def start(
-        self, fetcher: Fetcher, source: BlockSource, manifest: Manifest, skip: set[int]
+        self,
+        fetcher: Fetcher,
+        source: BlockSource,
+        manifest: Manifest,
+        skip: set[int],
+        run_bytes: int = 0,
     ) -> None:
-        wanted = [
-            i
-            for i in range(manifest.nblocks)
-            if i not in skip and manifest.blocks[i] not in fetcher.cache
-        ]
+        """Queue every block not in ``skip`` nor local, in the image's order; with runs
+        (``run_bytes``, the largest asked of a peer; 0: block by block), the blocks this
+        node reads itself (the store's) first, then the peers' in runs: by then each
+        peer has read its own share, and sends a run from its cache rather than holding
+        it until the store gave it every block (a fill thread waiting all that time)."""
+        wanted, seen = [], set()
+        for i in range(manifest.nblocks):
+            d = manifest.blocks[i]
+            if i not in skip and d not in seen and d not in fetcher.cache:
+                seen.add(d)  # a block the image holds twice (zeros) is fetched once
+                wanted.append(i)
+        runs = run_source(source) if run_bytes > 0 else None
+        if runs is not None:
+            peers = {i for i in wanted if runs.run_peer(manifest.blocks[i]) is not None}
+            wanted = [i for i in wanted if i not in peers] + [i for i in wanted if i in peers]
         self.total = len(wanted)
         if not wanted:
             self.ended = time.time()
             return
-        for i in wanted:
-            fut = fetcher.request(source, manifest, i, BACKGROUND, interest=self)
+        futures = request_blocks(fetcher, source, manifest, wanted, BACKGROUND, run_bytes, self)
+        for fut, i in futures.items():
             fut.add_done_callback(functools.partial(self._one, manifest.block_length(i)))
 
     def _one(self, length: int, fut: cf.Future[bytes]) -> None:

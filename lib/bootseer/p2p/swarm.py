@@ -129,6 +129,8 @@ class Swarm:
         each checked by its digest: its bytes, or None (not sent, or bad: the caller asks
         for it alone). Never raises: a node that fails is dropped as in :meth:`fetch`."""
         none: list[bytes | memoryview | None] = [None] * len(blocks)
+        if self._dead_until.get(node, 0.0) > time.monotonic():
+            return none  # dropped since the run was queued (the fill's, long ago): alone
         digests = [d for _, d, _ in blocks]
         req = PieceRequest(
             self.job_id, "", run_digest(digests), priority, blocks=tuple(i for i, _, _ in blocks)

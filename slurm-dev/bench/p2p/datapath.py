@@ -28,7 +28,14 @@ request each, served by the agent's own ``held_run``/``provide_run`` (0: one req
 piece, as before runs). Several values (``0,8192``) are run in turn, ``--runs`` rounds of
 each alternated, so before and after see the same minutes' load.
 
-Records (one per run): ``bytes``, ``pieces``, ``piece_bytes``, ``run_kib``,
+``--fill`` asks them as the agent's background fill does instead
+(:class:`bootseer.image.prefetch.BackgroundFill`: ``BACKGROUND`` priority, the fetcher's
+``background_parallel`` threads at CPU priority 19, image order); ``--run-kib 0`` is the
+fill before runs, block by block::
+
+    datapath.py --fill --gib 1 --runs 3 --run-kib 0,8192 --json out.json
+
+Records (one per run): ``bytes``, ``pieces``, ``piece_bytes``, ``run_kib``, ``fill``,
 ``requests`` (the sender's count), ``seconds``, ``mb_s``, ``sender_cpu_s_per_gib``,
 ``receiver_cpu_s_per_gib``, ``load1``, ``workers``; the JSON holds the runs and their
 medians (per ``run_kib`` under ``medians``). Everything it starts is stopped by pid, its files
@@ -54,7 +61,7 @@ from typing import Any
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import PREFETCH, Fetcher
 from bootseer.image.manifest import Manifest
-from bootseer.image.prefetch import request_blocks
+from bootseer.image.prefetch import BackgroundFill, request_blocks
 from bootseer.p2p.auth import job_token
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.imagesource import PeerSource, held_run, provide_run
@@ -165,7 +172,13 @@ class NoStore:
 
 
 def one_run(
-    work: Path, total: int, piece: int, workers: int, recv_at: Path | None, run_kib: int = 0
+    work: Path,
+    total: int,
+    piece: int,
+    workers: int,
+    recv_at: Path | None,
+    run_kib: int = 0,
+    fill: bool = False,
 ) -> dict[str, Any]:
     child = subprocess.Popen(
         [
@@ -207,14 +220,22 @@ def one_run(
         fetcher = Fetcher(cache, workers=workers, timeout=60.0)
         manifest = Manifest(len(digests) * piece, piece, tuple(digests))
         t0, c0 = time.monotonic(), cpu()
-        asked = request_blocks(
-            fetcher, source, manifest, range(len(digests)), PREFETCH, run_kib << 10
-        )
-        futures = list(asked)
-        del asked
-        for i, f in enumerate(futures):
-            f.result()
-            futures[i] = None  # type: ignore[call-overload]  # as the agent's readers do
+        if fill:
+            filling = BackgroundFill(manifest.id)
+            filling.start(fetcher, source, manifest, set(), run_kib << 10)
+            while filling.ended is None:  # (the fill has no event; 20 looks a second)
+                time.sleep(0.05)
+            if filling.failed:
+                raise SystemExit(f"the fill failed {filling.failed} blocks")
+        else:
+            asked = request_blocks(
+                fetcher, source, manifest, range(len(digests)), PREFETCH, run_kib << 10
+            )
+            futures = list(asked)
+            del asked
+            for i, f in enumerate(futures):
+                f.result()
+                futures[i] = None  # type: ignore[call-overload]  # as the agent's readers do
         seconds, (user, system) = time.monotonic() - t0, since(c0)
         load1 = os.getloadavg()[0]
         fetcher.stop()
@@ -231,6 +252,7 @@ def one_run(
             "pieces": len(digests),
             "piece_bytes": piece,
             "run_kib": run_kib,
+            "fill": fill,
             "requests": served["requests"],
             "workers": workers,
             "receiver_cache": str(recv_dir.parent),
@@ -270,6 +292,9 @@ def main() -> None:
         help="where the receiver's cache goes (default: under --work); /dev/shm leaves "
         "out the file system's cost of writing the pieces",
     )
+    ap.add_argument(
+        "--fill", action="store_true", help="ask as the background fill does, not the prefetch"
+    )
     ap.add_argument("--smoke", action="store_true", help="32 MiB, one run")
     ap.add_argument("--keep", action="store_true", help="keep the sender's pieces")
     ap.add_argument("--label", default="")
@@ -286,7 +311,7 @@ def main() -> None:
     try:
         modes = [int(k) for k in str(a.run_kib).split(",")]
         runs = [
-            one_run(work, total, piece, a.workers, a.recv_dir, k)
+            one_run(work, total, piece, a.workers, a.recv_dir, k, a.fill)
             for _ in range(1 if a.smoke else a.runs)
             for k in modes
         ]
@@ -305,7 +330,8 @@ def main() -> None:
     doc = {"label": a.label, "runs": runs, "median": median, "medians": medians}
     for r in runs:
         print(
-            f"{r['bytes'] >> 20} MiB in {r['pieces']} pieces, runs of {r['run_kib']} KiB, "
+            f"{r['bytes'] >> 20} MiB in {r['pieces']} pieces{' (fill)' if r['fill'] else ''}, "
+            f"runs of {r['run_kib']} KiB, "
             f"{r['requests']} requests: {r['seconds']:.2f} s, "
             f"{r['mb_s']:.0f} MB/s, sender {r['sender_cpu_s_per_gib']:.2f} / receiver "
             f"{r['receiver_cpu_s_per_gib']:.2f} CPU-s/GiB, load1 {r['load1']}"

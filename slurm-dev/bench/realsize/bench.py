@@ -314,6 +314,7 @@ class Bench(ClusterJobs):
         self.image_name = f"realsize-bench:{size.name}"
         self.saved_config: str | None = None
         self.link_bps: float | None = None
+        self.train_s = 0.0  # seconds each node "trains" after its first step (profile.py)
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -476,6 +477,7 @@ class Bench(ClusterJobs):
             "BENCH_IMPORTS": self.size.imports,
             "BENCH_START_IMPORTS": self.size.start_imports,
             "BENCH_SHARDS": str(self.size.shards),
+            "BENCH_TRAIN_S": str(self.train_s),
             "PIP_CONFIG_FILE": "/dev/null",
         }
         return self.submit(f"realsize-{variant}", nodes, exports, opts, HERE / "job.sh", self.work)

@@ -17,6 +17,9 @@ checkpoint, the floors). Every timing is a ``BENCH {json}`` line on stdout.
   before each first read).
 - ``fullcopy``: the image and checkpoint copied whole from the store host, a fresh install.
 - ``bootseer``: ``$BOOTSEER_IMAGE``, ``bootseer deps run``, ``$BOOTSEER_CKPT``.
+
+``BENCH_TRAIN_S`` (``profile.py --train``): that many seconds of "training" after the
+first step, reading nothing, before the rest (the agent's background fill runs then).
 """
 
 from __future__ import annotations
@@ -206,6 +209,7 @@ def main() -> None:
         mark("end", "ckpt_load")
     first_step(prefix)
     print(f"BENCH ready {NODE}", flush=True)
+    time.sleep(float(E.get("BENCH_TRAIN_S", "0")))  # training: the image's fill runs
 
     # -- after the start: what the table needs besides -------------------------------------
     if VARIANT == "record":

@@ -12,6 +12,10 @@ process it finds (``--py-spy PATH``), into DIR.
     slurm-dev/bench/realsize/profile.py --size mid --work /var/tmp/bootseer-realsize \\
         [--perf /var/tmp/prof --py-spy /opt/bootseer/venv/bin/py-spy]
 
+``--train S`` keeps each node "training" S seconds after its first step (reading nothing),
+so the agents' background fill has the time to run: with ``--train 120`` at mid size it
+takes in the whole image.
+
 Prints one line per process (node, CPU seconds over the point, command) and the bytes
 each node's agent took in (its ``bootseer_p2p_bytes_total`` counters, from the store and
 from peers) and served to peers, and CPU seconds per GiB taken in.
@@ -138,6 +142,13 @@ def main() -> int:
         help="the agents' [image] prefetch_run_kib (0: the hot set block by block; "
         "default: the site's)",
     )
+    p.add_argument(
+        "--train",
+        type=float,
+        default=0.0,
+        help="seconds each node trains (reads nothing) after its first step: the "
+        "background fill's time (default 0: the bench's job as it is)",
+    )
     args = p.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("profile: run as root")
@@ -148,6 +159,7 @@ def main() -> int:
     cluster = B.devcluster.Cluster.load(Path(args.state_dir))
     b = B.Bench(cluster, size, work, args.user)
     b.image, b.ckpt = work / "image.sqsh", work / "ckpt"
+    b.train_s = args.train
     nodes = cluster.s.node_names[: args.nodes]
     perf = None
     try:
