@@ -409,6 +409,7 @@ def main() -> None:
                 "handshakes": handshakes[0],
                 "max_out": node.connections.max_out,
                 "max_in": node.connections.max_in,
+                "max_both": node.connections.max_both,
                 "cpu_s": ru.ru_utime + ru.ru_stime,
                 "neigh": neighbours(),
                 "started": t0,
