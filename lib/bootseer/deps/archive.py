@@ -34,13 +34,16 @@ import stat
 import tarfile
 import tempfile
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from bootseer.asuser import stop_held
 from bootseer.deps import datafilter, gnutar
 from bootseer.deps.manifest import Entry, check_name
 from bootseer.deps.writer import CHUNK, MemberWriter, WriteError
 from bootseer.errors import BootseerError, describe
+
+Extractor = Literal["tar", "python"]
+"""Who writes a restore's members: GNU tar fed checked headers, or tarfile."""
 
 
 class SnapshotRejected(BootseerError):
@@ -174,7 +177,7 @@ def extract_snapshot(
     max_files: int,
     replace: bool = False,
     mode: int = 0o755,
-    extractor: str = "tar",
+    extractor: Extractor = "tar",
 ) -> dict[str, Any]:
     """Extract the tar stream on ``in_fd`` into ``prefix``, whole or not at all.
 

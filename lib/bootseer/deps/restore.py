@@ -57,7 +57,7 @@ class RestoreRequest:
     threads: int = 0
     timeout: float = 600.0
     replace: bool = False  # the prefix is a restore of ours: swap it for the new one
-    extractor: str = "tar"  # GNU tar fed checked headers; "python": tarfile (archive.py)
+    extractor: archive.Extractor = "tar"  # GNU tar fed checked headers; "python": tarfile
 
 
 @dataclass
