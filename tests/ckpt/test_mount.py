@@ -33,13 +33,18 @@ WRITE = "import sys; f = open(sys.argv[1], 'wb'); f.write(sys.stdin.buffer.read(
 def as_user(
     uid: int, *cmd: str, data: bytes | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
+    done = subprocess.run(
         ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *cmd],
         input=data,
         capture_output=True,
-        check=check,
+        check=False,
         timeout=60,
     )
+    if check and done.returncode != 0:  # with what the command said (CalledProcessError hides it)
+        raise AssertionError(
+            f"{cmd} as uid {uid}: exit {done.returncode}: {done.stderr.decode(errors='replace')}"
+        )
+    return done
 
 
 @pytest.mark.parametrize("size", [0, 1, UNIT - 1, UNIT, UNIT + 1, 3 * UNIT + 1, 10 * UNIT])
