@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bootseer.image.blocks import digest
-from bootseer.image.cache import RECORD_BYTES, BlockCache, Where
+from bootseer.image.cache import RECORD_BYTES, BlockCache, Where, checked_crcs
 
 BLOCK = 256 << 10
 
@@ -244,11 +244,25 @@ def test_blocks_put_together_lie_end_to_end_written_from_where_they_are(tmp_path
     view = memoryview(buf)
     for k, (_, b) in enumerate(bs):
         view[k * BLOCK : (k + 1) * BLOCK] = b
-    parts = [(d, view[k * BLOCK : (k + 1) * BLOCK]) for k, (d, _) in enumerate(bs)]
-    assert all(aligned_at(p) for _, p in parts) and not aligned_at(bs[0][1])
+    parts = [(d, view[k * BLOCK : (k + 1) * BLOCK], None) for k, (d, _) in enumerate(bs)]
+    assert all(aligned_at(p) for _, p, _ in parts) and not aligned_at(bs[0][1])
+    # The CRCs a caller took as it checked the block (the peer receiver's): used as they are.
+    crcs = checked_crcs(parts[0][1], bs[0][0])
+    assert crcs is not None and checked_crcs(parts[0][1], bs[1][0]) is None
     cache = BlockCache(tmp_path / "c", 1 << 30)
     cache.put(*bs[1])  # held already
-    cache.put_many([parts[0], parts[1], parts[2], short[0], parts[3], parts[2], parts[4]])
+    cache.put_many(
+        [
+            (bs[0][0], parts[0][1], crcs),
+            parts[1],
+            parts[2],
+            (*short[0], None),
+            parts[3],
+            parts[2],
+            parts[4],
+        ]
+    )
+    assert all(cache.read(d, 0, len(b)) == b for d, b in bs + short)  # by their CRCs
     ws = [where(cache, d) for d, _ in [bs[0], bs[2], short[0], bs[3], bs[4]]]
     assert [w.offset - ws[0].offset for w in ws] == [0, BLOCK, 2 * BLOCK, 3 * BLOCK, 4 * BLOCK]
     raw = ws[0].path.read_bytes()

@@ -36,6 +36,7 @@ import os
 import stat
 import threading
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,9 @@ RunBlock = tuple[int, str, int]
 # A fetched block's bytes: a run's blocks are read-only views of the buffer the run
 # came in (not copied out of it; the buffer is used again once no view is left).
 Block = bytes | memoryview
+# A block a run brought, checked: its bytes, and its chunk CRCs (the cache's,
+# image.cache.checked_crcs, taken as it was checked; None: the cache takes them).
+RunPart = tuple[Block, "array[int] | None"]
 
 
 class RunSource(BlockSource, Protocol):
@@ -79,7 +83,7 @@ class RunSource(BlockSource, Protocol):
 
     def read_run(
         self, peer: str, blocks: Sequence[RunBlock], priority: int
-    ) -> list[bytes | memoryview | None]:
+    ) -> list[RunPart | None]:
         """The run's blocks from ``peer``, in order, each checked against its digest
         (None: not got, or did not match: the fetcher asks for it alone). Never raises."""
         ...
@@ -530,20 +534,20 @@ class Fetcher:
             self.log(f"run of {len(blocks)} blocks from {run.peer}: {describe(exc)}")
             parts = [None] * len(blocks)
         again = []
-        got = []
-        for job, data in zip(run.jobs, parts, strict=True):
+        got: list[tuple[_Job, Block, array[int] | None]] = []
+        for job, part in zip(run.jobs, parts, strict=True):
             job.in_fill_run = False  # the run has answered: a reader joins it from here
-            if data is None:
+            if part is None:
                 again.append(job)
             else:
-                got.append((job, data))
+                got.append((job, part[0], part[1]))
         # The run's blocks in one write, from the buffer they were received into.
-        self.cache.put_many([(job.digest, data) for job, data in got])
+        self.cache.put_many([(job.digest, data, crcs) for job, data, crcs in got])
         with self._cond:
-            for job, data in got:
+            for job, data, _ in got:
                 self._count(job, len(data))
             self.stats.run_blocks += len(got)
-        for job, data in got:
+        for job, data, _ in got:
             # Not copied: a view of the run's buffer, read-only (the buffer is used
             # again only once no view of it is left: directio.Buffers).
             job.future.set_result(data if isinstance(data, bytes) else data.toreadonly())

@@ -263,6 +263,8 @@ def one_run(
             "sender_sys_share": round(served["sys_s"] / max(served["cpu_s"], 1e-9), 2),
             "receiver_sys_share": round(system / max(user + system, 1e-9), 2),
             "load1": round(load1, 2),
+            # Run buffers the receiver made (the others were used again); None: before.
+            "run_buffers_made": getattr(getattr(client, "buffers", None), "made", None),
         }
     finally:
         if child.poll() is None:
