@@ -105,6 +105,12 @@ class Buffers:
             self.made += 1
             return buf
 
+    def held(self) -> int:
+        """How many of the buffers kept for use again still have a view alive."""
+        with self._lock:
+            # References: the list's, the loop's and getrefcount's argument: no view.
+            return sum(1 for buf in self._free if sys.getrefcount(buf) > 3)
+
     def retire(self, data: object) -> None:
         """``data`` (what :func:`read_direct` gave) is no longer the owner's."""
         buf = data.obj if isinstance(data, memoryview) else None

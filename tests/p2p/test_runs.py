@@ -338,4 +338,7 @@ def test_a_run_is_received_into_a_buffer_used_again_and_its_bad_block_never_land
     )
     assert res.complete and n1b.runs() == [8] * 12
     assert holds_exactly(fetcher_b.cache, blocks_b)
-    assert source_b.swarm.client.buffers.made <= 4  # of 12 runs
+    buffers = source_b.swarm.client.buffers
+    assert buffers.made <= 4  # of 12 runs
+    # Once the fetcher is idle, no buffer is held (not by its idle threads either).
+    wait_until(lambda: buffers.held() == 0, timeout=TIMEOUT, what="the run buffers let go")

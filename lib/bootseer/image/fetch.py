@@ -506,6 +506,10 @@ class Fetcher:
                         if job.future.done() and self._jobs.get(job.digest) is job:
                             del self._jobs[job.digest]
                     self._cond.notify_all()
+            # Not held while this thread waits for the next: a done job's future holds
+            # its block (a run's: a view of the buffer it came in, which is used again
+            # only once no view of it is left).
+            del item, jobs, job
 
     def _fetch_one(self, job: _Job) -> None:
         try:

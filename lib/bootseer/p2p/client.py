@@ -206,6 +206,9 @@ class _Link:
                     self.alive_at = time.monotonic()
                 call.sizes = reply.sizes
                 self._finish(call, data=data)
+                # Not held while the next reply is awaited: a run's buffer is used again
+                # only once no view of it is left.
+                del call, data
         except TimeoutError:
             self.fail(PeerError("timeout", f"peer {self.addr[0]}: silent for {self.silence:g}s"))
         except PeerError as exc:
