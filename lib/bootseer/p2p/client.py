@@ -74,9 +74,16 @@ def _fresh(exc: PeerError) -> PeerError:
 class _Call:
     """One request on a connection, until its answer (bytes or a PeerError) comes."""
 
-    def __init__(self, tag: int, length: int, on_pending: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        tag: int,
+        length: int,
+        on_pending: Callable[[], None] | None = None,
+        run: bool = False,
+    ) -> None:
         self.tag = tag
         self.length = length  # the piece's size when the request says it (0: any)
+        self.run = run  # a run was asked (PieceRequest.blocks): its bytes go to a buffer
         self.on_pending = on_pending  # told of each heartbeat (the asker's hedging)
         self.done = threading.Event()
         self.data: bytes | memoryview | None = None
@@ -126,7 +133,7 @@ class _Link:
         with self.lock:
             if self.dead is not None:
                 raise _fresh(self.dead)
-            call = _Call(next(self.tags), req.length, on_pending)
+            call = _Call(next(self.tags), req.length, on_pending, run=bool(req.blocks))
             if not self.calls:
                 self.alive_at = time.monotonic()  # the wait for an answer starts now
             self.calls[call.tag] = call
@@ -191,7 +198,7 @@ class _Link:
                         self._finish(call, error=exc)
                     continue
                 data: bytes | memoryview
-                if reply.sizes:
+                if call.run and reply.sizes:
                     # A run: into a page-aligned buffer used again once its blocks are
                     # written and let go (the cache writes them from there: no copy).
                     buf = self.buffers.get(reply.size)
@@ -295,8 +302,7 @@ class PeerClient:
         job's ``token`` and the connection's nonce. ``on_pending`` is called at each
         heartbeat: the peer is getting the piece (from the store, or once its prolog ran)."""
         data = self._call(addr, req, token, on_pending).data
-        assert not isinstance(data, memoryview)  # (a run's reply only)
-        return data or b""
+        return bytes(data or b"")  # (bytes as received: a buffer is a run's alone)
 
     def fetch_run(
         self,
