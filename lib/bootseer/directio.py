@@ -26,6 +26,7 @@ import threading
 import weakref
 
 DIRECT_ALIGN = 4096  # O_DIRECT's alignment of offsets, lengths, buffers (block sizes up to it)
+_IOV_MAX = os.sysconf("SC_IOV_MAX")  # the most parts one pwritev takes (1024 on Linux)
 _direct_buf = threading.local()
 
 
@@ -258,7 +259,7 @@ def pwritev_padded(fd: int, parts: list[bytes | bytearray | memoryview], offset:
         total = sum(len(v) for v in iov)
         done = 0
         while done < total:
-            got = os.pwritev(fd, iov, offset + done)
+            got = os.pwritev(fd, iov[:_IOV_MAX], offset + done)
             if got <= 0:
                 raise OSError(errno.EIO, "a write took no bytes")
             done += got

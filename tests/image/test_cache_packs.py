@@ -273,3 +273,11 @@ def test_blocks_put_together_lie_end_to_end_written_from_where_they_are(tmp_path
     again = BlockCache(tmp_path / "c", 1 << 30)
     assert len(again) == 6
     assert all(again.read(d, 0, len(b)) == b for d, b in bs + short)  # SHA-256 checked
+
+
+def test_more_blocks_at_once_than_one_write_takes_are_each_whole(tmp_path: Path) -> None:
+    """More parts than one ``pwritev`` takes (IOV_MAX): written in turn, each whole."""
+    bs = blocks(os.sysconf("SC_IOV_MAX") + 3, size=4096)
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    cache.put_many([(d, b, None) for d, b in bs.items()])
+    assert len(cache) == len(bs) and all(cache.read(d, 0, len(b)) == b for d, b in bs.items())
