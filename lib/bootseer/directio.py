@@ -16,6 +16,7 @@ refuses it, both fall back to ordinary I/O::
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import mmap
@@ -25,6 +26,7 @@ import threading
 import weakref
 
 DIRECT_ALIGN = 4096  # O_DIRECT's alignment of offsets, lengths, buffers (block sizes up to it)
+_IOV_MAX = os.sysconf("SC_IOV_MAX")  # the most parts one pwritev takes (1024 on Linux)
 _direct_buf = threading.local()
 
 
@@ -83,6 +85,7 @@ class Buffers:
 
     def __init__(self, keep: int) -> None:
         self.keep = keep
+        self.made = 0  # buffers made so far (the others were used again)
         self._free: list[mmap.mmap] = []
         self._mine: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -95,9 +98,19 @@ class Buffers:
                 if len(buf) >= n and sys.getrefcount(buf) <= 3:
                     del self._free[i]
                     return buf
-            buf = mmap.mmap(-1, -(-max(n, 1) // DIRECT_ALIGN) * DIRECT_ALIGN)
+            # Private: its pages are the process's own (a shared mapping's are shmem's,
+            # dearer to fault in).
+            size = -(-max(n, 1) // DIRECT_ALIGN) * DIRECT_ALIGN
+            buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
             self._mine.add(buf)
+            self.made += 1
             return buf
+
+    def held(self) -> int:
+        """How many of the buffers kept for use again still have a view alive."""
+        with self._lock:
+            # References: the list's, the loop's and getrefcount's argument: no view.
+            return sum(1 for buf in self._free if sys.getrefcount(buf) > 3)
 
     def retire(self, data: object) -> None:
         """``data`` (what :func:`read_direct` gave) is no longer the owner's."""
@@ -199,6 +212,75 @@ def pwrite_padded(fd: int, data: bytes | bytearray | memoryview, offset: int) ->
     finally:
         view.release()
     return n
+
+
+def aligned_at(data: bytes | bytearray | memoryview) -> bool:
+    """Whether ``data`` may go to an ``O_DIRECT`` write as it is: writable memory (a
+    buffer of :class:`Buffers`, or any ``mmap``) starting on a page, whole pages long."""
+    if len(data) % DIRECT_ALIGN:
+        return False
+    try:
+        address = ctypes.addressof(ctypes.c_char.from_buffer(data))
+    except (TypeError, ValueError):  # read-only (bytes), not contiguous, or empty
+        return False
+    return address % DIRECT_ALIGN == 0
+
+
+def room(size: int) -> int:
+    """The whole ``DIRECT_ALIGN`` blocks ``size`` bytes take padded (one for none)."""
+    return max(DIRECT_ALIGN, -(-size // DIRECT_ALIGN) * DIRECT_ALIGN)
+
+
+def pwritev_padded(fd: int, parts: list[bytes | bytearray | memoryview], offset: int) -> int:
+    """``parts`` into ``fd`` at ``offset`` (a multiple of :data:`DIRECT_ALIGN`), one after
+    another, each zero-padded to its :func:`room` (an empty part: a block of zeros), in
+    one ``pwritev``: a part already page-aligned (:func:`aligned_at`:
+    a run received into a :class:`Buffers` buffer) is written from where it is, with no
+    copy; the others are copied into the thread's aligned buffer first. The bytes written
+    (the padded lengths' sum)."""
+    views = [memoryview(p).cast("B") for p in parts]
+    direct = [aligned_at(v) for v in views]
+    copied = sum(room(len(v)) for v, d in zip(views, direct, strict=True) if not d)
+    buf = _aligned(copied) if copied else None
+    scratch = memoryview(buf) if buf is not None else None
+    iov: list[memoryview] = []
+    at = 0
+    try:
+        for v, d in zip(views, direct, strict=True):
+            if d:
+                iov.append(v)
+                continue
+            assert scratch is not None
+            n = room(len(v))
+            scratch[at : at + len(v)] = v
+            scratch[at + len(v) : at + n] = bytes(n - len(v))
+            iov.append(scratch[at : at + n])
+            at += n
+        total = sum(len(v) for v in iov)
+        done = 0
+        while done < total:
+            got = os.pwritev(fd, iov[:_IOV_MAX], offset + done)
+            if got <= 0:
+                raise OSError(errno.EIO, "a write took no bytes")
+            done += got
+            iov = _after(iov, got)
+        return total
+    finally:
+        iov.clear()
+        if scratch is not None:
+            scratch.release()
+
+
+def _after(iov: list[memoryview], n: int) -> list[memoryview]:
+    """What is left of ``iov`` once its first ``n`` bytes are written."""
+    out = []
+    for v in iov:
+        if n >= len(v):
+            n -= len(v)
+            continue
+        out.append(v[n:])
+        n = 0
+    return out
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview, direct: bool = False) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bootseer.image.blocks import digest
-from bootseer.image.cache import RECORD_BYTES, BlockCache, Where
+from bootseer.image.cache import RECORD_BYTES, BlockCache, Where, checked_crcs
 
 BLOCK = 256 << 10
 
@@ -230,3 +230,54 @@ def test_a_full_disk_serves_uncached_and_leaves_no_half_block(tmp_path: Path) ->
         assert all(again.read(d, 0, BLOCK) == bs[d] for d in bs if d in again)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_blocks_put_together_lie_end_to_end_written_from_where_they_are(tmp_path: Path) -> None:
+    """``put_many`` (a run's blocks): laid end to end in the pack in one write, the
+    page-aligned ones from their own buffer (no copy), a short one padded with zeros to
+    its page, the index records after; one already held or given twice is put once."""
+    from bootseer.directio import Buffers, aligned_at
+
+    bs = list(blocks(5).items())
+    short = list(blocks(1, size=BLOCK - 100, seed=3).items())
+    buf = Buffers(keep=1).get(5 * BLOCK)
+    view = memoryview(buf)
+    for k, (_, b) in enumerate(bs):
+        view[k * BLOCK : (k + 1) * BLOCK] = b
+    parts = [(d, view[k * BLOCK : (k + 1) * BLOCK], None) for k, (d, _) in enumerate(bs)]
+    assert all(aligned_at(p) for _, p, _ in parts) and not aligned_at(bs[0][1])
+    # The CRCs a caller took as it checked the block (the peer receiver's): used as they are.
+    crcs = checked_crcs(parts[0][1], bs[0][0])
+    assert crcs is not None and checked_crcs(parts[0][1], bs[1][0]) is None
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    cache.put(*bs[1])  # held already
+    cache.put_many(
+        [
+            (bs[0][0], parts[0][1], crcs),
+            parts[1],
+            parts[2],
+            (*short[0], None),
+            parts[3],
+            parts[2],
+            parts[4],
+        ]
+    )
+    assert all(cache.read(d, 0, len(b)) == b for d, b in bs + short)  # by their CRCs
+    ws = [where(cache, d) for d, _ in [bs[0], bs[2], short[0], bs[3], bs[4]]]
+    assert [w.offset - ws[0].offset for w in ws] == [0, BLOCK, 2 * BLOCK, 3 * BLOCK, 4 * BLOCK]
+    raw = ws[0].path.read_bytes()
+    assert raw[ws[2].offset + BLOCK - 100 : ws[2].offset + BLOCK] == bytes(100)  # padded
+    records = index_of(ws[0]).read_bytes()
+    assert len(records) == 6 * RECORD_BYTES  # bs[1]'s, then the five in one append
+    del parts, view
+    again = BlockCache(tmp_path / "c", 1 << 30)
+    assert len(again) == 6
+    assert all(again.read(d, 0, len(b)) == b for d, b in bs + short)  # SHA-256 checked
+
+
+def test_more_blocks_at_once_than_one_write_takes_are_each_whole(tmp_path: Path) -> None:
+    """More parts than one ``pwritev`` takes (IOV_MAX): written in turn, each whole."""
+    bs = blocks(os.sysconf("SC_IOV_MAX") + 3, size=4096)
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    cache.put_many([(d, b, None) for d, b in bs.items()])
+    assert len(cache) == len(bs) and all(cache.read(d, 0, len(b)) == b for d, b in bs.items())

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bootseer.directio import Buffers, aligned_at
 from bootseer.image.blocks import digest
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import PREFETCH, Fetcher
@@ -31,6 +32,7 @@ from bootseer.p2p.wire import (
     PieceReply,
     PieceRequest,
     read_message,
+    recv_into_alive,
     recv_piece,
 )
 from tests.benchrun import run_bench
@@ -208,6 +210,18 @@ def test_a_frame_of_another_size_than_the_located_piece_is_refused() -> None:
     assert err.value.kind == "protocol" and f"for a {len(data)}-byte piece" in str(err.value)
 
 
+def test_a_piece_answered_as_a_run_still_comes_as_bytes() -> None:
+    """Only a run's reply goes into a run buffer: a peer that answers a piece's request
+    with a run's sizes gives the asker bytes as before (which it checks by the digest)."""
+    d, data = piece_owned_by("n1", ("n1", "n2"))
+    srv, t = one_reply(PieceReply(size=len(data), sizes=(len(data),)).encode() + data)
+    with srv:
+        client = PeerClient(timeout=5)
+        got = client.fetch(srv.getsockname(), PieceRequest(JOB, "", d, 1), b"k" * 32)
+        t.join()
+    assert got == data and isinstance(got, bytes) and client.buffers.made == 0
+
+
 def test_a_short_frame_is_refused() -> None:
     a, b = socket.socketpair()
     with a:
@@ -235,6 +249,40 @@ def test_a_piece_comes_whole_in_one_receive_or_by_parts() -> None:
 
         threading.Thread(target=rest).start()
         assert recv_piece(a, 100, time.monotonic() + TIMEOUT) == data[:100]
+
+
+def test_a_runs_bytes_come_into_its_buffer_whole_or_by_parts_until_silence() -> None:
+    """A run's reply is received into the caller's page-aligned buffer (recv_into_alive):
+    whole at once, or as it trickles in; silence for the bound ends it (TimeoutError),
+    and so does a close before the end (PeerError)."""
+    buffers = Buffers(keep=1)
+    data = os.urandom(1 << 20)
+    a, b = socket.socketpair()
+    with a, b:
+        view = memoryview(buffers.get(len(data)))[: len(data)]
+        sender = threading.Thread(target=b.sendall, args=(data,))
+        sender.start()
+        recv_into_alive(a, view, silence=TIMEOUT)
+        sender.join()
+        assert view == data and aligned_at(view)
+        b.sendall(data[:10])
+
+        def rest() -> None:
+            time.sleep(0.2)  # a slow sender, not a wait for a condition
+            b.sendall(data[10:100])
+
+        threading.Thread(target=rest).start()
+        recv_into_alive(a, view[:100], silence=TIMEOUT)
+        assert view[:100] == data[:100]
+        b.sendall(b"0123")
+        with pytest.raises(TimeoutError) as err:
+            recv_into_alive(a, view[:10], silence=0.3)
+        assert "4 of 10" in str(err.value)
+        b.sendall(b"01")
+        b.close()
+        with pytest.raises(PeerError) as perr:
+            recv_into_alive(a, view[:10], silence=TIMEOUT)
+        assert perr.value.kind == "protocol" and "after 2 of 10" in str(perr.value)
 
 
 def test_a_trickle_past_the_deadline_times_out_and_what_came_in_time_counts() -> None:

@@ -135,7 +135,7 @@ class Agent:
             log=self.log,
         )
 
-    def provide(self, req: PieceRequest, deadline: float) -> bytes | RunBlocks:
+    def provide(self, req: PieceRequest, deadline: float) -> bytes | memoryview | RunBlocks:
         """A piece for another node of one of this node's jobs (the peer server asks)."""
         if not req.key:
             return self.jobs.provide_block(req, deadline)

@@ -208,7 +208,7 @@ class Jobs:
         except ContextError as exc:
             raise AgentBadRequest(str(exc)) from None
 
-    def provide_block(self, req: PieceRequest, deadline: float) -> bytes | RunBlocks:
+    def provide_block(self, req: PieceRequest, deadline: float) -> bytes | memoryview | RunBlocks:
         """A block of the job's image for one of its other nodes (the peer server asks),
         or a run of them (``req.blocks``)."""
         # The job joined its swarm as its prepare began; the image may take a moment more.
@@ -241,7 +241,7 @@ class Jobs:
 
     def _provide(
         self, view: JobView, piece: str, priority: int, deadline: float, cached_only: bool
-    ) -> bytes:
+    ) -> bytes | memoryview:
         image = view.image
         i = image.index_of(piece)
         if i is None:

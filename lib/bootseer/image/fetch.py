@@ -36,6 +36,7 @@ import os
 import stat
 import threading
 import time
+from array import array
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,13 @@ class BlockSource(Protocol):
 # A block of a run: its index in the image, its digest, its length.
 RunBlock = tuple[int, str, int]
 
+# A fetched block's bytes: a run's blocks are read-only views of the buffer the run
+# came in (not copied out of it; the buffer is used again once no view is left).
+Block = bytes | memoryview
+# A block a run brought, checked: its bytes, and its chunk CRCs (the cache's,
+# image.cache.checked_crcs, taken as it was checked; None: the cache takes them).
+RunPart = tuple[Block, "array[int] | None"]
+
 
 class RunSource(BlockSource, Protocol):
     """A source that serves runs of blocks (:class:`bootseer.p2p.imagesource.PeerSource`)."""
@@ -75,7 +83,7 @@ class RunSource(BlockSource, Protocol):
 
     def read_run(
         self, peer: str, blocks: Sequence[RunBlock], priority: int
-    ) -> list[bytes | memoryview | None]:
+    ) -> list[RunPart | None]:
         """The run's blocks from ``peer``, in order, each checked against its digest
         (None: not got, or did not match: the fetcher asks for it alone). Never raises."""
         ...
@@ -162,7 +170,7 @@ class FileSource:
         return f"{self.path} (dev {dev} inode {ino})"
 
 
-def _follow(future: cf.Future[bytes], done: cf.Future[bytes]) -> None:
+def _follow(future: cf.Future[Block], done: cf.Future[Block]) -> None:
     """Settle ``future`` as ``done`` was (a fill's block after the reader's own fetch)."""
     if future.done():
         return
@@ -196,7 +204,7 @@ class _Job:
     image_id: str
     priority: int
     created: float
-    future: cf.Future[bytes] = field(default_factory=cf.Future)
+    future: cf.Future[Block] = field(default_factory=cf.Future)
     taken: bool = False
     interests: list[Interest] = field(default_factory=list)
     order: int = 0  # its place in the queue among its priority's (the run's, if in one)
@@ -287,7 +295,7 @@ class Fetcher:
         index: int,
         priority: int,
         interest: Interest | None = None,
-    ) -> cf.Future[bytes]:
+    ) -> cf.Future[Block]:
         """A future for block ``index``; joins the fetch already under way, if any."""
         d = manifest.blocks[index]
         with self._cond:
@@ -330,7 +338,7 @@ class Fetcher:
         indices: Sequence[int],
         priority: int,
         interest: Interest | None = None,
-    ) -> list[cf.Future[bytes]]:
+    ) -> list[cf.Future[Block]]:
         """Futures for blocks ``indices``, asked of ``peer`` as one run; a block already
         asked for joins its fetch instead. At ``BACKGROUND`` the run waits, as a single
         block does, for the node's start to be quiet, and is dropped once every block's
@@ -375,12 +383,12 @@ class Fetcher:
     def _push(self, job: _Job) -> None:
         heapq.heappush(self._heap, (job.priority, job.order, next(self._seq), job))
 
-    def get(self, source: BlockSource, manifest: Manifest, index: int) -> bytes:
+    def get(self, source: BlockSource, manifest: Manifest, index: int) -> Block:
         """Block ``index``, from the cache or fetched now; FetchError after ``timeout``."""
         d = manifest.blocks[index]
-        data = self.cache.read(d, 0, manifest.block_length(index))
-        if data is not None:
-            return data
+        cached = self.cache.read(d, 0, manifest.block_length(index))
+        if cached is not None:
+            return cached
         failed_at = self._failed.get(d)
         if failed_at is not None and time.monotonic() - failed_at < self.fail_ttl:
             # The kernel retries a failed read-ahead page by page: answer those at once
@@ -498,6 +506,10 @@ class Fetcher:
                         if job.future.done() and self._jobs.get(job.digest) is job:
                             del self._jobs[job.digest]
                     self._cond.notify_all()
+            # Not held while this thread waits for the next: a done job's future holds
+            # its block (a run's: a view of the buffer it came in, which is used again
+            # only once no view of it is left).
+            del item, jobs, job
 
     def _fetch_one(self, job: _Job) -> None:
         try:
@@ -526,16 +538,23 @@ class Fetcher:
             self.log(f"run of {len(blocks)} blocks from {run.peer}: {describe(exc)}")
             parts = [None] * len(blocks)
         again = []
-        for job, data in zip(run.jobs, parts, strict=True):
+        got: list[tuple[_Job, Block, array[int] | None]] = []
+        for job, part in zip(run.jobs, parts, strict=True):
             job.in_fill_run = False  # the run has answered: a reader joins it from here
-            if data is None:
+            if part is None:
                 again.append(job)
-                continue
-            self.cache.put(job.digest, data)
-            with self._cond:
+            else:
+                got.append((job, part[0], part[1]))
+        # The run's blocks in one write, from the buffer they were received into.
+        self.cache.put_many([(job.digest, data, crcs) for job, data, crcs in got])
+        with self._cond:
+            for job, data, _ in got:
                 self._count(job, len(data))
-                self.stats.run_blocks += 1
-            job.future.set_result(data if isinstance(data, bytes) else bytes(data))
+            self.stats.run_blocks += len(got)
+        for job, data, _ in got:
+            # Not copied: a view of the run's buffer, read-only (the buffer is used
+            # again only once no view of it is left: directio.Buffers).
+            job.future.set_result(data if isinstance(data, bytes) else data.toreadonly())
         with self._cond:
             self.stats.runs += 1
             for job in again:

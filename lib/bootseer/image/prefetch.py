@@ -26,7 +26,7 @@ import functools
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,7 @@ from bootseer.image.blocks import MAX_RUN_BLOCKS
 from bootseer.image.fetch import (
     BACKGROUND,
     PREFETCH,
+    Block,
     BlockSource,
     Fetcher,
     Interest,
@@ -85,24 +86,64 @@ def prefetch_hot(
             res.local_before += 1
         else:
             wanted.append(i)
-    futures = request_blocks(fetcher, source, manifest, wanted, PREFETCH, run_bytes)
-    leading = set(futures)
-    if start_fraction < 1.0:
-        k = math.ceil(len(order) * max(0.0, start_fraction))
-        first = set(order[:k])
-        leading = {f for f, i in futures.items() if i in first}
-    cf.wait(leading, timeout=max(0.0, deadline - time.monotonic()))
-    done = {f for f in futures if f.done()}
-    pending = set(futures) - done
-    for f in done:
-        if f.cancelled() or f.exception() is not None:
-            res.failed += 1
-        else:
-            res.fetched_blocks += 1
-            res.fetched_bytes += manifest.block_length(futures[f])
-    res.complete = not pending and not res.failed
+    first = set(order[: math.ceil(len(order) * max(0.0, start_fraction))])
+    # The futures are not kept: a done one holds its block's bytes (a run's: a view of
+    # the buffer it came in), which would stay in memory until the whole hot set is here.
+    tally, total = _watch(
+        request_blocks(fetcher, source, manifest, wanted, PREFETCH, run_bytes),
+        lambda i: start_fraction >= 1.0 or i in first,
+        manifest,
+    )
+    tally.wait(deadline)
+    with tally.lock:
+        res.failed = tally.failed
+        res.fetched_blocks = tally.fetched
+        res.fetched_bytes = tally.fetched_bytes
+        res.complete = tally.done == total and not tally.failed
     res.seconds = time.monotonic() - t0
     return res
+
+
+def _watch(
+    futures: dict[cf.Future[Block], int], lead: Callable[[int], bool], manifest: Manifest
+) -> tuple[_Tally, int]:
+    """A tally of ``futures`` as they end (``lead``: the blocks waited for), and their
+    number."""
+    tally = _Tally(sum(1 for i in futures.values() if lead(i)))
+    for f, i in futures.items():
+        f.add_done_callback(functools.partial(tally.one, lead(i), manifest.block_length(i)))
+    return tally, len(futures)
+
+
+class _Tally:
+    """The hot set's blocks as they end: how many, how many failed, and when the ones
+    waited for are all in."""
+
+    def __init__(self, leading: int) -> None:
+        self.lock = threading.Condition()
+        self.leading = leading  # blocks waited for still to end
+        self.done = self.failed = self.fetched = self.fetched_bytes = 0
+
+    def one(self, lead: bool, length: int, fut: cf.Future[Block]) -> None:
+        with self.lock:
+            self.done += 1
+            if fut.cancelled() or fut.exception() is not None:
+                self.failed += 1
+            else:
+                self.fetched += 1
+                self.fetched_bytes += length
+            if lead:
+                self.leading -= 1
+                if self.leading == 0:
+                    self.lock.notify_all()
+
+    def wait(self, deadline: float) -> None:
+        with self.lock:
+            while self.leading > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self.lock.wait(left)
 
 
 def request_blocks(
@@ -113,7 +154,7 @@ def request_blocks(
     priority: int,
     run_bytes: int,
     interest: Interest | None = None,
-) -> dict[cf.Future[bytes], int]:
+) -> dict[cf.Future[Block], int]:
     """Futures for blocks ``indices`` (each block's index): those a peer gives (the
     source says whom: :class:`bootseer.image.fetch.RunSource`) asked of it in runs of up
     to ``run_bytes``, consecutive among that peer's in ``indices``' order and queued at
@@ -134,7 +175,7 @@ def request_blocks(
             units.append((peer, run[0]))
         run[0].append(i)
         run[1][0] += length
-    futures: dict[cf.Future[bytes], int] = {}
+    futures: dict[cf.Future[Block], int] = {}
     for unit in units:
         if isinstance(unit, int):
             futures[fetcher.request(source, manifest, unit, priority, interest)] = unit
@@ -196,7 +237,7 @@ class BackgroundFill(Interest):
         for fut, i in futures.items():
             fut.add_done_callback(functools.partial(self._one, manifest.block_length(i)))
 
-    def _one(self, length: int, fut: cf.Future[bytes]) -> None:
+    def _one(self, length: int, fut: cf.Future[Block]) -> None:
         with self._lock:
             self.done += 1
             if fut.cancelled() or fut.exception() is not None:

@@ -25,6 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from bootseer.directio import Buffers
 from bootseer.errors import describe
 from bootseer.p2p.auth import prove
 from bootseer.p2p.wire import (
@@ -34,6 +35,7 @@ from bootseer.p2p.wire import (
     PieceReply,
     PieceRequest,
     read_message,
+    recv_into_alive,
     recv_piece_alive,
 )
 
@@ -49,6 +51,11 @@ REUSE_IDLE = 60.0
 # and the job's tree gives a node at most 2 ceil(log2 N) peers (bootseer.p2p.tree), 28 at
 # 10,000 nodes.
 MAX_OPEN = 64
+
+
+# Run buffers kept for the next runs (each up to a run's size, ``prefetch_run_kib``):
+# as many as the fetch workers (``prefetch_parallel``) hold at once, a run each.
+RUN_BUFFERS = 16
 
 
 class _Stale(Exception):
@@ -67,12 +74,19 @@ def _fresh(exc: PeerError) -> PeerError:
 class _Call:
     """One request on a connection, until its answer (bytes or a PeerError) comes."""
 
-    def __init__(self, tag: int, length: int, on_pending: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        tag: int,
+        length: int,
+        on_pending: Callable[[], None] | None = None,
+        run: bool = False,
+    ) -> None:
         self.tag = tag
         self.length = length  # the piece's size when the request says it (0: any)
+        self.run = run  # a run was asked (PieceRequest.blocks): its bytes go to a buffer
         self.on_pending = on_pending  # told of each heartbeat (the asker's hedging)
         self.done = threading.Event()
-        self.data: bytes | None = None
+        self.data: bytes | memoryview | None = None
         self.sizes: tuple[int, ...] = ()  # a run's reply: each block's length in ``data``
         self.error: BaseException | None = None
         self.answered = False  # the peer said something about it (a heartbeat counts)
@@ -90,8 +104,10 @@ class _Link:
         nonce: bytes,
         silence: float,
         idle: Callable[[], None],
+        buffers: Buffers,
     ) -> None:
         self.addr = addr
+        self.buffers = buffers  # the client's, for runs received
         self.idle = idle  # called when its last open call ends: it may give way now
         self.sock = sock
         self.nonce = nonce
@@ -117,7 +133,7 @@ class _Link:
         with self.lock:
             if self.dead is not None:
                 raise _fresh(self.dead)
-            call = _Call(next(self.tags), req.length, on_pending)
+            call = _Call(next(self.tags), req.length, on_pending, run=bool(req.blocks))
             if not self.calls:
                 self.alive_at = time.monotonic()  # the wait for an answer starts now
             self.calls[call.tag] = call
@@ -181,12 +197,25 @@ class _Link:
                     except PeerError as exc:
                         self._finish(call, error=exc)
                     continue
-                data = recv_piece_alive(self.sock, reply.size, self.silence)
+                data: bytes | memoryview
+                if call.run and reply.sizes:
+                    # A run: into a page-aligned buffer used again once its blocks are
+                    # written and let go (the cache writes them from there: no copy).
+                    buf = self.buffers.get(reply.size)
+                    data = memoryview(buf)[: reply.size]
+                    self.buffers.retire(data)
+                    del buf
+                    recv_into_alive(self.sock, data, self.silence)
+                else:
+                    data = recv_piece_alive(self.sock, reply.size, self.silence)
                 with self.lock:
                     self.receiving = None
                     self.alive_at = time.monotonic()
                 call.sizes = reply.sizes
                 self._finish(call, data=data)
+                # Not held while the next reply is awaited: a run's buffer is used again
+                # only once no view of it is left.
+                del call, data
         except TimeoutError:
             self.fail(PeerError("timeout", f"peer {self.addr[0]}: silent for {self.silence:g}s"))
         except PeerError as exc:
@@ -207,7 +236,10 @@ class _Link:
         return call
 
     def _finish(
-        self, call: _Call, data: bytes | None = None, error: BaseException | None = None
+        self,
+        call: _Call,
+        data: bytes | memoryview | None = None,
+        error: BaseException | None = None,
     ) -> None:
         with self.lock:
             self.calls.pop(call.tag, None)
@@ -254,6 +286,9 @@ class PeerClient:
         self._open = 0  # connections open or being set up: at most max_open
         self.connects = 0  # connections set up and authenticated (a hello read) so far
         self.most_open = 0  # the most open at once
+        # Runs are received into these (page-aligned, used again once nothing holds a
+        # view of them: a fresh buffer's pages cost the kernel more than the copy).
+        self.buffers = Buffers(keep=RUN_BUFFERS)
 
     def fetch(
         self,
@@ -266,7 +301,8 @@ class PeerClient:
         within ``timeout`` seconds whatever the peer does. The request is proved with the
         job's ``token`` and the connection's nonce. ``on_pending`` is called at each
         heartbeat: the peer is getting the piece (from the store, or once its prolog ran)."""
-        return self._call(addr, req, token, on_pending).data or b""
+        data = self._call(addr, req, token, on_pending).data
+        return bytes(data or b"")  # (bytes as received: a buffer is a run's alone)
 
     def fetch_run(
         self,
@@ -274,10 +310,11 @@ class PeerClient:
         req: PieceRequest,
         token: bytes,
         on_pending: Callable[[], None] | None = None,
-    ) -> tuple[bytes, tuple[int, ...]]:
+    ) -> tuple[bytes | memoryview, tuple[int, ...]]:
         """A run's reply (``req.blocks``): its bytes and each block's length in them (not
         yet verified, nor checked against the run: the caller does both). A server that
-        answered with no ``sizes`` (an older version) gives ``()``."""
+        answered with no ``sizes`` (an older version) gives ``()``. The bytes are a view
+        of a page-aligned buffer of the client's, taken again once no view of it is left."""
         call = self._call(addr, req, token, on_pending)
         return call.data or b"", call.sizes
 
@@ -379,7 +416,7 @@ class PeerClient:
         link = None
         try:
             sock, nonce = self._connect(addr, deadline)
-            link = _Link(addr, sock, nonce, self.silence, self._went_idle)
+            link = _Link(addr, sock, nonce, self.silence, self._went_idle, self.buffers)
             threading.Thread(
                 target=self._read, args=(link,), name="peer-replies", daemon=True
             ).start()

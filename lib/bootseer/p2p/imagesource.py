@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from bootseer.image.blocks import digest
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import BlockSource, Fetcher, RunBlock
+from bootseer.image.fetch import BlockSource, Fetcher, RunBlock, RunPart
 from bootseer.image.manifest import Manifest
 from bootseer.image.prefetch import request_blocks
 from bootseer.p2p.fallback import fetch_piece
@@ -83,11 +83,11 @@ class PeerSource:
 
     def read_run(
         self, peer: str, blocks: Sequence[RunBlock], priority: int
-    ) -> list[bytes | memoryview | None]:
+    ) -> list[RunPart | None]:
         got = self.swarm.fetch_run(peer, blocks, priority)
         with self._lock:
-            self.peer_bytes += sum(len(b) for b in got if b is not None)
-        return got
+            self.peer_bytes += sum(len(b[0]) for b in got if b is not None)
+        return list(got)
 
     def counts(self) -> tuple[int, int]:
         """(bytes from the store, bytes from peers) so far."""

@@ -28,7 +28,7 @@ from bootseer.p2p.wire import PieceRequest
 # job without an image never releases one).
 IDLE_JOB = 3600.0
 
-Provide = Callable[[PieceRequest, float], bytes | RunBlocks]
+Provide = Callable[[PieceRequest, float], bytes | memoryview | RunBlocks]
 # The piece's file (a run's: its blocks'), if held (ServedJob)
 Held = Callable[[PieceRequest], HeldPiece | list[HeldPiece] | None]
 

@@ -67,7 +67,7 @@ class HeldPiece:
 
 
 # A run's blocks (PieceRequest.blocks), in the request's order; None: not got in time.
-RunBlocks = list[bytes | None]
+RunBlocks = list[bytes | memoryview | None]
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class ServedJob:
     addresses: frozenset[str]  # the job's nodes' addresses: only they may ask
     # (request, deadline) -> the piece's bytes, or a run's blocks (``req.blocks``);
     # PeerError("missing"/"failed") otherwise
-    provide: Callable[[PieceRequest, float], bytes | RunBlocks]
+    provide: Callable[[PieceRequest, float], bytes | memoryview | RunBlocks]
     # The fast way: the piece's file (a run's: every block's) if this node holds it and
     # it is the job's, at once (no waiting, no fetching); None sends it to ``provide``.
     held: Callable[[PieceRequest], HeldPiece | list[HeldPiece] | None] | None = None
@@ -94,7 +94,7 @@ class _Link:
         self.reading = False  # the connection's thread waits for the next request
         self._closed = False
 
-    def send(self, *parts: bytes) -> None:
+    def send(self, *parts: bytes | memoryview) -> None:
         with self.writing:
             if self._closed:
                 raise OSError("the connection was closed")
@@ -456,7 +456,7 @@ class PeerServer:
 
     def _answer(
         self, req: PieceRequest, peer: str, nonce: bytes, deadline: float
-    ) -> bytes | RunBlocks:
+    ) -> bytes | memoryview | RunBlocks:
         """The piece (or a run's blocks), by ``deadline`` (the asker waits ``serve_timeout``
         from its request, the wait for the job's prolog included)."""
         if not check_proof(self.site_key, nonce, req.job_id, req.piece, req.proof):

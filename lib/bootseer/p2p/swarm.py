@@ -21,10 +21,12 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from bootseer.errors import describe
+from bootseer.image.cache import checked_crcs
 from bootseer.p2p.client import Address, ConnectionsFull, PeerClient
 from bootseer.p2p.lateness import Lateness
 from bootseer.p2p.owner import owner, owner_index
@@ -124,11 +126,13 @@ class Swarm:
 
     def fetch_run(
         self, node: str, blocks: Sequence[tuple[int, str, int]], priority: int
-    ) -> list[bytes | memoryview | None]:
+    ) -> list[tuple[memoryview, array[int]] | None]:
         """Blocks (index in the job's image, digest, length) from ``node`` in one request,
-        each checked by its digest: its bytes, or None (not sent, or bad: the caller asks
-        for it alone). Never raises: a node that fails is dropped as in :meth:`fetch`."""
-        none: list[bytes | memoryview | None] = [None] * len(blocks)
+        each checked by its digest: its bytes and their chunk CRCs (the block cache's,
+        taken in the same pass: :func:`bootseer.image.cache.checked_crcs`), or None (not
+        sent, or bad: the caller asks for it alone). Never raises: a node that fails is
+        dropped as in :meth:`fetch`."""
+        none: list[tuple[memoryview, array[int]] | None] = [None] * len(blocks)
         if self._dead_until.get(node, 0.0) > time.monotonic():
             return none  # dropped since the run was queued (the fill's, long ago): alone
         digests = [d for _, d, _ in blocks]
@@ -169,10 +173,11 @@ class Swarm:
             at += size
             if size == 0:
                 continue  # the node could not get it in time: asked again alone
-            if size != length or hashlib.sha256(part).hexdigest() != d:
+            crcs = checked_crcs(part, d) if size == length else None
+            if crcs is None:
                 bad += 1
                 continue
-            out[k] = part
+            out[k] = (part, crcs)
             got += size
         with self._lock:
             self.stats.peer_bytes += got

@@ -342,3 +342,23 @@ def recv_piece_alive(sock: socket.socket, n: int, silence: float) -> bytes:
                 raise PeerError("protocol", f"connection closed after {got} of {n} bytes")
             got += k
     return bytes(buf)
+
+
+def recv_into_alive(sock: socket.socket, view: memoryview, silence: float) -> None:
+    """Fill ``view`` from the socket however long it takes while bytes keep coming:
+    TimeoutError once none came for ``silence`` seconds. As :func:`recv_piece_alive`, but
+    into the caller's buffer (a run's, page-aligned: its blocks go to the cache's write
+    from there), one ``recv_into(MSG_WAITALL)`` when the bytes come at once."""
+    n = len(view)
+    sock.settimeout(None)
+    tv = struct.pack("ll", int(silence), int((silence - int(silence)) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    got = 0
+    while got < n:
+        try:
+            k = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
+        except BlockingIOError:
+            raise TimeoutError(f"{got} of {n} bytes, then {silence:g}s of silence") from None
+        if k == 0:
+            raise PeerError("protocol", f"connection closed after {got} of {n} bytes")
+        got += k

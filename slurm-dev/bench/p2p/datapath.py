@@ -23,7 +23,9 @@ fabric would not lift.
     datapath.py --gib 1 --runs 3 --run-kib 0,8192 --json out.json   # before/after, alternated
 
 ``--run-kib`` asks the pieces as the agent's prefetch does
-(:func:`bootseer.image.prefetch.request_blocks`): in runs of up to that many KiB, one
+(:func:`bootseer.image.prefetch.prefetch_hot`, the whole set as its hot set; before the
+receive path without copies the bench asked with ``request_blocks`` and waited on each
+block's future in turn, holding every one not yet looked at): in runs of up to that many KiB, one
 request each, served by the agent's own ``held_run``/``provide_run`` (0: one request per
 piece, as before runs). Several values (``0,8192``) are run in turn, ``--runs`` rounds of
 each alternated, so before and after see the same minutes' load.
@@ -59,9 +61,9 @@ from pathlib import Path
 from typing import Any
 
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import PREFETCH, Fetcher
+from bootseer.image.fetch import Fetcher
 from bootseer.image.manifest import Manifest
-from bootseer.image.prefetch import BackgroundFill, request_blocks
+from bootseer.image.prefetch import BackgroundFill, prefetch_hot
 from bootseer.p2p.auth import job_token
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.imagesource import PeerSource, held_run, provide_run
@@ -227,15 +229,18 @@ def one_run(
                 time.sleep(0.05)
             if filling.failed:
                 raise SystemExit(f"the fill failed {filling.failed} blocks")
-        else:
-            asked = request_blocks(
-                fetcher, source, manifest, range(len(digests)), PREFETCH, run_kib << 10
+        else:  # the agent's prefetch of a hot set, all of it
+            res = prefetch_hot(
+                fetcher,
+                source,
+                manifest,
+                range(len(digests)),
+                time.monotonic() + 600,
+                1.0,
+                run_kib << 10,
             )
-            futures = list(asked)
-            del asked
-            for i, f in enumerate(futures):
-                f.result()
-                futures[i] = None  # type: ignore[call-overload]  # as the agent's readers do
+            if not res.complete:
+                raise SystemExit(f"the prefetch failed {res.failed} blocks")
         seconds, (user, system) = time.monotonic() - t0, since(c0)
         load1 = os.getloadavg()[0]
         fetcher.stop()
@@ -263,6 +268,8 @@ def one_run(
             "sender_sys_share": round(served["sys_s"] / max(served["cpu_s"], 1e-9), 2),
             "receiver_sys_share": round(system / max(user + system, 1e-9), 2),
             "load1": round(load1, 2),
+            # Run buffers the receiver made (the others were used again); None: before.
+            "run_buffers_made": getattr(getattr(client, "buffers", None), "made", None),
         }
     finally:
         if child.poll() is None:
