@@ -304,5 +304,9 @@ def test_reads_through_the_reader_are_counted_and_leave_the_pack_uncached(tmp_pa
         assert (reader.requests, reader.bytes) == (2, len(data))
         assert job.image.source.reads == 0
         assert resident_bytes(where.path) == 0
+        # A read that missed, whose block another thread put meanwhile (the reader's
+        # fallback: Fetcher.get), drops the pack's copy too.
+        assert fetcher.get(job.image.source, m, 1) == data[BLOCK : 2 * BLOCK]
+        assert resident_bytes(where.path) == 0
     finally:
         fetcher.stop()

@@ -396,15 +396,16 @@ class BlockCache:
 
     # -- reads -------------------------------------------------------------------------
 
-    def read(self, block_digest: str, offset: int, length: int) -> bytes | None:
-        """``length`` bytes at ``offset`` of a cached block, or None if it is not here."""
+    def read(self, block_digest: str, offset: int, length: int, drop: bool = False) -> bytes | None:
+        """``length`` bytes at ``offset`` of a cached block, or None if it is not here
+        (``drop``: as :meth:`read_into`'s)."""
         with self._lock:
             entry = self._lru.get(block_digest)
             if entry is None:
                 return None
             length = max(0, min(length, entry.size - offset))
         buf = bytearray(length)
-        return bytes(buf) if self.read_into(block_digest, offset, memoryview(buf)) else None
+        return bytes(buf) if self.read_into(block_digest, offset, memoryview(buf), drop) else None
 
     def read_into(
         self, block_digest: str, offset: int, out: memoryview, drop: bool = False

@@ -376,9 +376,11 @@ class Fetcher:
         heapq.heappush(self._heap, (job.priority, job.order, next(self._seq), job))
 
     def get(self, source: BlockSource, manifest: Manifest, index: int) -> bytes:
-        """Block ``index``, from the cache or fetched now; FetchError after ``timeout``."""
+        """Block ``index``, from the cache or fetched now; FetchError after ``timeout``.
+        For a job's read (:class:`~bootseer.image.reader.ImageReader`): a cached block's
+        pages leave the page cache again, the job's file keeping the bytes."""
         d = manifest.blocks[index]
-        data = self.cache.read(d, 0, manifest.block_length(index))
+        data = self.cache.read(d, 0, manifest.block_length(index), drop=True)
         if data is not None:
             return data
         failed_at = self._failed.get(d)
