@@ -251,6 +251,12 @@ def sequential(path: Path) -> float:
     return time.perf_counter() - t0
 
 
+def cpu_s(pid: int) -> float:
+    """A process's CPU seconds (all its threads: utime + stime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def packs_cached(agent: AgentProc) -> int:
     """Bytes of the agent's block cache (its packs) in the page cache."""
     return sum(cached_pages(p)[0] for p in (agent.cache / "packs").glob("*.pack"))
@@ -291,19 +297,26 @@ def run(base: Path, img: Path, args: argparse.Namespace) -> dict[str, Any]:
                 path = job if side == "fuse" else img
                 if side == "local":
                     drop(img)
+                else:  # as a cold node's packs (written past the page cache): from disk
+                    for pack in (agent.cache / "packs").glob("*.pack"):
+                        drop(pack)
                 reqs: dict[str, int] = {}
+                c0 = cpu_s(agent_pid)
                 with ev.count(reqs):
                     r[f"{side}_first_start_s"] = start(path, mnt)
                 r[f"{side}_first_start_requests"] = reqs
+                r[f"{side}_first_start_agent_cpu_s"] = round(cpu_s(agent_pid) - c0, 2)
                 if side == "fuse":
                     r["packs_cached_after_first_start"] = packs_cached(agent)
                 if args.pressure_gib:
                     pressure(args.pressure_gib)
                 r[f"{side}_cached_before_restart"] = cached_pages(path)[0]
                 reqs = {}
+                c0 = cpu_s(agent_pid)
                 with ev.count(reqs):
                     r[f"{side}_restart_s"] = start(path, mnt)
                 r[f"{side}_restart_requests"] = reqs
+                r[f"{side}_restart_agent_cpu_s"] = round(cpu_s(agent_pid) - c0, 2)
                 r[f"{side}_cached_after_restart"] = cached_pages(path)[0]
                 # squashfuse's reads, under strace (its own timing is not the figure)
                 trace = base / f"strace-{side}-{rnd}.txt"
