@@ -7,7 +7,9 @@ Every agent started here is stopped (by its pid) and its mount detached in a
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import mmap
 import os
 import random
 import select
@@ -38,6 +40,39 @@ def make_squashfs(dest: Path, files: dict[str, int], seed: int = 1) -> Path:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(rng.randbytes(size))
     return squash(src, dest)
+
+
+def resident_bytes(path: Path, offset: int = 0, length: int | None = None) -> int:
+    """Bytes of ``path``'s range that are in the page cache (``mincore`` of a private
+    mapping, which reads nothing itself)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = os.stat(path).st_size
+    length = size - offset if length is None else length
+    if length <= 0:
+        return 0
+    page = mmap.PAGESIZE
+    start = offset - offset % page
+    span = offset + length - start
+    pages = -(-span // page)
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, "rb") as f:
+        m = mmap.mmap(
+            f.fileno(),
+            span,
+            flags=mmap.MAP_PRIVATE,
+            prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            offset=start,
+        )
+        try:
+            addr = ctypes.c_char.from_buffer(m)
+            try:
+                if libc.mincore(ctypes.byref(addr), ctypes.c_size_t(span), vec) != 0:
+                    raise OSError(ctypes.get_errno(), f"mincore {path}")
+            finally:
+                del addr
+        finally:
+            m.close()
+    return sum(page for v in vec if v & 1)
 
 
 def site_config(base: Path, node: str = "t1", **image: Any) -> dict[str, dict[str, Any]]:

@@ -377,6 +377,51 @@ def test_squashfuse_mounts_the_lazy_image(base: Path, image: Path) -> None:
         agent.release(1)
 
 
+def test_a_second_squashfuse_mount_rereads_without_asking_the_agent(
+    base: Path, image: Path
+) -> None:
+    """A container started again in the same job (squashfuse mounted anew on the job's
+    file, as realsize's ``image_reread`` does) reads the pages the first start left in
+    the job file's page cache: no read reaches the agent (``keep_cache`` on open, the
+    file's attributes unchanged). The agent's own copy of those bytes (its packs' pages)
+    was dropped as it served them: the node holds them once."""
+    from tests.imagekit import resident_bytes
+
+    add_image(base, image, "test:1")
+    mnt = base / "sq"
+    mnt.mkdir()
+    src = base / "img.sqsh.src"
+
+    def start(lazy: str) -> None:
+        subprocess.run(["squashfuse", lazy, str(mnt)], check=True)
+        try:
+            for name in FILES:
+                assert (mnt / name).read_bytes() == (src / name).read_bytes()
+        finally:
+            subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
+
+    with running_agent(base) as agent:
+        lazy = agent.prepare(1, "test:1")["path"]
+        start(lazy)
+        first = agent.stats()
+        assert first["read_requests"] > 0 and first["read_bytes"] > 0
+        packs = sorted((agent.cache / "packs").glob("*.pack"))
+        assert packs
+        assert sum(resident_bytes(p) for p in packs) == 0
+        # The kernel may drop pages under memory pressure (then they are asked again):
+        # the claim is about pages it still holds, so it is checked when it holds them all.
+        for _ in range(3):
+            if resident_bytes(Path(lazy)) >= os.stat(lazy).st_size:
+                break
+            Path(lazy).read_bytes()
+        else:
+            pytest.skip("the page cache would not hold the 2.5 MB image (memory pressure)")
+        held = agent.stats()["read_requests"]
+        start(lazy)
+        assert agent.stats()["read_requests"] == held
+        agent.release(1)
+
+
 def test_an_agent_killed_with_sigkill_comes_back(base: Path, image: Path) -> None:
     """kill -9 leaves the dead agent's FUSE mount ("Transport endpoint is not connected");
     the next agent clears it itself (before, it exited with FileExistsError)."""

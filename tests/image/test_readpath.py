@@ -241,3 +241,72 @@ def test_a_sequential_reader_has_the_next_blocks_read_ahead(tmp_path: Path) -> N
         assert advised == []  # a lone block, far away: read at once, nothing ahead
     finally:
         fetcher.stop()
+
+
+def test_a_read_for_the_mount_leaves_none_of_its_pack_in_the_page_cache(tmp_path: Path) -> None:
+    """The agent's FUSE reply goes into the job file's page cache; the pack's pages it
+    read are dropped again, so the node's memory holds the image's bytes once. A read
+    reads its own range only: no page of a neighbouring block comes with it."""
+    from tests.imagekit import resident_bytes
+
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    rng = random.Random(3)
+    blocks = [rng.randbytes(BLOCK) for _ in range(6)] + [rng.randbytes(BLOCK - 1000)]
+    digests = [digest(b) for b in blocks]
+    for d, b in zip(digests, blocks, strict=True):
+        cache.put(d, b)
+    where = [cache.locate(d) for d in digests]
+    assert all(w is not None for w in where)
+    pack = where[0].path  # type: ignore[union-attr]
+    if resident_bytes(pack) != 0:
+        pytest.skip("no O_DIRECT here: the pack's writes went through the page cache")
+
+    # Without ``drop`` (a peer's read, the fill's check), the range read stays cached,
+    # and only it: the block before and the block after are not read with it.
+    out = memoryview(bytearray(128 << 10))
+    assert cache.read_into(digests[2], 64 << 10, out)
+    assert out == blocks[2][64 << 10 : 192 << 10]
+    w2 = where[2]
+    assert w2 is not None
+    assert resident_bytes(pack, w2.offset + (64 << 10), 128 << 10) == 128 << 10
+    assert resident_bytes(pack) == 128 << 10
+
+    # With it (the FUSE read path), nothing of the pack stays: the partial pieces at the
+    # range's ends and a short last block's padded page included.
+    for i, (d, b) in enumerate(zip(digests, blocks, strict=True)):
+        lo = 5000 if i % 2 else 0
+        out = memoryview(bytearray(len(b) - lo - 7))
+        assert cache.read_into(d, lo, out, drop=True)
+        assert out == b[lo : len(b) - 7]
+    assert resident_bytes(pack) == 0
+    cache.close()
+
+
+def test_reads_through_the_reader_are_counted_and_leave_the_pack_uncached(tmp_path: Path) -> None:
+    """Each read that reaches the agent counts (``stats``: ``read_requests``,
+    ``read_bytes``), and the reader asks the cache to drop what it read."""
+    from tests.imagekit import resident_bytes
+
+    job, data = _image(3 * BLOCK + 777, BLOCK)
+    m = job.image.manifest
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    for i in range(m.nblocks):
+        cache.put(m.blocks[i], data[i * BLOCK : (i + 1) * BLOCK])
+    where = cache.locate(m.blocks[0])
+    assert where is not None
+    if resident_bytes(where.path) != 0:
+        pytest.skip("no O_DIRECT here: the pack's writes went through the page cache")
+    fetcher = Fetcher(cache, workers=2, timeout=10)
+    reader = ImageReader(cache, fetcher)
+    try:
+        assert read(reader, job, 0, 1 << 20) == data[: 1 << 20]
+        assert read(reader, job, 1 << 20, 1 << 20) == data[1 << 20 :]
+        assert (reader.requests, reader.bytes) == (2, len(data))
+        assert job.image.source.reads == 0
+        assert resident_bytes(where.path) == 0
+        # A read that missed, whose block another thread put meanwhile (the reader's
+        # fallback: Fetcher.get), drops the pack's copy too.
+        assert fetcher.get(job.image.source, m, 1) == data[BLOCK : 2 * BLOCK]
+        assert resident_bytes(where.path) == 0
+    finally:
+        fetcher.stop()

@@ -84,6 +84,13 @@ def test_realsize_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path)
     by = {(row["path"], row["nodes"], row.get("variant")): row for row in rows}
     # The smoke image's start reads its libraries whole (9 MiB) through the mount.
     assert by["image_first_read", 1, None]["bytes"] >= 9 << 20
+    # Each start says how much of the image file was cached before it, and how many reads
+    # reached the agent during it (bootseer's side: the agent's own count).
+    for n in (1, 2):
+        reread = by["image_reread", n, None]
+        assert len(reread["agent_reads"]) == n, reread
+        assert all(isinstance(k, int) and k >= 0 for k in reread["agent_reads"]), reread
+        assert all(c > 0 for c in reread["cached_before"] + reread["floor_cached_before"]), reread
     # The smoke checkpoint: 2 shards of 8 MiB; at N = 2 each node's own part is one shard.
     assert by["ckpt_read", 1, "torch.load"]["bytes"] == 16 << 20
     assert by["ckpt_read", 2, "dcp"]["bytes"] == 8 << 20

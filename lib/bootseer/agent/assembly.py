@@ -253,6 +253,8 @@ class Agent:
             background_bytes=s.by_priority[2],
             corrupt_refused=s.corrupt,
             fetch_errors=s.errors,
+            read_requests=self.reader.requests,
+            read_bytes=self.reader.bytes,
             connections=(
                 sum(self.open_connections().values())
                 if uid is None

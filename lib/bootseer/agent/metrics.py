@@ -103,6 +103,17 @@ class AgentCollector:
         reads.add_metric(["hit"], a.reader.hits)
         reads.add_metric(["miss"], a.reader.misses)
         yield reads
+        yield counter(
+            "bootseer_image_read_requests",
+            "Reads of jobs' image files that reached the agent (FUSE requests); pages the "
+            "kernel holds are served without it",
+            a.reader.requests,
+        )
+        yield counter(
+            "bootseer_image_read_bytes",
+            "Bytes of jobs' image files the agent served (FUSE requests)",
+            a.reader.bytes,
+        )
         s = a.fetcher.stats
         fetched = CounterMetricFamily(
             "bootseer_image_fetched_bytes",

@@ -180,6 +180,10 @@ class StatsReply(Reply):
     corrupt_refused: int
     fetch_errors: int
     connections: int = 0  # requests the socket is serving (a user: her own), this one too
+    # Reads of the jobs' image files that reached the agent (FUSE requests) and their
+    # bytes; pages the kernel holds are served without the agent (a re-read adds none).
+    read_requests: int = 0
+    read_bytes: int = 0
 
 
 # -- requests ------------------------------------------------------------------------

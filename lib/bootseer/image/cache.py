@@ -103,6 +103,16 @@ def crcs_match(crcs: Sequence[int], data: bytes | memoryview) -> bool:
     return len(crcs) == -(-len(view) // CHECK_CHUNK) and _pieces_ok(crcs, 0, (view,))
 
 
+def _drop_pages(fd: int, offset: int, length: int) -> None:
+    """Drop a block's range from the page cache (``POSIX_FADV_DONTNEED``). Blocks start
+    4 KiB-aligned and are padded to the next 4 KiB, so the range's last partial page is
+    the block's own: it goes too."""
+    with contextlib.suppress(OSError):
+        os.posix_fadvise(
+            fd, offset, -(-length // DIRECT_ALIGN) * DIRECT_ALIGN, os.POSIX_FADV_DONTNEED
+        )
+
+
 def _pieces_ok(crcs: Sequence[int], lo: int, parts: tuple[memoryview, ...]) -> bool:
     """Whether ``parts``, laid end to end from ``lo`` (a piece's start) to a piece's end
     or the block's, match the block's piece CRCs."""
@@ -208,6 +218,12 @@ class _Pack:
         self.path = path
         self.index_path = path.with_suffix(".idx")
         self.fd = fd  # read-write: reads, holes punched
+        # A pack's blocks lie in the order they came, not a reader's: the kernel's own
+        # read-ahead would read a neighbour's bytes, in large pages that span blocks. A
+        # read reads its range alone (readers that know what comes next say so:
+        # :meth:`BlockCache.advise`), so that the pages of a range can be dropped again.
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
         self.direct_fd = -1  # the pack appended to: writes past the page cache (or ``fd``)
         self.index_fd = -1  # the pack appended to: its index, O_APPEND
         self.end = 0  # where the next block goes
@@ -391,23 +407,28 @@ class BlockCache:
 
     # -- reads -------------------------------------------------------------------------
 
-    def read(self, block_digest: str, offset: int, length: int) -> bytes | None:
-        """``length`` bytes at ``offset`` of a cached block, or None if it is not here."""
+    def read(self, block_digest: str, offset: int, length: int, drop: bool = False) -> bytes | None:
+        """``length`` bytes at ``offset`` of a cached block, or None if it is not here
+        (``drop``: as :meth:`read_into`'s)."""
         with self._lock:
             entry = self._lru.get(block_digest)
             if entry is None:
                 return None
             length = max(0, min(length, entry.size - offset))
         buf = bytearray(length)
-        return bytes(buf) if self.read_into(block_digest, offset, memoryview(buf)) else None
+        return bytes(buf) if self.read_into(block_digest, offset, memoryview(buf), drop) else None
 
-    def read_into(self, block_digest: str, offset: int, out: memoryview) -> bool:
+    def read_into(
+        self, block_digest: str, offset: int, out: memoryview, drop: bool = False
+    ) -> bool:
         """Fill ``out`` with the cached block's bytes at ``offset``; False (``out`` left
         in any state) if the block is not here, or was damaged on disk (then dropped).
 
         Reads the ``CHECK_CHUNK`` pieces the range touches, straight into ``out`` (the
         parts of the first and last pieces outside it into scratch buffers: one
-        ``preadv``), and checks each piece's CRC before returning.
+        ``preadv``), and checks each piece's CRC before returning. With ``drop``, the
+        pages read leave the page cache again (the caller keeps the bytes: the agent's
+        FUSE reply goes into the job file's own page cache, so the node holds them once).
         """
         entry = self._use(block_digest)
         if entry is None:
@@ -422,6 +443,8 @@ class BlockCache:
                 if whole is None:
                     return False
                 out[:] = whole[offset:end]
+                if drop:
+                    _drop_pages(entry.pack.fd, entry.offset, size)
                 return True
             lo = offset - offset % CHECK_CHUNK
             hi = min(size, -(-end // CHECK_CHUNK) * CHECK_CHUNK)
@@ -432,6 +455,8 @@ class BlockCache:
             if got != hi - lo or not _pieces_ok(entry.crcs, lo, (head, out, tail)):
                 self._bad(block_digest, entry)
                 return False
+            if drop:
+                _drop_pages(entry.pack.fd, entry.offset + lo, hi - lo)
             return True
         finally:
             self._done(entry.pack)

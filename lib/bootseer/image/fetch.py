@@ -384,9 +384,11 @@ class Fetcher:
         heapq.heappush(self._heap, (job.priority, job.order, next(self._seq), job))
 
     def get(self, source: BlockSource, manifest: Manifest, index: int) -> Block:
-        """Block ``index``, from the cache or fetched now; FetchError after ``timeout``."""
+        """Block ``index``, from the cache or fetched now; FetchError after ``timeout``.
+        For a job's read (:class:`~bootseer.image.reader.ImageReader`): a cached block's
+        pages leave the page cache again, the job's file keeping the bytes."""
         d = manifest.blocks[index]
-        cached = self.cache.read(d, 0, manifest.block_length(index))
+        cached = self.cache.read(d, 0, manifest.block_length(index), drop=True)
         if cached is not None:
             return cached
         failed_at = self._failed.get(d)

@@ -69,6 +69,10 @@ class ImageReader:
         # Blocks the jobs' reads found in the cache, and those they waited for (metrics).
         self.hits = 0
         self.misses = 0
+        # The reads that reached the agent (FUSE requests) and their bytes: a job's
+        # re-read of pages the kernel still holds adds none.
+        self.requests = 0
+        self.bytes = 0
         self._count = threading.Lock()
 
     def read(self, view: ReadingJob, offset: int, size: int) -> bytearray:
@@ -80,6 +84,8 @@ class ImageReader:
         """
         m = view.image.manifest
         if offset >= m.size or size <= 0:
+            with self._count:
+                self.requests += 1
             return bytearray()
         size = min(size, m.size - offset)
         blocks = block_range(offset, size, m.block_size)
@@ -98,7 +104,9 @@ class ImageReader:
             lo = max(offset, start) - start
             hi = min(offset + size, start + m.block_length(i)) - start
             part = buf[start + lo - offset : start + hi - offset]
-            if self.cache.read_into(m.blocks[i], lo, part):
+            # The reply goes into the job file's page cache: the cache's pages of it
+            # are dropped, so the node's memory holds the image's bytes once, not twice.
+            if self.cache.read_into(m.blocks[i], lo, part, drop=True):
                 hits += 1
                 continue
             misses += 1
@@ -106,6 +114,8 @@ class ImageReader:
         with self._count:
             self.hits += hits
             self.misses += misses
+            self.requests += 1
+            self.bytes += size
         return out
 
     def _read_ahead(self, view: ReadingJob, offset: int, size: int, blocks: range) -> None:

@@ -562,6 +562,12 @@ def records_for(
                 load,
                 floor="the same start from the image on local disk"
                 + (" (page cache dropped)" if key == "start" else " (page cache)"),
+                # Per node: the image file's bytes in the page cache before the start
+                # (bootseer's: the job's file in the agent's mount), and the reads that
+                # reached the agent during it (a re-read whose pages stayed cached: 0).
+                cached_before=[r.get("cached") for r in boot.of(key)],
+                floor_cached_before=[r.get("cached") for r in warm.of(key)],
+                agent_reads=[r.get("agent_reads") for r in boot.of(key)],
             )
         )
     if n >= 2 and link_bps:

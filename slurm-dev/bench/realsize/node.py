@@ -68,9 +68,36 @@ def rchar(pid: int) -> int:
     return 0
 
 
+def resident(path: Path) -> int:
+    """Bytes of ``path`` in the page cache (util-linux ``fincore``; -1 if it cannot say)."""
+    r = subprocess.run(
+        ["fincore", "--bytes", "--raw", "--noheadings", "-o", "RES", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.split() else -1
+
+
+def agent_reads() -> int:
+    """The node agent's count of image reads that reached it (-1 without an agent)."""
+    sock = E.get("BOOTSEER_AGENT_SOCKET")
+    if not sock:
+        return -1
+    try:
+        from bootseer.agentapi.client import AgentClient
+        from bootseer.agentapi.jobs import Stats
+
+        return AgentClient(sock).ask(Stats(), timeout=5).read_requests
+    except Exception:  # a measurement, not the start: never fail the job for it
+        return -1
+
+
 def container(image: Path, key: str) -> None:
     """Mount the image with squashfuse and run its entry point; the bytes are what
-    squashfuse read of the image file."""
+    squashfuse read of the image file. The record also says how much of the image file
+    the page cache held before (``cached``) and how many reads reached the node agent
+    during the start (``agent_reads``; -1 for a local file)."""
+    cached, reads0 = resident(image), agent_reads()
     mnt = Path(tempfile.mkdtemp(prefix="realsize-"))
     fuse = subprocess.Popen(["squashfuse", "-f", str(image), str(mnt)])
     try:
@@ -82,7 +109,15 @@ def container(image: Path, key: str) -> None:
         t0 = time.time()
         subprocess.run([E["BENCH_PY"], str(mnt / "app" / "start.py")], check=True)
         t1 = time.time()
-        emit(key, t0, t1, rchar(fuse.pid))
+        reads = agent_reads()
+        emit(
+            key,
+            t0,
+            t1,
+            rchar(fuse.pid),
+            cached=cached,
+            agent_reads=reads - reads0 if reads >= 0 and reads0 >= 0 else -1,
+        )
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
         fuse.wait(timeout=60)
