@@ -234,4 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from bootseer.nonumpy import without_numpy
+
+    without_numpy()  # before pyarrow: a flush never uses NumPy (bootseer.nonumpy)
     sys.exit(main())
