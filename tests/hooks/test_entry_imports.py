@@ -53,6 +53,14 @@ def hook_env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+def unmount_under(tmp_path: Path) -> None:
+    """A prolog's phase spool is a tmpfs: none may outlive the test."""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        where = line.split()[1]
+        if where.startswith(f"{tmp_path}/") and mounts.is_mounted(where):
+            mounts.umount(where, lazy=True)
+
+
 def run(cmd: list[str], env: dict[str, str]) -> set[str]:
     r = subprocess.run(
         [sys.executable, "-X", "importtime", *cmd],
@@ -73,14 +81,34 @@ def test_prolog_flush_and_epilog_load_pyarrow_without_numpy(tmp_path: Path) -> N
         assert spool.exists()
         flush = run(["-m", "bootseer.phases.flush", "--marks", str(spool.path)], env)
         epilog = run(["-m", "bootseer.hooks", "epilog"], env)
-    finally:  # a prolog's phase spool is a tmpfs: none may outlive the test
-        for line in Path("/proc/mounts").read_text().splitlines():
-            where = line.split()[1]
-            if where.startswith(f"{tmp_path}/") and mounts.is_mounted(where):
-                mounts.umount(where, lazy=True)
+    finally:
+        unmount_under(tmp_path)
     assert list((tmp_path / "store").rglob("*.parquet")), "no phase rows written"
     for name, mods in (("prolog", prolog), ("flush", flush), ("epilog", epilog)):
         assert "pyarrow.fs" in mods, name  # it did open the store
         assert "numpy" not in mods, name
         # Rows go to Parquet without pyarrow.compute (0.04 CPU-s to import: its wrappers)
         assert "pyarrow.compute" not in mods, name
+
+
+def test_a_flush_runs_at_background_priority(tmp_path: Path) -> None:
+    # The early flushes only make a running job visible sooner: nice 19, as the agent's
+    # fill, so that they take no CPU the node's start needs (issue 20).
+    env = hook_env(tmp_path)
+    code = (
+        "import os, runpy, sys\n"
+        "sys.argv[1:] = ['--marks', sys.argv[1]]\n"
+        "try:\n"
+        "    runpy.run_module('bootseer.phases.flush', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, os.getpriority(os.PRIO_PROCESS, 0))\n"
+    )
+    try:
+        run(["-m", "bootseer.hooks", "prolog"], env)
+        spool = Spool(tmp_path / "run", 7)
+        r = subprocess.run(
+            [sys.executable, "-c", code, str(spool.path)], env=env, capture_output=True, text=True
+        )
+    finally:
+        unmount_under(tmp_path)
+    assert r.stdout.split() == ["0", "19"], r.stderr
