@@ -372,3 +372,21 @@ def test_the_epilog_has_what_the_mount_moved_from_the_daemons_totals(
     # What the daemon served: the kernel may ask for a range again (its cache dropped).
     assert res.totals.read_bytes >= 1000 and res.totals.store_bytes >= 1000
     assert res.totals.peer_bytes == 0
+
+
+def test_the_daemon_loads_pyarrow_without_numpy(
+    site_config: Path, mount_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One daemon per job and node: pyarrow's NumPy would be half its import (issue 20).
+    from tests.importtime import imported
+
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # the daemon's stderr: its log
+    mp = ckpt_mount.prepare_mountpoint(mount_root, "43", JOB_UID, JOB_UID)
+    state = tmp_path / "state"
+    state.mkdir()
+    rec = ckpt_mount.start(mp, "nobody/test", JOB_UID, JOB_UID, state, node="", timeout=60)
+    try:
+        mods = imported(Path(rec.log).read_text())
+    finally:
+        ckpt_mount.stop(rec)
+    assert "pyarrow.fs" in mods and "numpy" not in mods

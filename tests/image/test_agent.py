@@ -22,7 +22,7 @@ from bootseer.image.manifest import load_manifest
 from bootseer.image.trace import Trace, save_trace, trace_key
 from bootseer.sitekey import IMAGE_TRACE
 from bootseer.store import open_store
-from tests.imagekit import add_image, make_squashfs, running_agent
+from tests.imagekit import AgentProc, add_image, make_squashfs, running_agent, site_config
 from tests.sitekeys import KEYS
 from tests.waiting import wait_until
 
@@ -466,3 +466,20 @@ def test_a_block_damaged_in_the_cache_is_never_served(base: Path, image: Path) -
         assert agent.log_text().count("damaged on disk") == 3
         agent.release(1)
         agent.release(2)
+
+
+def test_the_agent_loads_pyarrow_without_numpy(base: Path, image: Path) -> None:
+    # pyarrow imports NumPy wherever it is installed; no agent work uses it (issue 20).
+    from tests.importtime import imported
+
+    add_image(base, image, "test:1")
+    agent = AgentProc(base, "t1", site_config(base))
+    agent.env["PYTHONPROFILEIMPORTTIME"] = "1"  # on the agent's stderr
+    try:
+        agent.start()
+        agent.prepare(1, "test:1")
+        agent.release(1)
+    finally:
+        agent.stop()
+    mods = imported((base / "t1-agent.err").read_text())
+    assert "pyarrow.fs" in mods and "numpy" not in mods

@@ -2,6 +2,10 @@
 
 import sys
 
-from bootseer.ckptd.daemon import main
+from bootseer.nonumpy import without_numpy
+
+without_numpy()  # before pyarrow: the daemon never uses NumPy (bootseer.nonumpy)
+
+from bootseer.ckptd.daemon import main  # noqa: E402
 
 sys.exit(main())

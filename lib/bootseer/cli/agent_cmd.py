@@ -43,6 +43,9 @@ def _node(arg: str | None) -> str:
 
 
 def _agent(args: argparse.Namespace) -> int:
+    from bootseer.nonumpy import without_numpy
+
+    without_numpy()  # before pyarrow: the agent never uses NumPy (bootseer.nonumpy)
     from bootseer.agent.daemon import serve
     from bootseer.config import load_config
 

@@ -15,7 +15,8 @@ Root's flushes seal each file with the site key (:mod:`bootseer.phases.seal`); w
 user's process writes is unsealed, and root's reports do not count it.
 
 Rows written by more than one flush are merged by the reader, so the early flushes
-only make a running job visible sooner.
+only make a running job visible sooner: their process runs at nice 19, as the agent's
+background fill does, and takes no CPU a busy node's job starts need.
 
     python -m bootseer.phases.flush --prolog [--first-node] /run/bootseer/phases/4242
 """
@@ -206,6 +207,10 @@ def sealing_keys(cfg: SiteConfig) -> tuple[SiteKeys | None, list[str]]:
     return keys, []
 
 
+# The early flushes' CPU priority (their process's): background work, as image.fetch's fill.
+BACKGROUND_NICE = 19
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from bootseer.config import load_config
     from bootseer.errors import BootseerError
@@ -234,4 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from bootseer.nonumpy import without_numpy
+
+    without_numpy()  # before pyarrow: a flush never uses NumPy (bootseer.nonumpy)
+    with contextlib.suppress(OSError):  # before any thread: they inherit it
+        os.setpriority(os.PRIO_PROCESS, 0, BACKGROUND_NICE)
     sys.exit(main())
