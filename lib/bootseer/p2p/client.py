@@ -38,6 +38,9 @@ from bootseer.p2p.wire import (
 )
 
 Address = tuple[str, int]
+# Told of a piece's bytes, once all came: how many, and the seconds from its reply's
+# header to its last byte (the data phase: bootseer.p2p.linkrate).
+Received = Callable[[int, float], None]
 
 
 # A kept connection unused this long is closed rather than reused: the server closes idle
@@ -67,10 +70,17 @@ def _fresh(exc: PeerError) -> PeerError:
 class _Call:
     """One request on a connection, until its answer (bytes or a PeerError) comes."""
 
-    def __init__(self, tag: int, length: int, on_pending: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        tag: int,
+        length: int,
+        on_pending: Callable[[], None] | None = None,
+        on_received: Received | None = None,
+    ) -> None:
         self.tag = tag
         self.length = length  # the piece's size when the request says it (0: any)
         self.on_pending = on_pending  # told of each heartbeat (the asker's hedging)
+        self.on_received = on_received  # told how long the bytes took (the asker's rates)
         self.done = threading.Event()
         self.data: bytes | None = None
         self.sizes: tuple[int, ...] = ()  # a run's reply: each block's length in ``data``
@@ -112,12 +122,16 @@ class _Link:
             return bool(self.calls)
 
     def send(
-        self, req: PieceRequest, token: bytes, on_pending: Callable[[], None] | None = None
+        self,
+        req: PieceRequest,
+        token: bytes,
+        on_pending: Callable[[], None] | None = None,
+        on_received: Received | None = None,
     ) -> _Call:
         with self.lock:
             if self.dead is not None:
                 raise _fresh(self.dead)
-            call = _Call(next(self.tags), req.length, on_pending)
+            call = _Call(next(self.tags), req.length, on_pending, on_received)
             if not self.calls:
                 self.alive_at = time.monotonic()  # the wait for an answer starts now
             self.calls[call.tag] = call
@@ -181,10 +195,13 @@ class _Link:
                     except PeerError as exc:
                         self._finish(call, error=exc)
                     continue
+                started = time.monotonic()
                 data = recv_piece_alive(self.sock, reply.size, self.silence)
                 with self.lock:
                     self.receiving = None
                     self.alive_at = time.monotonic()
+                if call.on_received is not None:
+                    call.on_received(len(data), self.alive_at - started)
                 call.sizes = reply.sizes
                 self._finish(call, data=data)
         except TimeoutError:
@@ -261,12 +278,14 @@ class PeerClient:
         req: PieceRequest,
         token: bytes,
         on_pending: Callable[[], None] | None = None,
+        on_received: Received | None = None,
     ) -> bytes:
         """The piece's bytes (not yet verified: the caller checks the digest); PeerError
         within ``timeout`` seconds whatever the peer does. The request is proved with the
         job's ``token`` and the connection's nonce. ``on_pending`` is called at each
-        heartbeat: the peer is getting the piece (from the store, or once its prolog ran)."""
-        return self._call(addr, req, token, on_pending).data or b""
+        heartbeat: the peer is getting the piece (from the store, or once its prolog ran);
+        ``on_received`` when its bytes have all come, with how long they took."""
+        return self._call(addr, req, token, on_pending, on_received).data or b""
 
     def fetch_run(
         self,
@@ -274,11 +293,12 @@ class PeerClient:
         req: PieceRequest,
         token: bytes,
         on_pending: Callable[[], None] | None = None,
+        on_received: Received | None = None,
     ) -> tuple[bytes, tuple[int, ...]]:
         """A run's reply (``req.blocks``): its bytes and each block's length in them (not
         yet verified, nor checked against the run: the caller does both). A server that
         answered with no ``sizes`` (an older version) gives ``()``."""
-        call = self._call(addr, req, token, on_pending)
+        call = self._call(addr, req, token, on_pending, on_received)
         return call.data or b"", call.sizes
 
     def _call(
@@ -287,13 +307,14 @@ class PeerClient:
         req: PieceRequest,
         token: bytes,
         on_pending: Callable[[], None] | None,
+        on_received: Received | None = None,
     ) -> _Call:
         deadline = time.monotonic() + self.timeout
         try:
-            return self._fetch(addr, req, token, deadline, None, on_pending)
+            return self._fetch(addr, req, token, deadline, None, on_pending, on_received)
         except _Stale as stale:
             link = stale.args[0]
-            return self._fetch(addr, req, token, deadline, link, on_pending)
+            return self._fetch(addr, req, token, deadline, link, on_pending, on_received)
 
     def _fetch(
         self,
@@ -303,10 +324,11 @@ class PeerClient:
         deadline: float,
         stale: _Link | None,
         on_pending: Callable[[], None] | None = None,
+        on_received: Received | None = None,
     ) -> _Call:
         link, kept = self._link(addr, deadline, stale)
         try:
-            call = link.send(req, token, on_pending)
+            call = link.send(req, token, on_pending, on_received)
         except PeerError:
             if kept and stale is None:  # it died since it was taken: try a fresh one
                 raise _Stale(link) from None
