@@ -110,6 +110,9 @@ class Node:
             self.held[piece] = data
             return data
 
+    def intake(self) -> float | None:
+        return self.swarm.rates.median() if self.swarm is not None else None
+
     def provide(self, req: PieceRequest, deadline: float) -> bytes:
         if req.piece not in self.store:
             raise PeerError("missing", "not a piece of the job")
@@ -133,7 +136,8 @@ def cluster() -> Iterator[Callable[..., dict[str, Node]]]:
         nodes = {x: Node(x, names, store, lie=x in lie) for x in names}
         ports: dict[str, int] = {}
         for x, node in nodes.items():
-            job = ServedJob(addresses, node.provide)
+            # Its intake told with each piece, as the agent does (test_slow_relay.py).
+            job = ServedJob(addresses, node.provide, intake=node.intake)
             node.server = PeerServer(
                 ("127.0.0.1", 0),
                 KEY,

@@ -38,9 +38,10 @@ from bootseer.p2p.wire import (
 )
 
 Address = tuple[str, int]
-# Told of a piece's bytes, once all came: how many, and the seconds from its reply's
-# header to its last byte (the data phase: bootseer.p2p.linkrate).
-Received = Callable[[int, float], None]
+# Told of a piece's bytes, once all came: how many, the seconds from its reply's header
+# to its last byte (the data phase), and the peer's own intake (PieceReply.intake):
+# bootseer.p2p.linkrate.
+Received = Callable[[int, float, int], None]
 
 
 # A kept connection unused this long is closed rather than reused: the server closes idle
@@ -201,7 +202,7 @@ class _Link:
                     self.receiving = None
                     self.alive_at = time.monotonic()
                 if call.on_received is not None:
-                    call.on_received(len(data), self.alive_at - started)
+                    call.on_received(len(data), self.alive_at - started, reply.intake)
                 call.sizes = reply.sizes
                 self._finish(call, data=data)
         except TimeoutError:

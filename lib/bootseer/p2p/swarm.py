@@ -29,7 +29,7 @@ from bootseer.p2p.client import Address, ConnectionsFull, PeerClient
 from bootseer.p2p.lateness import Lateness
 from bootseer.p2p.linkrate import LinkRates
 from bootseer.p2p.owner import owner, owner_index
-from bootseer.p2p.tree import ancestors, label, peers
+from bootseer.p2p.tree import ancestors, cousins, label, peers
 from bootseer.p2p.wire import PeerError, PieceRequest, run_digest
 
 RESCUE_PEERS = 3  # nodes asked for a piece the store failed (or was late) to give
@@ -130,6 +130,7 @@ class Swarm:
         if len(chain) > 0 and label(me, root, n) > 1:
             chain.append((root + 1) % n)  # a lower label: still no cycle
         slow = None
+        detours = []
         for i in chain:
             name = self.nodes[i]
             if self._dead_until.get(name, 0.0) > now:
@@ -137,8 +138,21 @@ class Swarm:
             if self.rates.slow(name):
                 slow = slow or name
                 continue
-            if slow is None or i in self._peers or self._detour(i):
+            if slow is None or i in self._peers:
                 return name
+            detours.append(i)
+        if slow is None:
+            return None
+        # Above this node a slow one: a tree peer at its parent's depth holds the piece
+        # as soon as the parent would, on a connection already open; else the nearest
+        # node above the slow one, within the detours.
+        for i in cousins(me, root, n):
+            name = self.nodes[i]
+            if self._dead_until.get(name, 0.0) <= now and not self.rates.slow(name):
+                return name
+        for i in detours:
+            if self._detour(i):
+                return self.nodes[i]
         return slow
 
     def _detour(self, i: int) -> bool:
@@ -303,9 +317,9 @@ class Swarm:
             self.stats.peer_bytes += len(data)
         return data
 
-    def _timer(self, node: str) -> Callable[[int, float], None]:
-        """What the client tells of a piece's bytes from ``node``: to its rate."""
-        return lambda nbytes, seconds: self.rates.record(node, nbytes, seconds)
+    def _timer(self, node: str) -> Callable[[int, float, int], None]:
+        """What the client tells of a piece's bytes from ``node``: to its rates."""
+        return lambda nbytes, seconds, intake: self.rates.record(node, nbytes, seconds, intake)
 
     def count_store(self, nbytes: int) -> None:
         with self._lock:

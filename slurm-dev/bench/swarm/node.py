@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import contextlib
+import dataclasses
 import hashlib
 import http.client
 import inspect
@@ -108,6 +109,11 @@ class Node:
             self.log,
             dead_for=spec["dead_for"],
         )
+        if "intake" in inspect.signature(ServedJob).parameters:
+            # What this node's pieces come in at, told to its askers (as the agent does)
+            self.served_job = dataclasses.replace(
+                self.served_job, intake=self.swarm.rates.median
+            )
         self.engine = spec["engine"]
         self.store_bytes = 0
         self.store_reads = 0
