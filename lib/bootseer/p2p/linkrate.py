@@ -125,9 +125,7 @@ class LinkRates:
                 return True
             told = self._intake_locked(peer, now)
             median = self._intakes_median
-            return (
-                told is not None and median is not None and told * self.intake_factor < median
-            )
+            return told is not None and median is not None and told * self.intake_factor < median
 
     def _count_locked(self, now: float) -> None:
         if now - self._counted_at <= RECOUNT:

@@ -111,9 +111,7 @@ class Node:
         )
         if "intake" in inspect.signature(ServedJob).parameters:
             # What this node's pieces come in at, told to its askers (as the agent does)
-            self.served_job = dataclasses.replace(
-                self.served_job, intake=self.swarm.rates.median
-            )
+            self.served_job = dataclasses.replace(self.served_job, intake=self.swarm.rates.median)
         self.engine = spec["engine"]
         self.store_bytes = 0
         self.store_reads = 0
@@ -427,9 +425,9 @@ def main() -> None:
                 "started": t0,
                 "dropped": dict(list(st.dropped.items())[:5]),
                 # the peers' rates this node measured (bytes/s), where the peer code does
-                "rates": {
-                    p: round(r) for p, r in node.swarm.rates.known().items()
-                } if hasattr(node.swarm, "rates") else None,
+                "rates": {p: round(r) for p, r in node.swarm.rates.known().items()}
+                if hasattr(node.swarm, "rates")
+                else None,
                 "log": node.logs[:10],
                 # SWARM_TRACE=1: each piece's arrival (s from the go) and source, in
                 # manifest order (where a run loses its time: bench.py's detail)
