@@ -11,18 +11,21 @@ slowed for real: the kernel paces every connection its server accepts
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import socket
 import time
 from collections.abc import Callable
 
+import pytest
+
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.linkrate import LinkRates
 from bootseer.p2p.owner import owner_index
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.tree import ancestors, cousins, label, parent, peers
-from bootseer.p2p.wire import PieceRequest
+from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest
 from tests.p2p.test_tree import JOB, Node, cluster  # noqa: F401 (the fixture)
 
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
@@ -210,3 +213,14 @@ def test_a_nodes_cousins_hold_the_piece_at_its_parents_depth_and_make_no_cycle()
                     assert c in peers(i, n)  # a connection the tree opens anyway
                     assert label(c, root, n) < y  # asked only downwards: no cycle
                     assert len(ancestors(c, root, n)) == depth
+
+
+def test_an_intake_is_told_only_when_known_and_bounded_when_read() -> None:
+    assert b"intake" not in PieceReply(size=5).encode()  # a server of old reads the same
+    told = json.loads(PieceReply(size=5, intake=123).encode()[4:])
+    assert PieceReply.decode(told).intake == 123
+    assert PieceReply.decode({"size": 5, "error": "", "message": ""}).intake == 0
+    for bad in (-1, 2**53, "fast"):
+        with pytest.raises(PeerError) as err:
+            PieceReply.decode({"size": 5, "error": "", "message": "", "intake": bad})
+        assert err.value.kind == "protocol"
