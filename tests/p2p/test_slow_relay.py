@@ -15,7 +15,7 @@ import json
 import math
 import os
 import socket
-import time
+import statistics
 from collections.abc import Callable
 
 import pytest
@@ -25,13 +25,15 @@ from bootseer.p2p.linkrate import LinkRates
 from bootseer.p2p.owner import owner_index
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.tree import ancestors, cousins, label, parent, peers
-from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest
+from bootseer.p2p.wire import PeerError, PieceReply
 from tests.p2p.test_tree import JOB, Node, cluster  # noqa: F401 (the fixture)
 
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 NAMES8 = tuple(f"n{i}" for i in range(1, 9))
 SIZE = 256 << 10  # a production image block: several segments even on loopback
-SLOW_RATE = 500_000  # bytes a second: a block's bytes take half a second
+# Bytes a second: a block's bytes take a second, 10-100x what loopback takes for them
+# on this loaded machine (the rule's bound is 8x)
+SLOW_RATE = 250_000
 
 
 def pieces_rooted(roots: set[int], count: int) -> dict[str, bytes]:
@@ -92,15 +94,11 @@ def test_a_busy_relay_whose_bytes_come_at_full_speed_is_not_slow(
     nodes = cluster(8, store)
     n4, n8 = nodes["n4"], nodes["n8"]
     assert n8.swarm is not None
-    provide = n4.provide
-
-    def busy(req: PieceRequest, deadline: float) -> bytes:
-        time.sleep(0.3)  # the relay's CPU elsewhere: its answer starts late
-        return provide(req, deadline)
-
-    n4.provide = busy  # type: ignore[method-assign]
+    n4.busy = 0.3
+    served = n4.server.served_pieces if n4.server is not None else 0
     for d, data in {**via_n7, **via_n6, **via_n4}.items():
         assert n8.get(d) == data
+    assert n4.server is not None and n4.server.served_pieces - served == len(via_n4)
     assert not n8.swarm.rates.slow("n4"), n8.swarm.rates.known()
     last = next(iter(pieces_rooted({0}, 1)))
     assert n8.swarm.source(last) == "n4"  # still its parent
@@ -179,7 +177,7 @@ def test_a_relay_whose_own_pieces_come_slowly_is_asked_around(
     for x in ("n2", "n3"):
         server = nodes[x].server
         assert server is not None
-        server._sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, 4 * SLOW_RATE)
+        server._sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, 8 * SLOW_RATE)
     for node in nodes.values():  # every node gets these, timing its parents
         for d, data in warm.items():
             assert node.get(d) == data
@@ -191,7 +189,8 @@ def test_a_relay_whose_own_pieces_come_slowly_is_asked_around(
     rates = n4.swarm.rates.known()
     assert intake is not None and intake * 4 < rates["n8"], rates
     sends = n8.swarm.rates.rate("n4")
-    assert sends is not None and 8 * sends > max(n8.swarm.rates.known().values())  # fast
+    timed = n8.swarm.rates.known().values()
+    assert sends is not None and 8 * sends >= statistics.median(timed)  # not slow by it
     assert n8.swarm.rates.slow("n4"), (intake, n8.swarm.rates.known())
     served = n4.server.served_pieces
     for d, data in later.items():
