@@ -14,6 +14,7 @@ import math
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,7 @@ class Node:
     nodes: tuple[str, ...]
     store: dict[str, bytes]
     lie: bool = False
+    busy: float = 0.0  # seconds of other work before each answer (test_slow_relay.py)
     held: dict[str, bytes] = field(default_factory=dict)
     store_reads: int = 0
     server: PeerServer | None = None
@@ -110,9 +112,14 @@ class Node:
             self.held[piece] = data
             return data
 
+    def intake(self) -> float | None:
+        return self.swarm.rates.median() if self.swarm is not None else None
+
     def provide(self, req: PieceRequest, deadline: float) -> bytes:
         if req.piece not in self.store:
             raise PeerError("missing", "not a piece of the job")
+        if self.busy:
+            time.sleep(self.busy)  # the node's CPU elsewhere: its answer starts late
         data = self.get(req.piece)
         return bytes([data[0] ^ 1]) + data[1:] if self.lie else data
 
@@ -133,7 +140,8 @@ def cluster() -> Iterator[Callable[..., dict[str, Node]]]:
         nodes = {x: Node(x, names, store, lie=x in lie) for x in names}
         ports: dict[str, int] = {}
         for x, node in nodes.items():
-            job = ServedJob(addresses, node.provide)
+            # Its intake told with each piece, as the agent does (test_slow_relay.py).
+            job = ServedJob(addresses, node.provide, intake=node.intake)
             node.server = PeerServer(
                 ("127.0.0.1", 0),
                 KEY,

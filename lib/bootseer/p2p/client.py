@@ -40,6 +40,10 @@ from bootseer.p2p.wire import (
 )
 
 Address = tuple[str, int]
+# Told of a piece's bytes, once all came: how many, the seconds from its reply's header
+# to its last byte (the data phase), and the peer's own intake (PieceReply.intake):
+# bootseer.p2p.linkrate.
+Received = Callable[[int, float, int], None]
 
 
 # A kept connection unused this long is closed rather than reused: the server closes idle
@@ -80,11 +84,13 @@ class _Call:
         length: int,
         on_pending: Callable[[], None] | None = None,
         run: bool = False,
+        on_received: Received | None = None,
     ) -> None:
         self.tag = tag
         self.length = length  # the piece's size when the request says it (0: any)
         self.run = run  # a run was asked (PieceRequest.blocks): its bytes go to a buffer
         self.on_pending = on_pending  # told of each heartbeat (the asker's hedging)
+        self.on_received = on_received  # told how long the bytes took (the asker's rates)
         self.done = threading.Event()
         self.data: bytes | memoryview | None = None
         self.sizes: tuple[int, ...] = ()  # a run's reply: each block's length in ``data``
@@ -128,12 +134,22 @@ class _Link:
             return bool(self.calls)
 
     def send(
-        self, req: PieceRequest, token: bytes, on_pending: Callable[[], None] | None = None
+        self,
+        req: PieceRequest,
+        token: bytes,
+        on_pending: Callable[[], None] | None = None,
+        on_received: Received | None = None,
     ) -> _Call:
         with self.lock:
             if self.dead is not None:
                 raise _fresh(self.dead)
-            call = _Call(next(self.tags), req.length, on_pending, run=bool(req.blocks))
+            call = _Call(
+                next(self.tags),
+                req.length,
+                on_pending,
+                run=bool(req.blocks),
+                on_received=on_received,
+            )
             if not self.calls:
                 self.alive_at = time.monotonic()  # the wait for an answer starts now
             self.calls[call.tag] = call
@@ -198,6 +214,7 @@ class _Link:
                         self._finish(call, error=exc)
                     continue
                 data: bytes | memoryview
+                started = time.monotonic()
                 if call.run and reply.sizes:
                     # A run: into a page-aligned buffer used again once its blocks are
                     # written and let go (the cache writes them from there: no copy).
@@ -211,6 +228,8 @@ class _Link:
                 with self.lock:
                     self.receiving = None
                     self.alive_at = time.monotonic()
+                if call.on_received is not None:
+                    call.on_received(len(data), self.alive_at - started, reply.intake)
                 call.sizes = reply.sizes
                 self._finish(call, data=data)
                 # Not held while the next reply is awaited: a run's buffer is used again
@@ -296,12 +315,14 @@ class PeerClient:
         req: PieceRequest,
         token: bytes,
         on_pending: Callable[[], None] | None = None,
+        on_received: Received | None = None,
     ) -> bytes:
         """The piece's bytes (not yet verified: the caller checks the digest); PeerError
         within ``timeout`` seconds whatever the peer does. The request is proved with the
         job's ``token`` and the connection's nonce. ``on_pending`` is called at each
-        heartbeat: the peer is getting the piece (from the store, or once its prolog ran)."""
-        data = self._call(addr, req, token, on_pending).data
+        heartbeat: the peer is getting the piece (from the store, or once its prolog ran);
+        ``on_received`` when its bytes have all come, with how long they took."""
+        data = self._call(addr, req, token, on_pending, on_received).data
         return bytes(data or b"")  # (bytes as received: a buffer is a run's alone)
 
     def fetch_run(
@@ -310,12 +331,13 @@ class PeerClient:
         req: PieceRequest,
         token: bytes,
         on_pending: Callable[[], None] | None = None,
+        on_received: Received | None = None,
     ) -> tuple[bytes | memoryview, tuple[int, ...]]:
         """A run's reply (``req.blocks``): its bytes and each block's length in them (not
         yet verified, nor checked against the run: the caller does both). A server that
         answered with no ``sizes`` (an older version) gives ``()``. The bytes are a view
         of a page-aligned buffer of the client's, taken again once no view of it is left."""
-        call = self._call(addr, req, token, on_pending)
+        call = self._call(addr, req, token, on_pending, on_received)
         return call.data or b"", call.sizes
 
     def _call(
@@ -324,13 +346,14 @@ class PeerClient:
         req: PieceRequest,
         token: bytes,
         on_pending: Callable[[], None] | None,
+        on_received: Received | None = None,
     ) -> _Call:
         deadline = time.monotonic() + self.timeout
         try:
-            return self._fetch(addr, req, token, deadline, None, on_pending)
+            return self._fetch(addr, req, token, deadline, None, on_pending, on_received)
         except _Stale as stale:
             link = stale.args[0]
-            return self._fetch(addr, req, token, deadline, link, on_pending)
+            return self._fetch(addr, req, token, deadline, link, on_pending, on_received)
 
     def _fetch(
         self,
@@ -340,10 +363,11 @@ class PeerClient:
         deadline: float,
         stale: _Link | None,
         on_pending: Callable[[], None] | None = None,
+        on_received: Received | None = None,
     ) -> _Call:
         link, kept = self._link(addr, deadline, stale)
         try:
-            call = link.send(req, token, on_pending)
+            call = link.send(req, token, on_pending, on_received)
         except PeerError:
             if kept and stale is None:  # it died since it was taken: try a fresh one
                 raise _Stale(link) from None

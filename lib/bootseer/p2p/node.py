@@ -169,7 +169,7 @@ class PeerNode:
             # Resolved on the first request, not in the prolog: the prolog's path stays
             # free of name lookups (one per node of the job).
             member.addresses = self.resolver.addresses(member.swarm.nodes)
-        return ServedJob(member.addresses, self.provide, self.held)
+        return ServedJob(member.addresses, self.provide, self.held, member.swarm.rates.median)
 
     def close(self) -> None:
         self.server.close()

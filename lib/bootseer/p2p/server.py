@@ -81,6 +81,13 @@ class ServedJob:
     # The fast way: the piece's file (a run's: every block's) if this node holds it and
     # it is the job's, at once (no waiting, no fetching); None sends it to ``provide``.
     held: Callable[[PieceRequest], HeldPiece | list[HeldPiece] | None] | None = None
+    # Bytes a second at which this node's pieces of the job come to it (told to askers
+    # with each piece: PieceReply.intake); None or 0: not known.
+    intake: Callable[[], float | None] | None = None
+
+    def intake_now(self) -> int:
+        got = self.intake() if self.intake is not None else None
+        return int(got or 0)
 
 
 class _Link:
@@ -347,6 +354,8 @@ class PeerServer:
                 self._provided(work)
                 link.send(PieceReply(error="failed", message=describe(exc), tag=req.tag).encode())
                 return
+            job = self.lookup(req.job_id)
+            intake = job.intake_now() if job is not None else 0
             if isinstance(data, list):  # a run: the blocks got, each one's length
                 sizes = tuple(0 if b is None else len(b) for b in data)
                 parts = [b for b in data if b]
@@ -354,14 +363,14 @@ class PeerServer:
                     self.served_bytes += sum(sizes)
                     self.served_pieces += len(parts)
                 self._provided(work)
-                head = PieceReply(size=sum(sizes), tag=req.tag, sizes=sizes).encode()
-                link.send(head, *parts)
+                head = PieceReply(size=sum(sizes), tag=req.tag, sizes=sizes, intake=intake)
+                link.send(head.encode(), *parts)
                 return
             with self._lock:
                 self.served_bytes += len(data)
                 self.served_pieces += 1
             self._provided(work)
-            link.send(PieceReply(size=len(data), tag=req.tag).encode(), data)
+            link.send(PieceReply(size=len(data), tag=req.tag, intake=intake).encode(), data)
         except OSError:
             link.shutdown()  # the connection broke: the reader ends it
         finally:
@@ -430,7 +439,10 @@ class PeerServer:
                 self.served_bytes += sum(sizes)
                 self.served_pieces += len(files)
             reply = PieceReply(
-                size=sum(sizes), tag=req.tag, sizes=sizes if isinstance(held, list) else ()
+                size=sum(sizes),
+                tag=req.tag,
+                sizes=sizes if isinstance(held, list) else (),
+                intake=job.intake_now(),
             )
             with link.writing:
                 link.conn.sendall(reply.encode(), socket.MSG_MORE)

@@ -29,8 +29,9 @@ from bootseer.errors import describe
 from bootseer.image.cache import checked_crcs
 from bootseer.p2p.client import Address, ConnectionsFull, PeerClient
 from bootseer.p2p.lateness import Lateness
+from bootseer.p2p.linkrate import LinkRates
 from bootseer.p2p.owner import owner, owner_index
-from bootseer.p2p.tree import ancestors, label
+from bootseer.p2p.tree import ancestors, cousins, label, peers
 from bootseer.p2p.wire import PeerError, PieceRequest, run_digest
 
 RESCUE_PEERS = 3  # nodes asked for a piece the store failed (or was late) to give
@@ -39,6 +40,9 @@ BACKGROUND = 2  # the fetch priority of a fill (bootseer.image.fetch.BACKGROUND)
 # late: each node gets its share (one at least). 4 per node was 64 at once on a 16-node
 # job, and on a 100 Mbit/s store they read 6x the checkpoint's units.
 STORE_HEDGES = 16
+# Nodes outside its tree peers a node may ask in place of slow ones, per level of the
+# tree (ceil(log2 N) levels): each is one more connection and handshake.
+DETOURS_PER_LEVEL = 1
 
 
 @dataclass
@@ -82,11 +86,22 @@ class Swarm:
         # STORE_HEDGES to the store's load, not a second read of each piece.
         share = -(-STORE_HEDGES // max(1, len(self.nodes)))
         self.store_hedges = threading.BoundedSemaphore(share)
+        # How fast each peer's bytes come once they start (bootseer.p2p.linkrate): a
+        # relay on a slow link is asked around, by the nodes that timed it, for as long
+        # as a dropped one is.
+        self.rates = LinkRates(horizon=dead_for)
         self._dead_until: dict[str, float] = {}
         self._no_runs: set[str] = set()  # nodes that answered a run "missing"
         # A node's place, looked up per piece (a job may have 10,000 nodes).
         self._index = {n: i for i, n in enumerate(self.nodes)}
         self._lock = threading.Lock()
+        # Nodes asked in place of a slow one that are none of this node's tree peers (a
+        # connection each): at most DETOURS_PER_LEVEL a tree level, so handshakes stay
+        # within 2 ceil(log2 N) plus those a drop costs.
+        me = self._index.get(node)
+        self._peers = peers(me, len(self.nodes)) if me is not None else set()
+        self._detours: set[int] = set()
+        self._detour_cap = DETOURS_PER_LEVEL * max(1, (len(self.nodes) - 1).bit_length())
 
     def owner(self, piece: str) -> str | None:
         """The piece's owner (the root of its tree), unless that is this node or it was
@@ -103,7 +118,10 @@ class Swarm:
         dropped ones the nearest live node above it; with the owner dropped too, the
         owner's first child (label 1), which reads the store for all the owner's children
         (else each would); None when this node fetches it from the store: it owns the
-        piece, is that first child, or every node it may ask was dropped."""
+        piece, is that first child, or every node it may ask was dropped. A node on a
+        slow link (:attr:`rates`) is passed over like a dropped one, but asked still
+        when every other is dropped or slow: the next node up holds the piece before it
+        does, and a slow node is no reason to read the store."""
         me = self._index.get(self.node)
         if len(self.nodes) < 2 or me is None:
             return None
@@ -113,10 +131,40 @@ class Swarm:
         chain = ancestors(me, root, n)
         if len(chain) > 0 and label(me, root, n) > 1:
             chain.append((root + 1) % n)  # a lower label: still no cycle
+        slow = None
+        detours = []
         for i in chain:
-            if self._dead_until.get(self.nodes[i], 0.0) <= now:
+            name = self.nodes[i]
+            if self._dead_until.get(name, 0.0) > now:
+                continue
+            if self.rates.slow(name):
+                slow = slow or name
+                continue
+            if slow is None or i in self._peers:
+                return name
+            detours.append(i)
+        if slow is None:
+            return None
+        # Above this node a slow one: a tree peer at its parent's depth holds the piece
+        # as soon as the parent would, on a connection already open; else the nearest
+        # node above the slow one, within the detours.
+        for i in cousins(me, root, n):
+            name = self.nodes[i]
+            if self._dead_until.get(name, 0.0) <= now and not self.rates.slow(name):
+                return name
+        for i in detours:
+            if self._detour(i):
                 return self.nodes[i]
-        return None
+        return slow
+
+    def _detour(self, i: int) -> bool:
+        """Whether node ``i``, none of this node's tree peers, may be asked in place of a
+        slow one: it was before, or the detours are not all taken."""
+        with self._lock:
+            if i in self._detours or len(self._detours) < self._detour_cap:
+                self._detours.add(i)
+                return True
+            return False
 
     def run_source(self, piece: str) -> str | None:
         """The node to ask for ``piece`` in a run (:meth:`source`); None: ask it alone
@@ -142,7 +190,9 @@ class Swarm:
         with self._lock:
             self.stats.runs += 1
         try:
-            data, sizes = self.client.fetch_run(self.resolve(node), req, self.token)
+            data, sizes = self.client.fetch_run(
+                self.resolve(node), req, self.token, on_received=self._timer(node)
+            )
         except ConnectionsFull:
             return none
         except PeerError as exc:
@@ -241,7 +291,9 @@ class Swarm:
             self.job_id, "", piece, priority, key, offset, length, target, cached_only
         )
         try:
-            data = self.client.fetch(self.resolve(o), req, self.token, on_pending)
+            data = self.client.fetch(
+                self.resolve(o), req, self.token, on_pending, on_received=self._timer(o)
+            )
         except ConnectionsFull:  # this node's own bound, not the peer's fault
             return None
         except PeerError as exc:
@@ -269,6 +321,10 @@ class Swarm:
         with self._lock:
             self.stats.peer_bytes += len(data)
         return data
+
+    def _timer(self, node: str) -> Callable[[int, float, int], None]:
+        """What the client tells of a piece's bytes from ``node``: to its rates."""
+        return lambda nbytes, seconds, intake: self.rates.record(node, nbytes, seconds, intake)
 
     def count_store(self, nbytes: int) -> None:
         with self._lock:

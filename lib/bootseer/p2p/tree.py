@@ -58,6 +58,24 @@ def children(i: int, root: int, n: int) -> list[int]:
     return out
 
 
+def cousins(i: int, root: int, n: int) -> list[int]:
+    """Node ``i``'s tree peers that get the piece at its parent's depth: the labels
+    ``y - 2^j`` for the bits ``j`` of ``y`` below its highest (each a lower label than
+    ``i``'s, so asking one never makes a cycle). Asked when the parent is slow::
+
+        >>> cousins(7, 0, 8), parent(5, 0, 8), parent(6, 0, 8), parent(7, 0, 8)
+        ([5, 6], 1, 2, 3)
+    """
+    y = label(i, root, n)
+    out = []
+    j = y.bit_length() - 2
+    while j >= 0:
+        if y >> j & 1:
+            out.append((i - (1 << j)) % n)
+        j -= 1
+    return out
+
+
 def peers(i: int, n: int) -> set[int]:
     """Every node ``i`` may ever ask or be asked by, whatever the piece: ``i +- 2^j``."""
     out = set()

@@ -156,11 +156,17 @@ class PieceReply:
     # A run's reply: each block's length in the bytes that follow, in the request's
     # order (0: that block is not sent). () for a piece.
     sizes: tuple[int, ...] = ()
+    # Bytes a second at which the server's own pieces of the job come to it (the median
+    # of its peers' rates: bootseer.p2p.linkrate); 0: not known, or a server of old. A
+    # relay whose own link is slow gets every piece late, however fast its children.
+    intake: int = 0
 
     def encode(self) -> bytes:
         doc = asdict(self)
         if not self.sizes:
             del doc["sizes"]
+        if not self.intake:
+            del doc["intake"]
         return _frame(doc)
 
     @classmethod
@@ -173,11 +179,14 @@ class PieceReply:
                 doc.get("pending", False) is True,
                 int(doc.get("tag", 0)),
                 _sizes(doc.get("sizes", [])),
+                int(doc.get("intake", 0)),
             )
         except (KeyError, TypeError, ValueError):
             raise PeerError("protocol", "malformed piece reply") from None
         if not 0 <= reply.tag < 2**31:
             raise PeerError("protocol", f"reply tag {reply.tag} out of bounds")
+        if not 0 <= reply.intake < 2**53:
+            raise PeerError("protocol", f"intake {reply.intake} out of bounds")
         if not 0 <= reply.size <= MAX_PIECE:
             raise PeerError("protocol", f"piece size {reply.size} out of bounds")
         if reply.sizes and sum(reply.sizes) != reply.size:

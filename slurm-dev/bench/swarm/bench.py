@@ -381,6 +381,9 @@ def one_run(
         "max_in": max(s["max_in"] for s in stats.values()),
         # When each node held every piece (s after the go): the straggler tail's shape.
         "hold_s_min_median_p90_max": hold_quantiles(done, t0),
+        # Each node's (the faulty ones named): whose subtrees finish last.
+        "hold_s": {x: round(float(v.split()[1]) - t0, 2) for x, v in done.items()},
+        "fault_nodes": dead or slow or corrupt,
         "handshakes_mean": round(sum(s["handshakes"] for s in stats.values()) / len(stats), 1),
         "busiest": busiest,
         "served_max": max(s["served_bytes"] for s in stats.values()),
@@ -425,6 +428,9 @@ def one_run(
          for x, s in stats.items()}
         if engine == "libtorrent" else None
     )  # fmt: skip
+    if any(s.get("trace") for s in stats.values()):  # SWARM_TRACE=1
+        a.details[-1]["trace"] = {x: s["trace"] for x, s in stats.items()}
+        a.details[-1]["rates"] = {x: s.get("rates") for x, s in stats.items()}
     return record
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import contextlib
+import dataclasses
 import hashlib
 import http.client
 import inspect
@@ -68,6 +69,9 @@ class Node:
         self.dir = Path(a.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.held: set[str] = set()
+        # When each piece came (s from the go) and whence: "store" or the node asked.
+        self.got: dict[str, tuple[float, str]] = {}
+        self.t0 = 0.0
         self.inflight: dict[str, cf.Future[bytes]] = {}
         self.lock = threading.Lock()
         self.local = threading.local()
@@ -105,6 +109,9 @@ class Node:
             self.log,
             dead_for=spec["dead_for"],
         )
+        if "intake" in inspect.signature(ServedJob).parameters:
+            # What this node's pieces come in at, told to its askers (as the agent does)
+            self.served_job = dataclasses.replace(self.served_job, intake=self.swarm.rates.median)
         self.engine = spec["engine"]
         self.store_bytes = 0
         self.store_reads = 0
@@ -153,7 +160,9 @@ class Node:
     def fetch(self, sha: str) -> bytes:
         p = self.by_sha[sha]
         data = self.swarm.fetch(sha, PRIORITY)
+        whence = self.swarm.source(sha) or "store"
         if data is None:
+            whence = "store"
             data = self.from_store(p)
             if hashlib.sha256(data).hexdigest() != sha:
                 raise RuntimeError(f"piece {p['index']}: digest mismatch in the store")
@@ -165,6 +174,7 @@ class Node:
             (self.dir / (sha + ".bad")).write_bytes(flip(data))
         with self.lock:
             self.held.add(sha)
+            self.got[sha] = (round(time.monotonic() - self.t0, 2), whence)
         return data
 
     def from_store(self, p: dict[str, Any]) -> bytes:
@@ -381,7 +391,7 @@ def main() -> None:
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return
-    t0 = time.monotonic()
+    t0 = node.t0 = time.monotonic()
     try:
         done = node.run()
         print(f"done {done}", flush=True)
@@ -414,7 +424,16 @@ def main() -> None:
                 "neigh": neighbours(),
                 "started": t0,
                 "dropped": dict(list(st.dropped.items())[:5]),
+                # the peers' rates this node measured (bytes/s), where the peer code does
+                "rates": {p: round(r) for p, r in node.swarm.rates.known().items()}
+                if hasattr(node.swarm, "rates")
+                else None,
                 "log": node.logs[:10],
+                # SWARM_TRACE=1: each piece's arrival (s from the go) and source, in
+                # manifest order (where a run loses its time: bench.py's detail)
+                "trace": [node.got.get(p["sha256"]) for p in node.pieces]
+                if os.environ.get("SWARM_TRACE")
+                else None,
             }
         ),
         flush=True,
