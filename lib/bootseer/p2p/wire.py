@@ -323,13 +323,19 @@ def _rcvtimeo(sock: socket.socket, deadline: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
 
 
+def _wait_at_most(sock: socket.socket, silence: float) -> None:
+    """A blocking socket whose each receive ends after ``silence`` seconds without bytes
+    (``SO_RCVTIMEO``: with what came, if any; BlockingIOError if none)."""
+    sock.settimeout(None)
+    tv = struct.pack("ll", int(silence), int((silence - int(silence)) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+
+
 def recv_piece_alive(sock: socket.socket, n: int, silence: float) -> bytes:
     """A piece's ``n`` bytes however long they take while they keep coming: TimeoutError
     once none came for ``silence`` seconds. As :func:`recv_piece`, one ``recv(MSG_WAITALL)``
     a piece when it comes at once (``SO_RCVTIMEO`` ends a wait with what came, if any)."""
-    sock.settimeout(None)
-    tv = struct.pack("ll", int(silence), int((silence - int(silence)) * 1e6))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+    _wait_at_most(sock, silence)
     try:
         first = sock.recv(n, socket.MSG_WAITALL)
     except BlockingIOError:
@@ -340,16 +346,8 @@ def recv_piece_alive(sock: socket.socket, n: int, silence: float) -> bytes:
         raise PeerError("protocol", f"connection closed after 0 of {n} bytes")
     buf = bytearray(n)
     buf[: len(first)] = first
-    got = len(first)
     with memoryview(buf) as view:
-        while got < n:
-            try:
-                k = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
-            except BlockingIOError:
-                raise TimeoutError(f"{got} of {n} bytes, then {silence:g}s of silence") from None
-            if k == 0:
-                raise PeerError("protocol", f"connection closed after {got} of {n} bytes")
-            got += k
+        _fill_alive(sock, view, len(first), silence)
     return bytes(buf)
 
 
@@ -358,11 +356,14 @@ def recv_into_alive(sock: socket.socket, view: memoryview, silence: float) -> No
     TimeoutError once none came for ``silence`` seconds. As :func:`recv_piece_alive`, but
     into the caller's buffer (a run's, page-aligned: its blocks go to the cache's write
     from there), one ``recv_into(MSG_WAITALL)`` when the bytes come at once."""
+    _wait_at_most(sock, silence)
+    _fill_alive(sock, view, 0, silence)
+
+
+def _fill_alive(sock: socket.socket, view: memoryview, got: int, silence: float) -> None:
+    """``view`` past its first ``got`` bytes from the socket (``SO_RCVTIMEO`` set to
+    ``silence``): TimeoutError once none came for that long."""
     n = len(view)
-    sock.settimeout(None)
-    tv = struct.pack("ll", int(silence), int((silence - int(silence)) * 1e6))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
-    got = 0
     while got < n:
         try:
             k = sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
