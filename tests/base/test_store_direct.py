@@ -62,6 +62,51 @@ def test_direct_write_leaves_no_page_cache(tmp_path: Path) -> None:
     assert cached("d") == 0
 
 
+@pytest.mark.parametrize(
+    ("offset", "length"), [(0, 1 << 20), (5, 3), (4095, 2), (4096, 8192), (100, (1 << 20) - 100)]
+)
+def test_read_range_of_a_file_store(tmp_path: Path, offset: int, length: int) -> None:
+    """A piece's range, read past the page cache from any offset (O_DIRECT reads whole
+    blocks from a block: the range's own bytes come back), and fewer where the file ends."""
+    store = open_store(f"file://{tmp_path}/store")
+    data = os.urandom((1 << 20) + 7)
+    store.write_bytes("p", data)
+    assert store.read_range("p", offset, length) == data[offset : offset + length]
+    assert store.read_range("p", len(data) - 3, 10) == data[-3:]
+    assert store.read_range("p", 0, 0) == b""
+    with pytest.raises(FileNotFoundError, match="nope: not found"):
+        store.read_range("nope", 0, 10)
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="needs util-linux fincore")
+def test_read_range_leaves_no_page_cache(tmp_path: Path) -> None:
+    """The node agent reads a piece (a checkpoint unit from a ``file://`` target, a
+    block or frame from the main store) with ``read_range`` once and keeps it in its own
+    cache; the job's mount holds it next. The store file's pages would be a second copy
+    of the bytes on the node: none are left (issue 19)."""
+    store = open_store(f"file://{tmp_path}/store")
+    data = os.urandom(4 << 20)
+    store.write_bytes("u", data, atomic=False, direct=True)
+    path = tmp_path / "store" / "u"
+    assert _fincore(path) == 0
+    assert store.read_range("u", 0, len(data)) == data
+    assert store.read_range("u", 12345, 1 << 20) == data[12345 : 12345 + (1 << 20)]
+    assert _fincore(path) == 0
+    # Where the filesystem does keep pages for a buffered read (what read_range did).
+    with open(path, "rb") as f:
+        f.read()
+    if _fincore(path) == 0:
+        pytest.skip("this filesystem keeps no page cache for a buffered read either")
+
+
+def _fincore(path: Path) -> int:
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return int(out.split()[0])
+
+
 def test_buffers_are_reused_only_when_no_view_is_left() -> None:
     buffers = Buffers(keep=4)
     a = buffers.get(8192)
