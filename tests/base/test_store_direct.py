@@ -148,3 +148,46 @@ def test_buffers_take_back_only_their_own_once() -> None:
     oid = id(own)
     del own
     assert id(mine.get(4096)) == oid
+
+
+def _vm_flags(address: int) -> set[str]:
+    """The VmFlags of this process's mapping that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(maxsplit=1)[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "VmFlags:":
+            return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_big_buffers_ask_for_huge_pages() -> None:
+    """A checkpoint unit's buffer (and the aligned one writes go through) is asked to be
+    backed by transparent huge pages (``MADV_HUGEPAGE``: the ``hg`` flag): the kernel
+    pins it for each O_DIRECT read and each FUSE reply, and faults it in, 2 MiB at a
+    time (issue 19: the daemon's CPU per GiB). Small buffers are left as they are."""
+    import ctypes
+    import mmap
+
+    from bootseer import directio
+
+    def address(buf: mmap.mmap) -> int:
+        c = ctypes.c_char.from_buffer(buf)
+        try:
+            return ctypes.addressof(c)
+        finally:
+            del c
+
+    buffers = Buffers(keep=2)
+    big = buffers.get(8 << 20)
+    small = buffers.get(64 << 10)
+    assert "hg" in _vm_flags(address(big))
+    assert "hg" not in _vm_flags(address(small))
+    fd = os.open("/dev/null", os.O_WRONLY)
+    try:
+        directio.pwrite_padded(fd, b"x" * (4 << 20), 0)  # the thread's aligned buffer
+    finally:
+        os.close(fd)
+    assert "hg" in _vm_flags(address(directio._aligned(4 << 20)))
