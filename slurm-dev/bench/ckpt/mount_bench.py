@@ -364,9 +364,7 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
         },
         "page_cache_after_mib_median": {
             v: {
-                w: {
-                    k: statistics.median(h[k] for h in x) / MiB for k in ("targets", "mount")
-                }
+                w: {k: statistics.median(h[k] for h in x) / MiB for k in ("targets", "mount")}
                 for w, x in cached[v].items()
                 if x
             }
