@@ -44,8 +44,9 @@ def _aligned(n: int) -> mmap.mmap:
 
 
 def pwrite_direct(fd: int, mv: memoryview) -> int:
-    """Write the whole blocks at the start of ``mv`` to ``fd`` with ``O_DIRECT`` (through an
-    aligned buffer: one memory copy); how many bytes were written (0: the filesystem has no
+    """Write the whole blocks at the start of ``mv`` to ``fd`` with ``O_DIRECT`` (from
+    where they are if ``mv`` starts on a page, :func:`aligned_at`; else through an aligned
+    buffer: one memory copy); how many bytes were written (0: the filesystem has no
     O_DIRECT, or refused it). ``fd`` is left without O_DIRECT for the rest."""
     n = len(mv) // DIRECT_ALIGN * DIRECT_ALIGN
     if n == 0:
@@ -57,9 +58,12 @@ def pwrite_direct(fd: int, mv: memoryview) -> int:
         return 0
     done = 0
     try:
-        buf = _aligned(n)
-        buf[:n] = mv[:n]
-        view = memoryview(buf)
+        if aligned_at(mv[:n]):
+            view = mv[:n]
+        else:
+            buf = _aligned(n)
+            buf[:n] = mv[:n]
+            view = memoryview(buf)
         try:
             while done < n:
                 got = os.pwrite(fd, view[done:n], done)

@@ -191,3 +191,28 @@ def test_big_buffers_ask_for_huge_pages() -> None:
     finally:
         os.close(fd)
     assert "hg" in _vm_flags(address(directio._aligned(4 << 20)))
+
+
+def test_an_aligned_buffer_is_written_direct_without_a_copy(tmp_path: Path) -> None:
+    """A checkpoint unit built in a page-aligned buffer goes to the target with O_DIRECT
+    from where it is: the thread's aligned copy buffer is never made (issue 19)."""
+    import threading
+
+    from bootseer import directio
+
+    data = os.urandom(3 << 20)
+    buf = Buffers(keep=1).get(len(data))
+    buf[: len(data)] = data
+    store = open_store(f"file://{tmp_path}/store")
+    made: list[object] = []
+
+    def write() -> None:
+        store.write_bytes("u", memoryview(buf)[: len(data)], atomic=False, direct=True)
+        made.append(getattr(directio._direct_buf, "buf", None))
+
+    t = threading.Thread(target=write)
+    t.start()
+    t.join()
+    assert made == [None]
+    assert _fincore(tmp_path / "store" / "u") == 0  # past the page cache all the same
+    assert (tmp_path / "store" / "u").read_bytes() == data

@@ -140,7 +140,7 @@ class Store:
             os.close(fd)
 
     def _write_local(
-        self, key: str, path: str, data: bytes | bytearray, direct: bool = False
+        self, key: str, path: str, data: bytes | bytearray | memoryview, direct: bool = False
     ) -> None:
         """``data`` into the file ``path`` (for ``key``), created or emptied with ``key``'s
         mode: one copy, from ``data`` into the page cache (``os.pwrite`` releases the GIL),
@@ -228,7 +228,11 @@ class Store:
         return self._call(key, self.fs.open_input_file, self.path(key))
 
     def write_bytes(
-        self, key: str, data: bytes | bytearray, atomic: bool = True, direct: bool = False
+        self,
+        key: str,
+        data: bytes | bytearray | memoryview,
+        atomic: bool = True,
+        direct: bool = False,
     ) -> None:
         """Write ``key``; ``atomic=False`` writes in place (one request less on S3), for
         objects nothing reads until a later atomic write (a manifest) names them.
