@@ -22,6 +22,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import io
+import mmap
 import threading
 import time
 from types import TracebackType
@@ -31,6 +32,7 @@ from bootseer.ckpt.errors import CkptError, CkptIOError, CkptQuotaExceeded
 from bootseer.ckpt.manifest import Manifest, new_version, unit_checksum
 from bootseer.ckpt.names import check_path
 from bootseer.ckpt.reader import StripedReader
+from bootseer.directio import Buffers
 from bootseer.errors import StoreError, describe
 
 if TYPE_CHECKING:
@@ -67,7 +69,9 @@ class StripedWriter(io.RawIOBase):
         self.size = base.size if base is not None else 0  # the file's size as the job sees it
         self.committed: Manifest | None = None
         self._pos = 0  # where write() goes on
-        self._buf = bytearray()  # the unit being filled: bytes [_frontier - len(_buf), _frontier)
+        # Page-aligned buffers for the units being filled and uploaded, used again.
+        self._buffers = Buffers(ns.max_inflight + 2)
+        self._buf = _Unit(self._buffers, 0)  # the unit being filled: [_frontier - len, _frontier)
         self._frontier = 0  # bytes [0, _frontier) are streamed: uploaded units and _buf
         self._units: list[tuple[str, str] | None] = []  # full units, filled in as uploads finish
         self._pending: set[cf.Future[None]] = set()
@@ -237,7 +241,7 @@ class StripedWriter(io.RawIOBase):
             self._generation += 1
             partial = f"{len(units)}.{self._generation}"
             self._upload(len(units), partial, bytes(self._buf))
-            units.append((partial, unit_checksum(self._buf)))
+            units.append((partial, unit_checksum(self._buf.view())))
         m = Manifest(
             version=self.version,
             size=self.size,
@@ -445,7 +449,7 @@ class StripedWriter(io.RawIOBase):
                 self._generation += 1
                 name = f"{len(units)}.{self._generation}"
                 self._upload(len(units), name, bytes(self._buf))
-                units.append((name, unit_checksum(self._buf)))
+                units.append((name, unit_checksum(self._buf.view())))
             old = Manifest(
                 version=self.version,
                 size=self._frontier,
@@ -460,7 +464,7 @@ class StripedWriter(io.RawIOBase):
         self._base_len = keep
         self.version = new_version()
         self._units = []
-        self._buf = bytearray()
+        self._buf = _Unit(self._buffers, 0)
         self._frontier = 0
         self._cached = None
 
@@ -586,7 +590,7 @@ class StripedWriter(io.RawIOBase):
     def _flush_unit(self) -> None:
         self._charge(len(self._buf))
         index = len(self._units)
-        data, self._buf = self._buf, bytearray()
+        data, self._buf = self._buf, _Unit(self._buffers, self.unit_size)
         self._units.append(None)
         self._slots.acquire()
         try:
@@ -602,13 +606,21 @@ class StripedWriter(io.RawIOBase):
             self._pending.discard(f)
             f.result()
 
-    def _upload_full(self, index: int, data: bytearray) -> None:
-        digest = unit_checksum(data)
-        self._upload(index, str(index), data, charged=True)
+    def _upload_full(self, index: int, unit: _Unit) -> None:
+        data = unit.view()
+        try:
+            digest = unit_checksum(data)
+            # Page-aligned and whole blocks: a file:// target takes it with O_DIRECT as
+            # it is, without the copy into an aligned buffer.
+            self._upload(index, str(index), data, charged=True)
+        finally:
+            with contextlib.suppress(BufferError):  # a store that still holds it: at GC
+                data.release()
+            unit.done()
         self._units[index] = (str(index), digest)
 
     def _upload(
-        self, index: int, name: str, data: bytes | bytearray, charged: bool = False
+        self, index: int, name: str, data: bytes | bytearray | memoryview, charged: bool = False
     ) -> None:
         if not charged:
             self._charge(len(data))
@@ -656,3 +668,70 @@ class StripedWriter(io.RawIOBase):
                     self.ns.store_for(self.targets[index % len(self.targets)]).delete(
                         self.ns.unit_key(version, name)
                     )
+
+
+class _Unit:
+    """The unit being filled, in a page-aligned buffer of :class:`Buffers` (used again
+    once its upload is done and no view of it is left): filled in place, hashed and
+    written to a ``file://`` target with ``O_DIRECT`` from where it is. A ``bytearray``
+    grew by reallocation, was fresh memory for every unit, and had to be copied into an
+    aligned buffer for ``O_DIRECT``. Takes what a ``bytearray`` took here: ``len``,
+    ``+=``, slices read, written and cut from the end, ``bytes()``. Sized ``want`` (the
+    unit size once a unit was full: the next will likely be); a first unit starts small,
+    for a writer of a small file, and doubles (a copy) as it fills."""
+
+    __slots__ = ("_buffers", "_mem", "_n")
+
+    def __init__(self, buffers: Buffers, want: int) -> None:
+        self._buffers = buffers
+        self._mem: mmap.mmap | None = buffers.get(want) if want else None
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _room(self, n: int) -> mmap.mmap:
+        mem = self._mem
+        if mem is None or len(mem) < n:
+            grown = self._buffers.get(max(n, 2 * len(mem) if mem is not None else 64 << 10))
+            if mem is not None:
+                grown[: self._n] = mem[: self._n]
+                self._buffers.retire(memoryview(mem))
+            mem = self._mem = grown
+        return mem
+
+    def __iadd__(self, data: ReadableBuffer) -> _Unit:
+        mv = memoryview(data).cast("B")
+        end = self._n + len(mv)
+        self._room(end)[self._n : end] = mv
+        self._n = end
+        return self
+
+    def __setitem__(self, where: slice, data: ReadableBuffer) -> None:
+        lo, hi, _ = where.indices(self._n)
+        assert self._mem is not None and hi - lo == len(memoryview(data).cast("B"))
+        self._mem[lo:hi] = data
+
+    def __getitem__(self, where: slice) -> memoryview:
+        return self.view()[where]
+
+    def __delitem__(self, where: slice) -> None:
+        lo, hi, _ = where.indices(self._n)
+        assert hi == self._n, "only the end is cut"
+        self._n = lo
+
+    def __bytes__(self) -> bytes:
+        return bytes(self._mem[: self._n]) if self._mem is not None else b""
+
+    def view(self) -> memoryview:
+        """The unit's bytes (a view: release it, or let it go, before :meth:`done`)."""
+        if self._mem is None:
+            return memoryview(b"")
+        return memoryview(self._mem)[: self._n]
+
+    def done(self) -> None:
+        """Uploaded: its buffer may be used again once no view of it is left."""
+        if self._mem is not None:
+            self._buffers.retire(memoryview(self._mem))
+            self._mem = None
+        self._n = 0

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import parse_qs, urlsplit
 
-from bootseer.directio import Buffers, read_direct, read_file, write_all
+from bootseer.directio import DIRECT_ALIGN, Buffers, read_direct, read_file, write_all
 from bootseer.errors import StoreError, describe
 
 if TYPE_CHECKING:
@@ -33,6 +33,10 @@ PRIVATE_MODES = (0o600, 0o700)
 # part by part as they are written, so a failure part-way could complete a short one:
 # those take the temporary name (``writer``).
 S3_WHOLE_PUT = 5 << 20
+# The page-aligned buffers :meth:`Store.read_range` reads ``file://`` pieces into, used
+# again (a fresh one's pages cost more to fault in than the read): two, as few agent
+# threads read the store at once.
+_RANGE_BUFFERS = Buffers(2)
 _DENIED = ("permission denied", "accessdenied", "access_denied", "access denied", "forbidden")
 
 
@@ -136,7 +140,7 @@ class Store:
             os.close(fd)
 
     def _write_local(
-        self, key: str, path: str, data: bytes | bytearray, direct: bool = False
+        self, key: str, path: str, data: bytes | bytearray | memoryview, direct: bool = False
     ) -> None:
         """``data`` into the file ``path`` (for ``key``), created or emptied with ``key``'s
         mode: one copy, from ``data`` into the page cache (``os.pwrite`` releases the GIL),
@@ -195,15 +199,40 @@ class Store:
         return whole
 
     def read_range(self, key: str, offset: int, length: int) -> bytes:
-        with self._call(key, self.fs.open_input_file, self.path(key)) as f:
-            return bytes(f.read_at(length, offset))
+        """``length`` bytes of ``key`` at ``offset`` (fewer where it ends before). On a
+        ``file://`` store past the page cache (``O_DIRECT``, where the filesystem has it):
+        the node agent reads a piece here once and keeps it in its own cache, and a
+        checkpoint unit's bytes are the mount's pages next; the target file's pages
+        would be a second copy of them on the node."""
+        if not self.is_local:
+            with self._call(key, self.fs.open_input_file, self.path(key)) as f:
+                return bytes(f.read_at(length, offset))
+        if length <= 0:
+            return b""
+        lo = offset - offset % DIRECT_ALIGN  # O_DIRECT reads whole blocks from a block
+        try:
+            view = self._call(
+                key, read_direct, self.path(key), _RANGE_BUFFERS, lo, offset + length - lo
+            )
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{self.uri}: {key}: not found") from None
+        try:
+            return bytes(view[offset - lo :])
+        finally:
+            _RANGE_BUFFERS.retire(view)
+            if isinstance(view, memoryview):
+                view.release()
 
     def open_read(self, key: str) -> Any:
         """A seekable pyarrow file (``read``, ``read_at``, ``seek``, ``size``)."""
         return self._call(key, self.fs.open_input_file, self.path(key))
 
     def write_bytes(
-        self, key: str, data: bytes | bytearray, atomic: bool = True, direct: bool = False
+        self,
+        key: str,
+        data: bytes | bytearray | memoryview,
+        atomic: bool = True,
+        direct: bool = False,
     ) -> None:
         """Write ``key``; ``atomic=False`` writes in place (one request less on S3), for
         objects nothing reads until a later atomic write (a manifest) names them.

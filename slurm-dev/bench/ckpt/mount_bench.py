@@ -14,7 +14,10 @@ directories of the same disk, alternating (local, mount, mount, local, ...):
 
 Reported per workload: MB/s (median), the mount/local ratio, and the daemon's CPU
 seconds per GiB (user + system of the daemon process and its threads, from /proc):
-the figure the machine's load moves least. The load average is recorded beside.
+the figure the machine's load moves least. The load average is recorded beside. After
+each read through the mount, what the page cache holds (``mincore``) of the targets'
+unit files and of the mount's file: a node that holds the checkpoint's bytes twice
+(the targets' pages beside the mount's) shows here.
 
     $BOOTSEER_VENV/bin/python slurm-dev/bench/ckpt/mount_bench.py --smoke
     $BOOTSEER_VENV/bin/python slurm-dev/bench/ckpt/mount_bench.py --size-mib 2048 --reps 3 \\
@@ -168,6 +171,45 @@ def drop_cache(root: Path, sync: bool = True) -> None:
                 os.close(fd)
 
 
+def resident_bytes(path: Path) -> int:
+    """Bytes of the file ``path`` in the page cache (``mincore`` of a private mapping,
+    which reads nothing itself); 0 for an empty file."""
+    import ctypes
+    import mmap
+
+    size = os.stat(path).st_size
+    if size == 0:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    pages = -(-size // mmap.PAGESIZE)
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, "rb") as f:
+        # Private and writable (never written): ctypes takes its address.
+        m = mmap.mmap(
+            f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE
+        )
+        try:
+            addr = ctypes.c_char.from_buffer(m)
+            try:
+                if libc.mincore(ctypes.byref(addr), ctypes.c_size_t(size), vec) != 0:
+                    raise OSError(ctypes.get_errno(), f"mincore {path}")
+            finally:
+                del addr
+        finally:
+            m.close()
+    return sum(mmap.PAGESIZE for v in vec if v & 1)
+
+
+def tree_resident(root: Path) -> int:
+    """:func:`resident_bytes` summed over the files under ``root``."""
+    total = 0
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += resident_bytes(Path(dirpath) / name)
+    return total
+
+
 def s3_targets(cfg: Path, site: Path) -> str:
     """Point ``cfg``'s checkpoint targets at three buckets of ``site``'s S3 store."""
     import tomllib
@@ -249,6 +291,8 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
     secs: dict[str, dict[str, list[float]]] = {v: {w: [] for w in works} for v in variants}
     cpu: dict[str, dict[str, list[float]]] = {v: {w: [] for w in works} for v in libs}
     loads: dict[str, list[float]] = {v: [] for v in libs}
+    # Page cache held after each workload through the mount: the targets' units, the file.
+    cached: dict[str, dict[str, list[dict[str, int]]]] = {v: {w: [] for w in works} for v in libs}
     nbytes: dict[str, int] = {}
     local = state / "local"
     for rep in range(reps):
@@ -282,9 +326,17 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
                     secs[variant][w].append(t)
                     cpu[variant][w].append(c / (n / GiB))
                     loads[variant].append(os.getloadavg()[0])
+                    held = {
+                        "targets": 0 if args.s3_site else tree_resident(state / "t0")
+                        + tree_resident(state / "t1") + tree_resident(state / "t2"),
+                        "mount": resident_bytes(path),
+                    }  # fmt: skip
+                    cached[variant][w].append(held)
                     print(
                         f"rep {rep} {variant} {w:12} {n / t / 1e6:8.1f} MB/s "
-                        f"daemon {c / (n / GiB):.2f} CPU-s/GiB load1 {loads[variant][-1]:.1f}",
+                        f"daemon {c / (n / GiB):.2f} CPU-s/GiB load1 {loads[variant][-1]:.1f} "
+                        f"cached: targets {held['targets'] / MiB:.0f} MiB, "
+                        f"mount {held['mount'] / MiB:.0f} MiB",
                         flush=True,
                     )
                     if w == "read_part":
@@ -310,7 +362,16 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
         "daemon_cpu_s_per_gib_median": {
             v: {w: statistics.median(x) for w, x in cpu[v].items() if x} for v in libs
         },
+        "page_cache_after_mib_median": {
+            v: {
+                w: {k: statistics.median(h[k] for h in x) / MiB for k in ("targets", "mount")}
+                for w, x in cached[v].items()
+                if x
+            }
+            for v in libs
+        },
         "secs": secs,
+        "page_cache_after": cached,
         "daemon_cpu_s_per_gib": cpu,
     }
     lines = [
@@ -320,7 +381,10 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
         + f"; {results['cpus']} cores, load1 median "
         + ", ".join(f"{v} {x:.1f}" for v, x in results["load1_median"].items()),
         f"{'workload':12} {'local MB/s':>11}"
-        + "".join(f" {v + ' MB/s':>12} {'/local':>7} {'CPU-s/GiB':>10}" for v in libs),
+        + "".join(
+            f" {v + ' MB/s':>12} {'/local':>7} {'CPU-s/GiB':>10} {'tgt MiB':>8} {'mnt MiB':>8}"
+            for v in libs
+        ),
     ]
     for w in works:
         line = f"{w:12} {results['mb_s_median']['local'][w]:11.1f}"
@@ -328,6 +392,8 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
             line += (
                 f" {results['mb_s_median'][v][w]:12.1f} {results['ratio_to_local'][v][w]:7.2f}"
                 f" {results['daemon_cpu_s_per_gib_median'][v][w]:10.2f}"
+                f" {results['page_cache_after_mib_median'][v][w]['targets']:8.0f}"
+                f" {results['page_cache_after_mib_median'][v][w]['mount']:8.0f}"
             )
         lines.append(line)
     text = "\n".join(lines)
