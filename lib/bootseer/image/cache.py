@@ -145,11 +145,6 @@ def parse_record(rec: bytes) -> tuple[str, int, int] | None:
     return (raw.hex(), offset, size) if magic == MAGIC else None
 
 
-def padded(size: int) -> int:
-    """A block's room in its pack: whole 4 KiB pages (one for an empty block)."""
-    return room(size)
-
-
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
@@ -357,7 +352,7 @@ class BlockCache:
                 self.dropped_records += 1
                 continue
             block_digest, offset, length = rec
-            last = max(last, offset + padded(length))
+            last = max(last, offset + room(length))
             if block_digest in self._lru:  # written twice (puts that raced): one is enough
                 self._punch(pack, offset, length)
                 continue
@@ -542,7 +537,7 @@ class BlockCache:
                     given[d] = c
             if not new:
                 return
-            need = sum(padded(len(v)) for v in new.values())
+            need = sum(room(len(v)) for v in new.values())
             try:
                 pack = self._pack_for(need)
             except OSError as exc:
@@ -569,7 +564,7 @@ class BlockCache:
         at = start
         for d, v in new.items():
             placed.append((d, at, len(v)))
-            at += padded(len(v))
+            at += room(len(v))
         try:
             # Past the page cache: a piece is read once, by the daemon that asked for it
             # or a peer's sendfile, and fresh page-cache pages cost this VM more than the
@@ -680,7 +675,7 @@ class BlockCache:
 
     def _punch(self, pack: _Pack, offset: int, size: int) -> None:
         try:
-            punch_hole(pack.fd, offset, padded(size))
+            punch_hole(pack.fd, offset, room(size))
         except OSError as exc:
             # No hole punching on this filesystem: the bytes go with their pack.
             self.log(f"cache: cannot free a block's bytes in {pack.path} ({exc.strerror})")
