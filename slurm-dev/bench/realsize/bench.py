@@ -85,6 +85,14 @@ from storehost import stop_http  # noqa: E402
 HTTP_PORT = 8767  # in the store host's namespace: the index, the image and checkpoint copies
 LOCAL = "realsize-bench"  # under each node's local dir
 JOB_LOCAL = f"/var/tmp/slurm-dev-local/{LOCAL}"
+TRASH = ".trash"  # under LOCAL: trees of many files set aside, deleted between points
+# ext4 without a journal (this machine's disk) does not reuse an inode for 60 s after it
+# was freed (300 s more while its inode table block is dirty): each file created then
+# scans past every recently freed inode of its group, and a 16,000-file restore right
+# after the last one was deleted took 15-24 s instead of 4-7. Deletions settle this long
+# (after a syncfs) before a point is timed, so that no path pays for the bench's own.
+SETTLE_S = 61.0
+SETTLE_FILES = 1000  # fewer freed inodes than this (the smoke size's trees) cost nothing
 CKPT_NS = "realsize-bench"
 LINK_PORT = 8768  # the plain TCP transfer between two nodes (the peer link's floor)
 
@@ -315,6 +323,7 @@ class Bench(ClusterJobs):
         self.saved_config: str | None = None
         self.link_bps: float | None = None
         self.train_s = 0.0  # seconds each node "trains" after its first step (profile.py)
+        self.deleted_at = 0.0  # time.monotonic() of the last emptied trash
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -382,11 +391,34 @@ class Bench(ClusterJobs):
         """The warm floor's prefix, uv cache and tar off the nodes."""
         for node in nodes:
             for sub in ("env", "uvcache", "prefix.tar.zst", "scratch"):
-                path = self.local(node) / sub
-                if path.is_dir():
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    path.unlink(missing_ok=True)
+                self.discard(node, sub)
+
+    def discard(self, node: str, sub: str) -> None:
+        """``sub`` of the node's local dir into its trash (a rename: no inode freed yet)."""
+        path = self.local(node) / sub
+        if path.is_symlink() or not path.is_dir():
+            path.unlink(missing_ok=True)
+            return
+        trash = self.local(node) / TRASH
+        trash.mkdir(exist_ok=True)
+        path.rename(trash / f"{sub}.{time.monotonic_ns()}")
+
+    def settle(self, nodes: list[str]) -> None:
+        """Empty the trash (the bench's and the jobs') and wait until the freed inodes
+        no longer count as recently deleted (:data:`SETTLE_S`)."""
+        freed = 0
+        for node in nodes:
+            trash = self.local(node) / TRASH
+            if trash.is_dir():
+                freed += sum(1 + len(files) for _, _, files in os.walk(trash))
+                shutil.rmtree(trash, ignore_errors=True)
+        if freed >= SETTLE_FILES:
+            os.sync()  # the inode tables written out: no longer "dirty" (300 s more)
+            self.deleted_at = time.monotonic()
+        wait = self.deleted_at + SETTLE_S - time.monotonic()
+        if wait > 0:
+            log(f"{freed} deleted files and directories settle: {wait:.0f}s")
+            time.sleep(wait)
 
     def measure_link(self, a: str, b: str) -> None:
         """The node link's floor: a plain TCP stream of ``link_mib`` MiB from ``a`` to ``b``."""
@@ -441,9 +473,10 @@ class Bench(ClusterJobs):
                 devcluster.stop_pid(pid, f"bootseer-agent-{node}")
         for node in nodes:
             d = self.c.dir / "nodes" / node
-            for sub in (d / "cache", self.local(node) / "boot-env", self.local(node) / "full"):
-                shutil.rmtree(sub, ignore_errors=True)
+            shutil.rmtree(d / "cache", ignore_errors=True)  # packs: a few big files
             (d / "cache").mkdir(parents=True, exist_ok=True)
+            for sub in ("boot-env", "full"):
+                self.discard(node, sub)
         for node in nodes:
             self.c.start_agent(node)
             self.cpu.adopt(node, self.c.alive(f"bootseer-agent-{node}"))
@@ -499,8 +532,8 @@ class Bench(ClusterJobs):
         self.room(variant, len(nodes))
         if variant in ("record", "bootseer", "fullcopy"):
             self.cold(nodes)
-        else:
-            self.quiet()
+        self.settle(self.c.s.node_names)
+        self.quiet()
         with Sampler(self.c, self.cpu, nodes, own=True) as sampler:
             t0 = time.time()
             job = self.job(variant, nodes)

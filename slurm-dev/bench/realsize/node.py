@@ -61,6 +61,17 @@ def drop(path: Path) -> None:
         os.close(fd)
 
 
+def discard(path: Path) -> None:
+    """Set a tree aside in LOCAL/.trash (a rename); the bench deletes it between points and
+    lets the freed inodes settle (bench.py's ``SETTLE_S``: ext4 without a journal makes
+    every file created soon after a mass delete scan past the freed inodes)."""
+    if not path.exists():
+        return
+    trash = LOCAL / ".trash"
+    trash.mkdir(exist_ok=True)
+    path.rename(trash / f"{path.name}.{time.monotonic_ns()}")
+
+
 def rchar(pid: int) -> int:
     for line in Path(f"/proc/{pid}/io").read_text().splitlines():
         if line.startswith("rchar:"):
@@ -185,7 +196,7 @@ def first_step(prefix: Path) -> None:
 
 def warm_setup() -> None:
     prefix = LOCAL / "env"
-    shutil.rmtree(prefix, ignore_errors=True)
+    discard(prefix)
     subprocess.run(["sh", "-c", install_cmd(prefix, cache=str(LOCAL / "uvcache"))], check=True)
     subprocess.run(
         ["tar", "-I", "zstd", "-cf", str(LOCAL / "prefix.tar.zst"), "-C", str(prefix), "."],
@@ -209,7 +220,7 @@ def main() -> None:
         image, prefix, ckpt = WORK / "image.sqsh", LOCAL / "env", WORK / "ckpt"
         drop(image)
     elif VARIANT == "fullcopy":
-        shutil.rmtree(full, ignore_errors=True)
+        discard(full)
         (full / "ckpt").mkdir(parents=True)
         image, prefix, ckpt = full / "image.sqsh", full / "env", full / "ckpt"
         mark("start", "image_pull")
@@ -252,13 +263,13 @@ def main() -> None:
             save(ckpt, "ckpt_save")
         return
     if VARIANT == "fullcopy":
-        shutil.rmtree(full, ignore_errors=True)
+        discard(full)
         return
     container(image, "restart")  # the same image again: re-reads (page cache)
     load(ckpt, my_part(), "ckpt_part", cold=True)
     if VARIANT == "warm":
         scratch = LOCAL / "scratch"
-        shutil.rmtree(scratch, ignore_errors=True)
+        discard(scratch)
         scratch.mkdir()
         try:
             if RANK == 0:
@@ -272,13 +283,13 @@ def main() -> None:
                 ["tar", "-I", "zstd", "-xf", str(archive), "-C", str(scratch)], check=True
             )
             emit("tar", t0, time.time(), tree_bytes(scratch))
-            shutil.rmtree(scratch)
+            discard(scratch)
             cmd = install_cmd(scratch, cache=str(LOCAL / "uvcache"), offline=True)
             t0 = time.time()
             subprocess.run(["sh", "-c", cmd], check=True)
             emit("uv_warm", t0, time.time(), tree_bytes(scratch))
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            discard(scratch)
 
 
 if __name__ == "__main__":
