@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from bootseer import digest
 from bootseer.agentapi.client import AgentClient
 from bootseer.agentapi.jobs import FetchPiece
 from bootseer.config import SiteConfig
 from bootseer.context import expand_nodes, fold_nodes
 from bootseer.directio import read_fd
-from bootseer.p2p.owner import owner
+from bootseer.p2p.owner import owner, owner_index
 from bootseer.p2p.via import Via, agent_via
 from tests.imagekit import AgentProc, running_agent, site_config
 from tests.waiting import wait_until
@@ -27,12 +28,13 @@ PIECE = 1 << 20
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[tuple[AgentProc, list[str]]]:
-    """An agent whose store holds KEY: three pieces of random bytes; their digests."""
+    """An agent whose store holds KEY: three pieces of random bytes; their digests
+    (BLAKE3, what a snapshot captured now names its frames by)."""
     (tmp_path / "store" / KEY).parent.mkdir(parents=True)
     pieces = [os.urandom(PIECE) for _ in range(3)]
     (tmp_path / "store" / KEY).write_bytes(b"".join(pieces))
     with running_agent(tmp_path) as a:
-        yield a, [hashlib.sha256(p).hexdigest() for p in pieces]
+        yield a, [digest.of(p) for p in pieces]
 
 
 def _via(base: Path, log: list[str]) -> Via:
@@ -69,7 +71,7 @@ def test_the_agent_passes_the_open_cache_file_and_its_crcs(
             assert len(piece.crcs) == PIECE // (32 << 10)
             assert piece.offset is not None and piece.offset % 4096 == 0
             data = read_fd(fds[0], None, piece.offset, PIECE)
-            assert hashlib.sha256(data).hexdigest() == shas[0]
+            assert digest.matches(data, shas[0])
         finally:
             for fd in fds:
                 os.close(fd)
@@ -85,7 +87,7 @@ def test_the_agent_passes_the_open_cache_file_and_its_crcs(
             try:
                 assert (piece.passed, len(fds)) == (True, 1)
                 data = read_fd(fds[0], None, piece.offset or 0, PIECE)
-                assert hashlib.sha256(data).hexdigest() == sha
+                assert digest.matches(data, sha)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -121,6 +123,24 @@ def test_via_serves_the_piece_and_refuses_a_damaged_cache_file(
     _find_in_packs(tmp_path / "t1" / "cache" / "image" / "packs", want)  # fetched again
 
 
+def test_via_serves_a_frame_named_by_sha256_and_sends_a_refused_ask_to_the_store(
+    agent: tuple[AgentProc, list[str]], tmp_path: Path
+) -> None:
+    """A snapshot captured before BLAKE3 names its frames by SHA-256: the agent fetches,
+    checks and caches them as before. A request the agent refuses (here a digest of an
+    unknown hash; likewise a new prolog's ``digest`` at an agent of the release before,
+    which wants ``sha256``) sends the caller to the store, never fails its restore."""
+    log: list[str] = []
+    via = _via(tmp_path, log)
+    want = (tmp_path / "store" / KEY).read_bytes()[2 * PIECE : 3 * PIECE]
+    old = hashlib.sha256(want).hexdigest()
+    for source in ("store", "cache"):
+        got = via("", KEY, 2 * PIECE, PIECE, old)
+        assert got is not None and bytes(got[0]) == want and got[1] == source
+    assert via("", KEY, 2 * PIECE, PIECE, "blake4:" + old) is None
+    assert any("from the store" in line and "digest" in line for line in log), log
+
+
 def _find_in_packs(packs: Path, want: bytes) -> tuple[Path, int]:
     """The pack holding ``want`` and its offset there (the agent's own, a process apart)."""
     for p in sorted(packs.glob("*.pack")):
@@ -138,7 +158,7 @@ def test_a_piece_of_a_ten_thousand_node_job(
     store. The nodes are named so that this node (t1) owns the piece: no peer is asked."""
     _, shas = agent
     n = 10_000
-    k = int(shas[2][:15], 16) % n  # t1's place in the job's node order
+    k = owner_index(shas[2], n)  # t1's place in the job's node order
     nodes = (*(f"a{i:05d}" for i in range(k)), "t1", *(f"z{i:05d}" for i in range(n - 1 - k)))
     assert expand_nodes(fold_nodes(nodes)) == nodes and owner(shas[2], nodes) == "t1"
     log: list[str] = []

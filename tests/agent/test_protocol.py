@@ -392,6 +392,23 @@ def test_every_request_type_round_trips_and_has_a_handler() -> None:
         assert issubclass(req.reply, Reply) and req.reply is not Reply, req.op
 
 
+def test_a_piece_request_names_its_digest_and_one_from_before_is_refused() -> None:
+    """``FetchPiece.digest`` (BLAKE3, or SHA-256 for what was stored before) was
+    ``sha256``: a request of the release before is refused as malformed, never read
+    with its field missing, and so is a digest of a hash this release does not know. The
+    asker (a prolog, a mount daemon) then reads the store itself."""
+    new = FetchPiece(7, "n[1-4]", "deps/user/a/k/frames", 0, 4096, "blake3:" + "ab" * 32)
+    wire = json.loads(encode(new.to_wire()))
+    assert "sha256" not in wire and parse_request(wire) == new
+    old = {**wire, "sha256": "ab" * 32}
+    del old["digest"]
+    with pytest.raises(AgentBadRequest, match="digest"):
+        parse_request(old)
+    for bad in ("blake4:" + "ab" * 32, "ab" * 31, "sha256:" + "ab" * 32):
+        with pytest.raises(AgentBadRequest, match="piece: digest"):
+            parse_request({**wire, "digest": bad})
+
+
 def test_every_reply_type_round_trips_typed() -> None:
     from bootseer.agentapi.jobs import (
         ByteCounts,

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 from pathlib import Path
 
 import pytest
 
+from bootseer import digest
 from bootseer.ckpt import Namespace
 from bootseer.ckpt.errors import StageFullError
-from bootseer.ckpt.manifest import unit_checksum
+from bootseer.ckpt.manifest import Manifest, unit_checksum
 from bootseer.ckpt.stage import Stage
 from bootseer.ckpt.writer import StripedWriter
 
@@ -224,3 +227,61 @@ def test_a_file_renamed_while_open_commits_under_its_new_name(ns: Namespace, sta
     w.close()
     assert _read(ns, "model.safetensors") == b"weights"
     assert ns.manifest("tmp") is None
+
+
+def _as_written_before_blake3(ns: Namespace, path: str) -> Manifest:
+    """Rewrite ``path``'s manifest as a release before BLAKE3 wrote it: ``checksum``
+    ``sha256``, each unit's digest its SHA-256 in bare hex."""
+    m = ns.manifest(path)
+    assert m is not None
+    units = []
+    for i, (name, _) in enumerate(m.units):
+        unit = ns.store_for(m.target_of(i)).read_bytes(ns.unit_key(m.version, name))
+        units.append([name, hashlib.sha256(unit).hexdigest()])
+    doc = {
+        "format": 1,
+        "version": m.version,
+        "size": m.size,
+        "unit_size": m.unit_size,
+        "checksum": "sha256",
+        "targets": list(m.targets),
+        "units": units,
+        "mtime": m.mtime,
+    }
+    ns.meta.write_bytes(ns.manifest_key(path), json.dumps(doc).encode())
+    old = ns.manifest(path)
+    assert old is not None and old.checksum == "sha256"
+    return old
+
+
+def test_a_checkpoint_written_with_sha256_units_still_reads_and_an_update_is_blake3(
+    ns: Namespace, stage: Stage
+) -> None:
+    data = bytearray(os.urandom(4 * UNIT + 7))
+    with ns.open("f", "wb") as f:
+        f.write(data)
+    assert ns.manifest("f").checksum == "blake3"  # type: ignore[union-attr]
+    old = _as_written_before_blake3(ns, "f")
+    assert _read(ns, "f") == data and ns.verify_file("f") == []  # checked by SHA-256
+    # A damaged unit of it is still caught.
+    unit = ns.unit_key(old.version, old.units[1][0])
+    good = ns.store_for(old.target_of(1)).read_bytes(unit)
+    ns.store_for(old.target_of(1)).write_bytes(unit, b"\0" + good[1:])
+    assert len(ns.verify_file("f")) == 1
+    with ns.open("f") as f, pytest.raises(OSError) as info:
+        f.read()
+    assert info.value.errno == errno.EIO
+    ns.store_for(old.target_of(1)).write_bytes(unit, good)
+    # Updated in place (r+b): one hash per version, so none of its SHA-256 units is
+    # copied; every unit of the new version is named by BLAKE3.
+    w = StripedWriter(ns, "f", base=old, stage=stage)
+    w.pwrite(2 * UNIT + 1, b"patch")
+    data[2 * UNIT + 1 : 2 * UNIT + 6] = b"patch"
+    w.close()
+    assert w.copied == 0
+    new = ns.manifest("f")
+    assert new is not None and new.checksum == "blake3"
+    assert [d for _, d in new.units] == [
+        digest.of(data[i : i + UNIT]) for i in range(0, len(data), UNIT)
+    ]
+    assert _read(ns, "f") == data and ns.verify_file("f") == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import stat
 import tarfile
 from pathlib import Path
@@ -548,3 +549,44 @@ def test_the_walk_after_tar_checks_the_tree_against_the_manifest(
     _spoil(tmp_path / "t", how)
     with pytest.raises(HeaderError, match=match):
         check_tree(str(tmp_path / "t"), entries)
+
+
+def test_a_snapshot_captured_before_blake3_still_restores_and_is_checked(
+    store: Store, scratch: Path
+) -> None:
+    """Format 1, what every snapshot was before: frames named by SHA-256 (bare hex). It
+    restores as it is, and a damaged frame of it is caught by SHA-256."""
+    import hashlib
+    import json
+    from dataclasses import replace
+
+    from bootseer.deps.layout import SnapshotPaths
+    from bootseer.sitekey import DEPS_MANIFEST, seal_with
+
+    needs_root()
+    prefix = scratch / "env"
+    members = [member("a", data=os.urandom(200_000), mode=0o644)]
+    m = publish(store, tar_bytes(members), entries_of(members), prefix=str(prefix))
+    assert json.loads(m.to_json())["format"] == 2
+    assert all(f.digest.startswith("blake3:") for f in m.frames)
+    paths = SnapshotPaths("user/ada", m.key)
+    archive = store.read_bytes(paths.data(m.data))
+    frames = [
+        replace(f, digest=hashlib.sha256(archive[f.offset : f.offset + f.length]).hexdigest())
+        for f in m.frames
+    ]
+    old = replace(m, frames=frames)
+    raw = old.to_json()
+    assert json.loads(raw)["format"] == 1 and json.loads(raw)["frames"][0][3] == frames[0].digest
+    store.write_bytes(paths.manifest, seal_with(KEYS, DEPS_MANIFEST, paths.manifest, raw))
+    got, _ = read_manifest(store, "user/ada", m.key, max_bytes=1 << 30, max_files=10, keys=KEYS)  # type: ignore[misc]
+    assert got.frames == frames
+    req = RestoreRequest(prefix=str(prefix), uid=USER_A, gid=USER_A, timeout=30)
+    restore(store, got, req)
+    assert (prefix / "a").read_bytes() == members[0][1]
+    shutil.rmtree(prefix)
+    damaged = bytearray(archive)
+    damaged[frames[1].offset + 20] ^= 0xFF
+    store.write_bytes(paths.data(m.data), bytes(damaged))
+    with pytest.raises(BootseerError, match="frame 1: checksum mismatch"):
+        restore(store, got, req)

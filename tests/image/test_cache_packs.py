@@ -5,18 +5,21 @@ finds the blocks, and an upgraded agent removes the layout before."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
 import stat
+import struct
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 
 from bootseer.image.blocks import digest
-from bootseer.image.cache import RECORD_BYTES, BlockCache, Where, checked_crcs
+from bootseer.image.cache import RECORD_BYTES, BlockCache, Where, checked_crcs, crcs_match
 
 BLOCK = 256 << 10
 
@@ -108,6 +111,49 @@ def test_a_record_whose_bytes_never_reached_the_disk_fails_its_first_read(tmp_pa
     again = BlockCache(tmp_path / "c", 1 << 30)
     assert d0 in again and again.read(d0, 4096, 10) is None and d0 not in again
     assert again.dropped_bad == 1 and again.read(d1, 0, BLOCK) == bs[d1]
+
+
+def test_a_cache_of_sha256_blocks_from_before_blake3_is_still_read_and_checked(
+    tmp_path: Path,
+) -> None:
+    """An agent upgraded in place keeps its cache: blocks named by SHA-256 (index records
+    ``BSP1``, byte for byte what the release before wrote) are found, checked by SHA-256
+    on their first read, served, and a damaged one is still caught; BLAKE3 blocks put
+    beside them get records of their own (``BSB3``)."""
+    rng = random.Random(7)
+    old = {hashlib.sha256(b).hexdigest(): b for b in (rng.randbytes(BLOCK) for _ in range(3))}
+    new = blocks(2, seed=8)
+    assert all(d.startswith("blake3:") for d in new)
+    cache = BlockCache(tmp_path / "c", 1 << 30)
+    for d, b in {**old, **new}.items():
+        cache.put(d, b)
+    raw = index_of(where(cache, next(iter(old)))).read_bytes()
+    records = [raw[at : at + RECORD_BYTES] for at in range(0, len(raw), RECORD_BYTES)]
+    for (d, b), rec in zip(old.items(), records, strict=False):
+        w = where(cache, d)
+        head = struct.pack("<4s32sQI", b"BSP1", bytes.fromhex(d), w.offset, len(b))
+        head += bytes(RECORD_BYTES - 4 - len(head))
+        assert rec == head + crc32c(head).to_bytes(4, "little")  # the release before's
+    assert [r[:4] for r in records] == [b"BSP1"] * 3 + [b"BSB3"] * 2
+    d_bad, d_good, d_held = old
+    w = where(cache, d_bad)
+    with open(w.path, "r+b") as f:  # damaged on disk while the agent was down
+        f.seek(w.offset + 100)
+        f.write(b"\xff")
+    again = BlockCache(tmp_path / "c", 1 << 30)
+    assert len(again) == 5 and again.dropped_records == 0
+    assert again.read(d_good, 0, BLOCK) == old[d_good]  # its SHA-256 checked
+    assert again.read(d_bad, 0, BLOCK) is None and d_bad not in again
+    assert all(again.read(d, 0, BLOCK) == b for d, b in new.items())
+    opened = again.open_held(d_held)  # served to root's readers by CRC once checked
+    assert opened is None and again.read(d_held, 0, 10) == old[d_held][:10]
+    opened = again.open_held(d_held)
+    assert opened is not None
+    fd, w, crcs = opened
+    os.close(fd)  # opened past the page cache: read here by its name
+    with open(w.path, "rb") as f:
+        f.seek(w.offset)
+        assert crcs_match(crcs, f.read(w.size))
 
 
 def test_eviction_gives_the_disk_back_and_removes_an_empty_pack(tmp_path: Path) -> None:

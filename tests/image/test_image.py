@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import hashlib
 import json
 import os
 import shutil
@@ -19,7 +20,14 @@ from bootseer.config import SiteConfig
 from bootseer.errors import ConfigError, ManifestError, StoreError
 from bootseer.image.blocks import block_range, check_block_size, digest
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import BACKGROUND, NEVER, Fetcher, FetchError, FileSource
+from bootseer.image.fetch import (
+    BACKGROUND,
+    NEVER,
+    Fetcher,
+    FetchError,
+    FileSource,
+    StoreSource,
+)
 from bootseer.image.manifest import Manifest, hash_file, upload_file
 from bootseer.image.prefetch import BackgroundFill, prefetch_hot
 from bootseer.image.registry import (
@@ -419,6 +427,60 @@ def test_gc_deletes_what_no_name_reaches_and_keeps_shared_blocks(tmp_path: Path)
     assert (report.manifests, report.blocks) == (1, 1)
     assert lookup_name(store, "b:1", keys=KEYS) == mb
     assert len(store.list("images/blocks", recursive=True)) == 2
+
+
+def test_an_image_added_before_blake3_is_still_read_checked_and_collected(
+    tmp_path: Path,
+) -> None:
+    """A store written by the release before: a ``bootseer-image/1`` manifest naming
+    SHA-256 blocks, stored where they always were. Its id, blocks and name still hold; its
+    blocks are fetched and checked by SHA-256 (a damaged one refused); an image added now
+    is ``/2``, BLAKE3 blocks under ``images/blocks/blake3/``; gc tells both apart."""
+    from bootseer.image.gc import collect
+    from bootseer.image.manifest import FORMAT_SHA256, save_manifest
+    from bootseer.image.registry import remove_name
+
+    store = open_store(f"file://{tmp_path}/store")
+    data = os.urandom(3 * BS)
+    shas = [hashlib.sha256(data[i : i + BS]).hexdigest() for i in range(0, len(data), BS)]
+    for i, d in enumerate(shas):
+        store.write_bytes(f"images/blocks/{d[:2]}/{d}", data[i * BS : (i + 1) * BS])
+    old_id = hashlib.sha256(
+        f"bootseer-image/1 {len(data)} {BS}\n".encode() + b"".join(d.encode() + b"\n" for d in shas)
+    ).hexdigest()
+    old = Manifest(len(data), BS, tuple(shas), format=FORMAT_SHA256)
+    assert old.id == old_id  # the id the release before gave it
+    save_manifest(store, old, keys=KEYS)
+    tag_image(store, "old:1", old, keys=KEYS)
+    assert lookup_name(store, "old:1", keys=KEYS) == old
+    assert json.loads(old.to_json())["format"] == "bootseer-image/1"
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=2, timeout=3)
+    try:
+        assert fetcher.get(StoreSource(store), old, 1) == data[BS : 2 * BS]
+        store.write_bytes(f"images/blocks/{shas[2][:2]}/{shas[2]}", b"\0" * BS)  # damaged
+        with pytest.raises(FetchError, match="digest mismatch"):
+            fetcher.get(StoreSource(store), old, 2)
+    finally:
+        fetcher.stop()
+    # A /1 manifest naming a BLAKE3 block is none the release before wrote: refused.
+    forged = old.to_json().replace(shas[0].encode(), digest(data[:BS]).encode())
+    with pytest.raises(ManifestError, match="not SHA-256"):
+        Manifest.from_json(forged)
+    f = tmp_path / "same.sqsh"
+    f.write_bytes(data)
+    new = upload_file(store, str(f), BS, keys=KEYS)
+    assert new.format == "bootseer-image/2" and new.id != old.id
+    assert all(d.startswith("blake3:") for d in new.blocks)
+    tag_image(store, "new:1", new, keys=KEYS)
+    keys_now = {o.key for o in store.list("images/blocks", recursive=True)}
+    assert len(keys_now) == 6 and sum("/blake3/" in k for k in keys_now) == 3
+    assert collect(store, grace=0).blocks == 0
+    remove_name(store, "old:1")
+    report = collect(store, grace=0)
+    assert (report.manifests, report.blocks) == (1, 3)
+    left = {o.key for o in store.list("images/blocks", recursive=True)}
+    assert left == {k for k in keys_now if "/blake3/" in k}
+    assert lookup_name(store, "new:1", keys=KEYS) == new
 
 
 def test_the_background_fill_is_paced_to_its_rate(tmp_path: Path) -> None:

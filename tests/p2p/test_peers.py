@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import signal
 import socket
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bootseer import digest
 from bootseer.p2p.auth import job_token, prove
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.imagesource import PeerSource
@@ -40,11 +40,14 @@ LIB = Path(__file__).resolve().parents[2] / "lib"
 TIMEOUT = 60.0  # a piece's timeout far beyond any wait a test expects, loaded or not
 
 
-def piece_owned_by(node: str, nodes: tuple[str, ...]) -> tuple[str, bytes]:
-    """Some bytes whose digest ``owner`` gives to ``node``."""
+def piece_owned_by(
+    node: str, nodes: tuple[str, ...], algorithm: digest.Algorithm = digest.CURRENT
+) -> tuple[str, bytes]:
+    """Some bytes whose digest (BLAKE3 unless told: what new pieces are named by)
+    ``owner`` gives to ``node``."""
     while True:
         data = os.urandom(64 << 10)
-        d = hashlib.sha256(data).hexdigest()
+        d = digest.of(data, algorithm)
         if owner(d, nodes) == node:
             return d, data
 
@@ -123,8 +126,14 @@ def test_an_address_outside_the_job_is_refused(serve: Callable[..., PeerServer])
     assert server.refused == 1 and "refused" in swarm.stats.dropped["n1"]
 
 
-def test_bad_bytes_are_refused_and_the_peer_dropped(serve: Callable[..., PeerServer]) -> None:
-    d, data = piece_owned_by("n1", ("n1", "n2"))
+@pytest.mark.parametrize("algorithm", digest.ALGORITHMS)
+def test_bad_bytes_are_refused_and_the_peer_dropped(
+    serve: Callable[..., PeerServer], algorithm: digest.Algorithm
+) -> None:
+    """A BLAKE3 piece, and one of a store written before (SHA-256): a flipped bit fails
+    either's check on receipt."""
+    d, data = piece_owned_by("n1", ("n1", "n2"), algorithm)
+    assert digest.algorithm(d) == algorithm
     bad = bytes([data[0] ^ 1]) + data[1:]
     server = serve({JOB: ServedJob(LOOPBACK, provider({d: bad}))})
     swarm = swarm_to(server.port)

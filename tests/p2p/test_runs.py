@@ -10,7 +10,6 @@ prefetches through :class:`PeerSource` and its own fetcher and cache.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from bootseer import digest
 from bootseer.image.blocks import block_key
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import DEMAND, PREFETCH, Fetcher, StoreSource
@@ -41,12 +41,12 @@ RUN = 8 * BS  # runs of 8 blocks
 
 
 def image_of_n1(store: Store, n: int) -> tuple[Manifest, dict[str, bytes]]:
-    """An image of ``n`` distinct blocks, every one owned by n1 (so n2 asks n1 for all),
-    its blocks in the store."""
+    """An image of ``n`` distinct blocks (named by BLAKE3, as an image added now is),
+    every one owned by n1 (so n2 asks n1 for all), its blocks in the store."""
     blocks: dict[str, bytes] = {}
     while len(blocks) < n:
         data = os.urandom(BS)
-        d = hashlib.sha256(data).hexdigest()
+        d = digest.of(data)
         if owner(d, ("n1", "n2")) == "n1":
             blocks[d] = data
             store.write_bytes(block_key(d), data)

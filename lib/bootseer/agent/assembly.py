@@ -179,21 +179,21 @@ class Agent:
                 swarm = self.peers.join(req.job_id, _job_nodes(req.nodelist))
             except ContextError as exc:
                 raise AgentBadRequest(str(exc)) from None
-        loc = Located(req.target, req.key, req.offset, req.length, req.sha256)
+        loc = Located(req.target, req.key, req.offset, req.length, req.digest)
         try:
             held = self.pieces.held(loc, local=True) if req.pass_file else None
             if held is None:
                 _, source = self.pieces.get(
                     swarm, loc, req.priority, self.cfg.image.fetch_timeout, local=True
                 )
-                opened = self.cache.open_held(req.sha256) if req.pass_file else None
+                opened = self.cache.open_held(req.digest) if req.pass_file else None
                 held = (*opened, source) if opened is not None else None
         except PeerError as exc:
             raise AgentError(str(exc)) from None
         if held is None:
-            # The caller reads it by the pack's name (and checks its SHA-256); "": the
+            # The caller reads it by the pack's name (and checks its digest); "": the
             # disk did not take it, the caller reads the store.
-            where = self.cache.locate(req.sha256)
+            where = self.cache.locate(req.digest)
             if where is None or where.size != req.length:
                 return PieceFile("", source, req.length, offset=0), None
             return PieceFile(str(where.path), source, req.length, offset=where.offset), None

@@ -132,7 +132,7 @@ class PieceFile(Reply):
     alone. ``passed``: the file came with the reply, opened (``SCM_RIGHTS``), with the
     CRC-32C of each 32 KiB the agent recorded when it verified the piece
     (:class:`~bootseer.image.cache.BlockCache`): the caller checks what it reads against
-    those, not the SHA-256 again."""
+    those, not the digest again."""
 
     path: str
     source: PieceSource
@@ -273,8 +273,10 @@ class Prepare(JobRequest[JobReply]):
 @dataclass(frozen=True)
 class FetchPiece(JobRequest[PieceFile]):
     """A piece outside any image (a snapshot frame: ``length`` bytes of store object
-    ``key`` at ``offset``, with SHA-256 ``sha256``) for the job's prolog, through the
-    job's peers; the agent answers with where its cache holds it (a pack, an offset)."""
+    ``key`` at ``offset``, with digest ``digest``, :mod:`bootseer.digest`) for the job's
+    prolog, through the job's peers; the agent answers with where its cache holds it (a
+    pack, an offset). The field was ``sha256`` before BLAKE3: an agent of that release
+    refuses this request (a field missing) and the asker reads the store itself."""
 
     op = "piece"
     root_only = True
@@ -282,7 +284,7 @@ class FetchPiece(JobRequest[PieceFile]):
     key: str
     offset: Whole
     length: Annotated[int, Bounds(1)]
-    sha256: str
+    digest: str
     priority: Annotated[int, Bounds(0, 3)] = 1
     target: str = ""  # a checkpoint target's URI; "" for the main store
     # Whose the job is, from the prolog's Slurm environment (-1: not said): the agent
@@ -292,3 +294,12 @@ class FetchPiece(JobRequest[PieceFile]):
     # Pass the cache's pack, opened, with the reply, and the piece's CRCs (an agent from
     # before ignores this and names the file alone).
     pass_file: bool = False
+
+    def checked(self) -> Self:
+        from bootseer.digest import split
+
+        try:
+            split(self.digest)
+        except ValueError as exc:
+            raise DecodeError(f"digest: {exc}") from None
+        return self

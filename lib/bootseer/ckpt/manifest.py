@@ -3,9 +3,15 @@
 A manifest is a small JSON object under the file's key on the first target::
 
     {"format": 1, "version": "20261121T101500-3f2a9c1e0b7d", "size": 20971520,
-     "unit_size": 8388608, "checksum": "sha256",
+     "unit_size": 8388608, "checksum": "blake3",
      "targets": ["file:///a", "file:///b"],
-     "units": [["0", "<hex>"], ["1", "<hex>"], ["2", "<hex>"]]}
+     "units": [["0", "blake3:<hex>"], ["1", "blake3:<hex>"], ["2", "blake3:<hex>"]]}
+
+``checksum`` names the hash of every unit's digest (:mod:`bootseer.digest`): ``blake3``
+for what is written now, each unit's digest in its named form; ``sha256`` for what was
+written before BLAKE3 (bare hex), read and checked as it is. One hash per version: an
+update of a SHA-256 version copies none of its units into the new one (it rewrites them,
+hashed anew). A release before BLAKE3 refuses a ``blake3`` manifest by its checksum.
 
 Unit ``i`` lives on ``targets[i % len(targets)]`` under ``units/<version>/<name>``;
 its length follows from ``size`` and ``unit_size``. A name is the index, or
@@ -28,28 +34,28 @@ every field and refuses targets the site config does not list.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
 import uuid
 from dataclasses import dataclass
 
+from bootseer import digest as digests
 from bootseer import jsonlimits
 from bootseer.errors import ManifestError
 
 FORMAT = 1
-CHECKSUM = "sha256"
+CHECKSUM: digests.Algorithm = digests.CURRENT  # the hash new units are named by
 MAX_UNIT_SIZE = 1 << 30
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_TARGETS = 256
 _VERSION = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{12}$")
 _UNIT_NAME = re.compile(r"^([0-9]{1,12})(\.[0-9]{1,9})?$")
-_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 def unit_checksum(data: bytes | bytearray | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
+    """The digest a new unit is named by."""
+    return digests.of(data, CHECKSUM)
 
 
 def new_version() -> str:
@@ -63,9 +69,13 @@ class Manifest:
     size: int
     unit_size: int
     targets: tuple[str, ...]
-    units: tuple[tuple[str, str], ...]  # (name, checksum) per unit, in order
-    checksum: str = CHECKSUM
+    units: tuple[tuple[str, str], ...]  # (name, digest) per unit, in order
     mtime: float = 0.0  # seconds since the epoch when the version was committed
+
+    @property
+    def checksum(self) -> digests.Algorithm:
+        """The hash the units' digests are made by (one per version; :func:`parse`)."""
+        return digests.algorithm(self.units[0][1]) if self.units else CHECKSUM
 
     @property
     def unit_count(self) -> int:
@@ -145,7 +155,8 @@ def parse_node(raw: bytes, allowed_targets: set[str] | frozenset[str]) -> Manife
     _need(isinstance(version, str) and bool(_VERSION.match(version)), f"version {version!r}")
     _need(type(size) is int and size >= 0, f"size {size!r}")
     _need(type(unit_size) is int and 0 < unit_size <= MAX_UNIT_SIZE, f"unit_size {unit_size!r}")
-    _need(doc.get("checksum") == CHECKSUM, f"checksum {doc.get('checksum')!r}")
+    checksum = doc.get("checksum")
+    _need(checksum in digests.ALGORITHMS, f"checksum {checksum!r}, not one of {digests.ALGORITHMS}")
     targets = doc.get("targets")
     _need(isinstance(targets, list) and 0 < len(targets) <= MAX_TARGETS, "targets")
     for t in targets:
@@ -163,7 +174,7 @@ def parse_node(raw: bytes, allowed_targets: set[str] | frozenset[str]) -> Manife
         name, digest = u
         m = _UNIT_NAME.match(name) if isinstance(name, str) else None
         _need(m is not None and int(m.group(1)) == i, f"unit {i} name {name!r}")
-        _need(isinstance(digest, str) and bool(_HEX.match(digest)), f"unit {i} checksum")
+        _need(digests.valid(digest) and digests.algorithm(digest) == checksum, f"unit {i} checksum")
         out.append((name, digest))
     mtime = doc.get("mtime", 0.0)
     _need(isinstance(mtime, int | float), "mtime")

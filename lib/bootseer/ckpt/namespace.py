@@ -25,8 +25,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, overload
 
+from bootseer import digest as digests
 from bootseer.ckpt.layout import Layout
-from bootseer.ckpt.manifest import Manifest, Symlink, unit_checksum
+from bootseer.ckpt.manifest import Manifest, Symlink
 from bootseer.ckpt.names import check_link, check_path
 from bootseer.errors import StoreError, describe
 from bootseer.store import TMP_PREFIX
@@ -205,7 +206,7 @@ class Namespace(Layout):
                 problems.append(
                     f"{path}: unit {i} on {store.uri}: {len(data)} bytes, want {m.unit_length(i)}"
                 )
-            elif unit_checksum(data) != digest:
+            elif not digests.matches(data, digest):
                 problems.append(f"{path}: unit {i} on {store.uri}: checksum mismatch")
             if progress:
                 progress(len(data))

@@ -25,8 +25,9 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from bootseer import digest as digests
 from bootseer.ckpt.errors import CkptError, CkptIOError
-from bootseer.ckpt.manifest import Manifest, unit_checksum
+from bootseer.ckpt.manifest import Manifest
 from bootseer.directio import Buffers
 from bootseer.errors import StoreError
 
@@ -268,7 +269,7 @@ class StripedReader(io.RawIOBase):
                 f"{self.name}: unit {index} on target {uri} is damaged: {len(unit_data)} bytes, "
                 f"the manifest says {want}"
             )
-        if self.ns.verify and unit_checksum(unit_data) != digest:
+        if self.ns.verify and not digests.matches(unit_data, digest):
             self.ns.corrupt_units += 1
             raise CkptIOError(
                 f"{self.name}: unit {index} on target {uri} is corrupt: its checksum does not "

@@ -19,13 +19,13 @@ stops a decompression bomb.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
 import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 
+from bootseer import digest as digests
 from bootseer.deps.manifest import Frame
 from bootseer.errors import ManifestError, describe
 
@@ -87,7 +87,7 @@ def encode_stream(
             raw, fut = window.popleft()
             data = fut.result()
             write(data)
-            frames.append(Frame(offset, len(data), raw, hashlib.sha256(data).hexdigest()))
+            frames.append(Frame(offset, len(data), raw, digests.of(data)))
             offset += len(data)
             raw_total += raw
             if progress:
@@ -118,7 +118,7 @@ def decode_frame(data: bytes, frame: Frame, index: int, max_raw: int | None = No
         )
     if len(data) != frame.length:
         raise ManifestError(f"frame {index}: got {len(data)} of {frame.length} bytes (truncated)")
-    if hashlib.sha256(data).hexdigest() != frame.sha256:
+    if not digests.matches(data, frame.digest):
         raise ManifestError(f"frame {index}: checksum mismatch (corrupted)")
     try:
         declared = zstandard.frame_content_size(data)

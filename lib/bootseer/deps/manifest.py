@@ -1,10 +1,14 @@
 """The snapshot manifest: what the archive holds and how to check it.
 
-It names the archive object, lists its zstd frames (offset, length, uncompressed
-size, sha256 of the compressed bytes) and every entry of the tar stream in order
-(name, type, size, link target). Restore trusts none of it blindly: it is parsed
-strictly and held against limits before a byte of the archive is fetched, and the
-archive is held against it while it is extracted.
+It names the archive object, lists its zstd frames (offset, length, uncompressed size,
+digest of the compressed bytes) and every entry of the tar stream in order (name, type,
+size, link target). Format 2 names frames by BLAKE3 (``blake3:<hex>``,
+:mod:`bootseer.digest`); format 1, every snapshot captured before, by SHA-256 (bare
+hex), and is restored as it is. A release before format 2 takes a format-2 manifest for
+a broken one: it drops it, the job installs and its epilog captures anew (in format 1,
+which this release restores). Restore trusts none of it blindly: it is parsed strictly
+and held against limits before a byte of the archive is fetched, and the archive is held
+against it while it is extracted.
 
     >>> m = Manifest(key="0" * 32, base="1" * 32, scope="user/ada", prefix="/tmp/v",
     ...              data="data-" + "2" * 16 + ".tar.zst", frames=[], entries=[])
@@ -15,20 +19,20 @@ archive is held against it while it is extracted.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from bootseer import digest as digests
 from bootseer import jsonlimits
 from bootseer.deps.layout import is_data_name, is_key
 from bootseer.errors import ManifestError
 
-FORMAT = 1
+FORMAT = 2  # frames named by any digest (new ones: BLAKE3)
+FORMAT_SHA256 = 1  # frames named by SHA-256 alone: what every release writes that knows no other
 MAX_MANIFEST = 512 << 20
 MAX_FRAME_BYTES = 64 << 20  # deps.max_frame_bytes's default
 ENTRY_TYPES = ("f", "d", "l", "h")  # file, directory, symlink, hard link
-_SHA = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -36,7 +40,7 @@ class Frame:
     offset: int  # in the archive object
     length: int  # compressed bytes
     raw: int  # uncompressed bytes
-    sha256: str  # of the compressed bytes
+    digest: str  # of the compressed bytes (bootseer.digest)
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,9 @@ class Manifest:
 
     def to_json(self) -> bytes:
         d = asdict(self)
-        d["format"] = FORMAT
-        d["frames"] = [[f.offset, f.length, f.raw, f.sha256] for f in self.frames]
+        sha256 = all(digests.algorithm(f.digest) == "sha256" for f in self.frames)
+        d["format"] = FORMAT_SHA256 if sha256 else FORMAT
+        d["frames"] = [[f.offset, f.length, f.raw, f.digest] for f in self.frames]
         d["entries"] = [[e.name, e.type, e.size, e.link] for e in self.entries]
         return json.dumps(d, separators=(",", ":")).encode()
 
@@ -135,8 +140,9 @@ def check_name(name: str) -> str:
 
 
 def _parse(d: Any, *, max_bytes: int, max_files: int, max_frame_bytes: int) -> Manifest:
-    if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise ManifestError(f"not a format-{FORMAT} snapshot manifest")
+    form = d.get("format") if isinstance(d, dict) else None
+    if form not in (FORMAT_SHA256, FORMAT):
+        raise ManifestError(f"not a format-{FORMAT_SHA256} or format-{FORMAT} snapshot manifest")
     key, base, data = _str(d, "key"), _str(d, "base"), _str(d, "data")
     if not is_key(key) or not is_key(base):
         raise ValueError("key and base must be 32 hex digits")
@@ -148,15 +154,17 @@ def _parse(d: Any, *, max_bytes: int, max_files: int, max_frame_bytes: int) -> M
     frames = []
     offset = 0
     for i, raw in enumerate(d["frames"]):
-        off, length, size, sha = raw
+        off, length, size, named = raw
         f = Frame(
             _int(off, "frame offset"),
             _int(length, "frame length"),
             _int(size, "frame size"),
-            str(sha),
+            str(named),
         )
-        if f.offset != offset or f.length == 0 or f.raw == 0 or not _SHA.match(f.sha256):
+        if f.offset != offset or f.length == 0 or f.raw == 0 or not digests.valid(f.digest):
             raise ManifestError(f"frame {i} is not contiguous or lacks a checksum")
+        if form == FORMAT_SHA256 and digests.algorithm(f.digest) != "sha256":
+            raise ManifestError(f"frame {i} of a format-{FORMAT_SHA256} manifest is not SHA-256")
         if f.raw > max_frame_bytes:
             raise ManifestError(
                 f"frame {i} unpacks to {f.raw} bytes, more than "

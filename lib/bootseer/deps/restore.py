@@ -186,7 +186,7 @@ def drop_snapshot(
         store.delete(ref_path(scope, base))
 
 
-# (store key, offset, length, sha256) -> (the frame's bytes, "peer"/"store"/"cache"), or
+# (store key, offset, length, digest) -> (the frame's bytes, "peer"/"store"/"cache"), or
 # None: read it from the store here. The prolog's way to the job's peers (the agent).
 FrameVia = Callable[[str, int, int, str], tuple[bytes, str] | None]
 
@@ -238,11 +238,11 @@ def restore(
         stored()
     fetched = peer_bytes = 0
     lock = threading.Lock()
-    sha_at = {f.offset: f.sha256 for f in manifest.frames}
+    digest_at = {f.offset: f.digest for f in manifest.frames}
 
     def fetch(offset: int, length: int) -> bytes:
         nonlocal fetched, peer_bytes
-        got = via(data_key, offset, length, sha_at[offset]) if via is not None else None
+        got = via(data_key, offset, length, digest_at[offset]) if via is not None else None
         if got is None:
             got = bytes(stored().read_at(length, offset)), "store"
         data, source = got

@@ -292,8 +292,8 @@ def _via_peers(call: StepCall) -> FrameVia | None:
     if via is None:
         return None
 
-    def frame(key: str, offset: int, length: int, sha: str) -> tuple[bytes, str] | None:
-        got = via("", key, offset, length, sha)
+    def frame(key: str, offset: int, length: int, digest: str) -> tuple[bytes, str] | None:
+        got = via("", key, offset, length, digest)
         # Out of the via's buffer, which it hands out again once dropped: the decoder
         # threads hold frames past the next fetch.
         return None if got is None else (bytes(got[0]), got[1])

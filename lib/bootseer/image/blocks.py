@@ -2,10 +2,16 @@
 
 An image of ``size`` bytes is cut into ``ceil(size / block_size)`` blocks; every block
 but the last is ``block_size`` long. A block is stored once in the store under its
-SHA-256, however many images hold it::
+digest (:mod:`bootseer.digest`), however many images hold it: a BLAKE3 one under
+``blake3/``, as OCI lays out blobs by algorithm; a SHA-256 one (images added before
+BLAKE3) where it always was::
 
     >>> block_key("ab" + "0" * 62)
     'images/blocks/ab/ab00000000000000000000000000000000000000000000000000000000000000'
+    >>> block_key("blake3:cd" + "0" * 62)[:35]
+    'images/blocks/blake3/cd/cd000000000'
+    >>> key_digest(block_key("blake3:cd" + "0" * 62)) == "blake3:cd" + "0" * 62
+    True
     >>> list(block_range(0, 10, 4))  # blocks touched by a 10-byte read at 0
     [0, 1, 2]
 
@@ -17,24 +23,36 @@ each, which per-request overhead and link latency make dear.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Iterator
+
+from bootseer import digest as digests
 
 DEFAULT_BLOCK_SIZE = 256 << 10
 MIN_BLOCK_SIZE = 64 << 10
 MAX_BLOCK_SIZE = 64 << 20
 # The most blocks one run (one request to a peer) names: 8 MiB of the smallest blocks.
 MAX_RUN_BLOCKS = 128
-DIGEST = re.compile(r"^[0-9a-f]{64}$")
+BLOCKS = "images/blocks"  # the store's blocks, of every image
 
 
 def digest(data: bytes | memoryview) -> str:
-    return hashlib.sha256(data).hexdigest()
+    """The digest a new block is named by."""
+    return digests.of(data)
 
 
 def block_key(block_digest: str) -> str:
-    return f"images/blocks/{block_digest[:2]}/{block_digest}"
+    algorithm, hex_digits = digests.split(block_digest)
+    if algorithm == "sha256":
+        return f"{BLOCKS}/{hex_digits[:2]}/{hex_digits}"
+    return f"{BLOCKS}/{algorithm}/{hex_digits[:2]}/{hex_digits}"
+
+
+def key_digest(key: str) -> str | None:
+    """The digest of the block at store key ``key`` (:func:`block_key`'s inverse), None
+    if the key is not one a block is stored under."""
+    parts = key.removeprefix(BLOCKS + "/").split("/")
+    name = parts[-1] if len(parts) == 2 else f"{parts[0]}:{parts[-1]}"
+    return name if digests.valid(name) and block_key(name) == key else None
 
 
 def block_count(size: int, block_size: int) -> int:

@@ -3,26 +3,29 @@
 Layout: blocks are appended to a few large files, ``<cache_dir>/packs/<n>.pack`` (1 GiB
 each, ``SEGMENT_BYTES``), each block at a 4 KiB-aligned offset (zero-padded to the next
 one). Beside each pack, ``<n>.idx`` holds one 64-byte record per block (its digest,
-offset and size, and the record's own CRC-32C), appended once the block's bytes are
+offset and size, and the record's own CRC-32C; the record's magic says which hash the
+digest is: ``BSP1`` SHA-256, ``BSB3`` BLAKE3), appended once the block's bytes are
 written: an agent that restarts reads the records and finds its blocks. A file created
 and renamed per 256 KiB block cost ext4 39% of the peer receiver's CPU
 (docs/performance.md); a pack costs one write per block and one 64-byte append.
 
-A block is put only after the caller checked its SHA-256, so a block in the cache held
+A block is put only after the caller checked its digest, so a block in the cache held
 the right bytes once. Every read from the disk checks what it read again, so bytes
 damaged on disk (a flipped bit, a bad sector, a stray write) are never served: the block
 is dropped and fetched again. The check is a CRC-32C (the ``crc32c`` package: the
 CPU's own instruction, 0.06 CPU-s per GiB here against zlib's CRC-32 at 0.28) of each
 32 KiB piece of the block (``CHECK_CHUNK``), which the cache records in memory when it
 writes the block: a read reads and checks the pieces it touches, not the whole block (a 128 KiB
-FUSE request of a 256 KiB block used to read and check 256 KiB). Not the SHA-256 that
-names it: ~8x slower here (docs/image.md has the figures), and the cache (root's alone,
-0700, its files 0600) guards against damage, not an adversary. Blocks found on disk when
-the agent starts (a restart keeps the cache) have no CRCs yet: their first read checks
-the SHA-256 of the whole block, then records them. What a crash half-wrote is never
-trusted: an index record whose CRC fails (torn), or whose block lies past its pack's end
-(a pack shorter than its index), is dropped; a block whose record survived but whose
-bytes did not fails its SHA-256 on first read.
+FUSE request of a 256 KiB block used to read and check 256 KiB). Not the digest that
+names it: SHA-256 ~8x slower here, BLAKE3 2x (docs/image.md has the figures), and the
+cache (root's alone, 0700, its files 0600) guards against damage, not an adversary.
+Blocks found on disk when the agent starts (a restart keeps the cache) have no CRCs
+yet: their first read checks the digest of the whole block (SHA-256 or BLAKE3, as it
+is named), then records them. What a crash half-wrote is never trusted: an index
+record whose CRC fails (torn), or whose block lies past its pack's end (a pack shorter
+than its index), is dropped; a block whose record survived but whose bytes did not
+fails its digest on first read. An agent of a release before BLAKE3 reads ``BSB3``
+records as none of its own: it drops them (and fetches those blocks again).
 
 A restarted agent appends to a new pack, never to one it found. Eviction is
 least-recently-used among blocks that no running job's image holds (those are *pinned*);
@@ -36,8 +39,8 @@ block, ``<cache_dir>/blocks/``) is removed when the agent starts: its blocks are
 again as needed::
 
     >>> cache = BlockCache(Path("/tmp/doc-cache"), cap_bytes=1 << 30)
-    >>> cache.put(digest(b"x"), b"x")
-    >>> cache.read(digest(b"x"), 0, 1)
+    >>> cache.put(digests.of(b"x"), b"x")
+    >>> cache.read(digests.of(b"x"), 0, 1)
     b'x'
 """
 
@@ -48,7 +51,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import hashlib
 import os
 import re
 import shutil
@@ -62,8 +64,8 @@ from pathlib import Path
 
 from crc32c import crc32c
 
+from bootseer import digest as digests
 from bootseer.directio import DIRECT_ALIGN, pwritev_padded, room
-from bootseer.image.blocks import digest
 
 CHECK_CHUNK = 32 << 10  # a CRC-32 per this many bytes of a block (the last piece: shorter)
 SEGMENT_BYTES = 1 << 30  # a pack takes blocks until it is this long, then the next one
@@ -71,11 +73,13 @@ SEGMENT_BYTES = 1 << 30  # a pack takes blocks until it is this long, then the n
 # takes a file's lock exclusively for a direct write that extends it, shared for one into
 # allocated space, so the fetch workers' writes no longer queue on each other.
 AHEAD_BYTES = 16 << 20
-# An index record: magic, the block's SHA-256, its offset and size in the pack; then zeros
-# up to the CRC-32C of the record's first 60 bytes, in its last 4.
+# An index record: magic, the block's digest (32 bytes), its offset and size in the pack;
+# then zeros up to the CRC-32C of the record's first 60 bytes, in its last 4. The magic
+# names the digest's hash.
 RECORD = struct.Struct("<4s32sQI")
 RECORD_BYTES = 64
-MAGIC = b"BSP1"
+MAGICS: dict[digests.Algorithm, bytes] = {"sha256": b"BSP1", "blake3": b"BSB3"}
+_ALGORITHM_OF = {magic: algorithm for algorithm, magic in MAGICS.items()}
 _PACK_NAME = re.compile(r"(\d{8})\.(pack|idx)")
 _OLD_LAYOUT = "blocks"  # the layout before: a file per block, <cache>/blocks/<aa>/<digest>
 
@@ -87,11 +91,11 @@ def chunk_crcs(data: bytes | bytearray | memoryview) -> array[int]:
 
 
 def checked_crcs(data: memoryview, block_digest: str) -> array[int] | None:
-    """The block's :func:`chunk_crcs` if its SHA-256 is ``block_digest``, else None: the
+    """The block's :func:`chunk_crcs` if its digest is ``block_digest``, else None: the
     CRCs taken right after the hash read the block, while its bytes are still in the
     CPU's cache (a second pass over a run's 8 MiB after all its hashes cost 0.1 CPU-s per
     GiB more here)."""
-    if hashlib.sha256(data).hexdigest() != block_digest:
+    if not digests.matches(data, block_digest):
         return None
     return chunk_crcs(data)
 
@@ -132,7 +136,8 @@ def _pieces_ok(crcs: Sequence[int], lo: int, parts: tuple[memoryview, ...]) -> b
 
 
 def index_record(block_digest: str, offset: int, size: int) -> bytes:
-    head = RECORD.pack(MAGIC, bytes.fromhex(block_digest), offset, size)
+    algorithm, hex_digits = digests.split(block_digest)
+    head = RECORD.pack(MAGICS[algorithm], bytes.fromhex(hex_digits), offset, size)
     head += bytes(RECORD_BYTES - 4 - len(head))
     return head + crc32c(head).to_bytes(4, "little")
 
@@ -142,7 +147,8 @@ def parse_record(rec: bytes) -> tuple[str, int, int] | None:
     if len(rec) != RECORD_BYTES or crc32c(rec[:-4]) != int.from_bytes(rec[-4:], "little"):
         return None
     magic, raw, offset, size = RECORD.unpack_from(rec)
-    return (raw.hex(), offset, size) if magic == MAGIC else None
+    algorithm = _ALGORITHM_OF.get(magic)
+    return (digests.join(algorithm, raw.hex()), offset, size) if algorithm else None
 
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -377,7 +383,7 @@ class BlockCache:
 
     def locate(self, block_digest: str) -> Where | None:
         """Where the block's bytes lie, if it is here (for a reader that checks them: a
-        peer's sendfile, whose receiver checks the SHA-256)."""
+        peer's sendfile, whose receiver checks the digest)."""
         with self._lock:
             entry = self._lru.get(block_digest)
             if entry is None:
@@ -461,7 +467,7 @@ class BlockCache:
         filesystem allows), where the block lies in it, and its piece CRCs: for another
         of root's processes, which reads the block and checks it (:func:`crcs_match`), so
         that this one reads nothing. None if the block is not here, or has no CRCs yet
-        (kept from before a restart: :meth:`read` checks its SHA-256 and records them).
+        (kept from before a restart: :meth:`read` checks its digest and records them).
         The caller closes the file."""
         with self._lock:
             entry = self._lru.get(block_digest)
@@ -496,7 +502,7 @@ class BlockCache:
 
     def _verify(self, block_digest: str, entry: _Entry) -> bytes | None:
         data = os.pread(entry.pack.fd, entry.size, entry.offset)
-        if len(data) != entry.size or digest(data) != block_digest:
+        if len(data) != entry.size or not digests.matches(data, block_digest):
             self._bad(block_digest, entry)
             return None
         with self._lock:

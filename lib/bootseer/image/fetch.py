@@ -42,8 +42,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from bootseer import digest as digests
 from bootseer.errors import BootseerError, describe
-from bootseer.image.blocks import block_key, digest
+from bootseer.image.blocks import block_key
 from bootseer.image.cache import BlockCache
 from bootseer.image.manifest import Manifest
 from bootseer.store import Store
@@ -608,7 +609,7 @@ class Fetcher:
                 )
                 # A source that verified the bytes itself (PeerSource) says so: hash once.
                 matches = getattr(job.source, "matches", None)
-                if matches(data, job.digest) if matches else digest(data) == job.digest:
+                if matches(data, job.digest) if matches else digests.matches(data, job.digest):
                     self.cache.put(job.digest, data)
                     with self._cond:
                         self._count(job, len(data))

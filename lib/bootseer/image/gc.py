@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from bootseer.errors import StoreError
+from bootseer.image.blocks import BLOCKS, key_digest
 from bootseer.image.manifest import load_manifest
 from bootseer.image.registry import list_names, list_paths
 from bootseer.store import Store
@@ -51,8 +52,8 @@ def collect(store: Store, grace: float = 3600.0, dry_run: bool = False) -> GcRep
             report.traces += 1
             if not dry_run:
                 store.delete(obj.key)
-    for obj in store.list("images/blocks", recursive=True):
-        if obj.key.rsplit("/", 1)[1] in keep_blocks or now - obj.mtime < grace:
+    for obj in store.list(BLOCKS, recursive=True):
+        if key_digest(obj.key) in keep_blocks or now - obj.mtime < grace:
             report.kept_blocks += 1
             continue
         report.blocks += 1

@@ -4,8 +4,13 @@ The image's id is the SHA-256 of the manifest's canonical form, so the id names 
 content exactly and a trace recorded for one id never applies to another image::
 
     >>> m = Manifest(size=5, block_size=65536, blocks=(digest(b"hello"),))
-    >>> m.block_length(0), len(m.id)
-    (5, 64)
+    >>> m.block_length(0), len(m.id), m.format
+    (5, 64, 'bootseer-image/2')
+
+``bootseer-image/2`` names its blocks by BLAKE3 (``blake3:<hex>``, :mod:`bootseer.digest`);
+``bootseer-image/1``, what images added before were, by SHA-256 (bare hex), and is read
+as it is: its id, blocks and traces stay what they were. An agent of a release before
+/2 refuses a /2 manifest (its format): the job starts without bootseer's image.
 
 Manifests live in the store at ``images/manifests/<id>.json``. Loading one checks
 everything a later read relies on (digest syntax, block count, the id itself).
@@ -22,21 +27,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from bootseer import digest as digests
 from bootseer import jsonlimits, sitekey
 from bootseer.errors import ManifestError
 from bootseer.image.blocks import (
-    DIGEST,
+    BLOCKS,
     block_count,
     block_key,
     check_block_size,
     cut,
     digest,
+    key_digest,
 )
 from bootseer.recordcache import RecordCache
 from bootseer.sitekey import SiteKeys
 from bootseer.store import Store
 
-FORMAT = "bootseer-image/1"
+FORMAT = "bootseer-image/2"  # what new manifests are: blocks named by BLAKE3
+FORMAT_SHA256 = "bootseer-image/1"  # before: blocks named by SHA-256 alone
 # 4 million blocks (256 GB at 64 KiB blocks, 1 TB at 256 KiB): more is refused unread.
 MAX_BLOCKS = 4 << 20
 MAX_MANIFEST_BYTES = 288 << 20
@@ -51,10 +59,11 @@ class Manifest:
     size: int
     block_size: int
     blocks: tuple[str, ...]
+    format: str = FORMAT
 
     @functools.cached_property
     def id(self) -> str:  # computed once: it hashes every digest
-        h = hashlib.sha256(f"{FORMAT} {self.size} {self.block_size}\n".encode())
+        h = hashlib.sha256(f"{self.format} {self.size} {self.block_size}\n".encode())
         for d in self.blocks:
             h.update(d.encode())
             h.update(b"\n")
@@ -69,7 +78,7 @@ class Manifest:
 
     def to_json(self) -> bytes:
         doc = {
-            "format": FORMAT,
+            "format": self.format,
             "id": self.id,
             "size": self.size,
             "block_size": self.block_size,
@@ -81,19 +90,22 @@ class Manifest:
     def from_json(cls, raw: bytes, expect_id: str | None = None) -> Manifest:
         try:
             doc: Any = jsonlimits.loads(raw, max_bytes=MAX_MANIFEST_BYTES, what="manifest")
-            if doc.get("format") != FORMAT:
-                raise ValueError(f"format {doc.get('format')!r} is not {FORMAT}")
+            form = doc.get("format")
+            if form not in (FORMAT, FORMAT_SHA256):
+                raise ValueError(f"format {form!r} is neither {FORMAT} nor {FORMAT_SHA256}")
             size, bs, blocks = doc["size"], doc["block_size"], doc["blocks"]
             if not isinstance(size, int) or size <= 0 or not isinstance(bs, int):
                 raise ValueError("bad size or block size")
             check_block_size(bs)
             if not isinstance(blocks, list) or len(blocks) != block_count(size, bs):
                 raise ValueError("block list does not match the size")
-            if not all(isinstance(d, str) and DIGEST.match(d) for d in blocks):
-                raise ValueError("a block digest is not 64 hex digits")
+            if not all(digests.valid(d) for d in blocks):
+                raise ValueError("a block digest is not one (bootseer.digest)")
+            if form == FORMAT_SHA256 and any(digests.algorithm(d) != "sha256" for d in blocks):
+                raise ValueError(f"a block digest of a {FORMAT_SHA256} manifest is not SHA-256")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ManifestError(f"bad image manifest: {exc}") from None
-        m = cls(size=size, block_size=bs, blocks=tuple(blocks))
+        m = cls(size=size, block_size=bs, blocks=tuple(blocks), format=form)
         if doc.get("id") != m.id or (expect_id is not None and m.id != expect_id):
             raise ManifestError(
                 f"image manifest {expect_id or doc.get('id')}: id does not match its content"
@@ -115,7 +127,7 @@ def max_path_image_bytes(max_image_gib: float, block_size: int) -> int:
 
 
 def manifest_key(image_id: str) -> str:
-    if not DIGEST.match(image_id):
+    if not digests.valid(image_id) or digests.algorithm(image_id) != "sha256":
         raise ManifestError(f"{image_id!r} is not an image id (64 hex digits)")
     return f"images/manifests/{image_id}.json"
 
@@ -178,7 +190,7 @@ def upload_file(
     import os
 
     total = os.stat(path).st_size
-    have = {o.key.rsplit("/", 1)[1] for o in store.list("images/blocks", recursive=True)}
+    have = {key_digest(o.key) for o in store.list(BLOCKS, recursive=True)}
     digests: list[str] = []
     done = uploaded = 0
     lock = threading.Lock()

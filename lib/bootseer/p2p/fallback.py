@@ -22,7 +22,7 @@ busy is not dead). The store is asked for a piece whose owner is only late with 
 piece is late, the store's link being the bound, hedges would read each piece twice and
 make it later still::
 
-    >>> data, where = fetch_piece(swarm, sha, PREFETCH, from_store)  # doctest: +SKIP
+    >>> data, where = fetch_piece(swarm, digest, PREFETCH, from_store)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -3,20 +3,19 @@
 An image block is found by its digest in the image's manifest; a snapshot frame or a
 checkpoint unit is not in any manifest the agent holds, so its request carries where it
 is: a store (the main store, or one of the site's checkpoint targets), a key, an offset
-and a length, and the SHA-256 the piece must have. The agent fetches each once
-per node (concurrent askers wait for the one fetch), from the piece's owner among the
-job's nodes or, if this node owns it, from the store; verifies it; and keeps it in the
-block cache, where peers and the node's own restore find it::
+and a length, and the digest the piece must have (:mod:`bootseer.digest`). The agent
+fetches each once per node (concurrent askers wait for the one fetch), from the piece's
+owner among the job's nodes or, if this node owns it, from the store; verifies it; and
+keeps it in the block cache, where peers and the node's own restore find it::
 
     >>> data, source = pieces.get(
-    ...     swarm, Located("", "deps/u/k/data.tar.zst", 0, 4096, sha), ...
+    ...     swarm, Located("", "deps/u/k/data.tar.zst", 0, 4096, digest), ...
     ... )  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
 import os
 import re
 import threading
@@ -24,6 +23,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bootseer import digest as digests
 from bootseer.agentapi.jobs import PieceSource
 from bootseer.errors import describe
 from bootseer.image.cache import BlockCache, Where
@@ -47,7 +47,7 @@ class Located:
     key: str
     offset: int
     length: int
-    sha256: str
+    digest: str
 
     def check(self) -> None:
         parts = self.key.split("/")
@@ -57,7 +57,7 @@ class Located:
             or any(p in ("", ".", "..") for p in parts)
             or not 0 < self.length <= MAX_PIECE
             or self.offset < 0
-            or len(self.sha256) != 64
+            or not digests.valid(self.digest)
         ):
             raise PeerError("missing", f"not a piece this node serves: {self.key[:100]!r}")
 
@@ -81,14 +81,14 @@ class Pieces:
         """The piece's verified bytes and where they came from: cache, peer or store.
         ``local``: for this node's own use (else for a peer)."""
         loc.check()
-        data = self.cache.read(loc.sha256, 0, loc.length)
+        data = self.cache.read(loc.digest, 0, loc.length)
         if data is not None:
-            return data, self._cached_source(loc.sha256, local)
+            return data, self._cached_source(loc.digest, local)
         with self._lock:
-            fut = self._inflight.get(loc.sha256)
+            fut = self._inflight.get(loc.digest)
             mine = fut is None
             if fut is None:
-                fut = self._inflight[loc.sha256] = cf.Future()
+                fut = self._inflight[loc.digest] = cf.Future()
         if not mine:
             data, _ = fut.result(timeout=timeout)
             return self.get(swarm, loc, priority, timeout, local) if local else (data, "cache")
@@ -96,7 +96,7 @@ class Pieces:
             result = self._fetch(swarm, loc, priority)
             if not local:
                 with self._lock:
-                    self._unclaimed[loc.sha256] = result[1]
+                    self._unclaimed[loc.digest] = result[1]
                     while len(self._unclaimed) > 100_000:  # a restore that never came
                         del self._unclaimed[next(iter(self._unclaimed))]
             fut.set_result(result)
@@ -106,29 +106,29 @@ class Pieces:
             raise
         finally:
             with self._lock:
-                self._inflight.pop(loc.sha256, None)
+                self._inflight.pop(loc.digest, None)
 
     def held(self, loc: Located, local: bool) -> tuple[int, Where, array[int], Source] | None:
         """If the cache holds the piece: its pack opened, where the piece lies in it, its
         CRCs and where it came from, for root's own process that asked to read and check
         it (:meth:`BlockCache.open_held`); else None (:meth:`get` fetches it)."""
         loc.check()
-        opened = self.cache.open_held(loc.sha256)
+        opened = self.cache.open_held(loc.digest)
         if opened is None:
             return None
         fd, where, crcs = opened
         if where.size != loc.length:
             os.close(fd)
             return None
-        return fd, where, crcs, self._cached_source(loc.sha256, local)
+        return fd, where, crcs, self._cached_source(loc.digest, local)
 
-    def _cached_source(self, sha256: str, local: bool) -> Source:
+    def _cached_source(self, digest: str, local: bool) -> Source:
         """A cache hit's source: for this node's own use, where a peer's ask had it
         fetched from, once (its record then says what this node fetched)."""
         if not local:
             return "cache"
         with self._lock:
-            return self._unclaimed.pop(sha256, "cache")
+            return self._unclaimed.pop(digest, "cache")
 
     def _fetch(self, swarm: Swarm | None, loc: Located, priority: int) -> tuple[bytes, Source]:
         store = self.target(loc.target) if loc.target else self.store
@@ -140,7 +140,7 @@ class Pieces:
                 data = store.read_range(loc.key, loc.offset, loc.length)
             except Exception as exc:
                 raise PeerError("failed", f"{loc.key} at {loc.offset}: {describe(exc)}") from None
-            if hashlib.sha256(data).hexdigest() != loc.sha256:
+            if not digests.matches(data, loc.digest):
                 raise PeerError(
                     "failed", f"{loc.key} at {loc.offset}: digest mismatch in the store"
                 )
@@ -154,7 +154,7 @@ class Pieces:
             # The owner, the store, the nodes that hold it: each asked once the one before
             # is late or cannot (a checkpoint unit's target down or hung included).
             where_ = (loc.target, loc.key, loc.offset, loc.length)
-            data, where = fetch_piece(swarm, loc.sha256, priority, from_store, where_)
+            data, where = fetch_piece(swarm, loc.digest, priority, from_store, where_)
         source: Source = "store" if where == "store" else "peer"
-        self.cache.put(loc.sha256, data)
+        self.cache.put(loc.digest, data)
         return data, source

@@ -18,13 +18,13 @@ drops the node as a bad piece does, the good ones are kept. A node that answers 
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bootseer import digest as digests
 from bootseer.errors import describe
 from bootseer.image.cache import checked_crcs
 from bootseer.p2p.client import Address, ConnectionsFull, PeerClient
@@ -183,9 +183,9 @@ class Swarm:
         none: list[tuple[memoryview, array[int]] | None] = [None] * len(blocks)
         if self._dead_until.get(node, 0.0) > time.monotonic():
             return none  # dropped since the run was queued (the fill's, long ago): alone
-        digests = [d for _, d, _ in blocks]
+        names = [d for _, d, _ in blocks]
         req = PieceRequest(
-            self.job_id, "", run_digest(digests), priority, blocks=tuple(i for i, _, _ in blocks)
+            self.job_id, "", run_digest(names), priority, blocks=tuple(i for i, _, _ in blocks)
         )
         with self._lock:
             self.stats.runs += 1
@@ -269,7 +269,7 @@ class Swarm:
             for n in self.nodes
             if n != self.node and self._dead_until.get(n, 0.0) <= time.monotonic()
         ]
-        start = int(piece[:8], 16)
+        start = int(digests.encoded(piece)[:8], 16)
         for k in range(min(RESCUE_PEERS, len(others))):
             node = others[(start + k) % len(others)]
             data = self._ask(node, piece, priority, where, cached_only=True)
@@ -313,7 +313,7 @@ class Swarm:
         except OSError as exc:  # the name did not resolve, or the connection failed
             self._drop(o, f"unreachable: {describe(exc)}")
             return None
-        if hashlib.sha256(data).hexdigest() != piece:
+        if not digests.matches(data, piece):
             with self._lock:
                 self.stats.corrupt += 1
             self._drop(o, f"served {len(data)} bytes that do not match piece {piece[:12]}")

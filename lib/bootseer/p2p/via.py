@@ -1,29 +1,30 @@
 """A root-run part's way to the job's peers for located pieces: through the node agent.
 
 The prolog's snapshot restore and the checkpoint mount daemon read byte ranges of
-store objects whose SHA-256 they know (snapshot frames, checkpoint units). Through
+store objects whose digest they know (snapshot frames, checkpoint units). Through
 :func:`agent_via` each asks the node's agent, which takes the piece from its owner among
 the job's nodes or, owning it, from the store, and keeps it in its cache. The agent
 passes the cache's pack that holds it, opened, with its reply, where the piece lies in it
 and the CRCs it recorded when it verified the piece: the caller reads the piece's range
-and checks the CRCs (0.26 CPU-s per GiB here), not the SHA-256 again (0.6), and the agent
-reads nothing. Asked without the file (or an agent from before, whose cache file was the
-piece's alone: ``offset`` None), the caller reads the file by its name and checks the
-SHA-256. ``None`` from the function means:
-read it from the store yourself (no agent, an error, a one-node job)::
+and checks the CRCs (0.26 CPU-s per GiB here), not the digest again (BLAKE3 0.12,
+SHA-256 0.6), and the agent reads nothing. Asked without the file (or an agent from
+before, whose cache file was the piece's alone: ``offset`` None), the caller reads the
+file by its name and checks the digest. ``None`` from the function means: read it from
+the store yourself (no agent, an error, a one-node job, an agent of a release before
+BLAKE3, which refuses the request)::
 
     >>> via = agent_via(cfg, job_id=42, nodes=("n1", "n2"), log=print)  # doctest: +SKIP
-    >>> via("", "deps/user/abc/data-1.tar.zst", 0, 262144, sha)  # doctest: +SKIP
+    >>> via("", "deps/user/abc/data-1.tar.zst", 0, 262144, digest)  # doctest: +SKIP
     ... # (bytes, "peer"), or None
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from bootseer import digest as digests
 from bootseer.config import SiteConfig
 from bootseer.context import fold_nodes
 from bootseer.directio import Buffers, read_direct, read_fd
@@ -33,7 +34,7 @@ from bootseer.image.cache import crcs_match
 if TYPE_CHECKING:
     from bootseer.agentapi.jobs import PieceFile
 
-# (target URI or "" for the main store, key, offset, length, sha256) -> (the bytes, where
+# (target URI or "" for the main store, key, offset, length, digest) -> (the bytes, where
 # they came from: "peer", "store" or "cache"), or None.
 Via = Callable[[str, str, int, int, str], tuple[bytes | memoryview, str] | None]
 # Pieces held at once by a caller (a checkpoint reader's read-ahead and its fetches in
@@ -71,7 +72,7 @@ def agent_via(
     uid, account = owner if owner is not None else (-1, "")
 
     def via(
-        target: str, key: str, offset: int, length: int, sha256: str, pass_file: bool = True
+        target: str, key: str, offset: int, length: int, digest: str, pass_file: bool = True
     ) -> tuple[bytes | memoryview, str] | None:
         nonlocal broken
         if broken:
@@ -82,7 +83,7 @@ def agent_via(
             key,
             offset,
             length,
-            sha256,
+            digest,
             target=target,
             uid=uid,
             account=account,
@@ -99,7 +100,7 @@ def agent_via(
                     # Damaged on the agent's disk: ask again without the file, and the
                     # agent's own read drops the block and fetches it again.
                     log(f"{key} at {offset}: the agent's cache file is damaged; asked again")
-                    return via(target, key, offset, length, sha256, pass_file=False)
+                    return via(target, key, offset, length, digest, pass_file=False)
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -117,7 +118,7 @@ def agent_via(
             log(f"{key} at {offset} from the store: {describe(exc)}")
             return None
         # The cache file may have changed since the agent checked it: check again.
-        if len(data) != length or hashlib.sha256(data).hexdigest() != sha256:
+        if len(data) != length or not digests.matches(data, digest):
             return None
         return data, piece.source
 

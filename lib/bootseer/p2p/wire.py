@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
+from bootseer import digest as digests
 from bootseer import jsonlimits
 from bootseer.choices import one_of
 from bootseer.errors import BootseerError
@@ -71,7 +72,7 @@ class PeerError(BootseerError):
 class PieceRequest:
     job_id: int
     proof: str  # hex HMAC of the connection's nonce and this request (auth.prove)
-    piece: str  # hex SHA-256 of the piece
+    piece: str  # the piece's digest (bootseer.digest), or a run's run_digest
     priority: int  # the fetch priority the asking node needs it at (fetch.DEMAND ...)
     # Where the piece is in the store, for pieces outside an image's manifest (a
     # snapshot's frames): a byte range of one object. Empty for image blocks.
@@ -112,7 +113,7 @@ class PieceRequest:
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PeerError("protocol", "malformed piece request") from None
         if (
-            len(req.piece) != 64
+            not digests.valid(req.piece)
             or len(req.proof) != 64
             or not 0 < req.job_id < 2**40
             or len(req.key) > 1024
@@ -201,16 +202,18 @@ class PieceReply:
             raise PeerError(kind, self.message or kind)
 
 
-def run_digest(digests: Sequence[str]) -> str:
+def run_digest(blocks: Sequence[str]) -> str:
     """The name a run of blocks is asked by: the SHA-256 of their digests, in order, so
     the request's proof covers exactly these blocks and a server whose image differs
-    finds none (``missing``)::
+    finds none (``missing``). SHA-256 still, not BLAKE3: it hashes a few hundred bytes of
+    names per run, not the blocks' bytes (nothing to gain), and a bare SHA-256 is a
+    digest every release's decoder takes::
 
         >>> run_digest(["ab" * 32]) == run_digest(["cd" * 32])
         False
     """
     h = hashlib.sha256(b"bootseer-run/1\n")
-    for d in digests:
+    for d in blocks:
         h.update(d.encode())
         h.update(b"\n")
     return h.hexdigest()

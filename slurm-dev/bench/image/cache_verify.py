@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "lib"))
 
+from bootseer import digest as digests
 from bootseer.image.blocks import digest
 from bootseer.image.cache import BlockCache
 
@@ -42,6 +43,7 @@ def main() -> None:
     print("hash of 1 MiB (ms/MiB):")
     for name, fn in [
         ("sha256", lambda: hashlib.sha256(data).digest()),
+        ("blake3", lambda: digests.of(data)),
         ("blake2b-128", lambda: hashlib.blake2b(data, digest_size=16).digest()),
         ("crc32 (zlib)", lambda: zlib.crc32(data)),
     ]:

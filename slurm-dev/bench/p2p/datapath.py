@@ -47,7 +47,6 @@ removed (``--keep`` keeps the sender's cache for the next run).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import resource
@@ -60,6 +59,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bootseer import digest
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import Fetcher
 from bootseer.image.manifest import Manifest
@@ -108,7 +108,7 @@ def make_pieces(cache: BlockCache, total: int, piece: int) -> list[str]:
     while len(digests) * piece < total:
         base[:8] = n.to_bytes(8, "big")
         n += 1
-        d = hashlib.sha256(base).hexdigest()
+        d = digest.of(base)  # as the agent names what it is given: BLAKE3
         if owner(d, NODES) == "sender":
             cache.put(d, bytes(base))
             digests.append(d)

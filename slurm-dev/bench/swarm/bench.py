@@ -72,6 +72,7 @@ sys.path.insert(0, str(HERE.parents[2] / "lib"))
 
 from swarmnet import SwarmNetwork, neigh_stats  # noqa: E402
 
+from bootseer import digest  # noqa: E402
 from bootseer.p2p.auth import job_token  # noqa: E402
 
 KiB = 1 << 10
@@ -130,7 +131,8 @@ def make_pieces(work: Path, kinds: list[Kind], scale: int) -> list[dict[str, Any
                         "kind": kind.name,
                         "size": size,
                         "offset": offset,
-                        "sha256": hashlib.sha256(data).hexdigest(),
+                        "sha256": hashlib.sha256(data).hexdigest(),  # node_lt, older libs
+                        "digest": digest.of(data),  # the name a lib since BLAKE3 uses
                     }
                 )
                 offset += size
@@ -259,7 +261,9 @@ def one_run(
         "nodes": nodes,
         "ips": {x: net.node_ip(x) for x in nodes},
         "port": PEER_PORT,
-        "pieces": [{k: p[k] for k in ("index", "kind", "size", "sha256")} for p in pieces],
+        "pieces": [
+            {k: p[k] for k in ("index", "kind", "size", "sha256", "digest")} for p in pieces
+        ],
         "store_ip": net.store_ip,
         "store_port": STORE_PORT,
         "site_key": key.hex(),

@@ -47,6 +47,17 @@ from bootseer.p2p.server import HeldPiece, PeerServer, ServedJob
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import PeerError, PieceRequest
 
+try:  # pieces named as this lib names them: BLAKE3 since bootseer.digest
+    from bootseer.digest import matches as digest_matches
+
+    NAME = "digest"
+except ImportError:  # SWARM_LIB: a lib from before, SHA-256 alone (bench.py gives both)
+    NAME = "sha256"
+
+    def digest_matches(data: bytes, d: str) -> bool:
+        return hashlib.sha256(data).hexdigest() == d
+
+
 WINDOWS = {"block": 16, "frame": 4, "unit": 16}  # pieces in flight per kind, per node
 PRIORITY = 0  # the fetcher's DEMAND
 
@@ -60,7 +71,7 @@ class Node:
         self.ips: dict[str, str] = spec["ips"]
         self.port: int = spec["port"]
         self.pieces: list[dict[str, Any]] = spec["pieces"]
-        self.by_sha = {p["sha256"]: p for p in self.pieces}
+        self.by_sha = {p[NAME]: p for p in self.pieces}
         self.store = (spec["store_ip"], spec["store_port"])
         # Long: a store asked again too soon sends the piece twice over its slow link, and
         # at 64 nodes that fed on itself (117 s: store egress 5.1x, no run finished).
@@ -164,7 +175,7 @@ class Node:
         if data is None:
             whence = "store"
             data = self.from_store(p)
-            if hashlib.sha256(data).hexdigest() != sha:
+            if not digest_matches(data, sha):
                 raise RuntimeError(f"piece {p['index']}: digest mismatch in the store")
         path = self.dir / sha
         tmp = path.with_suffix(".tmp")
@@ -213,7 +224,7 @@ class Node:
         """Every piece of the job, each kind read in order with its window; when done."""
         kinds: dict[str, list[str]] = {}
         for p in self.pieces:
-            kinds.setdefault(p["kind"], []).append(p["sha256"])
+            kinds.setdefault(p["kind"], []).append(p[NAME])
         pools = []
         futs = []
         for kind, shas in kinds.items():
@@ -231,8 +242,8 @@ class Node:
         """How many pieces this node holds with the right digest (read back from its files)."""
         ok = 0
         for p in self.pieces:
-            path = self.dir / p["sha256"]
-            if path.exists() and hashlib.sha256(path.read_bytes()).hexdigest() == p["sha256"]:
+            path = self.dir / p[NAME]
+            if path.exists() and digest_matches(path.read_bytes(), p[NAME]):
                 ok += 1
         return ok
 
@@ -431,7 +442,7 @@ def main() -> None:
                 "log": node.logs[:10],
                 # SWARM_TRACE=1: each piece's arrival (s from the go) and source, in
                 # manifest order (where a run loses its time: bench.py's detail)
-                "trace": [node.got.get(p["sha256"]) for p in node.pieces]
+                "trace": [node.got.get(p[NAME]) for p in node.pieces]
                 if os.environ.get("SWARM_TRACE")
                 else None,
             }
