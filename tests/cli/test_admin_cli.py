@@ -112,6 +112,27 @@ def test_admin_actions_are_refused_to_users_in_one_line_and_work_for_root(site: 
         assert "admin action" not in r.stderr, (argv, r.stderr)
 
 
+def test_image_gc_fails_and_deletes_no_block_when_a_manifest_in_use_is_unreadable(
+    site: Path,
+) -> None:
+    image = site.parent / "img.sqsh"
+    src = site.parent / "img"
+    src.mkdir()
+    (src / "hello").write_text("hello\n")
+    subprocess.run(["mksquashfs", str(src), str(image), "-quiet", "-noappend"], check=True)
+    r = run(site, "root", "image", "add", str(image), "--name", "shared:1")
+    assert r.returncode == 0, r.stderr
+    store = site.parent / "store"
+    (manifest,) = (store / "images" / "manifests").iterdir()
+    manifest.write_bytes(b"{}")  # damaged, or a format of a later release
+    blocks = sorted((store / "images" / "blocks").rglob("*"))
+    r = run(site, "root", "image", "gc", "--grace", "0s")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"cannot read the manifest of image {manifest.stem}" in r.stderr, r.stderr
+    assert "kept every block" in r.stderr and "deleted 0 manifests" in r.stdout, r.stdout
+    assert sorted((store / "images" / "blocks").rglob("*")) == blocks
+
+
 def test_a_users_deps_run_outside_a_job_restores_nothing_and_captures_nothing(
     site: Path,
 ) -> None:

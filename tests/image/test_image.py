@@ -429,6 +429,38 @@ def test_gc_deletes_what_no_name_reaches_and_keeps_shared_blocks(tmp_path: Path)
     assert len(store.list("images/blocks", recursive=True)) == 2
 
 
+def test_gc_deletes_no_block_while_a_manifest_in_use_cannot_be_read(tmp_path: Path) -> None:
+    """A live image whose manifest gc cannot read (here: a format from a later release)
+    names blocks gc cannot see: it keeps every block, says which image and why, and the
+    command fails; the next gc that can read it collects as usual."""
+    from bootseer.image.gc import collect
+    from bootseer.image.manifest import manifest_key
+    from bootseer.image.registry import remove_name
+
+    store = open_store(f"file://{tmp_path}/store")
+    a, b = tmp_path / "a.sqsh", tmp_path / "b.sqsh"
+    a.write_bytes(os.urandom(2 * BS))
+    b.write_bytes(os.urandom(BS))
+    ma, mb = upload_file(store, str(a), BS, keys=KEYS), upload_file(store, str(b), BS, keys=KEYS)
+    tag_image(store, "a:1", ma, keys=KEYS)
+    tag_image(store, "b:1", mb, keys=KEYS)
+    remove_name(store, "b:1")  # b's block is garbage
+    key = manifest_key(ma.id)
+    good = store.read_bytes(key)
+    doc = json.loads(good)
+    doc["format"] = "bootseer-image/9"
+    store.write_bytes(key, json.dumps(doc).encode())
+    report = collect(store, grace=0)
+    assert report.blocks == 0 and report.kept_blocks == 3
+    assert [i for i, _ in report.unreadable] == [ma.id]
+    assert "bootseer-image/9" in report.unreadable[0][1]
+    assert len(store.list("images/blocks", recursive=True)) == 3
+    store.write_bytes(key, good)
+    report = collect(store, grace=0)
+    assert (report.blocks, report.unreadable) == (1, [])
+    assert len(store.list("images/blocks", recursive=True)) == 2
+
+
 def test_an_image_added_before_blake3_is_still_read_checked_and_collected(
     tmp_path: Path,
 ) -> None:

@@ -252,6 +252,16 @@ def _gc(args: argparse.Namespace) -> int:
         f"{verb} {report.manifests} manifests, {report.traces} traces, {report.blocks} "
         f"blocks ({units.iec(report.bytes)}); kept {report.kept_blocks} blocks"
     )
+    if report.unreadable:
+        for image_id, why in report.unreadable:
+            print(f"image gc: cannot read the manifest of image {image_id}: {why}", file=sys.stderr)
+        print(
+            f"image gc: kept every block: {len(report.unreadable)} image(s) in use have "
+            "manifests this release cannot read, and their blocks must not go (a newer "
+            "release's format: run gc from it; damage: `bootseer image rm` the name)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
