@@ -202,3 +202,23 @@ def test_a_file_unlinked_while_open_and_open_at_unmount_leaves_no_units(
     w.write(b"more")
     fs.abort_all()
     assert _units(targets) == []
+
+
+def test_truncate_by_name_racing_the_last_release_resizes_the_committed_version(
+    ns: Namespace,
+) -> None:
+    """`os.truncate(path, n)` right after the writer's close: its flush committed the
+    version, and its release, under load still on its way, has closed the writer but not
+    yet forgotten it. The truncate resizes the committed version (it was EIO: the closed
+    writer refused it)."""
+    fs = CkptFS(ns, JOB_UID, JOB_UID)
+    data = os.urandom(2 * UNIT + 5)
+    for size, want in ((UNIT + 1, data[: UNIT + 1]), (0, b"")):
+        w = StripedWriter(ns, "f")
+        w.write(data)
+        w.close()  # the release's commit, done; its bookkeeping not yet
+        fs._writing["f"] = w
+        fs._owner[w] = _Handle(2, "f", writer=w)
+        fs._set_size("f", None, size)
+        with ns.open("f") as f:
+            assert f.read() == want

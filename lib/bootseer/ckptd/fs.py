@@ -110,6 +110,14 @@ class _Handle:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def _truncate_open(w: StripedWriter, size: int) -> bool:
+    """Truncate a version still being written; False if it was closed (committed) first."""
+    if w.closed:
+        return False
+    w.truncate(size)
+    return True
+
+
 class CkptFS(pyfuse3.Operations):
     def __init__(self, ns: Namespace, uid: int, gid: int, stage: Stage | None = None) -> None:
         super().__init__()
@@ -329,21 +337,29 @@ class CkptFS(pyfuse3.Operations):
             handle = handle or self._unlinked.get(inode)
             if handle is not None and handle.writer is None:
                 raise pyfuse3.FUSEError(errno.EBADF)
-            writer = handle.writer if handle else self._writing.get(path)
-            if writer is not None:
-                # ftruncate: to the final size before writing (safetensors, fio), or
-                # back to 0 to write again.
-                handle = handle or self._owner.get(writer)
-                if handle is None:
-                    raise pyfuse3.FUSEError(errno.EBUSY)
-                await self._run(self._locked, handle, writer.truncate, attr.st_size)
-            elif attr.st_size == 0:
-                await self._run(self._truncate, path)
-            else:
-                await self._run(self._resize, path, attr.st_size)
+            await self._run(self._set_size, path, handle, attr.st_size)
         # Owner and mode are the job user's by construction; chmod/utime are accepted
         # and have no effect, as on many network filesystems.
         return await self._stat_ino(inode)
+
+    def _set_size(self, path: str, handle: _Handle | None, size: int) -> None:
+        """truncate(2) and ftruncate(2): of the version being written, if there is one (to
+        the final size before writing: safetensors, fio; or back to 0 to write again),
+        else a new version of the committed file. A writer found closed is the latter: its
+        last descriptor's release committed it while this request was on its way (a
+        ``truncate -s`` right after a close; under load the release comes later)."""
+        writer = handle.writer if handle else self._writing.get(path)
+        if writer is not None:
+            handle = handle or self._owner.get(writer)
+            if handle is not None:
+                if self._locked(handle, _truncate_open, writer, size):
+                    return
+            elif not writer.closed:
+                raise pyfuse3.FUSEError(errno.EBUSY)
+        if size == 0:
+            self._truncate(path)
+        else:
+            self._resize(path, size)
 
     def _truncate(self, path: str) -> None:
         if self.ns.manifest(path) is None:
