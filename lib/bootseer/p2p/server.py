@@ -143,7 +143,6 @@ class _Providing:
     link: _Link
     req: PieceRequest
     peer: str
-    nonce: bytes
     deadline: float  # the asker's wait, from its request
     beat_at: float  # the next heartbeat's time
 
@@ -303,7 +302,7 @@ class PeerServer:
                         return
                     continue
                 now = time.monotonic()
-                work = _Providing(link, req, peer, nonce, now + self.serve_timeout, now)
+                work = _Providing(link, req, peer, now + self.serve_timeout, now)
                 with self._slots:
                     while link.answering >= SERVE_AT_ONCE:  # the asker's next wait here
                         self._slots.wait()
@@ -343,7 +342,7 @@ class PeerServer:
         link, req = work.link, work.req
         try:
             try:
-                data = self._answer(req, work.peer, work.nonce, work.deadline)
+                data = self._answer(req, work.peer, work.deadline)
             except PeerError as exc:
                 self._provided(work)
                 link.send(PieceReply(error=exc.kind, message=str(exc), tag=req.tag).encode())
@@ -467,12 +466,11 @@ class PeerServer:
         return job
 
     def _answer(
-        self, req: PieceRequest, peer: str, nonce: bytes, deadline: float
+        self, req: PieceRequest, peer: str, deadline: float
     ) -> bytes | memoryview | RunBlocks:
         """The piece (or a run's blocks), by ``deadline`` (the asker waits ``serve_timeout``
-        from its request, the wait for the job's prolog included)."""
-        if not check_proof(self.site_key, nonce, req.job_id, req.piece, req.proof):
-            self._refuse(f"peer {peer}: bad proof for job {req.job_id}")
+        from its request, the wait for the job's prolog included). Its proof was checked
+        as it was read (:meth:`_known`): once a request, not twice."""
         job = self._wait_for(req.job_id, deadline)
         if job is None:
             raise PeerError("unknown", f"job {req.job_id} is not prepared here")

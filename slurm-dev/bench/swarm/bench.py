@@ -29,9 +29,10 @@ or served, sampled every 0.2 s from the kernel's table), ``handshakes_per_node``
     bench.py --nodes 16,64 --faults none,dead5,slow5,corrupt1 --json OUT
     bench.py --nodes 16,128,256 --store-mbit 0.1 --json OUT   # 256 on 2 shared cores
     bench.py --engine tree,libtorrent --nodes 16,64 --json OUT  # the engines alternating
+    bench.py --engine main=/tmp/main/lib,tree --json OUT  # main's peer code against this one
 
 Engines: ``tree`` (or any label: the peer code of this checkout or ``SWARM_LIB``, run by
-``node.py``) and ``libtorrent`` (``node_lt.py``: a libtorrent session per node, the piece
+``node.py``; ``LABEL=DIR``: the peer code of ``DIR``, another checkout's ``lib/``) and ``libtorrent`` (``node_lt.py``: a libtorrent session per node, the piece
 set as one v2 torrent, the store its web seed; needs ``libtorrent`` in the python that
 runs this, the ``bench`` extra: ``pip install -e '.[bench]'``). Several, comma-separated,
 run one after another for each size and fault, on the same network and store.
@@ -311,7 +312,7 @@ def one_run(
                 stdout=subprocess.PIPE,
                 text=True,
                 bufsize=1,
-                env={**os.environ, "SWARM_LIB": str(a.code / "lib")},
+                env={**os.environ, "SWARM_LIB": str(a.libs.get(engine, a.code / "lib"))},
             )
             lines.follow(x, procs[x])
         lines.expect(set(live), "ready", a.timeout)
@@ -442,7 +443,7 @@ def main() -> None:
     ap.add_argument(
         "--engine", default="tree",
         help="comma-separated: libtorrent (node_lt.py), any other the record's label for "
-        "node.py's peer code",
+        "node.py's peer code; LABEL=DIR: the peer code of DIR (a checkout's lib/)",
     )  # fmt: skip
     ap.add_argument(
         "--lt-seed-upload", type=float, default=0.0,
@@ -513,7 +514,16 @@ def main() -> None:
     shutil.copy2(HERE / "node.py", code / "node.py")
     shutil.copy2(HERE / "node_lt.py", code / "node_lt.py")
     a.code = code
-    engines = a.engine.split(",")
+    # LABEL=DIR: that engine runs the peer code of DIR (another checkout's lib/, copied
+    # now as this one's is), so two versions alternate in one run on the same network.
+    engines, a.libs = [], {}
+    for spec in a.engine.split(","):
+        label, _, other = spec.partition("=")
+        engines.append(label)
+        if other:
+            a.libs[label] = code / "engines" / label / "lib"
+            shutil.copytree(Path(other) / "bootseer", a.libs[label] / "bootseer",
+                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     a.torrent = None
     try:
         pieces = make_pieces(a.work / "store", shape(a.shape), a.scale)

@@ -69,6 +69,12 @@ class Node:
         self.dir = Path(a.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.held: set[str] = set()
+        # Each piece's file, made once: a Path built per request was the emulator's own
+        # largest cost per piece served (pathlib's parsing), no part of the peer code.
+        bad = ".bad" if self.corrupt else ""
+        self.held_at = {
+            p["sha256"]: HeldPiece(self.dir / (p["sha256"] + bad), p["size"]) for p in self.pieces
+        }
         # When each piece came (s from the go) and whence: "store" or the node asked.
         self.got: dict[str, tuple[float, str]] = {}
         self.t0 = 0.0
@@ -126,10 +132,9 @@ class Node:
     # -- serving ------------------------------------------------------------------------
 
     def held_piece(self, req: PieceRequest) -> HeldPiece | None:
-        p = self.by_sha.get(req.piece)
-        if p is None or req.piece not in self.held:
+        if req.piece not in self.held:
             return None
-        return HeldPiece(self.dir / (req.piece + (".bad" if self.corrupt else "")), p["size"])
+        return self.held_at.get(req.piece)
 
     def provide(self, req: PieceRequest, deadline: float) -> bytes:
         if req.piece not in self.by_sha:
@@ -339,7 +344,10 @@ def flip(data: bytes) -> bytes:
 
 def profile_threads(path: str) -> Any:
     """Profile every thread of this process (SWARM_PROFILE=DIR: where the CPU goes);
-    returns a function that writes the merged stats to DIR/<node>.pstats."""
+    returns a function that writes the merged stats to DIR/<node>.pstats. Each thread is
+    timed by its own CPU time (``time.thread_time``), not the wall clock: on a loaded
+    machine the wall clock charges a function for every wait for a core or the GIL, and
+    the profile showed lock waits and descheduling, not work."""
     import cProfile
     import pstats
 
@@ -347,7 +355,7 @@ def profile_threads(path: str) -> Any:
     run = threading.Thread.run
 
     def profiled(self: threading.Thread) -> None:
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.thread_time)
         profiles.append(prof)
         prof.enable()
         try:
@@ -356,7 +364,7 @@ def profile_threads(path: str) -> Any:
             prof.disable()
 
     threading.Thread.run = profiled  # type: ignore[method-assign]
-    main_prof = cProfile.Profile()
+    main_prof = cProfile.Profile(time.thread_time)
     profiles.append(main_prof)
     main_prof.enable()
 
