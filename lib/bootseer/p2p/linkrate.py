@@ -64,7 +64,7 @@ class _Window:
     largest cost per piece after the framing (two sums of up to ``WINDOW`` pieces, for
     every peer, each time a median was worked out: 12% of a node's CPU with 2,720 pieces)."""
 
-    __slots__ = ("pieces", "nbytes", "seconds", "size")
+    __slots__ = ("nbytes", "pieces", "seconds", "size")
 
     def __init__(self, size: int) -> None:
         self.pieces: collections.deque[tuple[float, int, float]] = collections.deque()

@@ -32,10 +32,15 @@ or served, sampled every 0.2 s from the kernel's table), ``handshakes_per_node``
     bench.py --engine main=/tmp/main/lib,tree --json OUT  # main's peer code against this one
 
 Engines: ``tree`` (or any label: the peer code of this checkout or ``SWARM_LIB``, run by
-``node.py``; ``LABEL=DIR``: the peer code of ``DIR``, another checkout's ``lib/``) and ``libtorrent`` (``node_lt.py``: a libtorrent session per node, the piece
-set as one v2 torrent, the store its web seed; needs ``libtorrent`` in the python that
-runs this, the ``bench`` extra: ``pip install -e '.[bench]'``). Several, comma-separated,
-run one after another for each size and fault, on the same network and store.
+``node.py``; ``LABEL=DIR``: the peer code of ``DIR``, another checkout's ``lib/``) and
+``libtorrent`` (``node_lt.py``: a libtorrent session per node, the piece set as one v2
+torrent, the store its web seed; needs ``libtorrent`` in the python that runs this, the
+``bench`` extra: ``pip install -e '.[bench]'``). Several, comma-separated, run one after
+another for each size and fault, on the same network and store.
+
+``--run-blocks 32`` has the image blocks asked as the agent's prefetch asks them: in runs,
+up to 32 blocks (``prefetch_run_kib`` 8 MiB of 256 KiB blocks) of one peer's in one request;
+0 (the default, as every result before it) asks block by block.
 
 ``--store-mbit`` (nodes 10x it) sets the emulator's time scale: every bound of the
 agent's and its heartbeat are stretched by the same factor as the transfers
@@ -266,6 +271,7 @@ def one_run(
         "site_key": key.hex(),
         "token": job_token(key, JOB).hex(),
         "max_connections": a.max_connections,
+        "run_blocks": a.run_blocks,
         # The agent's bounds (30 s a piece, 10 s of silence, 30 s dropped) and its
         # heartbeat (1 s), stretched as the emulator stretches time: they keep their
         # ratio to the transfer times, and a node sends as many heartbeats per piece
@@ -465,6 +471,11 @@ def main() -> None:
         "node; 2 took 1.7x the piece bytes from the store at 64 nodes)",
     )  # fmt: skip
     ap.add_argument("--scale", type=int, default=64, help="piece bytes divided by this")
+    ap.add_argument(
+        "--run-blocks", type=int, default=0,
+        help="image blocks a node asks of one peer in one request, as the agent's prefetch "
+        "(prefetch_run_kib / block size: 32); 0: block by block",
+    )  # fmt: skip
     ap.add_argument("--store-mbit", type=float, default=0.4)
     ap.add_argument("--node-mbit", type=float, default=0.0, help="default: 10x the store's")
     ap.add_argument("--max-connections", type=int, default=64)
