@@ -271,7 +271,7 @@ def one_run(
         "site_key": key.hex(),
         "token": job_token(key, JOB).hex(),
         "max_connections": a.max_connections,
-        "run_blocks": a.run_blocks,
+        "run_blocks": a.run_blocks.get(engine, 0),
         # The agent's bounds (30 s a piece, 10 s of silence, 30 s dropped) and its
         # heartbeat (1 s), stretched as the emulator stretches time: they keep their
         # ratio to the transfer times, and a node sends as many heartbeats per piece
@@ -472,9 +472,10 @@ def main() -> None:
     )  # fmt: skip
     ap.add_argument("--scale", type=int, default=64, help="piece bytes divided by this")
     ap.add_argument(
-        "--run-blocks", type=int, default=0,
+        "--run-blocks", default="0",
         help="image blocks a node asks of one peer in one request, as the agent's prefetch "
-        "(prefetch_run_kib / block size: 32); 0: block by block",
+        "(prefetch_run_kib / block size: 32); 0: block by block. One value, or one per "
+        "engine (comma-separated, in --engine's order)",
     )  # fmt: skip
     ap.add_argument("--store-mbit", type=float, default=0.4)
     ap.add_argument("--node-mbit", type=float, default=0.0, help="default: 10x the store's")
@@ -535,6 +536,10 @@ def main() -> None:
             a.libs[label] = code / "engines" / label / "lib"
             shutil.copytree(Path(other) / "bootseer", a.libs[label] / "bootseer",
                             ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    runs = [int(x) for x in a.run_blocks.split(",")]
+    if len(runs) not in (1, len(engines)):
+        raise SystemExit(f"bench.py: --run-blocks {a.run_blocks}: one value, or one per engine")
+    a.run_blocks = dict(zip(engines, runs * len(engines) if len(runs) == 1 else runs, strict=True))
     a.torrent = None
     try:
         pieces = make_pieces(a.work / "store", shape(a.shape), a.scale)
