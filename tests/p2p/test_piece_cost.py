@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 
@@ -79,6 +80,69 @@ def test_a_provided_piece_costs_one_proof_on_each_side(
     assert s.requests == PIECES
     # one per piece asked, one per piece checked, and the job's token once
     assert made[0] <= 2 * PIECES + 1, f"{made[0]} HMACs for {PIECES} pieces"
+
+
+class _Counted(threading.Condition):
+    """The server's heartbeat condition, counting its wakes and waits."""
+
+    notified = 0
+    waits = 0
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        return super().wait(timeout)
+
+
+def test_requests_waiting_for_their_pieces_wake_the_heartbeats_once_a_tick() -> None:
+    """A request the server provides (a relay still getting the piece) used to wake the
+    heartbeat thread as it came, and that thread then woke once per waiting request per
+    heartbeat: a thread switch and two passes over every waiting request, per piece. Now
+    it is woken only when nothing was waiting, and sends every heartbeat due within a
+    tick at once."""
+    release = threading.Event()
+    pieces = {}
+    for _ in range(PIECES):
+        data = os.urandom(512)
+        pieces[hashlib.sha256(data).hexdigest()] = data
+
+    def provide(req: PieceRequest, deadline: float) -> bytes:
+        release.wait(30.0)
+        return pieces[req.piece]
+
+    beat = 0.4
+    job = ServedJob(frozenset({"127.0.0.1"}), provide)
+    s = PeerServer(("127.0.0.1", 0), KEY, {JOB: job}.get, lambda _: None, heartbeat=beat)
+    counted = s._beat = _Counted(s._lock)
+    s.start()
+    client = PeerClient(timeout=30.0)
+    token = auth.job_token(KEY, JOB)
+    got: list[bytes] = []
+    askers = []
+    try:
+        for digest in pieces:  # one every 50 ms: their heartbeats due at 20 times
+            req = PieceRequest(JOB, "", digest, 0)
+            t = threading.Thread(
+                target=lambda r=req: got.append(client.fetch(("127.0.0.1", s.port), r, token))
+            )
+            t.start()
+            askers.append(t)
+            time.sleep(0.05)
+        time.sleep(5 * beat)
+        release.set()
+        for t in askers:
+            t.join(30.0)
+    finally:
+        release.set()
+        client.close()
+        s.close()
+    assert sorted(got) == sorted(pieces.values())
+    assert counted.notified <= 2, f"woken {counted.notified} times for {PIECES} requests"
+    # about 6 heartbeats of 0.4 s while they waited: at most 4 wakes each, plus slack
+    assert counted.waits <= 40, f"{counted.waits} wakes of the heartbeat thread"
 
 
 def test_a_peer_rate_costs_the_same_however_many_pieces_it_remembers() -> None:
