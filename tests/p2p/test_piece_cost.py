@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -65,9 +66,9 @@ def test_a_provided_piece_costs_one_proof_on_each_side(
     made = [0]
     new = hmac.new
 
-    def counted(*args: object, **kw: object) -> hmac.HMAC:
+    def counted(*args: Any, **kw: Any) -> hmac.HMAC:
         made[0] += 1
-        return new(*args, **kw)  # type: ignore[arg-type]
+        return new(*args, **kw)
 
     monkeypatch.setattr(hmac, "new", counted)
     getattr(auth.job_token, "cache_clear", lambda: None)()  # derived within the count
