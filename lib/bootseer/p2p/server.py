@@ -143,7 +143,6 @@ class _Providing:
     link: _Link
     req: PieceRequest
     peer: str
-    nonce: bytes
     deadline: float  # the asker's wait, from its request
     beat_at: float  # the next heartbeat's time
 
@@ -303,14 +302,19 @@ class PeerServer:
                         return
                     continue
                 now = time.monotonic()
-                work = _Providing(link, req, peer, nonce, now + self.serve_timeout, now)
+                work = _Providing(link, req, peer, now + self.serve_timeout, now)
                 with self._slots:
                     while link.answering >= SERVE_AT_ONCE:  # the asker's next wait here
                         self._slots.wait()
                     link.answering += 1
                     work.beat_at = time.monotonic() + self.heartbeat
                     self._providing.add(work)
-                    self._beat.notify()
+                    # Its first heartbeat is due after every other's (each is due within
+                    # a heartbeat of now): the heartbeat thread, waiting for the earliest,
+                    # needs waking only when none was due at all. Woken for every request,
+                    # it was a thread switch and two passes over the waiting ones a piece.
+                    if len(self._providing) == 1:
+                        self._beat.notify()
                 self._providers.submit(work)
         except (OSError, PeerError):
             pass
@@ -343,7 +347,7 @@ class PeerServer:
         link, req = work.link, work.req
         try:
             try:
-                data = self._answer(req, work.peer, work.nonce, work.deadline)
+                data = self._answer(req, work.peer, work.deadline)
             except PeerError as exc:
                 self._provided(work)
                 link.send(PieceReply(error=exc.kind, message=str(exc), tag=req.tag).encode())
@@ -396,8 +400,12 @@ class PeerServer:
         this one thread (not a thread per request), queued ones too."""
         while not self._closed:
             now = time.monotonic()
+            # Those due within a tick go now, a little early (the asker's silence bound is
+            # ten heartbeats): one wake a tick for all, not one per request waiting, each
+            # with two passes over all of them.
+            soon = now + self.heartbeat * BEAT_TICK
             with self._lock:
-                due = [w for w in self._providing if w.beat_at <= now]
+                due = [w for w in self._providing if w.beat_at <= soon]
             for work in due:
                 beat = PieceReply(pending=True, tag=work.req.tag).encode()
                 try:
@@ -467,12 +475,11 @@ class PeerServer:
         return job
 
     def _answer(
-        self, req: PieceRequest, peer: str, nonce: bytes, deadline: float
+        self, req: PieceRequest, peer: str, deadline: float
     ) -> bytes | memoryview | RunBlocks:
         """The piece (or a run's blocks), by ``deadline`` (the asker waits ``serve_timeout``
-        from its request, the wait for the job's prolog included)."""
-        if not check_proof(self.site_key, nonce, req.job_id, req.piece, req.proof):
-            self._refuse(f"peer {peer}: bad proof for job {req.job_id}")
+        from its request, the wait for the job's prolog included). Its proof was checked
+        as it was read (:meth:`_known`): once a request, not twice."""
         job = self._wait_for(req.job_id, deadline)
         if job is None:
             raise PeerError("unknown", f"job {req.job_id} is not prepared here")

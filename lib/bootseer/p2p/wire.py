@@ -86,9 +86,26 @@ class PieceRequest:
     blocks: tuple[int, ...] = ()
 
     def encode(self) -> bytes:
-        doc = asdict(self)
-        if not self.blocks:
-            del doc["blocks"]  # a piece's request as an older version sends it
+        return self.frame(self.proof, self.tag)
+
+    def frame(self, proof: str, tag: int) -> bytes:
+        """The request framed with this ``proof`` and ``tag`` (the connection's), the
+        fields by hand in their declared order: ``dataclasses.asdict`` deep-copies every
+        field and was, with ``replace``, a sixth of an asking node's CPU per piece."""
+        doc: dict[str, object] = {
+            "job_id": self.job_id,
+            "proof": proof,
+            "piece": self.piece,
+            "priority": self.priority,
+            "key": self.key,
+            "offset": self.offset,
+            "length": self.length,
+            "target": self.target,
+            "cached_only": self.cached_only,
+            "tag": tag,
+        }
+        if self.blocks:  # a piece's request is sent as an older version sends it
+            doc["blocks"] = list(self.blocks)
         return _frame(doc)
 
     @classmethod
@@ -163,11 +180,17 @@ class PieceReply:
     intake: int = 0
 
     def encode(self) -> bytes:
-        doc = asdict(self)
-        if not self.sizes:
-            del doc["sizes"]
-        if not self.intake:
-            del doc["intake"]
+        doc: dict[str, object] = {
+            "size": self.size,
+            "error": self.error,
+            "message": self.message,
+            "pending": self.pending,
+            "tag": self.tag,
+        }
+        if self.sizes:
+            doc["sizes"] = list(self.sizes)
+        if self.intake:
+            doc["intake"] = self.intake
         return _frame(doc)
 
     @classmethod

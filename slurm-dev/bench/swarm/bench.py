@@ -29,12 +29,18 @@ or served, sampled every 0.2 s from the kernel's table), ``handshakes_per_node``
     bench.py --nodes 16,64 --faults none,dead5,slow5,corrupt1 --json OUT
     bench.py --nodes 16,128,256 --store-mbit 0.1 --json OUT   # 256 on 2 shared cores
     bench.py --engine tree,libtorrent --nodes 16,64 --json OUT  # the engines alternating
+    bench.py --engine main=/tmp/main/lib,tree --json OUT  # main's peer code against this one
 
 Engines: ``tree`` (or any label: the peer code of this checkout or ``SWARM_LIB``, run by
-``node.py``) and ``libtorrent`` (``node_lt.py``: a libtorrent session per node, the piece
-set as one v2 torrent, the store its web seed; needs ``libtorrent`` in the python that
-runs this, the ``bench`` extra: ``pip install -e '.[bench]'``). Several, comma-separated,
-run one after another for each size and fault, on the same network and store.
+``node.py``; ``LABEL=DIR``: the peer code of ``DIR``, another checkout's ``lib/``) and
+``libtorrent`` (``node_lt.py``: a libtorrent session per node, the piece set as one v2
+torrent, the store its web seed; needs ``libtorrent`` in the python that runs this, the
+``bench`` extra: ``pip install -e '.[bench]'``). Several, comma-separated, run one after
+another for each size and fault, on the same network and store.
+
+``--run-blocks 32`` has the image blocks asked as the agent's prefetch asks them: in runs,
+up to 32 blocks (``prefetch_run_kib`` 8 MiB of 256 KiB blocks) of one peer's in one request;
+0 (the default, as every result before it) asks block by block.
 
 ``--store-mbit`` (nodes 10x it) sets the emulator's time scale: every bound of the
 agent's and its heartbeat are stretched by the same factor as the transfers
@@ -269,6 +275,7 @@ def one_run(
         "site_key": key.hex(),
         "token": job_token(key, JOB).hex(),
         "max_connections": a.max_connections,
+        "run_blocks": a.run_blocks.get(engine, 0),
         # The agent's bounds (30 s a piece, 10 s of silence, 30 s dropped) and its
         # heartbeat (1 s), stretched as the emulator stretches time: they keep their
         # ratio to the transfer times, and a node sends as many heartbeats per piece
@@ -315,7 +322,7 @@ def one_run(
                 stdout=subprocess.PIPE,
                 text=True,
                 bufsize=1,
-                env={**os.environ, "SWARM_LIB": str(a.code / "lib")},
+                env={**os.environ, "SWARM_LIB": str(a.libs.get(engine, a.code / "lib"))},
             )
             lines.follow(x, procs[x])
         lines.expect(set(live), "ready", a.timeout)
@@ -446,7 +453,7 @@ def main() -> None:
     ap.add_argument(
         "--engine", default="tree",
         help="comma-separated: libtorrent (node_lt.py), any other the record's label for "
-        "node.py's peer code",
+        "node.py's peer code; LABEL=DIR: the peer code of DIR (a checkout's lib/)",
     )  # fmt: skip
     ap.add_argument(
         "--lt-seed-upload", type=float, default=0.0,
@@ -468,6 +475,12 @@ def main() -> None:
         "node; 2 took 1.7x the piece bytes from the store at 64 nodes)",
     )  # fmt: skip
     ap.add_argument("--scale", type=int, default=64, help="piece bytes divided by this")
+    ap.add_argument(
+        "--run-blocks", default="0",
+        help="image blocks a node asks of one peer in one request, as the agent's prefetch "
+        "(prefetch_run_kib / block size: 32); 0: block by block. One value, or one per "
+        "engine (comma-separated, in --engine's order)",
+    )  # fmt: skip
     ap.add_argument("--store-mbit", type=float, default=0.4)
     ap.add_argument("--node-mbit", type=float, default=0.0, help="default: 10x the store's")
     ap.add_argument("--max-connections", type=int, default=64)
@@ -517,7 +530,20 @@ def main() -> None:
     shutil.copy2(HERE / "node.py", code / "node.py")
     shutil.copy2(HERE / "node_lt.py", code / "node_lt.py")
     a.code = code
-    engines = a.engine.split(",")
+    # LABEL=DIR: that engine runs the peer code of DIR (another checkout's lib/, copied
+    # now as this one's is), so two versions alternate in one run on the same network.
+    engines, a.libs = [], {}
+    for spec in a.engine.split(","):
+        label, _, other = spec.partition("=")
+        engines.append(label)
+        if other:
+            a.libs[label] = code / "engines" / label / "lib"
+            shutil.copytree(Path(other) / "bootseer", a.libs[label] / "bootseer",
+                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    runs = [int(x) for x in a.run_blocks.split(",")]
+    if len(runs) not in (1, len(engines)):
+        raise SystemExit(f"bench.py: --run-blocks {a.run_blocks}: one value, or one per engine")
+    a.run_blocks = dict(zip(engines, runs * len(engines) if len(runs) == 1 else runs, strict=True))
     a.torrent = None
     try:
         pieces = make_pieces(a.work / "store", shape(a.shape), a.scale)

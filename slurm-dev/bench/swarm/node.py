@@ -57,9 +57,15 @@ except ImportError:  # SWARM_LIB: a lib from before, SHA-256 alone (bench.py giv
     def digest_matches(data: bytes, d: str) -> bool:
         return hashlib.sha256(data).hexdigest() == d
 
+try:
+    from bootseer.p2p.wire import run_digest
+except ImportError:  # peer code from before runs (SWARM_LIB): block by block
+    run_digest = None  # type: ignore[assignment]
 
 WINDOWS = {"block": 16, "frame": 4, "unit": 16}  # pieces in flight per kind, per node
 PRIORITY = 0  # the fetcher's DEMAND
+ANSWER_BY = 0.8  # a run is answered with what came by this part of the asker's bound
+RUN_SPAN = 2  # a run's blocks lie within this many runs' worth of the readers' order
 
 
 class Node:
@@ -80,6 +86,12 @@ class Node:
         self.dir = Path(a.dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.held: set[str] = set()
+        # Each piece's file, made once: a Path built per request was the emulator's own
+        # largest cost per piece served (pathlib's parsing), no part of the peer code.
+        bad = ".bad" if self.corrupt else ""
+        self.held_at = {
+            p[NAME]: HeldPiece(self.dir / (p[NAME] + bad), p["size"]) for p in self.pieces
+        }
         # When each piece came (s from the go) and whence: "store" or the node asked.
         self.got: dict[str, tuple[float, str]] = {}
         self.t0 = 0.0
@@ -124,6 +136,12 @@ class Node:
             # What this node's pieces come in at, told to its askers (as the agent does)
             self.served_job = dataclasses.replace(self.served_job, intake=self.swarm.rates.median)
         self.engine = spec["engine"]
+        # Blocks a run asks of one peer at most (the agent's prefetch_run_kib over its
+        # block size: 8 MiB / 256 KiB); 0 or 1: block by block, as before runs, or where
+        # the peer code has none.
+        self.run_size = spec.get("run_blocks", 0) if hasattr(self.swarm, "fetch_run") else 0
+        # Threads getting a run's blocks for a child (the agent's fetcher pool).
+        self.relays = cf.ThreadPoolExecutor(64, thread_name_prefix="relay")
         self.store_bytes = 0
         self.store_reads = 0
         self.connections = Connections(self.port)
@@ -136,13 +154,27 @@ class Node:
 
     # -- serving ------------------------------------------------------------------------
 
-    def held_piece(self, req: PieceRequest) -> HeldPiece | None:
-        p = self.by_sha.get(req.piece)
-        if p is None or req.piece not in self.held:
+    def held_piece(self, req: PieceRequest) -> HeldPiece | list[HeldPiece] | None:
+        if req.blocks:  # a run: sent from the files when every block is held
+            shas = self.run_blocks(req)
+            if shas is None or any(sha not in self.held for sha in shas):
+                return None
+            return [self.held_at[sha] for sha in shas]
+        if req.piece not in self.held:
             return None
-        return HeldPiece(self.dir / (req.piece + (".bad" if self.corrupt else "")), p["size"])
+        return self.held_at.get(req.piece)
 
-    def provide(self, req: PieceRequest, deadline: float) -> bytes:
+    def run_blocks(self, req: PieceRequest) -> list[str] | None:
+        """The run's blocks (digests), if it names blocks of the job's image exactly
+        (``imagesource.is_run``); None otherwise."""
+        if any(i >= len(self.pieces) or self.pieces[i]["kind"] != "block" for i in req.blocks):
+            return None
+        shas = [self.pieces[i][NAME] for i in req.blocks]
+        return shas if run_digest(shas) == req.piece else None
+
+    def provide(self, req: PieceRequest, deadline: float) -> bytes | list[bytes | None]:
+        if req.blocks:
+            return self.provide_run(req, deadline)
         if req.piece not in self.by_sha:
             raise PeerError("missing", f"{req.piece[:12]} is no piece of job {self.job}")
         if req.cached_only and req.piece not in self.held:
@@ -150,7 +182,85 @@ class Node:
         data = self.get(req.piece).result(timeout=max(0.0, deadline - time.monotonic()))
         return flip(data) if self.corrupt else data
 
+    def provide_run(self, req: PieceRequest, deadline: float) -> list[bytes | None]:
+        """A run's blocks for a child, as ``imagesource.provide_run``: those held, and the
+        others got for it (in runs of this node's own, from the node above it) by a
+        little before the asker's bound; a block not got by then is not sent."""
+        shas = self.run_blocks(req)
+        if shas is None:
+            raise PeerError("missing", "not a run of blocks of the job's image")
+        futs = self.get_blocks(shas, self.relays)
+        cf.wait(futs, timeout=max(0.0, deadline - time.monotonic()) * ANSWER_BY)
+        out: list[bytes | None] = [
+            f.result() if f.done() and f.exception() is None else None for f in futs
+        ]
+        if all(b is None for b in out):
+            raise PeerError("failed", f"no block of the run of {len(out)} came in time")
+        return [flip(b) if b is not None and self.corrupt else b for b in out]
+
     # -- getting ------------------------------------------------------------------------
+
+    def get_blocks(self, shas: list[str], pool: cf.Executor) -> list[cf.Future[bytes]]:
+        """The blocks, each fetched once however many ask: those no one is getting yet
+        asked in runs of this node's parents (``prefetch.request_blocks``: consecutive
+        among a parent's, up to ``run_blocks``), the rest alone, each unit on ``pool``."""
+        futs: list[cf.Future[bytes]] = []
+        mine: list[str] = []
+        with self.lock:
+            for sha in shas:
+                fut = self.inflight.get(sha)
+                if fut is None:
+                    fut = self.inflight[sha] = cf.Future()
+                    mine.append(sha)
+                futs.append(fut)
+        units: list[tuple[str | None, list[str]]] = []
+        filling: dict[str, tuple[int, list[str]]] = {}  # peer -> (its run's start, run)
+        span = RUN_SPAN * self.run_size  # prefetch.RUN_SPAN: within 2 runs' worth of blocks
+        for k, sha in enumerate(mine):
+            peer = self.swarm.run_source(sha) if sha not in self.held else None
+            if peer is None:
+                units.append((None, [sha]))
+                continue
+            open_run = filling.get(peer)
+            if open_run is None or len(open_run[1]) >= self.run_size or k - open_run[0] >= span:
+                open_run = filling[peer] = (k, [])
+                units.append((peer, open_run[1]))
+            open_run[1].append(sha)
+        # In the readers' order (the agent's prefetch: its trace's). Its own blocks first
+        # (as the agent's fill orders them) read every block from the store in the first
+        # 50 s while the peers' runs waited, past the asker's bound: 225 store reads
+        # more, 120 s against 102 s (16 nodes, 10x set, runs not yet within RUN_SPAN).
+        for peer, run in units:
+            pool.submit(self.fetch_unit, peer, run)
+        return futs
+
+    def fetch_unit(self, peer: str | None, shas: list[str]) -> None:
+        """Claimed blocks (their futures are this call's to settle): a run of ``peer``'s
+        in one request, each block checked by its digest (``Swarm.fetch_run``); what it
+        did not bring, and a unit with no peer, alone."""
+        alone = shas
+        if peer is not None:
+            blocks = [(self.by_sha[sha]["index"], sha, self.by_sha[sha]["size"]) for sha in shas]
+            try:
+                got = self.swarm.fetch_run(peer, blocks, PRIORITY)
+            except Exception as exc:  # (it never raises; were it to, no reader may hang)
+                self.log(f"run from {peer}: {type(exc).__name__}: {exc}")
+                got = [None] * len(shas)
+            alone = []
+            for sha, block in zip(shas, got, strict=True):
+                if block is None:
+                    alone.append(sha)
+                    continue
+                data = bytes(block[0])
+                self.keep(sha, data, peer)
+                self.inflight[sha].set_result(data)
+            del got
+        for sha in alone:
+            fut = self.inflight[sha]
+            try:
+                fut.set_result(self.fetch(sha))
+            except BaseException as exc:
+                fut.set_exception(exc)
 
     def get(self, sha: str) -> cf.Future[bytes]:
         """The piece, fetched once however many ask (the node's own readers, its peers)."""
@@ -177,6 +287,11 @@ class Node:
             data = self.from_store(p)
             if not digest_matches(data, sha):
                 raise RuntimeError(f"piece {p['index']}: digest mismatch in the store")
+        self.keep(sha, data, whence)
+        return data
+
+    def keep(self, sha: str, data: bytes, whence: str) -> None:
+        """A verified piece into this node's files (the agent's cache), held from now."""
         path = self.dir / sha
         tmp = path.with_suffix(".tmp")
         tmp.write_bytes(data)
@@ -186,7 +301,6 @@ class Node:
         with self.lock:
             self.held.add(sha)
             self.got[sha] = (round(time.monotonic() - self.t0, 2), whence)
-        return data
 
     def from_store(self, p: dict[str, Any]) -> bytes:
         conn = getattr(self.local, "store", None)
@@ -230,6 +344,10 @@ class Node:
         for kind, shas in kinds.items():
             pool = cf.ThreadPoolExecutor(WINDOWS.get(kind, 8), thread_name_prefix=kind)
             pools.append(pool)
+            if kind == "block" and self.run_size > 1:
+                # As the agent's prefetch: a window of runs, each a request to one peer.
+                futs += self.get_blocks(shas, pool)
+                continue
             futs += [pool.submit(lambda s=s: self.get(s).result()) for s in shas]
         for f in futs:
             f.result()
@@ -350,7 +468,10 @@ def flip(data: bytes) -> bytes:
 
 def profile_threads(path: str) -> Any:
     """Profile every thread of this process (SWARM_PROFILE=DIR: where the CPU goes);
-    returns a function that writes the merged stats to DIR/<node>.pstats."""
+    returns a function that writes the merged stats to DIR/<node>.pstats. Each thread is
+    timed by its own CPU time (``time.thread_time``), not the wall clock: on a loaded
+    machine the wall clock charges a function for every wait for a core or the GIL, and
+    the profile showed lock waits and descheduling, not work."""
     import cProfile
     import pstats
 
@@ -358,7 +479,7 @@ def profile_threads(path: str) -> Any:
     run = threading.Thread.run
 
     def profiled(self: threading.Thread) -> None:
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.thread_time)
         profiles.append(prof)
         prof.enable()
         try:
@@ -367,7 +488,7 @@ def profile_threads(path: str) -> Any:
             prof.disable()
 
     threading.Thread.run = profiled  # type: ignore[method-assign]
-    main_prof = cProfile.Profile()
+    main_prof = cProfile.Profile(time.thread_time)
     profiles.append(main_prof)
     main_prof.enable()
 
