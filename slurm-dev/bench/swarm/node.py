@@ -57,6 +57,7 @@ except ImportError:  # SWARM_LIB: a lib from before, SHA-256 alone (bench.py giv
     def digest_matches(data: bytes, d: str) -> bool:
         return hashlib.sha256(data).hexdigest() == d
 
+
 try:
     from bootseer.p2p.wire import run_digest
 except ImportError:  # peer code from before runs (SWARM_LIB): block by block
