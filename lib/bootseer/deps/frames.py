@@ -34,6 +34,19 @@ def default_threads(configured: int) -> int:
     return configured or min(8, os.cpu_count() or 1)
 
 
+# Frames a restore has in flight when the site did not set ``[deps] threads``, whatever
+# the node's cores: each worker fetches its frame (through the agent or from the store:
+# waiting, not computing) before it decodes it. One per core left a 2-core node with two
+# 8 MiB frames in flight: torch's 159 MiB snapshot restored in 10.9-12.7 s in a job, the
+# extracting tar idle, against 6.4 s with eight (docs/performance.md).
+FETCH_PARALLEL = 8
+
+
+def restore_threads(configured: int) -> int:
+    """A restore's workers: the site's ``[deps] threads``, else :data:`FETCH_PARALLEL`."""
+    return configured or FETCH_PARALLEL
+
+
 _local = threading.local()
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from bootseer import jsonlimits, sitekey
 from bootseer.asuser import UserChild, UserChildError
 from bootseer.deps import archive, gnutar
-from bootseer.deps.frames import decode_frames, default_threads
+from bootseer.deps.frames import decode_frames, restore_threads
 from bootseer.deps.layout import SnapshotPaths, is_key, ref_path
 from bootseer.deps.manifest import MAX_FRAME_BYTES, MAX_MANIFEST, Manifest
 from bootseer.errors import ManifestError, StepError, StoreError
@@ -294,7 +294,7 @@ def restore(
         for chunk in decode_frames(
             fetch,
             manifest.frames,
-            threads=default_threads(req.threads),
+            threads=restore_threads(req.threads),
             progress=progress,
             max_raw=req.max_frame_bytes,
             deadline=deadline,
