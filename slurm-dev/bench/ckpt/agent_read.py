@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 TOP = HERE.parents[2]
 UNIT = 8 << 20
+sys.path.insert(0, str(HERE))
+
+from benchrun import add_state_and_out, in_fresh_state  # noqa: E402
 
 READ = """
     import os, resource, subprocess, sys, time
@@ -62,20 +64,10 @@ def main() -> int:
     p.add_argument("--size-mib", type=int, default=1024)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--before", default="", help="also read_range of this git revision")
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        default=Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-bench")) / "agentr",
-    )
-    p.add_argument("--out", type=Path, default=None, help="write the results here (JSON)")
+    add_state_and_out(p, "agentr", "write the results here (JSON)")
     args = p.parse_args()
     state = args.state_dir
-    shutil.rmtree(state, ignore_errors=True)
-    state.mkdir(parents=True, mode=0o700)
-    try:
-        return run(args, state)
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    return in_fresh_state(state, lambda: run(args, state))
 
 
 def run(args: argparse.Namespace, state: Path) -> int:

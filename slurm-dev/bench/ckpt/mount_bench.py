@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -52,6 +51,7 @@ sys.path.insert(0, str(TOP / "lib"))
 
 from write_bench import cpu_seconds, write_config  # noqa: E402
 
+from benchrun import add_state_and_out, in_fresh_state, write_results  # noqa: E402
 from bootseer.ckpt import mount as ckpt_mount  # noqa: E402
 
 MiB = 1 << 20
@@ -251,23 +251,13 @@ def main() -> int:
         help="a slurm-dev site config (`slurm-dev/up --s3`): the targets are 3 buckets of its "
         "S3 store, written with its secrets file",
     )
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        default=Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-bench")) / "ckptm",
-    )
-    p.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.txt")
+    add_state_and_out(p, "ckptm", "write <out>.json and <out>.txt")
     args = p.parse_args()
     size = (64 if args.smoke else args.size_mib) * MiB
     reps = 1 if args.smoke else args.reps
     torch = not (args.smoke or args.no_torch)
     state = args.state_dir
-    shutil.rmtree(state, ignore_errors=True)
-    state.mkdir(parents=True, mode=0o700)
-    try:
-        return run(args, state, size, reps, torch)
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    return in_fresh_state(state, lambda: run(args, state, size, reps, torch))
 
 
 def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool) -> int:
@@ -397,10 +387,7 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
             )
         lines.append(line)
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
-        args.out.with_suffix(".txt").write_text(text + "\n")
+    write_results(args.out, results, text)
     return 0
 
 

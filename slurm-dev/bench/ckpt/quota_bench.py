@@ -28,7 +28,6 @@ end, even on failure.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -41,8 +40,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TOP = HERE.parents[2]
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(TOP / "lib"))
 
+from benchrun import add_state_and_out, in_fresh_state, write_results  # noqa: E402
 from bootseer.ckpt import mount as ckpt_mount  # noqa: E402
 from bootseer.ckpt.quota import QuotaGuard, Scope  # noqa: E402
 from bootseer.store import open_store  # noqa: E402
@@ -160,22 +161,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--population", type=int, default=1000, help="objects the user holds")
     p.add_argument("--smoke", action="store_true", help="50 files, 2 rounds, 1000 objects")
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        default=Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-bench")) / "ckptq",
-    )
-    p.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.txt")
+    add_state_and_out(p, "ckptq", "write <out>.json and <out>.txt")
     args = p.parse_args()
     if args.smoke:
         args.files, args.rounds, args.population = 50, 2, 1000
     state = args.state_dir
-    shutil.rmtree(state, ignore_errors=True)
-    state.mkdir(parents=True, mode=0o700)
-    try:
-        return run(args, state)
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    return in_fresh_state(state, lambda: run(args, state))
 
 
 def run(args: argparse.Namespace, state: Path) -> int:
@@ -230,10 +221,7 @@ def run(args: argparse.Namespace, state: Path) -> int:
             "daemon_cpu_ms_per_file": c * 1e3,
         }
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-        args.out.with_suffix(".txt").write_text(text + "\n")
+    write_results(args.out, result, text)
     return 0
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import statistics
@@ -44,8 +43,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TOP = HERE.parents[2]
+sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(TOP / "lib"))
 
+from benchrun import add_state_and_out, in_fresh_state, write_results  # noqa: E402
 from bootseer.ckpt import mount as ckpt_mount  # noqa: E402
 
 MiB = 1 << 20
@@ -182,22 +183,12 @@ def main() -> int:
     p.add_argument(
         "--savers", default="", help=f"comma-separated, of {', '.join(SAVERS)} (default: all)"
     )
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        default=Path(os.environ.get("BOOTSEER_TEST_STATE", "/var/tmp/bootseer-bench")) / "ckptw",
-    )
-    p.add_argument("--out", type=Path, default=None, help="write <out>.json and <out>.txt")
+    add_state_and_out(p, "ckptw", "write <out>.json and <out>.txt")
     args = p.parse_args()
     size = (32 if args.smoke else args.size_mib) * MiB
     reps = 2 if args.smoke else args.reps
     state = args.state_dir
-    shutil.rmtree(state, ignore_errors=True)
-    state.mkdir(parents=True, mode=0o700)
-    try:
-        return run(args, state, size, reps)
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    return in_fresh_state(state, lambda: run(args, state, size, reps))
 
 
 def run(args: argparse.Namespace, state: Path, size: int, reps: int) -> int:
@@ -297,10 +288,7 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int) -> int:
         for s, err in fails[v].items():
             lines.append(f"{v} {s}: {err}")
     text = "\n".join(lines)
-    print(text)
-    if args.out:
-        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
-        args.out.with_suffix(".txt").write_text(text + "\n")
+    write_results(args.out, results, text)
     # The smoke run's check: every saver works after, and is read back byte for byte.
     return 1 if fails["after"] else 0
 
