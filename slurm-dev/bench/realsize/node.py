@@ -80,7 +80,15 @@ def rchar(pid: int) -> int:
 
 
 def resident(path: Path) -> int:
-    """Bytes of ``path`` in the page cache (util-linux ``fincore``; -1 if it cannot say)."""
+    """Bytes of ``path`` in the page cache (util-linux ``fincore``; -1 if it cannot say).
+
+    It cannot say for a file the job's user neither owns nor may write (the bench's own
+    image, the warm floor's): for such a file the kernel's ``mincore``, which ``fincore``
+    asks, reports every page resident whatever the page cache holds (a guard against
+    page cache side channels), so every floor read "cached" in full."""
+    st = path.stat()
+    if st.st_uid != os.geteuid() and not os.access(path, os.W_OK):
+        return -1
     r = subprocess.run(
         ["fincore", "--bytes", "--raw", "--noheadings", "-o", "RES", str(path)],
         capture_output=True,
