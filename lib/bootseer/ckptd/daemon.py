@@ -114,9 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     from bootseer.ckptd.metrics import CkptMetrics
 
     metrics = CkptMetrics.start(cfg, fs.counts, log)
+    from bootseer.ckpt.warm import Warm
+
+    # The units on their way while the prolog and the container's start leave the store
+    # link room (a job on several nodes: through the agent, which keeps them).
+    warm = Warm(ns, cfg.ckpt.warm_mib << 20, log=log)
+    warm.start()
     try:
         trio.run(serve, fs)
     finally:
+        warm.stop()
         fs.abort_all()
         pyfuse3.close(unmount=True)
         if stage is not None:

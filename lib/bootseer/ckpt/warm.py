@@ -1,0 +1,158 @@
+"""Warming a job's checkpoint on its nodes while the store link has room.
+
+A job on several nodes reads its checkpoint after its container has started: the
+prolog (the image's hot set, the dependency restore) and the container's start keep the
+store link busy only part of the time, and at N = 2 the link idled about 8 s of a 47 s
+start while the nodes extracted the restore and started the container from their
+caches; the checkpoint's units then came at the link's rate after that, with nothing
+fetched ahead (docs/performance.md, "Two nodes against one"). The mount daemon of such
+a job therefore asks the node agent, from the moment it mounts, for the namespace's
+units in the order a reader takes them (files by name, units in order), a few at a
+time (:data:`PARALLEL`): the agent gets each from its owner among the job's nodes or,
+owning it, from the target, verifies and caches it, so each unit still leaves the store
+once per job, and the job's reads of it later are cache hits. A few units at a time
+take a small share of a busy link (the prefetch runs 16 block reads, the restore 8
+frames) and all of an idle one.
+
+At most ``limit`` bytes are warmed (``[ckpt] warm_mib``: a checkpoint larger than the
+node's share of it should not fill the node's cache with units it never reads), and
+warming stops at the first unit the agent cannot give (the reader will go to the target
+itself) or when the mount ends::
+
+    >>> warm = Warm(ns, limit=4 << 30)       # doctest: +SKIP
+    >>> warm.start()                         # doctest: +SKIP
+    >>> warm.stop()                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from bootseer.ckpt.namespace import Namespace
+from bootseer.errors import describe
+
+# Units asked of the agent at once: a few, so that a busy link (the prolog's 16 image
+# block reads, the restore's 8 frames) gives the warm-up a small share of it.
+PARALLEL = 2
+
+
+@dataclass
+class WarmResult:
+    units: int = 0  # units the agent now holds for the job's reads
+    bytes: int = 0
+    store_bytes: int = 0  # of them: read from the targets by this node's agent
+    peer_bytes: int = 0  # and from the job's other nodes
+    stopped_by: str = ""  # why it ended before the namespace did ("" if it did not)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    uri: str
+    key: str
+    length: int
+    digest: str
+
+
+class Warm:
+    def __init__(
+        self,
+        ns: Namespace,
+        limit: int,
+        paths: Callable[[], Iterable[str]] | None = None,
+        parallel: int = PARALLEL,
+        log: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        """``paths``: the files in the order the job reads them (default: the
+        namespace's, depth first by name)."""
+        self.ns = ns
+        self.limit = limit
+        self.paths = paths or (lambda: _walk(ns))
+        self.parallel = max(1, parallel)
+        self.log = log
+        self.result = WarmResult()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Warm in a thread of its own (nothing to do without the agent: a one-node job)."""
+        if self.ns.via is None or self.limit <= 0:
+            return
+        self._thread = threading.Thread(target=self.run, name="ckpt-warm", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """No more units asked; waits up to ``timeout`` for those in flight."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self) -> WarmResult:
+        """Ask the agent for the units in order, ``parallel`` at once, until ``limit``
+        bytes, the namespace's end, a unit it cannot give, or :meth:`stop`."""
+        res = self.result
+        lock = threading.Lock()
+        with cf.ThreadPoolExecutor(self.parallel, thread_name_prefix="ckpt-warm") as pool:
+            inflight: set[cf.Future[None]] = set()
+            try:
+                for unit in self._units():
+                    if self._stop.is_set() or res.stopped_by:
+                        res.stopped_by = res.stopped_by or "stopped"
+                        break
+                    with lock:
+                        if res.bytes + unit.length > self.limit:
+                            res.stopped_by = "limit"
+                            break
+                        res.bytes += unit.length  # counted when asked: the limit holds
+                    while len(inflight) >= self.parallel:
+                        inflight = _wait_one(inflight)
+                    inflight.add(pool.submit(self._one, unit, lock))
+            except Exception as exc:  # the listing or a manifest: the reads will say
+                res.stopped_by = f"error: {describe(exc)}"
+            cf.wait(inflight)
+        self.log(
+            f"checkpoint warm-up: {res.units} units, {res.bytes} bytes (store {res.store_bytes}, "
+            f"peers {res.peer_bytes}){'; ended: ' + res.stopped_by if res.stopped_by else ''}"
+        )
+        return res
+
+    def _one(self, unit: _Unit, lock: threading.Lock) -> None:
+        via = self.ns.via
+        got = via(unit.uri, unit.key, 0, unit.length, unit.digest) if via else None
+        with lock:
+            res = self.result
+            if got is None:
+                res.bytes -= unit.length
+                res.stopped_by = res.stopped_by or f"not given: {unit.key}"
+                return
+            data, source = got
+            res.units += 1
+            if source == "store":
+                res.store_bytes += len(data)
+                self.ns.store_bytes += len(data)
+            elif source == "peer":
+                res.peer_bytes += len(data)
+                self.ns.peer_bytes += len(data)
+        del data, got  # the via's buffer is used again once no view of it is left
+
+    def _units(self) -> Iterator[_Unit]:
+        for path in self.paths():
+            m = self.ns.manifest(path)
+            if m is None:
+                continue
+            for i, (unit, digest) in enumerate(m.units):
+                length = m.unit_length(i)
+                if length:
+                    yield _Unit(m.target_of(i), self.ns.unit_key(m.version, unit), length, digest)
+
+
+def _walk(ns: Namespace) -> Iterator[str]:
+    yield from ns.walk("")
+
+
+def _wait_one(inflight: set[cf.Future[None]]) -> set[cf.Future[None]]:
+    """The futures still running once one has ended."""
+    _, rest = cf.wait(inflight, return_when=cf.FIRST_COMPLETED)
+    return set(rest)
