@@ -175,13 +175,15 @@ def request_blocks(
     priority: int,
     run_bytes: int,
     interest: Interest | None = None,
+    ahead: bool = False,
 ) -> dict[cf.Future[Block], int]:
     """Futures for blocks ``indices`` (each block's index): those a peer gives (the
     source says whom: :class:`bootseer.image.fetch.RunSource`) asked of it in runs of up
     to ``run_bytes``, consecutive among that peer's in ``indices``' order, within
     ``RUN_SPAN`` runs' worth of ``indices``, and queued at their first block's place; the
     rest (the store's, this node's own) alone.
-    ``interest``: who asked (the fill, which may cancel)."""
+    ``interest``: who asked (the fill, which may cancel); ``ahead``: blocks not yet
+    queued go before this node's own (:meth:`Fetcher.request`: a peer waits on them)."""
     runs = run_source(source) if run_bytes > 0 else None
     units: list[int | tuple[str, list[int]]] = []  # a block alone, or (peer, a run)
     # peer -> (its open run, [bytes], where in ``indices`` it started)
@@ -207,11 +209,11 @@ def request_blocks(
     futures: dict[cf.Future[Block], int] = {}
     for unit in units:
         if isinstance(unit, int):
-            futures[fetcher.request(source, manifest, unit, priority, interest)] = unit
+            futures[fetcher.request(source, manifest, unit, priority, interest, ahead)] = unit
         else:
             assert runs is not None
             peer, blocks = unit
-            got = fetcher.request_run(runs, peer, manifest, blocks, priority, interest)
+            got = fetcher.request_run(runs, peer, manifest, blocks, priority, interest, ahead)
             futures.update(zip(got, blocks, strict=True))
     return futures
 
