@@ -103,3 +103,32 @@ def test_the_warm_up_stops_at_its_limit_and_without_the_agent(
     idle.start()
     idle.stop()
     assert idle.result.units == 0
+
+
+def test_the_warm_up_waits_until_the_image_is_settled(tmp_path: Path) -> None:
+    """No unit is asked while ``settled`` says the image's hot set is still coming (the
+    container's start needs it first); then every unit is, in order."""
+    targets = []
+    for i in range(3):
+        (tmp_path / f"t{i}").mkdir()
+        targets.append(f"file://{tmp_path}/t{i}")
+    writer = _ns(targets, None)
+    with writer.open("a.pt", "wb") as f:
+        f.write(os.urandom(3 * UNIT))
+    events: list[str] = []
+
+    def via(
+        target: str, key: str, offset: int, length: int, digest: str
+    ) -> tuple[bytes | memoryview, str] | None:
+        events.append("unit")
+        return b"x" * length, "peer"
+
+    answers = iter([False, False, True])
+
+    def settled(waited: float) -> bool:
+        events.append("asked")
+        return next(answers)
+
+    res = Warm(_ns(targets, via), limit=1 << 30, settled=settled, parallel=1).run()
+    assert events == ["asked", "asked", "asked", "unit", "unit", "unit"]
+    assert (res.units, res.peer_bytes) == (3, 3 * UNIT)

@@ -6,7 +6,7 @@ store link busy only part of the time, and at N = 2 the link idled about 8 s of 
 start while the nodes extracted the restore and started the container from their
 caches; the checkpoint's units then came at the link's rate after that, with nothing
 fetched ahead (docs/performance.md, "Two nodes against one"). The mount daemon of such
-a job therefore asks the node agent, from the moment it mounts, for the namespace's
+a job therefore asks the node agent, ahead of the job's reads, for the namespace's
 units in the order a reader takes them (files by name, units in order), a few at a
 time (:data:`PARALLEL`): the agent gets each from its owner among the job's nodes or,
 owning it, from the target, verifies and caches it, so each unit still leaves the store
@@ -14,8 +14,9 @@ once per job, and the job's reads of it later are cache hits. A few units at a t
 take a small share of a busy link (the prefetch runs 16 block reads, the restore 8
 frames) and all of an idle one.
 
-It starts once the node holds the job's image's hot set (the agent's ``status``:
-no hot block pending), which the container's start reads first: asked from the mount
+It starts once the node holds the job's image's hot set (the agent's ``status``: the
+prolog's prefetch returned and no hot block is pending), which the container's start
+reads first: asked from the mount
 on, beside the hot set's rest, the warm-up took the link from it and the container's
 start waited (N = 2: prolog 19 s, container 11 s, against 15 and 7). A job with no image
 here (none asked for, the agent says "not found" for :data:`NO_IMAGE_WAIT` seconds)
@@ -115,6 +116,7 @@ class Warm:
         while self.settled is not None and not self._stop.is_set():
             waited = time.monotonic() - t0
             if waited >= SETTLE_WAIT or self.settled(waited):
+                self.log(f"checkpoint warm-up starts after {waited:.1f}s")
                 break
             self._stop.wait(POLL)
         with cf.ThreadPoolExecutor(self.parallel, thread_name_prefix="ckpt-warm") as pool:
@@ -188,7 +190,9 @@ def image_settled(socket: Path | str, job_id: int) -> Callable[[float], bool]:
             return waited >= NO_IMAGE_WAIT
         except (AgentError, OSError):
             return True
-        return reply.prefetch is None or reply.prefetch.pending <= 0
+        # No prefetch yet: the prolog's image step is still waiting for the hot set's
+        # leading part (an agent before ``pending`` says 0 from the prolog's return).
+        return reply.prefetch is not None and reply.prefetch.pending <= 0
 
     return settled
 
