@@ -350,8 +350,10 @@ class GatedStore(CountingStore):
     def __init__(self, store: Store) -> None:
         super().__init__(store)
         self.gate = threading.Event()
+        self.entered = threading.Event()  # a read is under way (and held)
 
     def read_block(self, index: int, digest: str, offset: int, length: int, prio: int) -> bytes:
+        self.entered.set()
         assert self.gate.wait(TIMEOUT)
         return super().read_block(index, digest, offset, length, prio)
 
@@ -374,6 +376,7 @@ def test_a_peers_run_of_blocks_not_queued_here_goes_before_this_nodes_own_hot_se
         )
         prefetch.start()
         wait_until(lambda: _queued_at(fetcher, manifest.blocks[19], PREFETCH), "hot set queued")
+        assert source.entered.wait(TIMEOUT)  # the one thread holds block 0's read
         wanted = (20, 21, 0, 5)  # two n1 has not queued, two it has
         req = PieceRequest(
             42, "", run_digest([manifest.blocks[i] for i in wanted]), PREFETCH, blocks=wanted
