@@ -34,7 +34,10 @@ Records (``--json``: a list, one per path and size): ``path``, ``bytes`` (per no
 ``bootseer_s`` and ``floor_s`` (the slowest node's), ``ratio`` = bootseer_s / floor_s,
 ``cpu_s_per_gib`` (bootseer's own processes: agent, hooks, checkpoint daemon; root
 processes of the nodes' cgroups but Slurm's, per GiB all nodes moved), ``nodes``,
-``load1``; see ``docs/performance.md`` for what each path and floor is.
+``load1``; see ``docs/performance.md`` for what each path and floor is. Each cold
+start's ``startup_cold_vs_warm`` record also has its ``story`` (:func:`store_story`: the
+store link's egress and its rate second by second, each node's phases with their store
+and peer bytes, the agents' counters), listed under the table in ``--text``.
 
 The inputs (image, wheel index, checkpoint) are kept under ``--work`` so that a second
 run starts faster; per-point scratch (copies, prefixes, node caches) is deleted as it goes.
