@@ -153,6 +153,11 @@ class CkptSection:
     unit_size: int = 8 << 20  # bytes per stripe unit
     read_ahead: int = 16  # units a sequential reader fetches ahead (memory: that many units)
     max_inflight: int = 8  # store requests in flight per open file, reading or writing
+    # A job on several nodes: its mount daemon has the node agent fetch the namespace's
+    # units (files by name, in order) from the mount on, a few at a time, up to this many
+    # MiB, so that the store link's idle time in the prolog and the container's start
+    # goes to the checkpoint (bootseer.ckpt.warm); 0: off.
+    warm_mib: int = 4096
     verify: bool = True  # check each unit's checksum on read
     # Where jobs' mounts go (``%n`` = node); unset or empty: ``<paths.run_dir>/ckpt``.
     mount_root: Path | None = None
@@ -182,6 +187,8 @@ class CkptSection:
     door: str = "job"
 
     def __post_init__(self) -> None:
+        if self.warm_mib < 0:
+            raise ConfigError(f"ckpt.warm_mib must be 0 (off) or more, not {self.warm_mib}")
         if self.door not in DOOR_MODES:
             raise ConfigError(
                 f"ckpt.door must be one of {', '.join(DOOR_MODES)}, not {self.door!r}"

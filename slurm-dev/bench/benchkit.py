@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -181,28 +181,64 @@ class Sample:
     cpu: dict[str, float | None]
     load1: float
     own_cpu: float = 0.0
+    # each node's agent metrics (``metrics``' names and labels -> value), read once a second
+    agent: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def agent_metrics(path: Path) -> dict[str, float]:
+    """An agent's textfile (Prometheus text format) as ``name{labels}`` -> value; {} if
+    it is not there yet. The agent rewrites it every ``[metrics] interval`` seconds."""
+    out: dict[str, float] = {}
+    try:
+        text = path.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                out[key] = float(value)
+    return out
 
 
 class Sampler:
     def __init__(
-        self, cluster: devcluster.Cluster, cpu: CpuGroups, nodes: list[str], own: bool = False
+        self,
+        cluster: devcluster.Cluster,
+        cpu: CpuGroups,
+        nodes: list[str],
+        own: bool = False,
+        agents: bool = False,
     ) -> None:
         self.net = cluster.s.network
         self.cpu = cpu
         self.nodes = nodes
         self.own = OwnCpu(cpu, nodes) if own else None
+        # the agents' metric files, when asked (a read a second: they change every 2 s)
+        self.agent_files = (
+            {n: cluster.dir / "nodes" / n / "metrics" / "bootseer_agent.prom" for n in nodes}
+            if agents
+            else {}
+        )
+        self._agent: dict[str, dict[str, float]] = {}
+        self._agent_t = 0.0
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def sample(self) -> Sample:
+        now = time.time()
+        if self.agent_files and now - self._agent_t >= 1.0:
+            self._agent = {n: agent_metrics(f) for n, f in self.agent_files.items()}
+            self._agent_t = now
         return Sample(
-            time.time(),
+            now,
             self.net.store_egress_bytes(),
             {n: self.net.node_rx_bytes(n) for n in self.nodes},
             {n: self.cpu.usage(n) for n in [*self.nodes, "store"]},
             load1(),
             self.own.total() if self.own else 0.0,
+            self._agent,
         )
 
     def _run(self) -> None:

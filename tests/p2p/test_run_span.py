@@ -38,11 +38,11 @@ class Asked:
     def __init__(self) -> None:
         self.runs: list[tuple[str, list[int]]] = []
 
-    def request_run(self, runs, peer, manifest, blocks, priority, interest):  # type: ignore[no-untyped-def]
+    def request_run(self, runs, peer, manifest, blocks, priority, interest, ahead=False):  # type: ignore[no-untyped-def]
         self.runs.append((peer, list(blocks)))
         return [cf.Future() for _ in blocks]
 
-    def request(self, source, manifest, index, priority, interest):  # type: ignore[no-untyped-def]
+    def request(self, source, manifest, index, priority, interest, ahead=False):  # type: ignore[no-untyped-def]
         raise AssertionError("every block here is a peer's")
 
 

@@ -342,3 +342,64 @@ def test_a_run_is_received_into_a_buffer_used_again_and_its_bad_block_never_land
     assert buffers.made <= 4  # of 12 runs
     # Once the fetcher is idle, no buffer is held (not by its idle threads either).
     wait_until(lambda: buffers.held() == 0, timeout=TIMEOUT, what="the run buffers let go")
+
+
+class GatedStore(CountingStore):
+    """The counting store, its reads held until ``gate`` is set."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.gate = threading.Event()
+        self.entered = threading.Event()  # a read is under way (and held)
+
+    def read_block(self, index: int, digest: str, offset: int, length: int, prio: int) -> bytes:
+        self.entered.set()
+        assert self.gate.wait(TIMEOUT)
+        return super().read_block(index, digest, offset, length, prio)
+
+
+def test_a_peers_run_of_blocks_not_queued_here_goes_before_this_nodes_own_hot_set(
+    tmp_path: Path,
+) -> None:
+    """n1 prefetches its own hot set (one fetch thread, the store held); n2's run asks
+    for blocks n1 has not queued: n1 reads them from the store next, not after its whole
+    hot set (a mid-size N = 2 start waited ~10 s for such a run, its prolog with it)."""
+    store = open_store(f"file://{tmp_path}/store")
+    manifest, blocks = image_of_n1(store, 24)
+    source = GatedStore(store)
+    fetcher = Fetcher(BlockCache(tmp_path / "n1", 1 << 30), workers=1, timeout=TIMEOUT)
+    own = list(range(20))  # n1's hot set; blocks 20-23 are only n2's
+    try:
+        prefetch = threading.Thread(
+            target=prefetch_hot,
+            args=(fetcher, source, manifest, own, time.monotonic() + TIMEOUT, 1.0, RUN),
+        )
+        prefetch.start()
+        wait_until(lambda: _queued_at(fetcher, manifest.blocks[19], PREFETCH), "hot set queued")
+        assert source.entered.wait(TIMEOUT)  # the one thread holds block 0's read
+        wanted = (20, 21, 0, 5)  # two n1 has not queued, two it has
+        req = PieceRequest(
+            42, "", run_digest([manifest.blocks[i] for i in wanted]), PREFETCH, blocks=wanted
+        )
+        answer: list[RunBlocks] = []
+        peer = threading.Thread(
+            target=lambda: answer.append(
+                provide_run(fetcher, source, manifest, req, time.monotonic() + TIMEOUT, RUN)
+            )
+        )
+        peer.start()
+        wait_until(lambda: _queued_at(fetcher, manifest.blocks[21], PREFETCH), "run queued")
+        source.gate.set()
+        peer.join(TIMEOUT)
+        prefetch.join(TIMEOUT)
+    finally:
+        source.gate.set()
+        fetcher.stop()
+    assert [bytes(b) if b is not None else None for b in answer[0]] == [
+        blocks[manifest.blocks[i]] for i in wanted
+    ]
+    # Store reads in order: the one under way when the run came (block 0), then the
+    # run's two n1 had not queued, then the rest of n1's own.
+    order = [manifest.blocks.index(d) for d in source.read]
+    assert order[:3] == [0, 20, 21], order
+    assert sorted(order) == list(range(22))  # each block read once

@@ -253,7 +253,7 @@ class Jobs:
             raise PeerError("missing", f"block {i} is not held here")
         # At the asker's priority: a peer's fill waits here too until this node's own start
         # is quiet (and is paced), or it would compete with this node's startup.
-        fut = self.fetcher.request(image.source, image.manifest, i, priority)
+        fut = self.fetcher.request(image.source, image.manifest, i, priority, ahead=True)
         wait = max(0.0, deadline - time.monotonic())
         try:
             return fut.result(timeout=wait)

@@ -63,6 +63,7 @@ class PrefetchSummary:
     complete: bool = True  # every hot block local before the deadline
     seconds: float = 0.0
     hit_ratio: float = 1.0
+    pending: int = 0  # hot blocks still on their way, now (an agent before: 0)
 
 
 FillState = Literal["running", "done", "cancelled"]

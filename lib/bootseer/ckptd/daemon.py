@@ -114,9 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     from bootseer.ckptd.metrics import CkptMetrics
 
     metrics = CkptMetrics.start(cfg, fs.counts, log)
+    from bootseer.ckpt.warm import Warm, image_settled
+
+    # The units on their way once the image's hot set is here, while the restore and the
+    # container's start leave the store link room (a job on several nodes: through the
+    # agent, which keeps them).
+    settled = image_settled(NodePaths(cfg).agent_socket, ident.job_id) if ident.job_id else None
+    warm = Warm(ns, cfg.ckpt.warm_mib << 20, log=log, settled=settled)
+    warm.start()
     try:
         trio.run(serve, fs)
     finally:
+        warm.stop()
         fs.abort_all()
         pyfuse3.close(unmount=True)
         if stage is not None:

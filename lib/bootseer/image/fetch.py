@@ -237,6 +237,11 @@ class FetchStats:
     run_blocks: int = 0  # blocks a run brought
 
 
+# Added to a job's place to put it before every job of its priority not ahead (a block
+# a peer asked for that this node had not queued: the peer waits on it now, while this
+# node's own hot set, queued before, is the next seconds' work).
+AHEAD = -(1 << 62)
+
 # A time.monotonic() before any other: "never". 0.0 is not: the clock counts from the
 # machine's boot, so a node up for less than read_quiet would find a job reading at once.
 NEVER = -math.inf
@@ -296,8 +301,11 @@ class Fetcher:
         index: int,
         priority: int,
         interest: Interest | None = None,
+        ahead: bool = False,
     ) -> cf.Future[Block]:
-        """A future for block ``index``; joins the fetch already under way, if any."""
+        """A future for block ``index``; joins the fetch already under way, if any.
+        ``ahead``: a block not yet queued goes before every other of its priority (a
+        peer waits on it now: :func:`bootseer.p2p.imagesource.provide_run`)."""
         d = manifest.blocks[index]
         with self._cond:
             job = self._jobs.get(d)
@@ -313,7 +321,7 @@ class Fetcher:
                     manifest.id,
                     priority,
                     time.monotonic(),
-                    order=next(self._seq),
+                    order=self._order(ahead and priority < BACKGROUND),
                 )
                 self._jobs[d] = job
                 self._push(job)
@@ -339,14 +347,15 @@ class Fetcher:
         indices: Sequence[int],
         priority: int,
         interest: Interest | None = None,
+        ahead: bool = False,
     ) -> list[cf.Future[Block]]:
         """Futures for blocks ``indices``, asked of ``peer`` as one run; a block already
         asked for joins its fetch instead. At ``BACKGROUND`` the run waits, as a single
         block does, for the node's start to be quiet, and is dropped once every block's
-        interests are cancelled."""
+        interests are cancelled. ``ahead``: as :meth:`request`'s."""
         futures = []
         with self._cond:
-            order = next(self._seq)
+            order = self._order(ahead and priority < BACKGROUND)
             members = []
             for i in indices:
                 d = manifest.blocks[i]
@@ -380,6 +389,11 @@ class Fetcher:
                 heapq.heappush(self._heap, (priority, order, next(self._seq), run))
             self._cond.notify()
         return futures
+
+    def _order(self, ahead: bool) -> int:
+        """A new job's place among its priority's (under ``_cond``): after every one
+        queued, or (``ahead``) before every one not ahead, in the order they came."""
+        return next(self._seq) + (AHEAD if ahead else 0)
 
     def _push(self, job: _Job) -> None:
         heapq.heappush(self._heap, (job.priority, job.order, next(self._seq), job))

@@ -56,6 +56,10 @@ class PrefetchResult:
     failed: int = 0
     complete: bool = True  # every hot block local before the deadline
     seconds: float = 0.0
+    # Hot blocks still on their way (kept up to date after the prolog's return: the rest
+    # of the hot set streams on). A job's checkpoint warm-up waits for 0
+    # (bootseer.ckpt.warm): the container's start needs these first.
+    pending: int = 0
 
     @property
     def hit_ratio(self) -> float:
@@ -93,6 +97,7 @@ def prefetch_hot(
         request_blocks(fetcher, source, manifest, wanted, PREFETCH, run_bytes),
         lambda i: start_fraction >= 1.0 or i in first,
         manifest,
+        res,
     )
     tally.wait(deadline)
     with tally.lock:
@@ -105,11 +110,15 @@ def prefetch_hot(
 
 
 def _watch(
-    futures: dict[cf.Future[Block], int], lead: Callable[[int], bool], manifest: Manifest
+    futures: dict[cf.Future[Block], int],
+    lead: Callable[[int], bool],
+    manifest: Manifest,
+    res: PrefetchResult,
 ) -> tuple[_Tally, int]:
     """A tally of ``futures`` as they end (``lead``: the blocks waited for), and their
-    number."""
-    tally = _Tally(sum(1 for i in futures.values() if lead(i)))
+    number; ``res.pending`` counts down as they do."""
+    res.pending = len(futures)
+    tally = _Tally(sum(1 for i in futures.values() if lead(i)), res)
     for f, i in futures.items():
         f.add_done_callback(functools.partial(tally.one, lead(i), manifest.block_length(i)))
     return tally, len(futures)
@@ -119,14 +128,16 @@ class _Tally:
     """The hot set's blocks as they end: how many, how many failed, and when the ones
     waited for are all in."""
 
-    def __init__(self, leading: int) -> None:
+    def __init__(self, leading: int, res: PrefetchResult) -> None:
         self.lock = threading.Condition()
         self.leading = leading  # blocks waited for still to end
         self.done = self.failed = self.fetched = self.fetched_bytes = 0
+        self.res = res
 
     def one(self, lead: bool, length: int, fut: cf.Future[Block]) -> None:
         with self.lock:
             self.done += 1
+            self.res.pending -= 1
             if fut.cancelled() or fut.exception() is not None:
                 self.failed += 1
             else:
@@ -164,13 +175,15 @@ def request_blocks(
     priority: int,
     run_bytes: int,
     interest: Interest | None = None,
+    ahead: bool = False,
 ) -> dict[cf.Future[Block], int]:
     """Futures for blocks ``indices`` (each block's index): those a peer gives (the
     source says whom: :class:`bootseer.image.fetch.RunSource`) asked of it in runs of up
     to ``run_bytes``, consecutive among that peer's in ``indices``' order, within
     ``RUN_SPAN`` runs' worth of ``indices``, and queued at their first block's place; the
     rest (the store's, this node's own) alone.
-    ``interest``: who asked (the fill, which may cancel)."""
+    ``interest``: who asked (the fill, which may cancel); ``ahead``: blocks not yet
+    queued go before this node's own (:meth:`Fetcher.request`: a peer waits on them)."""
     runs = run_source(source) if run_bytes > 0 else None
     units: list[int | tuple[str, list[int]]] = []  # a block alone, or (peer, a run)
     # peer -> (its open run, [bytes], where in ``indices`` it started)
@@ -196,11 +209,11 @@ def request_blocks(
     futures: dict[cf.Future[Block], int] = {}
     for unit in units:
         if isinstance(unit, int):
-            futures[fetcher.request(source, manifest, unit, priority, interest)] = unit
+            futures[fetcher.request(source, manifest, unit, priority, interest, ahead)] = unit
         else:
             assert runs is not None
             peer, blocks = unit
-            got = fetcher.request_run(runs, peer, manifest, blocks, priority, interest)
+            got = fetcher.request_run(runs, peer, manifest, blocks, priority, interest, ahead)
             futures.update(zip(got, blocks, strict=True))
     return futures
 

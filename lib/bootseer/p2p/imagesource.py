@@ -139,7 +139,13 @@ def provide_run(
     ]
     wanted = [i for i, b in zip(req.blocks, out, strict=True) if b is None]
     if wanted:
-        futures = request_blocks(fetcher, source, manifest, wanted, req.priority, run_bytes)
+        # Ahead of this node's own hot set (the job's nodes read the same trace, but a
+        # run may hold blocks this node has not queued yet, or not at all): queued
+        # behind it, such a block held its whole run, and the asker's prolog, ~10 s on
+        # a mid-size N = 2 start (docs/performance.md, "Two nodes against one").
+        futures = request_blocks(
+            fetcher, source, manifest, wanted, req.priority, run_bytes, ahead=True
+        )
         cf.wait(futures, timeout=max(0.0, deadline - time.monotonic()) * ANSWER_BY)
         got = {
             i: f.result()

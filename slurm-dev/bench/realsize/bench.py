@@ -34,7 +34,10 @@ Records (``--json``: a list, one per path and size): ``path``, ``bytes`` (per no
 ``bootseer_s`` and ``floor_s`` (the slowest node's), ``ratio`` = bootseer_s / floor_s,
 ``cpu_s_per_gib`` (bootseer's own processes: agent, hooks, checkpoint daemon; root
 processes of the nodes' cgroups but Slurm's, per GiB all nodes moved), ``nodes``,
-``load1``; see ``docs/performance.md`` for what each path and floor is.
+``load1``; see ``docs/performance.md`` for what each path and floor is. Each cold
+start's ``startup_cold_vs_warm`` record also has its ``story`` (:func:`store_story`: the
+store link's egress and its rate second by second, each node's phases with their store
+and peer bytes, the agents' counters), listed under the table in ``--text``.
 
 The inputs (image, wheel index, checkpoint) are kept under ``--work`` so that a second
 run starts faster; per-point scratch (copies, prefixes, node caches) is deleted as it goes.
@@ -534,7 +537,7 @@ class Bench(ClusterJobs):
             self.cold(nodes)
         self.settle(self.c.s.node_names)
         self.quiet()
-        with Sampler(self.c, self.cpu, nodes, own=True) as sampler:
+        with Sampler(self.c, self.cpu, nodes, own=True, agents=True) as sampler:
             t0 = time.time()
             job = self.job(variant, nodes)
             out = self.output(job)
@@ -577,8 +580,120 @@ def record(
     }
 
 
+# The agent's counters the story of a start reads (``bootseer_`` dropped from the names).
+AGENT_COUNTERS = {
+    "image_demand": 'bootseer_image_fetched_bytes_total{priority="demand"}',
+    "image_prefetch": 'bootseer_image_fetched_bytes_total{priority="prefetch"}',
+    "image_background": 'bootseer_image_fetched_bytes_total{priority="background"}',
+    "p2p_store": 'bootseer_p2p_bytes_total{source="store"}',
+    "p2p_peer": 'bootseer_p2p_bytes_total{source="peer"}',
+    "served": "bootseer_peer_served_bytes_total",
+    "peer_drops": "bootseer_peer_drops_total",
+    "peer_requests": "bootseer_peer_requests_total",
+}
+
+
+def store_story(boot: Point, store_bps: float) -> dict[str, Any]:
+    """Where a cold start's bytes came from and when the store link was busy: what the
+    store sent on its link (its counter) until the last first step and until the job's
+    end, what each node's phase records say it took from the store and from peers per
+    phase (the kind: image blocks, snapshot frames, checkpoint units), the agents'
+    counters at the last first step, and the store link's rate second by second with
+    the seconds it ran below half its cap (a wait no link explains)."""
+    assert boot.run is not None
+    s = boot.sampler
+    first, ready, last = s.samples[0], s.at(boot.ready_t), s.samples[-1]
+    allocated = epoch(boot.run["allocated"])
+    nodes: dict[str, Any] = {}
+    kinds: dict[str, dict[str, int]] = {}
+    for nd in boot.run["nodes"]:
+        phases = {}
+        for ph in nd["phases"]:
+            phases[ph["phase"]] = {
+                "at": ph["start_offset_seconds"],
+                "s": ph["seconds"],
+                "store": ph.get("store_bytes", 0),
+                "peer": ph.get("peer_bytes", 0),
+            }
+            k = kinds.setdefault(ph["phase"], {"store": 0, "peer": 0})
+            k["store"] += ph.get("store_bytes", 0)
+            k["peer"] += ph.get("peer_bytes", 0)
+        nodes[nd["node"]] = {
+            "ready_s": nd["ready_seconds"],
+            "store": nd.get("store_bytes", 0),
+            "peer": nd.get("peer_bytes", 0),
+            "phases": phases,
+            "agent": {
+                k: ready.agent.get(nd["node"], {}).get(m, 0.0) for k, m in AGENT_COUNTERS.items()
+            },
+        }
+    rates: list[float] = []
+    idle = 0.0
+    t, prev = allocated, s.at(allocated)
+    while t < boot.ready_t:
+        t = min(t + 1.0, boot.ready_t)
+        cur = s.at(t)
+        if cur.t > prev.t:
+            bps = (cur.egress - prev.egress) / (cur.t - prev.t)
+            rates.append(round(bps / 1e6, 1))
+            if bps < store_bps / 2:
+                idle += cur.t - prev.t
+        prev = cur
+    return {
+        "store_egress_bytes": ready.egress - first.egress,
+        "store_egress_job_bytes": last.egress - first.egress,
+        "store_link_slow_s": round(idle, 1),
+        "store_egress_mb_s": rates,
+        "kinds": {k: v for k, v in kinds.items() if v["store"] or v["peer"]},
+        "per_node": nodes,
+    }
+
+
+def story_text(rows: list[dict[str, Any]]) -> str:
+    """The startup records' stories as lines under the table."""
+    out = []
+    for r in rows:
+        st = r.get("story")
+        if r["path"] != "startup_cold_vs_warm" or not st:
+            continue
+        out.append(
+            f"N={r['nodes']}: startup {r['bootseer_s']:.2f}s, store egress "
+            f"{st['store_egress_bytes'] / GiB:.2f} GiB to the last first step "
+            f"({st['store_egress_job_bytes'] / GiB:.2f} to the job's end), "
+            f"store link below half its cap {st['store_link_slow_s']:.1f}s"
+        )
+        out.append(
+            "  store MB/s each second: " + " ".join(f"{v:.0f}" for v in st["store_egress_mb_s"])
+        )
+        for kind, v in st["kinds"].items():
+            out.append(
+                f"  {kind:<24} store {v['store'] / GiB:6.2f} GiB  peer {v['peer'] / GiB:6.2f} GiB"
+            )
+        for node, nd in st["per_node"].items():
+            a = nd["agent"]
+            out.append(
+                f"  {node}: ready {nd['ready_s']:.1f}s; agent at ready: image demand "
+                f"{a['image_demand'] / GiB:.2f} prefetch {a['image_prefetch'] / GiB:.2f} "
+                f"background {a['image_background'] / GiB:.2f} GiB, p2p store "
+                f"{a['p2p_store'] / GiB:.2f} peer {a['p2p_peer'] / GiB:.2f} served "
+                f"{a['served'] / GiB:.2f} GiB, drops {a['peer_drops']:.0f}"
+            )
+            for ph, v in nd["phases"].items():
+                out.append(
+                    f"    {ph:<24} at {v['at']:6.2f}s {v['s']:6.2f}s  store "
+                    f"{v['store'] / MiB:7.0f} MiB  peer {v['peer'] / MiB:7.0f} MiB"
+                )
+    return "\n".join(out)
+
+
 def records_for(
-    n: int, warm: Point, full: Point, boot: Point, prefix_bytes: int, link_bps: float | None
+    n: int,
+    warm: Point,
+    full: Point,
+    boot: Point,
+    prefix_bytes: int,
+    link_bps: float | None,
+    store_bps: float = 125e6,
 ) -> list[dict[str, Any]]:
     load = boot.sampler.at(boot.ready_t).load1
     out: list[dict[str, Any]] = []
@@ -671,6 +786,7 @@ def records_for(
     )
     held = boot.nbytes("start") + prefix_bytes + boot.nbytes("ckpt_all")
     cpu = boot.sampler.own_cpu(boot.t0, boot.ready_t)
+    story = store_story(boot, store_bps)
     for path, base, what in (
         (
             "startup_cold_vs_warm",
@@ -679,8 +795,20 @@ def records_for(
         ),
         ("startup_vs_full_copy", full, "copy the image and checkpoint whole, install, then start"),
     ):
+        extra = {"story": story} if path == "startup_cold_vs_warm" else {}
         out.append(
-            record(path, held, boot.startup_s, base.startup_s, cpu, held * n, n, load, floor=what)
+            record(
+                path,
+                held,
+                boot.startup_s,
+                base.startup_s,
+                cpu,
+                held * n,
+                n,
+                load,
+                floor=what,
+                **extra,
+            )
         )
     return out
 
@@ -826,7 +954,13 @@ def main(argv: list[str]) -> int:
             if n == 1:
                 rows.append(write_record(rec, pts["warm", 1]))
             rows += records_for(
-                n, pts["warm", n], pts["fullcopy", n], p, b.prefix_bytes, b.link_bps
+                n,
+                pts["warm", n],
+                pts["fullcopy", n],
+                p,
+                b.prefix_bytes,
+                b.link_bps,
+                net.store_mbit * 1e6 / 8,
             )
             save()
     finally:
@@ -844,7 +978,7 @@ def main(argv: list[str]) -> int:
         f"{du(b.ckpt) / GiB:.2f} GiB in {size.shards} shards, install {' '.join(size.packages)} "
         f"({b.prefix_bytes / GiB:.2f} GiB); store link {net.store_mbit} Mbit/s, node links "
         f"{net.node_mbit} Mbit/s; {os.cpu_count()} CPUs; "
-        f"{(time.monotonic() - t_start) / 60:.1f} min\n" + table(rows)
+        f"{(time.monotonic() - t_start) / 60:.1f} min\n" + table(rows) + "\n" + story_text(rows)
     )
     print(text)
     if args.text:

@@ -1,0 +1,134 @@
+"""A job on several nodes has its checkpoint's units warmed into the node agent's cache
+from the mount on (issue 19, "Two nodes against one"): the job's reads of them are then
+cache hits, not the target's (or a peer's) reads after the container has started."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bootseer.ckpt.namespace import Namespace
+from bootseer.ckpt.warm import Warm
+from bootseer.config import SiteConfig
+from bootseer.p2p.via import Via, agent_via
+from bootseer.sitekey import SiteKeys
+from bootseer.store import open_store
+from tests.imagekit import AgentProc, site_config
+
+UNIT = 256 << 10
+KEYS = SiteKeys([bytes(range(32))])
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Iterator[tuple[AgentProc, dict[str, Any], list[str]]]:
+    """An agent whose site has three checkpoint targets (file://)."""
+    targets = []
+    for i in range(3):
+        (tmp_path / f"t{i}").mkdir()
+        targets.append(f"file://{tmp_path}/t{i}")
+    config = site_config(tmp_path)
+    config["ckpt"] = {"targets": targets, "unit_size": UNIT}
+    a = AgentProc(tmp_path, "t1", config)
+    try:
+        yield a.start(), config, targets
+    finally:
+        a.stop()
+
+
+def _ns(targets: list[str], via: Via | None) -> Namespace:
+    ns = Namespace([open_store(u) for u in targets], "alice/run", unit_size=UNIT, keys=KEYS)
+    ns.via = via
+    return ns
+
+
+def _sources(via: Via, log: list[tuple[str, str]]) -> Via:
+    """``via``, noting where each unit came from (store, peer, cache)."""
+
+    def counted(
+        target: str, key: str, offset: int, length: int, digest: str
+    ) -> tuple[bytes | memoryview, str] | None:
+        got = via(target, key, offset, length, digest)
+        log.append((key, got[1] if got else "none"))
+        return got
+
+    return counted
+
+
+def test_warmed_units_are_cache_hits_for_the_jobs_reads(
+    agent: tuple[AgentProc, dict[str, Any], list[str]],
+) -> None:
+    _, config, targets = agent
+    data = {f"shard{i}.pt": os.urandom(5 * UNIT + 1000) for i in range(2)}
+    writer = _ns(targets, None)
+    for name, body in data.items():
+        with writer.open(name, "wb") as f:
+            f.write(body)
+    cfg = SiteConfig.from_mapping(config).for_node("t1")
+    # A two-node job (both names this node's: the agent owns every unit and reads the
+    # targets for it, as the owner among real peers does).
+    via = agent_via(cfg, 7, ("t1", "t1"), log=print, owner=(0, ""))
+    assert via is not None
+
+    warm = Warm(_ns(targets, via), limit=1 << 30)
+    res = warm.run()
+    assert (res.units, res.stopped_by) == (12, "")  # 6 units a file, every one
+    assert res.store_bytes == sum(len(b) for b in data.values())
+
+    asked: list[tuple[str, str]] = []
+    reader = _ns(targets, _sources(via, asked))
+    for name, body in data.items():
+        with reader.open(name) as f:
+            assert f.read() == body
+    assert asked and {src for _, src in asked} == {"cache"}  # nothing from the targets
+    assert reader.store_bytes == 0
+
+
+def test_the_warm_up_stops_at_its_limit_and_without_the_agent(
+    agent: tuple[AgentProc, dict[str, Any], list[str]],
+) -> None:
+    _, config, targets = agent
+    writer = _ns(targets, None)
+    with writer.open("big.pt", "wb") as f:
+        f.write(os.urandom(8 * UNIT))
+    cfg = SiteConfig.from_mapping(config).for_node("t1")
+    via = agent_via(cfg, 8, ("t1", "t1"), log=print, owner=(0, ""))
+    res = Warm(_ns(targets, via), limit=3 * UNIT).run()
+    assert (res.units, res.bytes, res.stopped_by) == (3, 3 * UNIT, "limit")
+    # A one-node job has no agent path (agent_via is None): nothing to warm into.
+    idle = Warm(_ns(targets, None), limit=1 << 30)
+    idle.start()
+    idle.stop()
+    assert idle.result.units == 0
+
+
+def test_the_warm_up_waits_until_the_image_is_settled(tmp_path: Path) -> None:
+    """No unit is asked while ``settled`` says the image's hot set is still coming (the
+    container's start needs it first); then every unit is, in order."""
+    targets = []
+    for i in range(3):
+        (tmp_path / f"t{i}").mkdir()
+        targets.append(f"file://{tmp_path}/t{i}")
+    writer = _ns(targets, None)
+    with writer.open("a.pt", "wb") as f:
+        f.write(os.urandom(3 * UNIT))
+    events: list[str] = []
+
+    def via(
+        target: str, key: str, offset: int, length: int, digest: str
+    ) -> tuple[bytes | memoryview, str] | None:
+        events.append("unit")
+        return b"x" * length, "peer"
+
+    answers = iter([False, False, True])
+
+    def settled(waited: float) -> bool:
+        events.append("asked")
+        return next(answers)
+
+    res = Warm(_ns(targets, via), limit=1 << 30, settled=settled, parallel=1).run()
+    assert events == ["asked", "asked", "asked", "unit", "unit", "unit"]
+    assert (res.units, res.peer_bytes) == (3, 3 * UNIT)
