@@ -154,8 +154,8 @@ class CkptSection:
     read_ahead: int = 16  # units a sequential reader fetches ahead (memory: that many units)
     max_inflight: int = 8  # store requests in flight per open file, reading or writing
     # A job on several nodes: its mount daemon has the node agent fetch the namespace's
-    # units (files by name, in order) from the mount on, a few at a time, up to this many
-    # MiB, so that the store link's idle time in the prolog and the container's start
+    # units (the files committed last first) from the mount on, a few at a time, up to
+    # this many MiB, so that the store link's idle time in the prolog and the container's start
     # goes to the checkpoint (bootseer.ckpt.warm); 0: off.
     warm_mib: int = 4096
     verify: bool = True  # check each unit's checksum on read

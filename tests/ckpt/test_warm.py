@@ -132,3 +132,32 @@ def test_the_warm_up_waits_until_the_image_is_settled(tmp_path: Path) -> None:
     res = Warm(_ns(targets, via), limit=1 << 30, settled=settled, parallel=1).run()
     assert events == ["asked", "asked", "asked", "unit", "unit", "unit"]
     assert (res.units, res.peer_bytes) == (3, 3 * UNIT)
+
+
+def test_the_newest_files_are_warmed_first(tmp_path: Path) -> None:
+    """A namespace keeps earlier checkpoints beside the one a restart loads: the files
+    committed last are warmed first, so the limit goes to them, not to the oldest
+    (which come first by name here)."""
+    targets = []
+    for i in range(3):
+        (tmp_path / f"t{i}").mkdir()
+        targets.append(f"file://{tmp_path}/t{i}")
+    writer = _ns(targets, None)
+    for name in ("step_1/model.pt", "step_2/model.pt", "step_3/model.pt"):
+        writer.mkdir(name.split("/")[0])
+        with writer.open(name, "wb") as f:
+            f.write(os.urandom(2 * UNIT))
+    asked: list[str] = []
+
+    def via(
+        target: str, key: str, offset: int, length: int, digest: str
+    ) -> tuple[bytes | memoryview, str] | None:
+        asked.append(key)
+        return b"x" * length, "peer"
+
+    ns = _ns(targets, via)
+    newest = ns.manifest("step_3/model.pt")
+    assert newest is not None
+    res = Warm(ns, limit=2 * UNIT, parallel=1).run()
+    assert (res.units, res.stopped_by) == (2, "limit")
+    assert asked == [ns.unit_key(newest.version, unit) for unit, _ in newest.units]

@@ -7,12 +7,12 @@ start while the nodes extracted the restore and started the container from their
 caches; the checkpoint's units then came at the link's rate after that, with nothing
 fetched ahead (docs/performance.md, "Two nodes against one"). The mount daemon of such
 a job therefore asks the node agent, ahead of the job's reads, for the namespace's
-units in the order a reader takes them (files by name, units in order), a few at a
-time (:data:`PARALLEL`): the agent gets each from its owner among the job's nodes or,
-owning it, from the target, verifies and caches it, so each unit still leaves the store
-once per job, and the job's reads of it later are cache hits. A few units at a time
-take a small share of a busy link (the prefetch runs 16 block reads, the restore 8
-frames) and all of an idle one.
+units, the files committed last first (a restart loads the newest checkpoint) and each
+file's units in order, a few at a time (:data:`PARALLEL`): the agent gets each from
+its owner among the job's nodes or, owning it, from the target, verifies and caches
+it, so each unit still leaves the store once per job, and the job's reads of it later
+are cache hits. A few units at a time take a small share of a busy link (the prefetch
+runs 16 block reads, the restore 8 frames) and all of an idle one.
 
 It starts once the node holds the job's image's hot set (the agent's ``status``: the
 prolog's prefetch returned and no hot block is pending), which the container's start
@@ -82,12 +82,12 @@ class Warm:
         settled: Callable[[float], bool] | None = None,
     ) -> None:
         """``paths``: the files in the order the job reads them (default: the
-        namespace's, depth first by name). ``settled(seconds waited)``: whether the
+        namespace's, the most recently committed first). ``settled(seconds waited)``: whether the
         node's startup reads that come first are done (:func:`image_settled`)."""
         self.settled = settled
         self.ns = ns
         self.limit = limit
-        self.paths = paths or (lambda: _walk(ns))
+        self.paths = paths or (lambda: _newest_first(ns))
         self.parallel = max(1, parallel)
         self.log = log
         self.result = WarmResult()
@@ -197,8 +197,19 @@ def image_settled(socket: Path | str, job_id: int) -> Callable[[float], bool]:
     return settled
 
 
-def _walk(ns: Namespace) -> Iterator[str]:
-    yield from ns.walk("")
+def _newest_first(ns: Namespace) -> Iterator[str]:
+    """The namespace's files, the most recently committed first (by name among equals).
+    A restart loads the checkpoint saved last, and a namespace keeps the ones before it
+    beside it (``step_1000/``, ``step_2000/``, ...): taken by name, the warm-up would
+    spend its limit on the oldest, each read from the targets once per job for nothing.
+    Every file's manifest is read first (one small read each; the agent keeps them)."""
+    files = []
+    for path in ns.walk(""):
+        m = ns.manifest(path)
+        if m is not None:
+            files.append((-m.mtime, path))
+    files.sort()
+    yield from (path for _, path in files)
 
 
 def _wait_one(inflight: set[cf.Future[None]]) -> set[cf.Future[None]]:
