@@ -5,6 +5,7 @@ cache hits, not the target's (or a peer's) reads after the container has started
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -137,16 +138,20 @@ def test_the_warm_up_waits_until_the_image_is_settled(tmp_path: Path) -> None:
 def test_the_newest_files_are_warmed_first(tmp_path: Path) -> None:
     """A namespace keeps earlier checkpoints beside the one a restart loads: the files
     committed last are warmed first, so the limit goes to them, not to the oldest
-    (which come first by name here)."""
+    (which come first by name here). The order comes from the listings' mtimes: no
+    manifest is read but the warmed file's."""
     targets = []
     for i in range(3):
         (tmp_path / f"t{i}").mkdir()
         targets.append(f"file://{tmp_path}/t{i}")
     writer = _ns(targets, None)
-    for name in ("step_1/model.pt", "step_2/model.pt", "step_3/model.pt"):
+    for age, name in ((300, "step_1/model.pt"), (100, "step_3/model.pt"), (200, "step_2/model.pt")):
         writer.mkdir(name.split("/")[0])
         with writer.open(name, "wb") as f:
             f.write(os.urandom(2 * UNIT))
+        # Committed `age` seconds ago: the manifest's file on the first target (file://).
+        then = time.time() - age
+        os.utime(tmp_path / "t0" / writer.manifest_key(name), (then, then))
     asked: list[str] = []
 
     def via(
@@ -158,6 +163,10 @@ def test_the_newest_files_are_warmed_first(tmp_path: Path) -> None:
     ns = _ns(targets, via)
     newest = ns.manifest("step_3/model.pt")
     assert newest is not None
+    read: list[str] = []
+    manifest = ns.manifest
+    ns.manifest = lambda path: read.append(path) or manifest(path)  # type: ignore[method-assign]
     res = Warm(ns, limit=2 * UNIT, parallel=1).run()
     assert (res.units, res.stopped_by) == (2, "limit")
     assert asked == [ns.unit_key(newest.version, unit) for unit, _ in newest.units]
+    assert read[0] == "step_3/model.pt" and "step_1/model.pt" not in read

@@ -22,7 +22,7 @@ import calendar
 import errno
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, overload
 
 from bootseer import digest as digests
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 class Entry:
     name: str
     is_dir: bool
+    # A file's manifest's mtime in the store's listing (about when the version was
+    # committed; whole seconds on S3), 0 where the listing does not say.
+    mtime: float = field(default=0.0, compare=False)
 
 
 class Namespace(Layout):
@@ -90,7 +93,7 @@ class Namespace(Layout):
         tree = tree or self.tree()
         key = self.manifest_key(path, tree)
         dirs = [Entry(d, True) for d in self.meta.list_dirs(key) if not d.startswith(TMP_PREFIX)]
-        files = [Entry(obj.key.rsplit("/", 1)[-1], False) for obj in self.meta.list(key)]
+        files = [Entry(obj.key.rsplit("/", 1)[-1], False, obj.mtime) for obj in self.meta.list(key)]
         found = [e for e in dirs + files if tree.shows(path, e.name)]
         for name in tree.extra_dirs(path):  # kept elsewhere: a directory, or a file made again
             sub = f"{path}/{name}" if path else name

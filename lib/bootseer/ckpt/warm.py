@@ -198,17 +198,23 @@ def image_settled(socket: Path | str, job_id: int) -> Callable[[float], bool]:
 
 
 def _newest_first(ns: Namespace) -> Iterator[str]:
-    """The namespace's files, the most recently committed first (by name among equals).
-    A restart loads the checkpoint saved last, and a namespace keeps the ones before it
-    beside it (``step_1000/``, ``step_2000/``, ...): taken by name, the warm-up would
-    spend its limit on the oldest, each read from the targets once per job for nothing.
-    Every file's manifest is read first (one small read each; the agent keeps them)."""
-    files = []
-    for path in ns.walk(""):
-        m = ns.manifest(path)
-        if m is not None:
-            files.append((-m.mtime, path))
-    files.sort()
+    """The namespace's files, the most recently committed first (by the listing's mtime
+    of each manifest; among equals, the name that sorts last first). A restart loads the
+    checkpoint saved last, and a namespace keeps the ones before it beside it
+    (``step_1000/``, ``step_2000/``, ...): taken by name, the warm-up would spend its
+    limit on the oldest, each read from the targets once per job for nothing. Only the
+    listings are read here; a file's manifest is read when its units are asked."""
+    files: list[tuple[float, str]] = []
+    dirs = [""]
+    while dirs:
+        path = dirs.pop()
+        for e in ns.listdir(path):
+            sub = f"{path}/{e.name}" if path else e.name
+            if e.is_dir:
+                dirs.append(sub)
+            else:
+                files.append((e.mtime, sub))
+    files.sort(reverse=True)
     yield from (path for _, path in files)
 
 
