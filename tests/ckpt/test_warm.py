@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bootseer.ckpt.manifest import Manifest
 from bootseer.ckpt.namespace import Namespace
 from bootseer.ckpt.warm import Warm
 from bootseer.config import SiteConfig
@@ -165,7 +166,12 @@ def test_the_newest_files_are_warmed_first(tmp_path: Path) -> None:
     assert newest is not None
     read: list[str] = []
     manifest = ns.manifest
-    ns.manifest = lambda path: read.append(path) or manifest(path)  # type: ignore[method-assign]
+
+    def noted(path: str) -> Manifest | None:
+        read.append(path)
+        return manifest(path)
+
+    ns.manifest = noted  # type: ignore[method-assign]
     res = Warm(ns, limit=2 * UNIT, parallel=1).run()
     assert (res.units, res.stopped_by) == (2, "limit")
     assert asked == [ns.unit_key(newest.version, unit) for unit, _ in newest.units]
