@@ -321,7 +321,7 @@ class Fetcher:
                     manifest.id,
                     priority,
                     time.monotonic(),
-                    order=self._order(ahead and priority < BACKGROUND),
+                    order=self._order(ahead, priority),
                 )
                 self._jobs[d] = job
                 self._push(job)
@@ -355,7 +355,7 @@ class Fetcher:
         interests are cancelled. ``ahead``: as :meth:`request`'s."""
         futures = []
         with self._cond:
-            order = self._order(ahead and priority < BACKGROUND)
+            order = self._order(ahead, priority)
             members = []
             for i in indices:
                 d = manifest.blocks[i]
@@ -390,10 +390,11 @@ class Fetcher:
             self._cond.notify()
         return futures
 
-    def _order(self, ahead: bool) -> int:
+    def _order(self, ahead: bool, priority: int) -> int:
         """A new job's place among its priority's (under ``_cond``): after every one
-        queued, or (``ahead``) before every one not ahead, in the order they came."""
-        return next(self._seq) + (AHEAD if ahead else 0)
+        queued, or (``ahead``) before every one not ahead, in the order they came. The
+        background fill never goes ahead: it waits for the node's start to be quiet."""
+        return next(self._seq) + (AHEAD if ahead and priority < BACKGROUND else 0)
 
     def _push(self, job: _Job) -> None:
         heapq.heappush(self._heap, (job.priority, job.order, next(self._seq), job))
