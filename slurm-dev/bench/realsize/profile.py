@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -39,12 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench as B  # noqa: E402
-from benchkit import NOT_BOOTSEER, TICK, dump_toml  # noqa: E402
-
-COUNTER = re.compile(
-    r'^bootseer_(p2p_bytes_total\{source="(peer|store)"\}|peer_served_bytes_total'
-    r"|peer_requests_total) (\S+)$"
-)
+from benchkit import NOT_BOOTSEER, TICK, agent_metrics, dump_toml  # noqa: E402
 
 
 class Watch:
@@ -114,15 +108,9 @@ class Watch:
 
 
 def counters(b: B.Bench, node: str) -> dict[str, float]:
-    got: dict[str, float] = {}
-    prom = b.c.dir / "nodes" / node / "metrics" / "bootseer_agent.prom"
-    with contextlib.suppress(OSError):
-        for line in prom.read_text().splitlines():
-            m = COUNTER.match(line)
-            if m:
-                name = m.group(2) or ("requests" if "requests" in m.group(1) else "served")
-                got[name] = float(m.group(3))
-    return got
+    """The node agent's counters the bench's story reads (``B.AGENT_COUNTERS``)."""
+    m = agent_metrics(b.c.dir / "nodes" / node / "metrics" / "bootseer_agent.prom")
+    return {k: m.get(name, 0.0) for k, name in B.AGENT_COUNTERS.items()}
 
 
 def main() -> int:
@@ -208,11 +196,11 @@ def main() -> int:
     taken = 0.0
     for node in nodes:
         c = got[node]
-        taken += c.get("peer", 0) + c.get("store", 0)
+        taken += c["p2p_peer"] + c["p2p_store"]
         print(
-            f"{node}: agent took in {c.get('store', 0) / B.GiB:.2f} GiB from the store, "
-            f"{c.get('peer', 0) / B.GiB:.2f} GiB from peers; "
-            f"served {c.get('served', 0) / B.GiB:.2f} GiB in {c.get('requests', 0):.0f} requests"
+            f"{node}: agent took in {c['p2p_store'] / B.GiB:.2f} GiB from the store, "
+            f"{c['p2p_peer'] / B.GiB:.2f} GiB from peers; "
+            f"served {c['served'] / B.GiB:.2f} GiB in {c['peer_requests']:.0f} requests"
         )
     if taken:
         print(f"all: {total:.1f} CPU-s, {total / (taken / B.GiB):.2f} CPU-s per GiB taken in")
