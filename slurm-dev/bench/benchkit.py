@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -293,6 +294,31 @@ def dump_toml(data: dict[str, Any], who: str = "the startup benchmark") -> str:
         out.append(f"\n[{section}]")
         out += [f"{k} = {toml_value(v)}" for k, v in table.items()]
     return "\n".join(out) + "\n"
+
+
+@contextlib.contextmanager
+def config_setting(cluster: devcluster.Cluster, setting: str, who: str) -> Iterator[None]:
+    """The site config with ``setting`` (``section.key=value``, the value in TOML) for the
+    block, put back after: a variant that differs from another by one setting, in the same
+    run (``bootseer@ckpt.warm_mib=0``). Nothing changes for ``""``."""
+    if not setting:
+        yield
+        return
+    name, _, value = setting.partition("=")
+    path = name.strip().split(".")
+    if len(path) < 2 or not all(path) or not value:
+        raise ValueError(f"{setting!r}: not section.key=value")
+    saved = cluster.site_config.read_text()
+    data = tomllib.loads(saved)
+    table = data
+    for part in path[:-1]:
+        table = table.setdefault(part, {})
+    table[path[-1]] = tomllib.loads(f"v = {value}")["v"]
+    cluster.site_config.write_text(dump_toml(data, who))
+    try:
+        yield
+    finally:
+        cluster.site_config.write_text(saved)
 
 
 def bench_site_config(cluster: devcluster.Cluster, py: str, ckpt_deadline: int, who: str) -> str:

@@ -1,6 +1,6 @@
-"""A job on several nodes has its checkpoint's units warmed into the node agent's cache
-from the mount on (issue 19, "Two nodes against one"): the job's reads of them are then
-cache hits, not the target's (or a peer's) reads after the container has started."""
+"""A job has its checkpoint's units warmed into the node agent's cache from the mount on
+(issue 19, "Two nodes against one"): the job's reads of them are then cache hits, not
+the target's (or a peer's) reads after the container has started."""
 
 from __future__ import annotations
 
@@ -89,6 +89,32 @@ def test_warmed_units_are_cache_hits_for_the_jobs_reads(
     assert reader.store_bytes == 0
 
 
+def test_a_one_node_job_warms_through_the_agent_when_asked(
+    agent: tuple[AgentProc, dict[str, Any], list[str]],
+) -> None:
+    """A one-node job's checkpoint goes through the agent when its daemon warms (the
+    agent reads the targets itself, no peer named): its reads are then cache hits. The
+    link idled 1.5 s of a one-node start before the checkpoint's first read."""
+    _, config, targets = agent
+    body = os.urandom(4 * UNIT + 7)
+    writer = _ns(targets, None)
+    with writer.open("model.pt", "wb") as f:
+        f.write(body)
+    cfg = SiteConfig.from_mapping(config).for_node("t1")
+    assert agent_via(cfg, 9, ("t1",), log=print, owner=(0, "")) is None  # nothing to share
+    via = agent_via(cfg, 9, ("t1",), log=print, owner=(0, ""), one_node=True)
+    assert via is not None
+
+    res = Warm(_ns(targets, via), limit=1 << 30).run()
+    assert (res.units, res.store_bytes, res.peer_bytes, res.stopped_by) == (5, len(body), 0, "")
+    asked: list[tuple[str, str]] = []
+    reader = _ns(targets, _sources(via, asked))
+    with reader.open("model.pt") as f:
+        assert f.read() == body
+    assert {src for _, src in asked} == {"cache"}
+    assert reader.store_bytes == 0
+
+
 def test_the_warm_up_stops_at_its_limit_and_without_the_agent(
     agent: tuple[AgentProc, dict[str, Any], list[str]],
 ) -> None:
@@ -100,7 +126,7 @@ def test_the_warm_up_stops_at_its_limit_and_without_the_agent(
     via = agent_via(cfg, 8, ("t1", "t1"), log=print, owner=(0, ""))
     res = Warm(_ns(targets, via), limit=3 * UNIT).run()
     assert (res.units, res.bytes, res.stopped_by) == (3, 3 * UNIT, "limit")
-    # A one-node job has no agent path (agent_via is None): nothing to warm into.
+    # Without the agent's path (p2p off): nothing to warm into.
     idle = Warm(_ns(targets, None), limit=1 << 30)
     idle.start()
     idle.stop()

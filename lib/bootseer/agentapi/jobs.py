@@ -275,7 +275,8 @@ class Prepare(JobRequest[JobReply]):
 class FetchPiece(JobRequest[PieceFile]):
     """A piece outside any image (a snapshot frame: ``length`` bytes of store object
     ``key`` at ``offset``, with digest ``digest``, :mod:`bootseer.digest`) for the job's
-    prolog, through the job's peers; the agent answers with where its cache holds it (a
+    prolog or checkpoint daemon, through the job's peers (none named: a one-node job's,
+    from the store); the agent answers with where its cache holds it (a
     pack, an offset). The field was ``sha256`` before BLAKE3: an agent of that release
     refuses this request (a field missing) and the asker reads the store itself."""
 

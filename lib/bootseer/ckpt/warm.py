@@ -1,26 +1,27 @@
 """Warming a job's checkpoint on its nodes while the store link has room.
 
-A job on several nodes reads its checkpoint after its container has started: the
-prolog (the image's hot set, the dependency restore) and the container's start keep the
-store link busy only part of the time, and at N = 2 the link idled about 8 s of a 47 s
-start while the nodes extracted the restore and started the container from their
-caches; the checkpoint's units then came at the link's rate after that, with nothing
-fetched ahead (docs/performance.md, "Two nodes against one"). The mount daemon of such
-a job therefore asks the node agent, ahead of the job's reads, for the namespace's
-units, the files committed last first (a restart loads the newest checkpoint) and each
-file's units in order, a few at a time (:data:`PARALLEL`): the agent gets each from
-its owner among the job's nodes or, owning it, from the target, verifies and caches
-it, so each unit still leaves the store once per job, and the job's reads of it later
-are cache hits. A few units at a time take a small share of a busy link (the prefetch
-runs 16 block reads, the restore 8 frames) and all of an idle one.
+A job reads its checkpoint after its container has started: the prolog (the image's
+hot set, the dependency restore) and the container's start keep the store link busy
+only part of the time. At N = 2 the link idled about 8 s of a 47 s start while the
+nodes extracted the restore and started the container from their caches, at N = 1
+1.5 s of 22 (slurm-dev's startup bench); the checkpoint's units then came at the
+link's rate after that, with nothing fetched ahead (docs/performance.md, "Two nodes
+against one"). The mount daemon therefore asks the node agent, ahead of the job's
+reads, for the namespace's units, the files committed last first (a restart loads the
+newest checkpoint) and each file's units in order, a few at a time (:data:`PARALLEL`):
+the agent gets each from its owner among the job's nodes or, owning it (always, in a
+one-node job), from the target, verifies and caches it, so each unit still leaves the
+store once per job, and the job's reads of it later are cache hits. A few units at a
+time take a small share of a busy link (the prefetch runs 16 block reads, the restore 8
+frames) and all of an idle one.
 
 It starts once the node holds the job's image's hot set (the agent's ``status``: the
 prolog's prefetch returned and no hot block is pending), which the container's start
-reads first: asked from the mount
-on, beside the hot set's rest, the warm-up took the link from it and the container's
-start waited (N = 2: prolog 19 s, container 11 s, against 15 and 7). A job with no image
-here (none asked for, the agent says "not found" for :data:`NO_IMAGE_WAIT` seconds)
-starts at once after that; no start waits more than :data:`SETTLE_WAIT`.
+reads first: asked from the mount on, beside the hot set's rest, the warm-up took the
+link from it and the container's start waited (N = 2: prolog 19 s, container 11 s,
+against 15 and 7). A job with no image here (none asked for, the agent says "not found"
+for :data:`NO_IMAGE_WAIT` seconds) starts at once after that; no start waits more than
+:data:`SETTLE_WAIT`.
 
 At most ``limit`` bytes are warmed (``[ckpt] warm_mib``: a checkpoint larger than the
 node's share of it should not fill the node's cache with units it never reads), and
@@ -95,7 +96,7 @@ class Warm:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        """Warm in a thread of its own (nothing to do without the agent: a one-node job)."""
+        """Warm in a thread of its own (nothing to do without the agent's path)."""
         if self.ns.via is None or self.limit <= 0:
             return
         self._thread = threading.Thread(target=self.run, name="ckpt-warm", daemon=True)

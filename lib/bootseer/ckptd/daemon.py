@@ -94,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
             from bootseer.p2p.via import agent_via
 
             owner = (ident.uid, ident.account)
-            ns.via = agent_via(cfg, ident.job_id, list(ident.nodes), log, owner=owner)
+            # A one-node job's too when the site warms checkpoints: the agent's cache is
+            # where the warm-up puts the units (and a later job on the node finds them).
+            warms = cfg.ckpt.warm_mib > 0
+            nodes = list(ident.nodes)
+            ns.via = agent_via(cfg, ident.job_id, nodes, log, owner=owner, one_node=warms)
     except (BootseerError, CkptError) as exc:
         log(f"cannot serve the namespace of fd {args.identity_fd}: {exc}")
         return 1
@@ -117,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from bootseer.ckpt.warm import Warm, image_settled
 
     # The units on their way once the image's hot set is here, while the restore and the
-    # container's start leave the store link room (a job on several nodes: through the
-    # agent, which keeps them).
+    # container's start leave the store link room (through the agent, which keeps them).
     settled = image_settled(NodePaths(cfg).agent_socket, ident.job_id) if ident.job_id else None
     warm = Warm(ns, cfg.ckpt.warm_mib << 20, log=log, settled=settled)
     warm.start()

@@ -10,8 +10,8 @@ and checks the CRCs (0.26 CPU-s per GiB here), not the digest again (BLAKE3 0.12
 SHA-256 0.6), and the agent reads nothing. Asked without the file (or an agent from
 before, whose cache file was the piece's alone: ``offset`` None), the caller reads the
 file by its name and checks the digest. ``None`` from the function means: read it from
-the store yourself (no agent, an error, a one-node job, an agent of a release before
-BLAKE3, which refuses the request)::
+the store yourself (no agent, an error, a one-node job unless asked for, an agent of a
+release before BLAKE3, which refuses the request)::
 
     >>> via = agent_via(cfg, job_id=42, nodes=("n1", "n2"), log=print)  # doctest: +SKIP
     >>> via("", "deps/user/abc/data-1.tar.zst", 0, 262144, digest)  # doctest: +SKIP
@@ -52,10 +52,14 @@ def agent_via(
     log: Callable[[str], None],
     timeout: float = 30.0,
     owner: tuple[int, str] | None = None,
+    one_node: bool = False,
 ) -> Via | None:
-    """None for a one-node job or with p2p off: nothing to share. ``owner``: the job's
-    uid and account (the prolog's Slurm environment), told to the agent with each ask."""
-    if len(nodes) < 2 or not cfg.p2p.enabled:
+    """None with p2p off, and for a one-node job (nothing to share) unless ``one_node``:
+    then the agent reads the store itself and keeps what it read in the node's cache,
+    where a warm-up puts what the job reads later (:mod:`bootseer.ckpt.warm`). ``owner``:
+    the job's uid and account (the prolog's Slurm environment), told to the agent with
+    each ask."""
+    if not cfg.p2p.enabled or (len(nodes) < 2 and not one_node):
         return None
     from bootseer.agentapi.client import AgentClient
     from bootseer.agentapi.errors import AgentError, AgentRefused, AgentUnavailable
@@ -66,7 +70,8 @@ def agent_via(
     client = AgentClient(socket, keep=KEEP_CONNECTIONS)
     # Folded (``n[0001-9999]``): a request per piece carries it, and the names one by
     # one passed the agent's 64 KiB request line at ~6,000 nodes.
-    nodelist = fold_nodes(nodes)
+    # No node list for a job on one node: the agent asks no peer, only the store.
+    nodelist = fold_nodes(nodes) if len(nodes) > 1 else ""
     broken = False
     buffers = Buffers(KEEP_BUFFERS)
     uid, account = owner if owner is not None else (-1, "")

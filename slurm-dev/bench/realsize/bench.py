@@ -76,6 +76,7 @@ from benchkit import (  # noqa: E402
     MiB,
     Sampler,
     bench_site_config,
+    config_setting,
     default_user,
     deps_bench,
     epoch,
@@ -881,6 +882,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", help="write the records here (a JSON list)")
     p.add_argument("--text", help="write the table here too")
     p.add_argument("--user", default=default_user(), help="the jobs' user (default alice)")
+    p.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        help="section.key=value: a site setting for the whole run (ckpt.warm_mib=0 against a "
+        "run with the default); repeatable; the records name them",
+    )
     args = p.parse_args(argv)
     if args.clean:
         shutil.rmtree(args.work, ignore_errors=True)
@@ -917,12 +925,17 @@ def main(argv: list[str]) -> int:
     nodes_all = cluster.s.node_names[: max(counts)]
 
     def save() -> None:
+        for r in rows:
+            r["settings"] = args.setting
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
 
+    settings = contextlib.ExitStack()
     try:
         b.cpu.adopt_cluster()
         b.site_config()
+        for setting in args.setting:
+            settings.enter_context(config_setting(cluster, setting, "the real-size benchmark"))
         b.prepare()
         if len(nodes_all) >= 2:
             b.measure_link(nodes_all[1], nodes_all[0])
@@ -965,6 +978,7 @@ def main(argv: list[str]) -> int:
             save()
     finally:
         stop_http(b.http_proc)
+        settings.close()
         b.restore_config()
         with contextlib.suppress(Exception):
             b.cold(nodes_all)  # per-run scratch: node caches, restored prefixes

@@ -83,6 +83,7 @@ from benchkit import (  # noqa: E402
     Sample,
     Sampler,
     bench_site_config,
+    config_setting,
     default_user,
     deps_bench,
     epoch,
@@ -290,11 +291,15 @@ class Bench(ClusterJobs):
     # -- one point ---------------------------------------------------------------------
 
     def point(self, variant: str, n: int) -> dict[str, Any]:
+        """One start on N cold nodes. ``variant``: ``baseline``, ``bootseer``, or either
+        with one site setting changed for this point (``bootseer@ckpt.warm_mib=0``)."""
         nodes = self.c.s.node_names[:n]
-        self.cold(nodes)
-        with Sampler(self.c, self.cpu, nodes) as sampler:
-            t0 = time.time()
-            job = self.job(variant, nodes)
+        kind, _, setting = variant.partition("@")
+        with config_setting(self.c, setting, "the startup benchmark"):
+            self.cold(nodes)  # the agents read the setting too
+            with Sampler(self.c, self.cpu, nodes) as sampler:
+                t0 = time.time()
+                job = self.job(kind, nodes)
         run = self.report(job, n)
         row = summarize(variant, nodes, job, run, sampler, t0, self.output(job))
         return {**row, "train_s": self.train_s} if self.train_s else row
@@ -399,7 +404,11 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--smoke", action="store_true", help="N = 1 and 4, small sizes (CI)")
     p.add_argument("--nodes", default=None, help="comma-separated N (default 1,2,4,8,16)")
-    p.add_argument("--variants", default="baseline,bootseer", help="which, in this order")
+    p.add_argument(
+        "--variants",
+        default="baseline,bootseer",
+        help="which, in this order; VARIANT@section.key=value: with that site setting",
+    )
     p.add_argument(
         "--state-dir", default=os.environ.get("BOOTSEER_DEV_STATE", "/var/tmp/bootseer-dev")
     )
@@ -440,7 +449,7 @@ def main(argv: list[str]) -> int:
         b.cpu.adopt_cluster()
         b.site_config()
         b.prepare()
-        if "bootseer" in variants:
+        if any(v.partition("@")[0] == "bootseer" for v in variants):
             b.cold(cluster.s.node_names[:1])
             job = b.job("bootseer", cluster.s.node_names[:1], mode="refresh", save=True)
             out = b.output(job)
