@@ -489,6 +489,8 @@ class Bench(ClusterJobs):
     # -- jobs --------------------------------------------------------------------------------
 
     def job(self, variant: str, nodes: list[str]) -> int:
+        if variant == "again":  # the bootseer job again, on the nodes it left warm
+            variant = "bootseer"
         if variant in ("record", "bootseer"):
             mode = "refresh" if variant == "record" else "on"
             opts = [
@@ -579,6 +581,44 @@ def record(
         "floor_mb_s": round(nbytes / f / 1e6, 1) if f > 0 else None,
         **extra,
     }
+
+
+def again_records(n: int, warm: Point, again: Point) -> list[dict[str, Any]]:
+    """The bootseer job again on nodes that just ran it (variant ``again``): its start
+    against the warm floor's, and its dependency step (the prefix is still there: the
+    node's stamp says so, and nothing is restored) against ``uv`` from a warm cache."""
+    load = again.sampler.at(again.ready_t).load1
+    cpu = again.sampler.own_cpu(again.t0, again.ready_t)
+    steps = again.phase("deps_restore") or again.phase("deps_install")
+    deps_s = max((p["seconds"] for p in steps), default=0.0)
+    t0, t1 = (min(p["t0"] for p in steps), max(p["t1"] for p in steps)) if steps else (0, 0)
+    return [
+        record(
+            "startup_cold_vs_warm",
+            0,
+            again.startup_s,
+            warm.startup_s,
+            cpu,
+            0,
+            n,
+            load,
+            variant="again",
+            floor="the same start, image, prefix and checkpoint on local disk",
+        ),
+        record(
+            "deps_restore",
+            0,
+            deps_s,
+            warm.secs("uv_warm"),
+            again.sampler.own_cpu(t0, t1),
+            0,
+            n,
+            load,
+            variant="again",
+            restored=bool(again.phase("deps_restore")),
+            floor="uv pip install --offline from a warm local cache",
+        ),
+    ]
 
 
 # The agent's counters the story of a start reads (``bootseer_`` dropped from the names).
@@ -953,7 +993,9 @@ def main(argv: list[str]) -> int:
         # The warm floor first, at every N; its prefixes, cache and tar go before the
         # full copies (which hold the image on every node) so the peak stays low.
         order = [("warm", n) for n in counts]
-        order += [(v, n) for n in counts for v in ("fullcopy", "bootseer")]
+        # "again": the bootseer job once more on the nodes it just ran on (its node cache,
+        # prefix and agents kept): a restart on the same nodes.
+        order += [(v, n) for n in counts for v in ("fullcopy", "bootseer", "again")]
         for v, n in order:
             if v == "fullcopy" and not any(k[0] == "fullcopy" for k in pts):
                 b.unwarm(nodes_all)
@@ -962,6 +1004,9 @@ def main(argv: list[str]) -> int:
                 f"N={n} {v}: job {p.job}, startup {p.startup_s:.1f}s, load {load1():.1f} "
                 f"(at {(time.monotonic() - t_start) / 60:.1f} min)"
             )
+            if v == "again":
+                rows += again_records(n, pts["warm", n], p)
+                save()
             if v != "bootseer":
                 continue
             if n == 1:
