@@ -3,7 +3,8 @@
 Units are fetched whole (so each can be checked against its checksum) by a pool of
 ``max_inflight`` threads, and a reader moving forward has the next ``read_ahead``
 units on their way from all K targets at once. At most ``read_ahead + 2`` units are
-held in memory per open file. A unit on a ``file://`` target is read past the page cache
+held in memory per open file, and those that reads in progress wait for
+(:meth:`StripedReader.pin`). A unit on a ``file://`` target is read past the page cache
 (``O_DIRECT``) into a page-aligned buffer that the reader uses again once the unit is
 dropped and no view of it is left (:class:`bootseer.directio.Buffers`): no page-cache fill,
 no copy out of it, no fresh pages to fault in. :meth:`StripedReader.pview` hands out
@@ -49,6 +50,7 @@ class StripedReader(io.RawIOBase):
         self._units: OrderedDict[int, cf.Future[bytes | memoryview]] = OrderedDict()
         self._last = -1
         self._cap = max(ns.read_ahead, 0) + 2
+        self._pins: dict[int, int] = {}  # unit -> reads in progress that need it
         workers = max(1, min(ns.max_inflight, manifest.unit_count))
         self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="ckpt-read")
         self.fetched = 0  # bytes read from the targets, read-ahead included
@@ -141,6 +143,37 @@ class StripedReader(io.RawIOBase):
             return memoryview(self._unit(index))[start : start + n]
         return memoryview(self.pread(offset, size))
 
+    def pin(self, offset: int, size: int) -> range:
+        """The units a read of ``size`` bytes at ``offset`` needs, asked for and held
+        until :meth:`unpin`, whatever later reads drop meanwhile.
+
+        The FUSE daemon pins a read's units as the read arrives. The kernel sends a
+        sequential reader's reads several at once; one whose unit is still on its way
+        waits for a thread while the next ones are served from units already here, and
+        their read-ahead used to drop the unit it waited for (it was behind them): the
+        read then fetched it again. With a 100 Mbit/s store link, 14 of 32 units
+        were fetched twice (docs/performance.md, "Units fetched twice").
+        """
+        m = self.manifest
+        n = max(0, min(offset + size, m.size) - offset)
+        if n == 0:
+            return range(0)
+        indexes = range(offset // m.unit_size, (offset + n - 1) // m.unit_size + 1)
+        with self._lock:
+            for i in indexes:
+                self._touch(i)
+                self._pins[i] = self._pins.get(i, 0) + 1
+        return indexes
+
+    def unpin(self, indexes: range) -> None:
+        with self._lock:
+            for i in indexes:
+                left = self._pins.get(i, 0) - 1
+                if left > 0:
+                    self._pins[i] = left
+                else:
+                    self._pins.pop(i, None)
+
     def pread_ready(self, offset: int, size: int) -> memoryview | None:
         """Like :meth:`pview` if the units it needs are in memory already, else None.
 
@@ -159,7 +192,7 @@ class StripedReader(io.RawIOBase):
                     return None
             for i in indexes:
                 self._units.move_to_end(i)
-                self._read_ahead(i)
+                self._read_ahead(i, held=True)
         parts = [f.result() for f in futs if f is not None]
         start = offset - indexes[0] * m.unit_size
         if len(parts) == 1:
@@ -191,8 +224,7 @@ class StripedReader(io.RawIOBase):
     def _unit(self, index: int) -> bytes | memoryview:
         while True:
             with self._lock:
-                fut = self._want(index)
-                self._read_ahead(index)
+                fut = self._touch(index)
             try:
                 return fut.result()
             except cf.CancelledError:
@@ -205,6 +237,14 @@ class StripedReader(io.RawIOBase):
                         del self._units[index]  # a later read retries
                 raise
 
+    def _touch(self, index: int) -> cf.Future[bytes | memoryview]:
+        """Unit ``index`` asked for by a read, and the read-ahead that follows from it
+        (the lock held)."""
+        held = index in self._units
+        fut = self._want(index)
+        self._read_ahead(index, held)
+        return fut
+
     def _want(self, index: int) -> cf.Future[bytes | memoryview]:
         fut = self._units.get(index)
         if fut is None:
@@ -213,7 +253,11 @@ class StripedReader(io.RawIOBase):
         self._units.move_to_end(index)
         return fut
 
-    def _read_ahead(self, index: int) -> None:
+    def _read_ahead(self, index: int, held: bool) -> None:
+        if held and index < self._last:
+            # A read that came after later ones, of a unit still held (pinned, or not yet
+            # dropped): the reader has not gone back, so neither does the read-ahead.
+            return
         # Concurrent FUSE reads arrive slightly out of order: near the last unit is "forward".
         forward = self._last - 2 <= index <= self._last + 2
         self._last = index
@@ -228,7 +272,7 @@ class StripedReader(io.RawIOBase):
         for k in list(self._units):
             if len(self._units) <= self._cap:
                 break
-            if k not in keep:
+            if k not in keep and k not in self._pins:
                 self._drop(self._units.pop(k))
 
     def _drop(self, fut: cf.Future[bytes | memoryview]) -> None:

@@ -700,9 +700,14 @@ class CkptFS(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         # Read-ahead keeps most reads in memory: served here, without a thread hop, as
         # views of the verified units (pyfuse3 takes any buffer: no copy before the kernel's).
-        data = h.reader.pread_ready(off, size)
-        if data is None:
-            data = await self._run(h.reader.pview, off, size)
+        # A read that must wait keeps its units while later reads go past it (``pin``).
+        units = h.reader.pin(off, size)
+        try:
+            data = h.reader.pread_ready(off, size)
+            if data is None:
+                data = await self._run(h.reader.pview, off, size)
+        finally:
+            h.reader.unpin(units)
         self.bytes_read += len(data)
         self.reads += 1
         return data
