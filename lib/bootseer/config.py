@@ -153,10 +153,10 @@ class CkptSection:
     unit_size: int = 8 << 20  # bytes per stripe unit
     read_ahead: int = 16  # units a sequential reader fetches ahead (memory: that many units)
     max_inflight: int = 8  # store requests in flight per open file, reading or writing
-    # A job on several nodes: its mount daemon has the node agent fetch the namespace's
-    # units (the files committed last first) from the mount on, a few at a time, up to
-    # this many MiB, so that the store link's idle time in the prolog and the container's start
-    # goes to the checkpoint (bootseer.ckpt.warm); 0: off.
+    # A job's mount daemon has the node agent fetch the namespace's units (the files
+    # committed last first) once the image's hot set is local, a few at a time, up to
+    # this many MiB, so that the store link's idle time in the prolog and the container's
+    # start goes to the checkpoint (bootseer.ckpt.warm); 0: off.
     warm_mib: int = 4096
     verify: bool = True  # check each unit's checksum on read
     # Where jobs' mounts go (``%n`` = node); unset or empty: ``<paths.run_dir>/ckpt``.

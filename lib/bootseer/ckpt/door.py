@@ -58,7 +58,7 @@ from bootseer.config import SiteConfig
 from bootseer.errors import BootseerError, StoreError
 from bootseer.sitekey import SiteKeys
 
-# A transfer holds about (read_ahead + 2) or (max_inflight + 1) units of memory in the
+# A transfer holds about (read_ahead + 4) or (max_inflight + 1) units of memory in the
 # agent: at most this many at once, of one user's and in all, with a short read-ahead.
 MAX_TRANSFERS = 4
 MAX_TRANSFERS_PER_USER = 2
