@@ -160,8 +160,8 @@ class StripedReader(io.RawIOBase):
         sequential reader's reads several at once; one whose unit is still on its way
         waits for a thread while the next ones are served from units already here, and
         their read-ahead used to drop the unit it waited for (it was behind them): the
-        read then fetched it again. With a 100 Mbit/s store link, 14 of 32 units
-        were fetched twice (docs/performance.md, "Units fetched twice").
+        read then fetched it again. With a 100 Mbit/s store link, 14 of 32 units were
+        fetched twice (docs/performance.md, "One node warms too; each unit read once").
         """
         m = self.manifest
         n = max(0, min(offset + size, m.size) - offset)
