@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -145,16 +146,16 @@ def test_set_aside_takes_a_new_holder_when_a_sweep_removed_the_empty_one(
     prefix = tmp_path / "env"
     (prefix / "lib").mkdir(parents=True)
     made: list[str] = []
-    real = oldtree.tempfile.mkdtemp
+    real = tempfile.mkdtemp
 
-    def mkdtemp(**kw: str) -> str:
-        d = real(**kw)
+    def mkdtemp(prefix: str, dir: str) -> str:
+        d = real(prefix=prefix, dir=dir)
         made.append(d)
         if len(made) == 1:
             oldtree.sweep(str(prefix))  # the sweep, just then
         return d
 
-    monkeypatch.setattr(oldtree.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
     holder = oldtree.set_aside(str(prefix))
     assert len(made) == 2 and holder == made[1]
     assert (Path(holder) / "env" / "lib").is_dir() and not prefix.exists()
