@@ -15,7 +15,7 @@ from bootseer.deps import oldtree, step
 from bootseer.stepapi import StepCall
 
 from .conftest import USER_A, USER_B, needs_root, site, step_call
-from .test_steps import deps_run_in_job, installed, write_site
+from .test_steps import installed
 
 pytestmark = pytest.mark.root
 
@@ -108,35 +108,6 @@ def test_the_epilog_sweeps_leftovers_with_the_users_rights(scratch: Path) -> Non
     assert (rooted / "env" / "root" / "f").exists()  # root would have deleted it
     assert (other / "env" / "lib" / "a.py").exists()
     assert all(p.exists() for p in not_ours)
-
-
-def test_deps_run_sets_a_restore_of_another_command_aside(scratch: Path) -> None:
-    """``deps run`` with another command than the restored snapshot's reinstalls at once;
-    the old tree waits beside the prefix for the epilog."""
-    needs_root()
-    write_site(scratch)
-    cfg = site(scratch)
-    (scratch / "req.txt").write_text("x\n")
-    os.chmod(scratch / "req.txt", 0o644)
-    prefix = scratch / "env"
-    spec = f"{prefix},key=req.txt"
-    install = ["sh", "-c", f"mkdir -p {prefix}/lib && echo v1 > {prefix}/lib/a.py"]
-    first = step_call(scratch, cfg, job_id=11, uid=0, user="root", deps=spec)
-    step.prolog(first)
-    assert deps_run_in_job(scratch, first, install).returncode == 0
-    assert "captured" in step.epilog(first).detail
-    shutil.rmtree(prefix)
-
-    second = step_call(scratch, cfg, job_id=12, uid=0, user="root", deps=spec)
-    assert "restored" in step.prolog(second).detail
-    changed = ["sh", "-c", f"mkdir -p {prefix}/lib && echo v2 > {prefix}/lib/a.py"]
-    out = deps_run_in_job(scratch, second, changed)
-    assert out.returncode == 0 and "reinstalling" in out.stderr, out.stderr
-    assert (prefix / "lib" / "a.py").read_text() == "v2\n"
-    (holder,) = holders(prefix)
-    assert (holder / "env" / "lib" / "a.py").read_text() == "v1\n"
-    assert "deleted 1 old trees" in step.epilog(second).detail
-    assert not holders(prefix)
 
 
 def test_set_aside_takes_a_new_holder_when_a_sweep_removed_the_empty_one(

@@ -67,11 +67,11 @@ def _timed_rmtree(log: Path) -> None:
 
 def one(work: Path, variant: str) -> dict[str, Any]:
     """One replacing restore (in a child process with ``sys.path`` set to the variant's lib)."""
-    from bootseer.deps.restore import RestoreRequest, read_manifest, restore
+    from bootseer.deps.restore import read_manifest, restore
     from bootseer.store import open_store
 
     sys.path.insert(0, str(HERE.parent))
-    from restore_floor import KEY, ROOTS, SCOPE
+    from restore_floor import KEY, SCOPE, request
 
     store = open_store(f"file://{work}/store")
     found = read_manifest(store, SCOPE, KEY, max_bytes=1 << 40, max_files=10**7, keys=None)
@@ -81,17 +81,8 @@ def one(work: Path, variant: str) -> dict[str, Any]:
     log.unlink(missing_ok=True)
     _timed_rmtree(log)
     replace = os.path.isdir(m.prefix)
-    req = RestoreRequest(
-        prefix=m.prefix,
-        uid=os.getuid(),
-        gid=os.getgid(),
-        link_roots=ROOTS,
-        max_bytes=1 << 40,
-        max_files=10**7,
-        replace=replace,
-    )
     c0, t0 = _cpu(), time.perf_counter()
-    restore(store, m, req)
+    restore(store, m, request(m.prefix, replace=replace))
     wall, used = time.perf_counter() - t0, _cpu() - c0
     rm = [float(x) for x in log.read_text().split()] if log.exists() else []
     out: dict[str, Any] = {
