@@ -119,8 +119,8 @@ def test_set_aside_takes_a_new_holder_when_a_sweep_removed_the_empty_one(
     made: list[str] = []
     real = tempfile.mkdtemp
 
-    def mkdtemp(prefix: str, dir: str) -> str:
-        d = real(prefix=prefix, dir=dir)
+    def mkdtemp(**kw: str) -> str:
+        d: str = real(**kw)  # type: ignore[call-overload]
         made.append(d)
         if len(made) == 1:
             oldtree.sweep(str(prefix))  # the sweep, just then
