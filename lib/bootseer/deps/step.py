@@ -315,7 +315,8 @@ def epilog(call: StepCall) -> StepResult:
     try:
         result = _capture_step(call)
     except BaseException:
-        _sweep_old_trees(call)
+        with contextlib.suppress(Exception):  # the capture's failure is the one to report
+            _sweep_old_trees(call)
         raise
     swept = _sweep_old_trees(call)
     return dataclasses.replace(result, detail=f"{result.detail}; {swept}") if swept else result
@@ -352,7 +353,7 @@ def _sweep_old_trees(call: StepCall) -> str:
             groups=user_groups(ctx.user, ctx.gid),
         )
         got = child.result(timeout=budget)
-    except UserChildError as exc:
+    except (UserChildError, OSError) as exc:  # OSError: no fork, no pipe
         call.log(f"step=deps old trees beside {prefix}: {exc}")
         return f"old trees beside {prefix} not all deleted ({exc}); a later epilog goes on"
     note = f"deleted {got['removed']} old trees beside {prefix} in {time.monotonic() - t0:.2f}s"
