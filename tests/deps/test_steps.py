@@ -186,6 +186,11 @@ def test_deps_run_skips_after_a_restore_and_the_epilog_captures_what_it_added(
     out = deps_run_in_job(scratch, second, changed)
     assert "reinstalling" in out.stderr, out.stderr
     assert (prefix / "lib" / "a.py").read_text() == "v2\n"
+    # The restored tree was set aside, not deleted in the job: its epilog deletes it.
+    (old,) = scratch.glob(".env.bootseer-old-*")
+    assert (old / "env" / "lib" / "a.py").read_text() == "v1\n"
+    assert "deleted 1 old trees" in step.epilog(second).detail
+    assert not list(scratch.glob(".env.bootseer-old-*"))
 
 
 def test_user_b_never_gets_user_a_snapshot(scratch: Path) -> None:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from bootseer.asuser import stop_held
-from bootseer.deps import datafilter, gnutar
+from bootseer.deps import datafilter, gnutar, oldtree
 from bootseer.deps.manifest import Entry, check_name
 from bootseer.deps.writer import CHUNK, MemberWriter, WriteError
 from bootseer.errors import BootseerError, describe
@@ -188,7 +188,8 @@ def extract_snapshot(
     The stream goes into a fresh sibling directory, which is renamed onto ``prefix``
     only once every entry checked out; ``prefix`` must not exist or be empty, unless
     ``replace`` (the caller knows it holds an earlier restore): then the old tree is
-    renamed aside, the new one into place, and the old one removed. ``prefix`` gets
+    renamed aside (:func:`bootseer.deps.oldtree.set_aside`: the job's epilog deletes it)
+    and the new one into place. ``prefix`` gets
     ``mode`` (the captured prefix's), never group or other write, always the owner's rwx.
     """
     parent, name = os.path.split(prefix.rstrip("/"))
@@ -232,10 +233,9 @@ def extract_snapshot(
                 raise
             if not replace:
                 raise SnapshotRejected(f"{prefix} exists and is not empty") from None
-            old = tempfile.mkdtemp(prefix=f".{name}.bootseer-old-", dir=parent)
-            os.rename(prefix, os.path.join(old, name))
+            # Aside, not deleted: the job's epilog removes it (bootseer.deps.oldtree).
+            oldtree.set_aside(prefix)
             os.rename(tmp, prefix)
-            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         with stop_held():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -20,10 +20,8 @@ import contextlib
 import fcntl
 import os
 import pwd
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from bootseer import nodepaths
 from bootseer.config import SiteConfig, load_config
-from bootseer.deps import jobstate
+from bootseer.deps import jobstate, oldtree
 from bootseer.deps.inventory import changed, inventory
 from bootseer.deps.key import hash_key_files, job_image, key_inputs, scope_dir, snapshot_key
 from bootseer.deps.prefix import unsafe_reason
@@ -128,12 +126,10 @@ def _install(command: Sequence[str], prefix: str) -> tuple[int, list[str], bool]
 
 
 def _discard(prefix: str) -> None:
-    """Remove a restored prefix that holds another command's snapshot."""
+    """Set aside a restored prefix that holds another command's snapshot: the install
+    starts at once, and the job's epilog deletes the old tree (bootseer.deps.oldtree)."""
     if os.path.isdir(prefix) and not os.path.islink(prefix):
-        parent, name = os.path.split(prefix)
-        aside = tempfile.mkdtemp(prefix=f".{name}.bootseer-old-", dir=parent)
-        os.rename(prefix, os.path.join(aside, name))
-        shutil.rmtree(aside, ignore_errors=True)
+        oldtree.set_aside(prefix)
 
 
 def run_install(command: Sequence[str], opts: RunOptions, cfg: SiteConfig | None = None) -> int:

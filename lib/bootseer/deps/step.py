@@ -12,6 +12,7 @@ The prolog exports to the job's tasks ``BOOTSEER_DEPS_PREFIX`` and, after a rest
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import stat
 import threading
@@ -309,6 +310,57 @@ def _empty_dir(path: str) -> bool:
 
 
 def epilog(call: StepCall) -> StepResult:
+    """Capture what the job installed (first node), then, on every node, delete the old
+    trees that restores and ``deps run`` set aside (:mod:`bootseer.deps.oldtree`)."""
+    try:
+        result = _capture_step(call)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the capture's failure is the one to report
+            _sweep_old_trees(call)
+        raise
+    swept = _sweep_old_trees(call)
+    return dataclasses.replace(result, detail=f"{result.detail}; {swept}") if swept else result
+
+
+# Seconds of the epilog's budget the sweep leaves to the phase rows and the other steps.
+SWEEP_MARGIN = 2.0
+
+
+def _sweep_old_trees(call: StepCall) -> str:
+    """Delete the old trees beside the job's prefix, as the job's user; a note for the
+    phase row ("" when there were none). Bounded by the step's deadline: a sweep cut short
+    leaves the rest to the next job's epilog. Never fails the step: the job's own work is
+    done, and a tree left aside is only disk space until the next sweep."""
+    from bootseer.deps import oldtree
+
+    ctx = call.ctx
+    spec = ctx.options.deps
+    if spec is None:
+        return ""
+    prefix = spec.prefix
+    names = oldtree.holders(prefix)
+    if not names:
+        return ""
+    budget = call.remaining() - SWEEP_MARGIN
+    if budget < 1.0:
+        return f"{len(names)} old trees beside {prefix} left for a later epilog (no time)"
+    t0 = time.monotonic()
+    try:
+        child = UserChild.start(
+            ctx.uid,
+            ctx.gid,
+            lambda _i, _o: oldtree.sweep(prefix, names),
+            groups=user_groups(ctx.user, ctx.gid),
+        )
+        got = child.result(timeout=budget)
+    except (UserChildError, OSError) as exc:  # OSError: no fork, no pipe
+        call.log(f"step=deps old trees beside {prefix}: {exc}")
+        return f"old trees beside {prefix} not all deleted ({exc}); a later epilog goes on"
+    note = f"deleted {got['removed']} old trees beside {prefix} in {time.monotonic() - t0:.2f}s"
+    return note + (f" ({got['left']} left)" if got["left"] else "")
+
+
+def _capture_step(call: StepCall) -> StepResult:
     ctx, cfg = call.ctx, call.cfg
     state = jobstate.PrologState.read(nodepaths.deps_state(cfg.paths.run_dir, ctx.job_id))
     if state is None:

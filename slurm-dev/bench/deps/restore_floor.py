@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "lib"))
 
@@ -63,6 +64,20 @@ def prepared(src: Path, work: Path) -> tuple[str, Manifest]:
     return uri, found[0]
 
 
+def request(prefix: str, **kw: Any) -> RestoreRequest:
+    """A restore of the bench's snapshot into ``prefix`` as this process's user, the
+    site's limits lifted (``kw``: ``extractor``, ``replace``)."""
+    return RestoreRequest(
+        prefix=prefix,
+        uid=os.getuid(),
+        gid=os.getgid(),
+        link_roots=ROOTS,
+        max_bytes=1 << 40,
+        max_files=10**7,
+        **kw,
+    )
+
+
 def settle(path: str | Path) -> None:
     # On this VM, removing 400 MiB of fresh files leaves the kernel work for seconds after
     # (freeing blocks and pages); the next timed run would pay for it.
@@ -92,19 +107,7 @@ def time_restore(
     settle(other)  # one tree on disk at a time: a 1 GB install thrice does not fit
     settle(m.prefix)
     (p0, k0), t0 = cpu_split(), time.perf_counter()
-    restore(
-        open_store(uri),
-        m,
-        RestoreRequest(
-            prefix=m.prefix,
-            uid=os.getuid(),
-            gid=os.getgid(),
-            link_roots=ROOTS,
-            max_bytes=1 << 40,
-            max_files=10**7,
-            extractor=extractor,
-        ),
-    )
+    restore(open_store(uri), m, request(m.prefix, extractor=extractor))
     wall = time.perf_counter() - t0
     p1, k1 = cpu_split()
     return wall, p1 - p0 + k1 - k0, p1 - p0, k1 - k0
