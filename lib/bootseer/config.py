@@ -151,7 +151,7 @@ class CkptSection:
     # the manifests, so keep it first when adding targets.
     targets: list[str] = field(default_factory=list)
     unit_size: int = 8 << 20  # bytes per stripe unit
-    read_ahead: int = 16  # units a sequential reader fetches ahead (memory: that many units)
+    read_ahead: int = 16  # the most units a sequential reader fetches ahead (memory: as many)
     max_inflight: int = 8  # store requests in flight per open file, reading or writing
     # A job's mount daemon has the node agent fetch the namespace's units (the files
     # committed last first) once the image's hot set is local, a few at a time, up to

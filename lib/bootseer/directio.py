@@ -100,8 +100,12 @@ class Buffers:
     or to a caller, keeps its bytes as they are). A pool takes back only buffers it made,
     once: a buffer on two pools' lists would count a reference too many on each."""
 
-    def __init__(self, keep: int) -> None:
+    def __init__(self, keep: int, least: int = 0) -> None:
+        """``keep``: the most buffers kept for use again; ``least``: the smallest buffer
+        made (a pool shared by readers of one unit size makes each big enough for any
+        unit, so a file's short last unit does not hold a place that no unit can use)."""
         self.keep = keep
+        self.least = least
         self.made = 0  # buffers made so far (the others were used again)
         self._free: list[mmap.mmap] = []
         self._mine: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
@@ -117,7 +121,7 @@ class Buffers:
                     return buf
             # Private: its pages are the process's own (a shared mapping's are shmem's,
             # dearer to fault in).
-            size = -(-max(n, 1) // DIRECT_ALIGN) * DIRECT_ALIGN
+            size = -(-max(n, self.least, 1) // DIRECT_ALIGN) * DIRECT_ALIGN
             buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
             _huge(buf)
             self._mine.add(buf)

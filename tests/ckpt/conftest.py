@@ -35,18 +35,29 @@ def ns(targets: list[str]) -> Namespace:
     )
 
 
-@pytest.fixture
-def site_config(tmp_path: Path, targets: list[str], monkeypatch: pytest.MonkeyPatch) -> Path:
+def write_site_config(
+    tmp_path: Path,
+    targets: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    unit_size: int = UNIT,
+    read_ahead: int = 4,
+) -> Path:
+    """A site config over ``targets`` in ``tmp_path``, made the one ``BOOTSEER_CONFIG`` names."""
     path = tmp_path / "config.toml"
     quoted = ", ".join(f'"{t}"' for t in targets)
     path.write_text(
         f'[site]\nkey_file = "{key_file(tmp_path)}"\n'
         f'[paths]\ncache_dir = "{tmp_path}/cache"\n'
-        f"[ckpt]\ntargets = [{quoted}]\nunit_size = {UNIT}\nread_ahead = 4\n"
+        f"[ckpt]\ntargets = [{quoted}]\nunit_size = {unit_size}\nread_ahead = {read_ahead}\n"
         f"stage_bytes = {STAGE_BYTES}\n"
     )
     monkeypatch.setenv("BOOTSEER_CONFIG", str(path))
     return path
+
+
+@pytest.fixture
+def site_config(tmp_path: Path, targets: list[str], monkeypatch: pytest.MonkeyPatch) -> Path:
+    return write_site_config(tmp_path, targets, monkeypatch)
 
 
 # A test that mounts: skipped without root or /dev/fuse (tests/conftest.py)

@@ -36,6 +36,7 @@ from bootseer.ckpt.errors import CkptError, CkptIOError
 from bootseer.ckpt.manifest import MAX_MANIFEST_BYTES, Manifest, Symlink, parse_node
 from bootseer.ckpt.names import check_path
 from bootseer.ckpt.tree import MAX_TREE_BYTES, TREE_KEY, Tree, fresh_place, parse_tree
+from bootseer.directio import Buffers
 from bootseer.errors import ManifestError, StoreError
 from bootseer.sitekey import SealError, SiteKeys
 from bootseer.store import Store, check_key
@@ -86,6 +87,13 @@ class Layout:
         # The quotas of a root-run writer (bootseer.ckpt.quota): every upload of a new
         # version is charged to it first; None (the Python API, root's CLI): none.
         self.quota: QuotaGuard | None = None
+        # The page-aligned buffers units are read into, kept across the files a process
+        # opens (a mount serves many): a fresh buffer's pages are zeroed by the kernel as
+        # they are first read into, which cost a rank's part of a file more CPU than
+        # hashing it (docs/performance.md, "A part of a checkpoint"). At most one reading
+        # file's worth are kept between reads: its read-ahead, the unit read and the 3
+        # before it (reader.LATE), a unit per fetch in flight.
+        self.read_buffers = Buffers(read_ahead + 4 + max_inflight, least=unit_size)
         self.store_bytes = 0
         self.peer_bytes = 0
         self.corrupt_units = 0  # units refused: their checksum is not the manifest's

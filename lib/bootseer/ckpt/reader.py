@@ -1,15 +1,19 @@
 """The parallel reader: one version of a striped file as a seekable, read-only file object.
 
 Units are fetched whole (so each can be checked against its checksum) by a pool of
-``max_inflight`` threads, and a reader moving forward has the next ``read_ahead``
-units on their way from all K targets at once. At most ``read_ahead + 4`` units are
-held in memory per open file (the read-ahead, the unit read and :data:`LATE` before it),
-and those that reads in progress wait for (:meth:`StripedReader.pin`). A unit on a
-``file://`` target is read past the page cache (``O_DIRECT``) into a page-aligned buffer
-that the reader uses again once the unit is dropped and no view of it is left
-(:class:`bootseer.directio.Buffers`): no page-cache fill, no copy out of it, no fresh
-pages to fault in. :meth:`StripedReader.pview` hands out
-views of a unit's verified bytes (the FUSE daemon replies with them, without a copy).
+``max_inflight`` threads, and a reader moving forward has the next units on their way
+from all K targets at once: :data:`FIRST_AHEAD` of them at first, twice as many each
+time the reader catches up with one still on its way, up to ``read_ahead``. A reader
+that stops short of the file's end (one rank's part of a sharded checkpoint) leaves
+that window fetched and verified for nothing: on targets that keep ahead of it, two
+units, not ``read_ahead``. At most ``read_ahead + 4`` units are held in memory per open
+file (the read-ahead, the unit read and :data:`LATE` before it), and those that reads
+in progress wait for (:meth:`StripedReader.pin`). A unit on a ``file://`` target is
+read past the page cache (``O_DIRECT``) into a page-aligned buffer of the namespace's
+(``Layout.read_buffers``, kept across the files it opens), used again once the unit is
+dropped and no view of it is left (:class:`bootseer.directio.Buffers`): no page-cache
+fill, no copy out of it, no fresh pages to fault in. :meth:`StripedReader.pview` hands
+out views of a unit's verified bytes (the FUSE daemon replies with them, without a copy).
 
     >>> import torch                                     # doctest: +SKIP
     >>> with ns.open("step100/model.pt") as f:           # doctest: +SKIP
@@ -30,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 from bootseer import digest as digests
 from bootseer.ckpt.errors import CkptError, CkptIOError
 from bootseer.ckpt.manifest import Manifest
-from bootseer.directio import Buffers
 from bootseer.errors import StoreError
 
 if TYPE_CHECKING:
@@ -46,6 +49,11 @@ if TYPE_CHECKING:
 # read-ahead (fetched again later), and each found its unit dropped (fetched again).
 LATE = 3
 
+# Units a reader moving forward has on their way at first. Where the targets keep ahead
+# of the reader (local disk), it stays so; a slower target doubles it (up to
+# ``read_ahead``) each time the reader has to wait for a unit fetched ahead.
+FIRST_AHEAD = 2
+
 
 class StripedReader(io.RawIOBase):
     def __init__(self, ns: Layout, path: str, manifest: Manifest) -> None:
@@ -60,11 +68,16 @@ class StripedReader(io.RawIOBase):
         self._last = -1
         self._cap = max(ns.read_ahead, 0) + LATE + 1
         self._pins: dict[int, int] = {}  # unit -> reads in progress that need it
+        # Units fetched ahead, so far: grows when the reader waits for one (_want).
+        self._ahead = min(FIRST_AHEAD, max(ns.read_ahead, 0))
+        # Units fetched ahead, not yet asked for -> the unit the reader was at then.
+        self._fetched_ahead: dict[int, int] = {}
         workers = max(1, min(ns.max_inflight, manifest.unit_count))
         self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="ckpt-read")
         self.fetched = 0  # bytes read from the targets, read-ahead included
-        # The units' buffers, used again as units are dropped (as many as may be held).
-        self._buffers = Buffers(self._cap + workers)
+        # The units' buffers, used again as units are dropped, and by the namespace's
+        # next files (Layout.read_buffers).
+        self._buffers = ns.read_buffers
 
     # -- io.RawIOBase
     def readable(self) -> bool:
@@ -122,7 +135,7 @@ class StripedReader(io.RawIOBase):
             self._pool.shutdown(wait=False, cancel_futures=True)
             with self._lock:
                 for fut in self._units.values():
-                    fut.cancel()
+                    self._drop(fut)  # its buffer to the namespace's next file
                 self._units.clear()
         super().close()
 
@@ -201,6 +214,7 @@ class StripedReader(io.RawIOBase):
                     return None
             for i in indexes:
                 self._units.move_to_end(i)
+                self._fetched_ahead.pop(i, None)
                 self._read_ahead(i, held=True)
         parts = [f.result() for f in futs if f is not None]
         start = offset - indexes[0] * m.unit_size
@@ -259,6 +273,13 @@ class StripedReader(io.RawIOBase):
         if fut is None:
             fut = self._pool.submit(self._fetch, index)
             self._units[index] = fut
+        elif index in self._fetched_ahead:
+            # Fetched ahead with a lead of two units or more (not the next one of a run
+            # just begun, which the kernel asks for with the first), yet not in time:
+            # look further ahead.
+            lead = index - self._fetched_ahead.pop(index)
+            if lead >= 2 and not fut.done():
+                self._ahead = min(max(1, 2 * self._ahead), self.ns.read_ahead)
         self._units.move_to_end(index)
         return fut
 
@@ -273,18 +294,18 @@ class StripedReader(io.RawIOBase):
         forward = last <= index <= last + 2
         self._last = index
         count = self.manifest.unit_count
-        ahead = (
-            range(index + 1, min(index + 1 + self.ns.read_ahead, count)) if forward else range(0)
-        )
+        ahead = range(index + 1, min(index + 1 + self._ahead, count)) if forward else range(0)
         for j in ahead:
             if j not in self._units:
                 self._units[j] = self._pool.submit(self._fetch, j)
+                self._fetched_ahead[j] = index
         keep = set(ahead) | set(range(index - LATE, index + 1))
         for k in list(self._units):
             if len(self._units) <= self._cap:
                 break
             if k not in keep and k not in self._pins:
                 self._drop(self._units.pop(k))
+                self._fetched_ahead.pop(k, None)
 
     def _drop(self, fut: cf.Future[bytes | memoryview]) -> None:
         """A unit no longer held: its buffer is read into again once nobody uses it."""

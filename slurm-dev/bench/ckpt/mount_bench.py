@@ -10,7 +10,10 @@ directories of the same disk, alternating (local, mount, mount, local, ...):
   file's and the targets' pages are dropped from the page cache first);
 - ``read_torch``: ``torch.load`` of the saved state dict (cold as well);
 - ``read_part``: a quarter of the sequential file from its middle, in 4 MiB ``pread``s
-  (what one rank of a sharded, DCP-style load reads).
+  (what one rank of a sharded, DCP-style load reads);
+- ``read_part_paced``: the same part, with a 4 ms pause after each ``pread`` (a loader
+  that copies each piece into its tensors before asking for the next: about 1 GB/s, so
+  the targets keep ahead of it).
 
 Reported per workload: MB/s (median), the mount/local ratio, and the daemon's CPU
 seconds per GiB (user + system of the daemon process and its threads, from /proc):
@@ -121,8 +124,16 @@ WORK: dict[str, str] = {
         print(time.perf_counter() - t, n)
     """,
 }
+WORK["read_part_paced"] = WORK["read_part"].replace(
+    "n += got\n", "n += got\n                time.sleep(0.004)\n"
+)
 FILES = {"write_seq": "seq.bin", "write_torch": "model.pt"}
-READS = {"read_seq": "seq.bin", "read_torch": "model.pt", "read_part": "seq.bin"}
+READS = {
+    "read_seq": "seq.bin",
+    "read_torch": "model.pt",
+    "read_part_paced": "seq.bin",
+    "read_part": "seq.bin",  # the last read of seq.bin: the file is removed after it
+}
 
 
 @contextlib.contextmanager
@@ -148,6 +159,17 @@ def mounted(state: Path, variant: str, lib: str | None) -> Iterator[tuple[Path, 
         yield mp, rec.pid
     finally:
         ckpt_mount.stop(rec)
+
+
+def before_lib(state: Path, rev: str) -> str:
+    """Revision ``rev``'s ``lib`` (a ``git archive`` of it under ``state``), for
+    :func:`mounted`: a daemon of that tree."""
+    archive = subprocess.run(
+        ["git", "-C", str(TOP), "archive", rev, "lib"], capture_output=True, check=True
+    ).stdout
+    (state / "before").mkdir()
+    subprocess.run(["tar", "-x", "-C", str(state / "before")], input=archive, check=True)
+    return str(state / "before" / "lib")
 
 
 def drop_cache(root: Path, sync: bool = True) -> None:
@@ -210,6 +232,31 @@ def tree_resident(root: Path) -> int:
     return total
 
 
+def storage_read(pid: int) -> int:
+    """Bytes process ``pid`` has read from storage so far (``/proc/<pid>/io``
+    ``read_bytes``): with ``file://`` targets read past the page cache (``O_DIRECT``), the
+    unit bytes the daemon fetched, read-ahead included."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == "read_bytes":
+            return int(value)
+    return 0
+
+
+def settled(pid: int, quiet: float = 0.3, timeout: float = 10.0) -> None:
+    """Wait until the daemon has read nothing more from storage for ``quiet`` seconds:
+    read-ahead still on its way when the reader exits is counted (bytes and CPU) with the
+    read that asked for it, not with the next workload."""
+    until = time.monotonic() + timeout
+    last = storage_read(pid)
+    while time.monotonic() < until:
+        time.sleep(quiet)
+        now = storage_read(pid)
+        if now == last:
+            return
+        last = now
+
+
 def s3_targets(cfg: Path, site: Path) -> str:
     """Point ``cfg``'s checkpoint targets at three buckets of ``site``'s S3 store."""
     import tomllib
@@ -266,21 +313,18 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
     if args.s3_site:
         where = s3_targets(cfg, args.s3_site)
     os.environ["BOOTSEER_CONFIG"] = str(cfg)
-    works = ["write_seq", "read_seq", "read_part"]
+    works = ["write_seq", "read_seq", "read_part_paced", "read_part"]
     if torch:
         works += ["write_torch", "read_torch"]
     libs: dict[str, str | None] = {"mount": None}
     if args.before:
-        archive = subprocess.run(
-            ["git", "-C", str(TOP), "archive", args.before, "lib"], capture_output=True, check=True
-        ).stdout
-        (state / "before").mkdir()
-        subprocess.run(["tar", "-x", "-C", str(state / "before")], input=archive, check=True)
-        libs = {"before": str(state / "before" / "lib"), "mount": None}
+        libs = {"before": before_lib(state, args.before), "mount": None}
     variants = ["local", *libs]
     secs: dict[str, dict[str, list[float]]] = {v: {w: [] for w in works} for v in variants}
     cpu: dict[str, dict[str, list[float]]] = {v: {w: [] for w in works} for v in libs}
     loads: dict[str, list[float]] = {v: [] for v in libs}
+    # Unit bytes read from the targets per byte returned (file:// targets only).
+    fetched: dict[str, dict[str, list[float]]] = {v: {w: [] for w in works} for v in libs}
     # Page cache held after each workload through the mount: the targets' units, the file.
     cached: dict[str, dict[str, list[dict[str, int]]]] = {v: {w: [] for w in works} for v in libs}
     nbytes: dict[str, int] = {}
@@ -310,11 +354,14 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
                         drop_cache(mp, sync=False)  # the mount's page cache (keep_cache)
                     py = args.torch_python if "torch" in w else sys.executable
                     path = mp / (FILES.get(w) or READS[w])
-                    c0 = cpu_seconds(pid)
+                    c0, r0 = cpu_seconds(pid), storage_read(pid)
                     t, n = run_one(py, w, size, path)
+                    settled(pid)
                     c = cpu_seconds(pid) - c0
                     secs[variant][w].append(t)
                     cpu[variant][w].append(c / (n / GiB))
+                    if w.startswith("read") and not args.s3_site:
+                        fetched[variant][w].append((storage_read(pid) - r0) / n)
                     loads[variant].append(os.getloadavg()[0])
                     held = {
                         "targets": 0 if args.s3_site else tree_resident(state / "t0")
@@ -352,6 +399,9 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
         "daemon_cpu_s_per_gib_median": {
             v: {w: statistics.median(x) for w, x in cpu[v].items() if x} for v in libs
         },
+        "fetched_per_byte_read_median": {
+            v: {w: statistics.median(x) for w, x in fetched[v].items() if x} for v in libs
+        },
         "page_cache_after_mib_median": {
             v: {
                 w: {k: statistics.median(h[k] for h in x) / MiB for k in ("targets", "mount")}
@@ -363,6 +413,7 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
         "secs": secs,
         "page_cache_after": cached,
         "daemon_cpu_s_per_gib": cpu,
+        "fetched_per_byte_read": fetched,
     }
     lines = [
         f"{results['date']} UTC: {size // MiB} MiB, {results['targets']}, {reps} reps "
@@ -372,17 +423,20 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
         + ", ".join(f"{v} {x:.1f}" for v, x in results["load1_median"].items()),
         f"{'workload':12} {'local MB/s':>11}"
         + "".join(
-            f" {v + ' MB/s':>12} {'/local':>7} {'CPU-s/GiB':>10} {'tgt MiB':>8} {'mnt MiB':>8}"
+            f" {v + ' MB/s':>12} {'/local':>7} {'CPU-s/GiB':>10} {'fetched':>8}"
+            f" {'tgt MiB':>8} {'mnt MiB':>8}"
             for v in libs
         ),
     ]
     for w in works:
         line = f"{w:12} {results['mb_s_median']['local'][w]:11.1f}"
         for v in libs:
+            got = results["fetched_per_byte_read_median"][v].get(w)
             line += (
                 f" {results['mb_s_median'][v][w]:12.1f} {results['ratio_to_local'][v][w]:7.2f}"
                 f" {results['daemon_cpu_s_per_gib_median'][v][w]:10.2f}"
-                f" {results['page_cache_after_mib_median'][v][w]['targets']:8.0f}"
+                + (f" {got:7.2f}x" if got is not None else f" {'-':>8}")
+                + f" {results['page_cache_after_mib_median'][v][w]['targets']:8.0f}"
                 f" {results['page_cache_after_mib_median'][v][w]['mount']:8.0f}"
             )
         lines.append(line)
