@@ -74,6 +74,9 @@ def test_realsize_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path)
     assert {row["nodes"] for row in rows if row["path"] == "peer_transfer"} == {2}
     reads = {(row["nodes"], row.get("variant")) for row in rows if row["path"] == "ckpt_read"}
     assert reads == {(1, "torch.load"), (1, "dcp"), (2, "torch.load"), (2, "dcp")}
+    # The job again on the nodes it left: its start and its (skipped) restore.
+    again = {(row["path"], row["nodes"]) for row in rows if row.get("variant") == "again"}
+    assert again == {(p, n) for p in ("startup_cold_vs_warm", "deps_restore") for n in (1, 2)}
     for row in rows:
         assert set(row) >= FIELDS, row
         assert row["bytes"] > 0, row

@@ -583,10 +583,12 @@ def record(
     }
 
 
-def again_records(n: int, warm: Point, again: Point) -> list[dict[str, Any]]:
+def again_records(n: int, warm: Point, again: Point, prefix_bytes: int) -> list[dict[str, Any]]:
     """The bootseer job again on nodes that just ran it (variant ``again``): its start
     against the warm floor's, and its dependency step (the prefix is still there: the
-    node's stamp says so, and nothing is restored) against ``uv`` from a warm cache."""
+    node's stamp says so, and nothing is restored) against ``uv`` from a warm cache.
+    ``bytes``: what the start holds (image read, prefix, checkpoint), and the prefix."""
+    held = again.nbytes("start") + prefix_bytes + again.nbytes("ckpt_all")
     load = again.sampler.at(again.ready_t).load1
     cpu = again.sampler.own_cpu(again.t0, again.ready_t)
     steps = again.phase("deps_restore") or again.phase("deps_install")
@@ -595,11 +597,11 @@ def again_records(n: int, warm: Point, again: Point) -> list[dict[str, Any]]:
     return [
         record(
             "startup_cold_vs_warm",
-            0,
+            held,
             again.startup_s,
             warm.startup_s,
             cpu,
-            0,
+            held * n,
             n,
             load,
             variant="again",
@@ -607,11 +609,11 @@ def again_records(n: int, warm: Point, again: Point) -> list[dict[str, Any]]:
         ),
         record(
             "deps_restore",
-            0,
+            prefix_bytes,
             deps_s,
             warm.secs("uv_warm"),
             again.sampler.own_cpu(t0, t1),
-            0,
+            prefix_bytes * n,
             n,
             load,
             variant="again",
@@ -1005,7 +1007,7 @@ def main(argv: list[str]) -> int:
                 f"(at {(time.monotonic() - t_start) / 60:.1f} min)"
             )
             if v == "again":
-                rows += again_records(n, pts["warm", n], p)
+                rows += again_records(n, pts["warm", n], p, b.prefix_bytes)
                 save()
             if v != "bootseer":
                 continue
