@@ -200,7 +200,9 @@ class StripedReader(io.RawIOBase):
         """Like :meth:`pview` if the units it needs are in memory already, else None.
 
         It never waits, so an event loop (the FUSE daemon's) can call it directly and
-        hand only the reads that must wait for a target to a thread.
+        hand only the reads that must wait for a target to a thread. It asks for nothing
+        and moves no read-ahead: :meth:`pin`, which the daemon calls as the read arrives,
+        did both (:meth:`pview` does, for a reader that does not pin).
         """
         m = self.manifest
         n = max(0, min(offset + size, m.size) - offset)
@@ -214,8 +216,6 @@ class StripedReader(io.RawIOBase):
                     return None
             for i in indexes:
                 self._units.move_to_end(i)
-                self._fetched_ahead.pop(i, None)
-                self._read_ahead(i, held=True)
         parts = [f.result() for f in futs if f is not None]
         start = offset - indexes[0] * m.unit_size
         if len(parts) == 1:
