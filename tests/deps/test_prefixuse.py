@@ -74,7 +74,7 @@ def test_no_restore_replaces_a_prefix_a_running_job_uses(scratch: Path) -> None:
     with pytest.raises(StepError) as err:
         step.prolog(b)
     why = str(err.value)
-    assert f"into {prefix}" in why and "job 10 (Slurm: RUNNING)" in why, why
+    assert why.startswith(f"{prefix} on n1 is in use by job 10 (Slurm: RUNNING): "), why
     assert "installs the ordinary way" in why, why
     assert mod(prefix) == "v2"  # A's tree, in place and whole
     assert not list(scratch.glob(".env.bootseer-*"))

@@ -251,11 +251,11 @@ def _refuse_if_in_use(call: StepCall, prefix: str, key: str, in_place: str) -> N
     if not users:
         return
     jobs = ", ".join(f"job {u.job_id} ({u.why})" for u in users)
+    # Prefix and job first: the job's stderr is told the first 240 characters.
     raise StepError(
-        f"not restoring snapshot {key} into {prefix} on {ctx.node}: {jobs} runs there with "
-        f"snapshot {in_place} in it, and replacing it would change that job's dependencies "
-        "under it; the job installs the ordinary way (use a prefix per job, e.g. with "
-        "the job id in it, to run different dependencies side by side)"
+        f"{prefix} on {ctx.node} is in use by {jobs}: not replacing snapshot {in_place} "
+        f"in it by {key} under that job; the job installs the ordinary way (use a prefix "
+        "per job, e.g. with the job id in it, to run different dependencies side by side)"
     )
 
 
