@@ -34,13 +34,19 @@ def slurm_runs(scratch: Path, text: str) -> None:
     (scratch / "squeue.out").write_text(text)
 
 
-def two_snapshots(scratch: Path, cfg: SiteConfig, prefix: Path, spec: str) -> None:
-    """v1 and v2 in the store; the prefix holds v2 (stamped by the job that installed it)."""
+def two_snapshots(scratch: Path) -> tuple[SiteConfig, Path, str]:
+    """v1 and v2 in the store; the prefix holds v2 (stamped by the job that installed it),
+    and the key file says v2. The site (with a fake ``squeue``), the prefix, the spec."""
+    needs_root()
+    cfg = with_squeue(scratch, site(scratch))
+    prefix = scratch / "env"
+    spec = f"{prefix},key=req.txt"
     for n, v in ((1, "v1"), (2, "v2")):
         shutil.rmtree(prefix, ignore_errors=True)
         (scratch / "req.txt").write_text(f"{v}\n")
         call = step_call(scratch, cfg, job_id=n, uid=USER_A, user="ada", deps=spec)
         captured(scratch, call, prefix, v)
+    return cfg, prefix, spec
 
 
 def job(scratch: Path, cfg: SiteConfig, job_id: int, spec: str, uid: int = USER_A) -> StepCall:
@@ -52,13 +58,7 @@ def mod(prefix: Path) -> str:
 
 
 def test_no_restore_replaces_a_prefix_a_running_job_uses(scratch: Path) -> None:
-    needs_root()
-    cfg = with_squeue(scratch, site(scratch))
-    prefix = scratch / "env"
-    spec = f"{prefix},key=req.txt"
-    two_snapshots(scratch, cfg, prefix, spec)
-
-    (scratch / "req.txt").write_text("v2\n")
+    cfg, prefix, spec = two_snapshots(scratch)
     a = job(scratch, cfg, 10, spec)
     r = step.prolog(a)  # A shares v2, in place
     assert r.outcome == "ok" and "already in" in r.detail, r.detail
@@ -90,12 +90,7 @@ def test_a_job_whose_epilog_did_not_end_blocks_only_while_slurm_runs_it(scratch:
     """A's job dir is left (its epilog was killed): Slurm's word decides; Slurm that cannot
     be asked keeps the prefix (refused, saying why); another user's job naming the path
     does not count."""
-    needs_root()
-    cfg = with_squeue(scratch, site(scratch))
-    prefix = scratch / "env"
-    spec = f"{prefix},key=req.txt"
-    two_snapshots(scratch, cfg, prefix, spec)
-    (scratch / "req.txt").write_text("v2\n")
+    cfg, prefix, spec = two_snapshots(scratch)
     step.prolog(job(scratch, cfg, 20, spec))  # A, never to run its epilog
     with pytest.raises(StepError):
         step.prolog(job(scratch, cfg, 21, spec, uid=USER_B))  # not B's prefix: refused as ever

@@ -38,7 +38,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 SET_ASIDE_TRIES = 3
 # What tempfile.mkdtemp adds to a holder's mark: 8 of [a-z0-9_]. Held to it, so that a
@@ -109,23 +109,40 @@ def holders(prefix: str) -> list[str]:
     Only names: the epilog lists them as root (a listing reads no user file and follows
     nothing but the prefix's parent path, which the prolog held to be safe) and forks a
     child only when there is something to remove, which is seldom."""
-    parent, name = os.path.split(prefix.rstrip("/"))
-    mark = holder_mark(name)
-    try:
-        return sorted(n for n in os.listdir(parent) if is_holder(n, mark))
-    except OSError:
-        return []
+    return _beside(prefix, holder_mark, is_holder)
 
 
 def extractions(prefix: str) -> list[str]:
     """The names of the extraction directories beside ``prefix``; names only, listed as
     root (:func:`holders`)."""
+    return _beside(prefix, extraction_mark, is_extraction)
+
+
+def _beside(
+    prefix: str, mark_of: Callable[[str], str], shape: Callable[[str, str], bool]
+) -> list[str]:
     parent, name = os.path.split(prefix.rstrip("/"))
-    mark = extraction_mark(name)
+    mark = mark_of(name)
     try:
-        return sorted(n for n in os.listdir(parent) if is_extraction(n, mark))
+        return sorted(n for n in os.listdir(parent) if shape(n, mark))
     except OSError:
         return []
+
+
+def _own_dirs(parent: str, names: Iterable[str], mine: Callable[[str], bool]) -> Iterator[str]:
+    """The paths of ``names`` in ``parent`` that pass ``mine`` (the name's shape) and are
+    directories of this process's user; a sentinel ``""`` for each other one there
+    (another user's, not a directory), for the caller to count as left."""
+    me = os.geteuid()
+    for n in names:
+        if not mine(n):
+            continue
+        path = os.path.join(parent, n)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        yield path if stat.S_ISDIR(st.st_mode) and st.st_uid == me else ""
 
 
 def retire(prefix: str, names: Iterable[str]) -> dict[str, int]:
@@ -138,17 +155,9 @@ def retire(prefix: str, names: Iterable[str]) -> dict[str, int]:
     for. Returns ``{"retired": renamed, "left": another user's, or not a directory}``."""
     parent, name = os.path.split(prefix.rstrip("/"))
     mark = extraction_mark(name)
-    me = os.geteuid()
     retired = left = 0
-    for n in names:
-        if not is_extraction(n, mark):
-            continue
-        path = os.path.join(parent, n)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != me:
+    for path in _own_dirs(parent, names, lambda n: is_extraction(n, mark)):
+        if not path:
             left += 1
             continue
         try:
@@ -168,17 +177,10 @@ def sweep(prefix: str, names: Iterable[str] | None = None) -> dict[str, int]:
     sweep tries again)."""
     parent, name = os.path.split(prefix.rstrip("/"))
     mark = holder_mark(name)
-    me = os.geteuid()
     removed = left = 0
-    for n in holders(prefix) if names is None else names:
-        if not is_holder(n, mark):
-            continue
-        path = os.path.join(parent, n)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != me:
+    listed = holders(prefix) if names is None else names
+    for path in _own_dirs(parent, listed, lambda n: is_holder(n, mark)):
+        if not path:
             left += 1
             continue
         # rmtree walks by file descriptors (no symlink followed); with the user's rights

@@ -17,6 +17,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -389,18 +390,21 @@ def _sweep_old_trees(call: StepCall) -> str:
         budget = call.remaining() - SWEEP_MARGIN
     t0 = time.monotonic()
     try:
-        child = UserChild.start(
-            ctx.uid,
-            ctx.gid,
-            lambda _i, _o: oldtree.sweep(prefix, names),
-            groups=user_groups(ctx.user, ctx.gid),
-        )
-        got = child.result(timeout=max(0.5, budget))
+        got = _as_user(ctx, lambda: oldtree.sweep(prefix, names), budget)
     except (UserChildError, OSError) as exc:  # OSError: no fork, no pipe
         call.log(f"step=deps old trees beside {prefix}: {exc}")
         return f"{retired}old trees beside {prefix} not all deleted ({exc}); a later epilog goes on"
     note = f"deleted {got['removed']} old trees beside {prefix} in {time.monotonic() - t0:.2f}s"
     return retired + note + (f" ({got['left']} left)" if got["left"] else "")
+
+
+def _as_user(ctx: JobContext, work: Callable[[], dict[str, int]], budget: float) -> dict[str, int]:
+    """``work()``'s counts, done in a child with the job user's uid, gid and groups."""
+    child = UserChild.start(
+        ctx.uid, ctx.gid, lambda _i, _o: work(), groups=user_groups(ctx.user, ctx.gid)
+    )
+    got: dict[str, int] = child.result(timeout=max(0.5, budget))
+    return got
 
 
 def _retire_extractions(call: StepCall, prefix: str, leftovers: list[str], budget: float) -> str:
@@ -415,13 +419,7 @@ def _retire_extractions(call: StepCall, prefix: str, leftovers: list[str], budge
         with nodecache.prefix_lock(
             call.cfg.paths.cache_dir, prefix, timeout=min(RETIRE_LOCK_WAIT, budget)
         ):
-            child = UserChild.start(
-                ctx.uid,
-                ctx.gid,
-                lambda _i, _o: oldtree.retire(prefix, leftovers),
-                groups=user_groups(ctx.user, ctx.gid),
-            )
-            got = child.result(timeout=max(0.5, budget))
+            got = _as_user(ctx, lambda: oldtree.retire(prefix, leftovers), budget)
     except StepError:
         return f"{len(leftovers)} extraction dirs beside {prefix} kept (a restore into it runs); "
     except (UserChildError, OSError) as exc:
