@@ -42,11 +42,12 @@ def fresh(cluster: DevSlurm, node: str, name: str) -> tuple[Path, Path]:
     return work, local
 
 
-def install(work: Path) -> str:
-    """The job's install: the key file's content into the prefix."""
+def install(work: Path, more: str = "") -> str:
+    """The job's install: the key file's content into the prefix (``more``: a command of
+    another snapshot key, for the same key files)."""
     return (
         f"bootseer deps run -- sh -c 'mkdir -p {PREFIX}/lib && "
-        f"cp {work}/req.txt {PREFIX}/lib/installed.txt'\n"
+        f"cp {work}/req.txt {PREFIX}/lib/installed.txt{more}'\n"
         f"cat {PREFIX}/lib/installed.txt\n"
     )
 
@@ -121,9 +122,22 @@ def test_no_restore_replaces_the_prefix_of_a_running_job(cluster: DevSlurm) -> N
     assert (local / PREFIX.name / "lib" / "installed.txt").read_text() == "v2\n"
     assert not list(local.glob(f"{HOLDER}*"))  # nothing was set aside under A
 
+    # The same key files (v2 shared), another install command: `deps run` would set the
+    # restored tree aside for its own install; not while A runs with it.
+    (work / "req.txt").write_text("v2\n")
+    inode = (local / PREFIX.name).stat().st_ino
+    d = submit(cluster, node, work, install(work, more=f" && touch {PREFIX}/lib/d"))
+    assert cluster.wait(d) == "COMPLETED", cluster.output(d)
+    assert "already in" in deps_line(cluster, node, d, "prolog")
+    said = cluster.output(d)
+    assert f"job {a} (Slurm: RUNNING) runs with it" in said and "in place" in said, said
+    assert (local / PREFIX.name).stat().st_ino == inode  # A's tree, never swapped
+    assert not list(local.glob(f"{HOLDER}*"))
+
     go.touch()
     assert cluster.wait(a) == "COMPLETED", cluster.output(a)
     assert "after: v2" in cluster.output(a), cluster.output(a)
+    (work / "req.txt").write_text("v1\n")
     c = submit(cluster, node, work, install(work))
     assert cluster.wait(c) == "COMPLETED", cluster.output(c)
     line = deps_line(cluster, node, c, "prolog")

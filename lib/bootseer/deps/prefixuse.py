@@ -19,6 +19,11 @@ ordinary way, which is what a refusal costs; a prefix swapped under a job costs 
 
 Only on the replacing path, which is rare: a restore into a new or empty prefix, or of
 the snapshot in place, looks at nothing here.
+
+``bootseer deps run`` sets a restored tree aside when its own command gives another key
+(:mod:`bootseer.deps.run`): the same swap, inside the job, with the job user's rights. It
+cannot list the node's job dirs (root's, 0711), so it asks Slurm first which jobs run on
+the node and reads the user's own copy of each one's state (:func:`mine_running`).
 """
 
 from __future__ import annotations
@@ -33,10 +38,14 @@ from bootseer.slurmjobs import SlurmUnavailable, node_jobs
 
 @dataclass(frozen=True)
 class InUse:
-    """A job on this node that uses the prefix; ``why``: how that is known."""
+    """A job on this node that uses the prefix (None: Slurm could not say which jobs run
+    there); ``why``: how that is known."""
 
-    job_id: int
+    job_id: int | None
     why: str
+
+    def describe(self) -> str:
+        return f"job {self.job_id} ({self.why})" if self.job_id is not None else self.why
 
 
 def named_by(run_dir: Path, prefix: str, uid: int, job_id: int) -> list[int]:
@@ -83,3 +92,23 @@ def running_users(
     except SlurmUnavailable as exc:
         return [InUse(j, f"Slurm could not say whether it still runs: {exc}") for j in named]
     return [InUse(j, f"Slurm: {slurm.states[j]}") for j in named if slurm.runs(j)]
+
+
+def mine_running(
+    run_dir: Path, prefix: str, job_id: int, *, node: str, squeue: Path, timeout: float
+) -> list[InUse]:
+    """For ``bootseer deps run``, with the job user's rights: the other jobs Slurm runs on
+    ``node`` whose state, in the user's own copy (``deps/job/prolog.json``: another user's
+    is not readable to her, and is skipped), names ``prefix``. When Slurm cannot say, one
+    :class:`InUse` without a job: the caller keeps the tree."""
+    try:
+        slurm = node_jobs(node, squeue, timeout)
+    except SlurmUnavailable as exc:
+        return [InUse(None, f"Slurm could not say which jobs run on {node}: {exc}")]
+    want = prefix.rstrip("/")
+    found = []
+    for other in sorted(slurm.running - {job_id}):
+        state = jobstate.PrologState.read(nodepaths.deps_job_state(run_dir, other))
+        if state is not None and state.prefix.rstrip("/") == want:
+            found.append(InUse(other, f"Slurm: {slurm.states[other]}"))
+    return found

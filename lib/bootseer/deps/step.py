@@ -251,7 +251,7 @@ def _refuse_if_in_use(call: StepCall, prefix: str, key: str, in_place: str) -> N
     )
     if not users:
         return
-    jobs = ", ".join(f"job {u.job_id} ({u.why})" for u in users)
+    jobs = ", ".join(u.describe() for u in users)
     # Prefix and job first: the job's stderr is told the first 240 characters.
     raise StepError(
         f"{prefix} on {ctx.node} is in use by {jobs}: not replacing snapshot {in_place} "
