@@ -16,17 +16,16 @@ from bootseer.errors import StepError
 from bootseer.jobdir import JobDir
 from bootseer.stepapi import StepCall
 
-from .conftest import USER_A, USER_B, needs_root, site, step_call
+from .conftest import USER_A, USER_B, fake_squeue, needs_root, site, step_call
 from .test_oldtree import captured
+from .test_steps import deps_run_in_job, write_site
 
 pytestmark = pytest.mark.root
 
 
 def with_squeue(scratch: Path, cfg: SiteConfig) -> SiteConfig:
     """The site with a ``squeue`` that prints ``squeue.out`` (what Slurm runs on the node)."""
-    fake = scratch / "squeue"
-    fake.write_text(f"#!/bin/sh\ncat {scratch}/squeue.out\n")
-    fake.chmod(0o755)
+    fake = fake_squeue(scratch)
     return dataclasses.replace(cfg, phases=dataclasses.replace(cfg.phases, squeue=fake))
 
 
@@ -96,9 +95,11 @@ def test_a_job_whose_epilog_did_not_end_blocks_only_while_slurm_runs_it(scratch:
         step.prolog(job(scratch, cfg, 21, spec, uid=USER_B))  # not B's prefix: refused as ever
 
     (scratch / "req.txt").write_text("v1\n")
-    (scratch / "squeue.out").unlink(missing_ok=True)  # squeue fails: Slurm cannot say
+    blind = dataclasses.replace(
+        cfg, phases=dataclasses.replace(cfg.phases, squeue=scratch / "no-squeue")
+    )  # Slurm cannot be asked
     with pytest.raises(StepError) as err:
-        step.prolog(job(scratch, cfg, 22, spec))
+        step.prolog(job(scratch, blind, 22, spec))
     assert "job 20 (Slurm could not say whether it still runs" in str(err.value), err.value
     assert "job 21" not in str(err.value), err.value
     assert mod(prefix) == "v2"
@@ -117,3 +118,42 @@ def test_a_job_whose_epilog_did_not_end_blocks_only_while_slurm_runs_it(scratch:
     r = step.prolog(job(scratch, cfg, 23, spec))
     assert r.outcome == "ok" and "restored" in r.detail, r.detail
     assert mod(prefix) == "v1"
+
+
+def test_deps_run_keeps_a_restored_tree_another_running_job_uses(scratch: Path) -> None:
+    """A and B share the snapshot in the prefix; B's ``deps run`` has another command (a
+    key of its own): it installs into the tree in place while A runs (main set A's tree
+    aside), and sets it aside as before once Slurm no longer runs A."""
+    needs_root()
+    write_site(scratch)
+    cfg = site(scratch)
+    (scratch / "req.txt").write_text("x\n")
+    prefix = scratch / "env"
+    spec = f"{prefix},key=req.txt"
+    v1 = ["sh", "-c", f"mkdir -p {prefix}/lib && echo v1 > {prefix}/lib/a.py"]
+    first = step_call(scratch, cfg, job_id=31, uid=0, user="root", deps=spec)
+    step.prolog(first)
+    assert deps_run_in_job(scratch, first, v1).returncode == 0
+    assert "captured" in step.epilog(first).detail
+    JobDir(first.cfg.paths.run_dir, 31).remove()
+    shutil.rmtree(prefix)
+
+    a = step_call(scratch, cfg, job_id=32, uid=0, user="root", deps=spec)
+    assert "restored" in step.prolog(a).detail
+    b = step_call(scratch, cfg, job_id=33, uid=0, user="root", deps=spec)
+    assert "already in" in step.prolog(b).detail
+    inode = prefix.stat().st_ino
+    slurm_runs(scratch, "32 RUNNING\n33 RUNNING\n")
+    v2 = ["sh", "-c", f"echo v2 > {prefix}/lib/b.py"]
+    out = deps_run_in_job(scratch, b, v2)
+    assert out.returncode == 0, out.stderr
+    assert "job 32 (Slurm: RUNNING) runs with it" in out.stderr, out.stderr
+    assert "in place" in out.stderr and "not captured" in out.stderr, out.stderr
+    assert prefix.stat().st_ino == inode and not list(scratch.glob(".env.bootseer-old-*"))
+
+    slurm_runs(scratch, "32 COMPLETED\n33 RUNNING\n")
+    v3 = ["sh", "-c", f"mkdir -p {prefix}/lib && echo v3 > {prefix}/lib/a.py"]
+    out = deps_run_in_job(scratch, b, v3)
+    assert "reinstalling" in out.stderr, out.stderr
+    (old,) = scratch.glob(".env.bootseer-old-*")
+    assert (old / "env" / "lib" / "a.py").read_text() == "v1\n"
