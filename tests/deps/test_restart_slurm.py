@@ -8,13 +8,12 @@ restart went from 0.16-0.19 s to 0.07-0.10 s on the realsize bench's torch insta
 from __future__ import annotations
 
 import hashlib
-import os
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DevSlurm, devcluster
+from tests.conftest import DevSlurm
+from tests.deps.conftest import fresh_deps
 from tests.opens import OpenCounter
 
 pytestmark = pytest.mark.slurm
@@ -23,12 +22,7 @@ pytestmark = pytest.mark.slurm
 def test_a_restart_in_place_reads_no_manifest_and_marks_the_store_once(
     cluster: DevSlurm,
 ) -> None:
-    work = cluster.dir / f"restart-{uuid.uuid4().hex[:8]}"
-    work.mkdir(mode=0o755)
-    (work / "req.txt").write_text(f"restart=={uuid.uuid4().hex}\n")
-    (work / "req.txt").chmod(0o644)
-    prefix = devcluster.NODE_LOCAL / f"restart-{os.urandom(4).hex()}"
-    deps = f"--bootseer-deps={prefix},key={work}/req.txt"
+    _, prefix, deps = fresh_deps(cluster.dir, "restart")
     install = f"#!/bin/sh\nset -e\nbootseer deps run -- sh -c 'mkdir -p {prefix}/bin'\n"
     first = cluster.sbatch("-w", "n1", deps, script=install)
     assert cluster.wait(first, 120) == "COMPLETED", cluster.output(first)
