@@ -111,7 +111,11 @@ class Buffers:
         self._mine: weakref.WeakSet[mmap.mmap] = weakref.WeakSet()
         self._lock = threading.Lock()
 
-    def get(self, n: int) -> mmap.mmap:
+    def get(self, n: int, least: int | None = None) -> mmap.mmap:
+        """A buffer of at least ``n`` bytes: one kept for use again if any fits, else a
+        fresh one of at least ``least`` bytes (the pool's own ``least`` unless given: a
+        writer's first unit of a file that may stay small asks for a small one)."""
+        least = self.least if least is None else least
         with self._lock:
             for i in range(len(self._free)):
                 buf = self._free[i]
@@ -121,7 +125,7 @@ class Buffers:
                     return buf
             # Private: its pages are the process's own (a shared mapping's are shmem's,
             # dearer to fault in).
-            size = -(-max(n, self.least, 1) // DIRECT_ALIGN) * DIRECT_ALIGN
+            size = -(-max(n, least, 1) // DIRECT_ALIGN) * DIRECT_ALIGN
             buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
             _huge(buf)
             self._mine.add(buf)
@@ -142,6 +146,8 @@ class Buffers:
         with self._lock:
             if buf not in self._mine or any(b is buf for b in self._free):
                 return
+            if len(buf) < self.least:
+                return  # a small file's: kept, it would push out a buffer any unit can use
             self._free.append(buf)
             if len(self._free) > self.keep:
                 del self._free[0]  # freed when its last view goes

@@ -83,14 +83,31 @@ def test_the_next_file_reads_into_the_buffers_of_the_last(wide: Namespace) -> No
     put(wide, "b", b)
     with wide.open("a") as f:
         assert f.read() == a
-    made = wide.read_buffers.made
+    made = wide.buffers.made
     assert 0 < made <= READ_AHEAD + 4 + wide.max_inflight
     for name, data in (("b", b), ("a", a), ("b", b)):
         with wide.open(name) as f:
             assert f.read() == data
     # An open may find a few buffers still held for an instant (a thread lets go of its
     # last view just after): a few more in all, not a file's worth each (main: 3 x 20).
-    assert wide.read_buffers.made - made < made // 2, (made, wide.read_buffers.made)
+    assert wide.buffers.made - made < made // 2, (made, wide.buffers.made)
+
+
+def test_files_written_in_turn_fill_the_same_buffers(wide: Namespace) -> None:
+    """A checkpoint is many files saved in turn (a shard per rank, a file per tensor
+    group): each file's units are filled in the namespace's buffers, which the next file
+    written or read uses again. A pool per open file had the kernel zero fresh pages for
+    each file's first ``max_inflight + 2`` units (80 MiB a file at the defaults)."""
+    data = os.urandom(40 * UNIT)
+    put(wide, "w0", data)
+    made = wide.buffers.made
+    assert 0 < made <= wide.max_inflight + 3, made  # + 1: the first unit's small buffer
+    for i in range(1, 4):
+        put(wide, f"w{i}", data)
+    assert wide.buffers.made - made < made // 2, (made, wide.buffers.made)  # main: 3 x 10
+    with wide.open("w3") as f:  # the writers' buffers, and what its read-ahead needs more
+        assert f.read() == data
+    assert wide.buffers.made <= READ_AHEAD + 4 + wide.max_inflight + 1, wide.buffers.made
 
 
 @needs_fuse

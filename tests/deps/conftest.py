@@ -197,3 +197,19 @@ def tar_filter(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     else:
         monkeypatch.setattr(datafilter, "NATIVE", False)
     return str(param)
+
+
+def fresh_deps(cluster_dir: Path, tag: str) -> tuple[Path, Path, str]:
+    """A job's ``--bootseer-deps`` of its own on a slurm-dev cluster: a key file no other
+    test names (so a snapshot of its own) and a fresh node-local prefix. Returns the key
+    file's directory (the test's own), the prefix and the option."""
+    import uuid
+
+    from tests.conftest import devcluster
+
+    work = cluster_dir / f"{tag}-{uuid.uuid4().hex[:8]}"
+    work.mkdir(mode=0o755)
+    (work / "req.txt").write_text(f"{tag}=={uuid.uuid4().hex}\n")
+    (work / "req.txt").chmod(0o644)
+    prefix = devcluster.NODE_LOCAL / f"{tag}-{os.urandom(4).hex()}"
+    return work, prefix, f"--bootseer-deps={prefix},key={work}/req.txt"

@@ -3,7 +3,6 @@ its prologs read, so a second job on it reads no manifest from the store."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DevSlurm, devcluster
+from tests.conftest import DevSlurm
+from tests.deps.conftest import fresh_deps
 from tests.imagekit import make_squashfs
 from tests.opens import OpenCounter
 
@@ -20,13 +20,8 @@ TRUE = "#!/bin/sh\ntrue\n"
 
 
 def test_a_second_job_on_a_node_reads_no_manifest_from_the_store(cluster: DevSlurm) -> None:
-    work = cluster.dir / f"records-{uuid.uuid4().hex[:8]}"
-    work.mkdir(mode=0o755)
-    (work / "req.txt").write_text(f"records=={uuid.uuid4().hex}\n")
-    (work / "req.txt").chmod(0o644)
-    prefix = devcluster.NODE_LOCAL / f"records-{os.urandom(4).hex()}"
     # (the snapshot's key covers the image: every job here names both)
-    deps = f"--bootseer-deps={prefix},key={work}/req.txt"
+    work, prefix, deps = fresh_deps(cluster.dir, "records")
     make = f"mkdir -p {prefix}/bin && date > {prefix}/bin/x"
     install = f"#!/bin/sh\nset -e\nbootseer deps run -- sh -c '{make}'\n"
 

@@ -87,13 +87,14 @@ class Layout:
         # The quotas of a root-run writer (bootseer.ckpt.quota): every upload of a new
         # version is charged to it first; None (the Python API, root's CLI): none.
         self.quota: QuotaGuard | None = None
-        # The page-aligned buffers units are read into, kept across the files a process
-        # opens (a mount serves many): a fresh buffer's pages are zeroed by the kernel as
-        # they are first read into, which cost a rank's part of a file more CPU than
-        # hashing it (docs/performance.md, "A part of a checkpoint"). At most one reading
-        # file's worth are kept between reads: its read-ahead, the unit read and the 3
-        # before it (reader.LATE), a unit per fetch in flight.
-        self.read_buffers = Buffers(read_ahead + 4 + max_inflight, least=unit_size)
+        # The page-aligned buffers units are read into and filled in, kept across the
+        # files a process opens and writes (a mount serves many): a fresh buffer's pages
+        # are zeroed by the kernel as they are first touched, which cost a rank's part of
+        # a file more CPU than hashing it (docs/performance.md, "A part of a checkpoint"),
+        # and a writer 10 units' worth per file. At most one reading file's worth are kept
+        # between reads: its read-ahead, the unit read and the 3 before it (reader.LATE),
+        # a unit per fetch in flight; a writer uses up to max_inflight + 2 of them.
+        self.buffers = Buffers(read_ahead + 4 + max_inflight, least=unit_size)
         self.store_bytes = 0
         self.peer_bytes = 0
         self.corrupt_units = 0  # units refused: their checksum is not the manifest's

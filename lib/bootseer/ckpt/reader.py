@@ -10,7 +10,7 @@ units, not ``read_ahead``. At most ``read_ahead + 4`` units are held in memory p
 file (the read-ahead, the unit read and :data:`LATE` before it), and those that reads
 in progress wait for (:meth:`StripedReader.pin`). A unit on a ``file://`` target is
 read past the page cache (``O_DIRECT``) into a page-aligned buffer of the namespace's
-(``Layout.read_buffers``, kept across the files it opens), used again once the unit is
+(``Layout.buffers``, kept across the files it opens and writes), used again once the unit is
 dropped and no view of it is left (:class:`bootseer.directio.Buffers`): no page-cache
 fill, no copy out of it, no fresh pages to fault in. :meth:`StripedReader.pview` hands
 out views of a unit's verified bytes (the FUSE daemon replies with them, without a copy).
@@ -76,8 +76,8 @@ class StripedReader(io.RawIOBase):
         self._pool = cf.ThreadPoolExecutor(workers, thread_name_prefix="ckpt-read")
         self.fetched = 0  # bytes read from the targets, read-ahead included
         # The units' buffers, used again as units are dropped, and by the namespace's
-        # next files (Layout.read_buffers).
-        self._buffers = ns.read_buffers
+        # next files (Layout.buffers).
+        self._buffers = ns.buffers
 
     # -- io.RawIOBase
     def readable(self) -> bool:

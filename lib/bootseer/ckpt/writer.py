@@ -70,8 +70,9 @@ class StripedWriter(io.RawIOBase):
         self.size = base.size if base is not None else 0  # the file's size as the job sees it
         self.committed: Manifest | None = None
         self._pos = 0  # where write() goes on
-        # Page-aligned buffers for the units being filled and uploaded, used again.
-        self._buffers = Buffers(ns.max_inflight + 2)
+        # Page-aligned buffers for the units being filled and uploaded: the namespace's,
+        # used again by this file's next units and by the next files read or written.
+        self._buffers = ns.buffers
         self._buf = _Unit(self._buffers, 0)  # the unit being filled: [_frontier - len, _frontier)
         self._frontier = 0  # bytes [0, _frontier) are streamed: uploaded units and _buf
         self._units: list[tuple[str, str] | None] = []  # full units, filled in as uploads finish
@@ -532,6 +533,7 @@ class StripedWriter(io.RawIOBase):
 
     def _release(self) -> None:
         self._close_base()
+        self._buf.done()  # the unit last begun: uploaded as a copy (commit) or dropped
         if self._stage is not None:
             self._stage.close()
 
@@ -696,7 +698,8 @@ class _Unit:
     def _room(self, n: int) -> mmap.mmap:
         mem = self._mem
         if mem is None or len(mem) < n:
-            grown = self._buffers.get(max(n, 2 * len(mem) if mem is not None else 64 << 10))
+            want = max(n, 2 * len(mem) if mem is not None else 64 << 10)
+            grown = self._buffers.get(want, least=want)
             if mem is not None:
                 grown[: self._n] = mem[: self._n]
                 self._buffers.retire(memoryview(mem))

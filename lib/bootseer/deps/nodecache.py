@@ -1,4 +1,5 @@
-"""What a node remembers about its restores: one lock and one stamp per prefix.
+"""What a node remembers about its restores: one lock and one stamp per prefix, and
+when it last marked a snapshot used in the store.
 
 Both live in root's node cache directory (``paths.cache_dir``/deps), never in a
 user's tree. Jobs restoring into the same prefix on one node take the prefix's lock
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,3 +79,33 @@ def read_stamp(cache_dir: Path, prefix: str) -> Stamp | None:
 
 def write_stamp(cache_dir: Path, stamp: Stamp) -> None:
     localrecord.write(_dir(cache_dir, "stamps") / f"{_name(stamp.prefix)}.json", stamp)
+
+
+# A node marks a snapshot used in the store at most this often: the mark serves gc,
+# whose ages are days, and each is a store write the prolog waits for.
+MARK_EVERY = 3600.0
+
+
+def marked_lately(cache_dir: Path, scope: str, key: str) -> bool:
+    """True if this node marked snapshot ``scope/key`` used less than MARK_EVERY ago."""
+    try:
+        st = os.stat(_dir(cache_dir, "marks") / _name(f"{scope}/{key}"))
+    except OSError:
+        return False
+    return 0 <= time.time() - st.st_mtime < MARK_EVERY
+
+
+def note_marked(cache_dir: Path, scope: str, key: str) -> None:
+    """Remember that the store took this node's mark of ``scope/key`` now; forget the
+    marks too old to matter, so the directory holds about an hour's snapshots."""
+    marks = _dir(cache_dir, "marks")
+    path = marks / _name(f"{scope}/{key}")
+    with contextlib.suppress(OSError):
+        path.touch(mode=0o600)
+        os.utime(path)
+    now = time.time()
+    with contextlib.suppress(OSError), os.scandir(marks) as it:
+        for entry in it:
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime > 2 * MARK_EVERY:
+                    os.unlink(entry.path)

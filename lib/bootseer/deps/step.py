@@ -147,39 +147,45 @@ def prolog(call: StepCall) -> StepResult:
     # The ref and manifest as this node last read them: the manifest is read once per
     # node, and a store outage does not take what a node already had.
     records = node_records(cfg, call.log)
-    key: str | None = None
+    none = StepResult(
+        outcome="skipped",
+        env=env,
+        detail=f"{note}no snapshot for base {base} in {sdir}: the job installs",
+    )
     try:
         key = find_snapshot(store, sdir, base, keys=keys, records=records)
-        found = (
-            read_manifest(store, sdir, key, **limits, keys=keys, records=records) if key else None
-        )
     except ManifestError as exc:
-        _drop_broken(call, store, sdir, base, key, None, exc)
-    if key is None or found is None:
-        return StepResult(
-            outcome="skipped",
-            env=env,
-            detail=f"{note}no snapshot for base {base} in {sdir}: the job installs",
-        )
-    manifest, mbytes = found
+        _drop_broken(call, store, sdir, base, None, None, exc)
+    if key is None:
+        return none
     cache = cfg.paths.cache_dir
     with nodecache.prefix_lock(cache, spec.prefix, timeout=call.remaining()):
         stamp = nodecache.read_stamp(cache, spec.prefix)
         ours = stamp is not None and stamp.matches(spec.prefix, ctx.uid)
         if ours and stamp is not None and stamp.key == key:
+            # The tree the stamp names is this snapshot's, checked when it was restored:
+            # its manifest (16,000 entries for torch: 40 ms to parse) is not needed.
             detail = (
                 f"{note}snapshot {key} already in {spec.prefix} (restored or installed "
                 "earlier on this node)"
             )
-            fetched, entries, peer_bytes = 0, 0, 0
+            fetched, entries, peer_bytes, mbytes = 0, 0, 0, 0
         else:
+            if ours and stamp is not None and not _empty_dir(spec.prefix):
+                # Before the manifest: a refused restore reads none.
+                _refuse_if_in_use(call, spec.prefix, key, stamp.key)
+            try:
+                found = read_manifest(store, sdir, key, **limits, keys=keys, records=records)
+            except ManifestError as exc:
+                _drop_broken(call, store, sdir, base, key, None, exc)
+            if found is None:
+                return none
+            manifest, mbytes = found
             if os.path.lexists(spec.prefix) and not ours and not _empty_dir(spec.prefix):
                 raise StepError(
                     f"{spec.prefix} exists on {ctx.node} and was not restored by bootseer; "
                     "not replacing it (remove it, or use a prefix per job)"
                 )
-            if ours and stamp is not None and not _empty_dir(spec.prefix):
-                _refuse_if_in_use(call, spec.prefix, key, stamp.key)
             req = RestoreRequest(
                 prefix=spec.prefix,
                 uid=ctx.uid,
@@ -205,7 +211,7 @@ def prolog(call: StepCall) -> StepResult:
                 f"{note}restored {key} into {spec.prefix}: {entries} entries, "
                 f"{manifest.raw_bytes} bytes"
             )  # from where: store_bytes and peer_bytes of the phase row
-    if ctx.first_node:
+    if ctx.first_node and not nodecache.marked_lately(cache, sdir, key):
         used = SnapshotPaths(sdir, key).used
 
         def mark() -> None:
@@ -214,6 +220,8 @@ def prolog(call: StepCall) -> StepResult:
                 store.write_bytes(used, f"{time.time():.0f}".encode(), atomic=False)
             except Exception as exc:  # last-use marks serve gc; never worth failing a restore
                 call.log(f"step=deps could not mark {key} used: {exc!r}")
+            else:
+                nodecache.note_marked(cache, sdir, key)
 
         # A hung store holds no prolog up for a mark: it is left behind after a while.
         marker = threading.Thread(target=mark, daemon=True)

@@ -5,6 +5,7 @@ local disk (the floor) and once through a checkpoint mount whose K = 3 targets a
 directories of the same disk, alternating (local, mount, mount, local, ...):
 
 - ``write_seq``: ``open(wb)`` and 1 MiB writes front to back, then ``fsync`` (dd-like);
+- ``write_files``: the same bytes as 8 files written in turn (a checkpoint of shards);
 - ``write_torch``: ``torch.save`` of a state dict of 16 MiB float32 tensors, then ``fsync``;
 - ``read_seq``: the sequential file read back whole in 1 MiB reads (cold: the local
   file's and the targets' pages are dropped from the page cache first);
@@ -73,6 +74,21 @@ WORK: dict[str, str] = {
             os.fsync(f.fileno())
         print(time.perf_counter() - t, size)
     """,
+    "write_files": """
+        import os, sys, time
+        size, path = int(sys.argv[1]), sys.argv[2]
+        chunk = os.urandom(1 << 20)
+        files, mib = 8, size // 8 >> 20
+        t = time.perf_counter()
+        os.mkdir(path)
+        for i in range(files):
+            with open(os.path.join(path, f"shard{i}.bin"), "wb") as f:
+                for _ in range(mib):
+                    f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+        print(time.perf_counter() - t, files * mib << 20)
+    """,
     "write_torch": """
         import os, sys, time, torch
         size, path = int(sys.argv[1]), sys.argv[2]
@@ -127,7 +143,7 @@ WORK: dict[str, str] = {
 WORK["read_part_paced"] = WORK["read_part"].replace(
     "n += got\n", "n += got\n                time.sleep(0.004)\n"
 )
-FILES = {"write_seq": "seq.bin", "write_torch": "model.pt"}
+FILES = {"write_seq": "seq.bin", "write_files": "shards", "write_torch": "model.pt"}
 READS = {
     "read_seq": "seq.bin",
     "read_torch": "model.pt",
@@ -313,7 +329,7 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
     if args.s3_site:
         where = s3_targets(cfg, args.s3_site)
     os.environ["BOOTSEER_CONFIG"] = str(cfg)
-    works = ["write_seq", "read_seq", "read_part_paced", "read_part"]
+    works = ["write_seq", "read_seq", "read_part_paced", "read_part", "write_files"]
     if torch:
         works += ["write_torch", "read_torch"]
     libs: dict[str, str | None] = {"mount": None}
@@ -343,6 +359,8 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
                     print(f"rep {rep} local {w:12} {n / t / 1e6:8.1f} MB/s", flush=True)
                     if w == "read_part":  # the disk holds one file of --size-mib at a time
                         (local / "seq.bin").unlink()
+                    if w == "write_files":
+                        shutil.rmtree(local / "shards")
                 shutil.rmtree(local)
                 continue
             with mounted(state, variant, libs[variant]) as (mp, pid):
@@ -378,8 +396,10 @@ def run(args: argparse.Namespace, state: Path, size: int, reps: int, torch: bool
                     )
                     if w == "read_part":
                         (mp / "seq.bin").unlink()
+                    if w == "write_files":
+                        shutil.rmtree(mp / "shards")
                 for name in set(FILES.values()):
-                    if (mp / name).exists():
+                    if (mp / name).is_file():
                         (mp / name).unlink()
     med = {v: {w: statistics.median(x) for w, x in secs[v].items() if x} for v in secs}
     results: dict[str, Any] = {
