@@ -125,11 +125,10 @@ def test_deps_run_keeps_a_restored_tree_another_running_job_uses(scratch: Path) 
     key of its own): it installs into the tree in place while A runs (main set A's tree
     aside), and sets it aside as before once Slurm no longer runs A."""
     needs_root()
+    prefix, spec = scratch / "env", f"{scratch / 'env'},key=req.txt"
+    (scratch / "req.txt").write_text("x\n")
     write_site(scratch)
     cfg = site(scratch)
-    (scratch / "req.txt").write_text("x\n")
-    prefix = scratch / "env"
-    spec = f"{prefix},key=req.txt"
     v1 = ["sh", "-c", f"mkdir -p {prefix}/lib && echo v1 > {prefix}/lib/a.py"]
     first = step_call(scratch, cfg, job_id=31, uid=0, user="root", deps=spec)
     step.prolog(first)
