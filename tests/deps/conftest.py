@@ -76,6 +76,15 @@ def site(scratch: Path, **deps: object) -> SiteConfig:
     )
 
 
+def fake_squeue(scratch: Path) -> Path:
+    """A ``squeue`` that prints ``squeue.out`` (the jobs Slurm runs on the node: ``ID
+    STATE`` lines; none while the file is missing)."""
+    fake = scratch / "squeue"
+    fake.write_text(f"#!/bin/sh\ncat {scratch}/squeue.out 2>/dev/null\nexit 0\n")
+    fake.chmod(0o755)
+    return fake
+
+
 def step_call(
     scratch: Path,
     cfg: SiteConfig,

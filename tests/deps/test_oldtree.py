@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bootseer.deps import oldtree, step
+from bootseer.jobdir import JobDir
 from bootseer.stepapi import StepCall
 
 from .conftest import USER_A, USER_B, needs_root, site, step_call
@@ -34,6 +35,7 @@ def captured(scratch: Path, call: StepCall, prefix: Path, marker: str) -> None:
     (prefix / "lib" / "pkg" / "mod.py").write_text(marker)  # a name the record holds
     r = step.epilog(call)
     assert "captured" in r.detail, r.detail
+    JobDir(call.cfg.paths.run_dir, call.ctx.job_id).remove()  # the hook's last act
 
 
 def test_a_replacing_restore_leaves_the_old_tree_to_the_epilog(scratch: Path) -> None:
@@ -95,7 +97,7 @@ def test_the_epilog_sweeps_leftovers_with_the_users_rights(scratch: Path) -> Non
     (rooted / "env" / "root").mkdir()
     (rooted / "env" / "root" / "f").write_text("root's\n")  # root-owned, in a 0755 root dir
     other = holder("otheruse", USER_B)
-    not_ours = [scratch / ".env.bootseer-abcdefgh", scratch / ".env.bootseer-old-x.y"]
+    not_ours = [scratch / ".env.bootseer-abcdefghi", scratch / ".env.bootseer-old-x.y"]
     for p in not_ours:
         p.mkdir()
         os.chown(p, USER_A, USER_A)
@@ -133,3 +135,63 @@ def test_set_aside_takes_a_new_holder_when_a_sweep_removed_the_empty_one(
     with pytest.raises(FileNotFoundError):
         oldtree.set_aside(str(prefix))  # nothing to set aside: no holder is left behind
     assert [p.name for p in tmp_path.iterdir()] == [Path(holder).name]
+
+
+def extraction_dir(scratch: Path, name: str, uid: int) -> Path:
+    """What a restore killed mid-extract leaves beside the prefix: part of a tree."""
+    d = scratch / name
+    (d / "lib" / "pkg").mkdir(parents=True)
+    (d / "lib" / "pkg" / "big.so").write_bytes(b"\0" * 4096)
+    for p in [d, *d.rglob("*")]:
+        os.chown(p, uid, uid, follow_symlinks=False)
+    return d
+
+
+def test_a_killed_restores_extraction_dir_goes_with_the_next_epilog(scratch: Path) -> None:
+    """A restore SIGKILLed mid-extract leaves ``.env.bootseer-XXXXXXXX`` (nothing removes
+    it on main): the next epilog of the prefix retires it into a holder, with the prefix's
+    lock held, and sweeps it as the user. Another user's, a file of that name and names
+    not mkdtemp's (a holder's among them) are left alone."""
+    needs_root()
+    cfg = site(scratch)
+    prefix = scratch / "env"
+    killed = extraction_dir(scratch, ".env.bootseer-k1ll_ed0", USER_A)
+    others = extraction_dir(scratch, ".env.bootseer-0therusr", USER_B)
+    afile = scratch / ".env.bootseer-afile001"
+    afile.write_text("x\n")
+    os.chown(afile, USER_A, USER_A)
+    longer = extraction_dir(scratch, ".env.bootseer-abcdefghi", USER_A)
+    sibling = extraction_dir(scratch, ".envx.bootseer-abcdefgh", USER_A)
+    foreign = extraction_dir(scratch, ".env.bootseer-old-0therusr", USER_B)  # B's holder
+    (scratch / "env2").mkdir()  # the parent holds other things too
+
+    call = step_call(scratch, cfg, job_id=7, uid=USER_A, user="ada", deps=str(prefix))
+    step.prolog(call)
+    r = step.epilog(call)
+    assert "1 extraction dirs of killed restores set aside" in r.detail, r.detail
+    assert "deleted 1 old trees" in r.detail and "(1 left)" in r.detail, r.detail
+    assert not killed.exists()
+    assert (others / "lib" / "pkg" / "big.so").exists()
+    assert afile.read_text() == "x\n"
+    for d in (longer, sibling, foreign):
+        assert (d / "lib" / "pkg" / "big.so").exists(), d
+    assert [p.name for p in holders(prefix)] == [foreign.name]
+
+
+def test_an_extraction_dir_is_kept_while_a_restore_holds_the_prefix(scratch: Path) -> None:
+    """With the prefix's lock held (a restore into it at work, writing its extraction
+    dir), the epilog leaves the dir: it may be that restore's, not a killed one's."""
+    needs_root()
+    from bootseer.deps import nodecache
+
+    cfg = site(scratch)
+    prefix = scratch / "env"
+    live = extraction_dir(scratch, ".env.bootseer-wr1t1ng_", USER_A)
+    call = step_call(scratch, cfg, job_id=8, uid=USER_A, user="ada", deps=str(prefix))
+    step.prolog(call)
+    with nodecache.prefix_lock(call.cfg.paths.cache_dir, str(prefix), timeout=5):
+        r = step.epilog(call)
+    assert "1 extraction dirs beside" in r.detail and "kept" in r.detail, r.detail
+    assert (live / "lib" / "pkg" / "big.so").exists()
+    r = step.epilog(call)  # the restore done (or killed): the next epilog takes it
+    assert "set aside" in r.detail and not live.exists(), r.detail

@@ -23,7 +23,7 @@ from bootseer.sitekey import DEPS_MANIFEST, DEPS_REF
 from bootseer.store import Store
 from tests.sitekeys import KEYS
 
-from .conftest import USER_A, USER_B, needs_root, site, step_call
+from .conftest import USER_A, USER_B, fake_squeue, needs_root, site, step_call
 
 pytestmark = pytest.mark.root
 
@@ -112,6 +112,8 @@ def write_site(scratch: Path, **deps: object) -> None:
         '[deps]\npython = "/bin/false"\n',
     ]
     lines += [f"{k} = {json.dumps(v)}\n" for k, v in deps.items()]
+    # deps run asks Slurm before it sets a restored tree aside (bootseer.deps.prefixuse)
+    lines.append(f'[phases]\nsqueue = "{fake_squeue(scratch)}"\n')
     (scratch / "site.toml").write_text("".join(lines))
 
 

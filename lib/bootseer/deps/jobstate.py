@@ -2,9 +2,9 @@
 
 In the per-node job directory (``<run_dir>/jobs/<id>/deps/``):
 
-- ``prolog.json`` (root's, 0600): the base key, scope, prefix and the snapshot key the
-  prolog restored, if any. Written before the restore starts, so the epilog knows the
-  base even when the restore failed. The epilog trusts only this copy.
+- ``prolog.json`` (root's, 0600): the base key, scope, prefix, the job's uid and the
+  snapshot key the prolog restored, if any. Written before the restore starts, so the
+  epilog knows the base even when the restore failed. The epilog trusts only this copy.
 - ``job/prolog.json``: the same, for the job's ``bootseer deps run`` (in its user's
   directory, so no other user reads her prefix and scope; she may change her copy, which
   misleads only her own ``deps run``).
@@ -45,6 +45,7 @@ class PrologState:
     scope: str
     prefix: str
     restored: str | None = None
+    uid: int | None = None  # the job's user (bootseer.deps.prefixuse); None: an older state
 
     @classmethod
     def read(cls, path: Path) -> PrologState | None:

@@ -17,8 +17,17 @@ runs with the job user's rights (the epilog forks it through :mod:`bootseer.asus
 never root's: the trees are the user's, who could swap any directory in them for a
 symlink while they are walked.
 
+A restore killed mid-extract (SIGKILL: the prolog past ``PrologEpilogTimeout``, the OOM
+killer) leaves its extraction directory beside the prefix,
+``.<name>.bootseer-XXXXXXXX`` (:func:`bootseer.deps.archive.extract_snapshot`), which
+nothing else removes: up to a snapshot's size of the user's disk for every such crash.
+The epilog retires them into holders (:func:`retire`), with the node's lock of the
+prefix held, so no restore into it is running, and the sweep deletes them with the rest.
+
     >>> holder_mark("venv")
     '.venv.bootseer-old-'
+    >>> extraction_mark("venv")
+    '.venv.bootseer-'
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 SET_ASIDE_TRIES = 3
 # What tempfile.mkdtemp adds to a holder's mark: 8 of [a-z0-9_]. Held to it, so that a
@@ -53,17 +62,37 @@ def is_holder(name: str, mark: str) -> bool:
     return name.startswith(mark) and _SUFFIX.fullmatch(name, len(mark)) is not None
 
 
-def set_aside(prefix: str) -> str:
-    """Rename the tree at ``prefix`` into a fresh holder beside it; return the holder.
+def extraction_mark(name: str) -> str:
+    """The start of the name of every extraction directory of a prefix named ``name``
+    (what :func:`bootseer.deps.archive.extract_snapshot` gives ``mkdtemp``)."""
+    return f".{name}.bootseer-"
+
+
+def is_extraction(name: str, mark: str) -> bool:
+    """``name`` is an extraction directory's: ``mark`` and mkdtemp's suffix, nothing more
+    (a holder's longer name never is one).
+
+    >>> is_extraction(".venv.bootseer-ab_12xyz", ".venv.bootseer-")
+    True
+    >>> is_extraction(".venv.bootseer-old-ab_12xyz", ".venv.bootseer-")
+    False
+    """
+    return name.startswith(mark) and _SUFFIX.fullmatch(name, len(mark)) is not None
+
+
+def set_aside(prefix: str, tree: str | None = None) -> str:
+    """Rename the tree at ``prefix`` (or ``tree``, beside it) into a fresh holder of
+    ``prefix``; return the holder.
 
     An epilog's sweep of the same prefix (another job of the user, ending now) may remove
     the holder while it is still empty, between its making and the rename: the rename
     then fails with ENOENT and a new holder is made."""
     parent, name = os.path.split(prefix.rstrip("/"))
+    source = prefix if tree is None else tree
     for attempt in range(SET_ASIDE_TRIES):
         holder = tempfile.mkdtemp(prefix=holder_mark(name), dir=parent)
         try:
-            os.rename(prefix, os.path.join(holder, name))
+            os.rename(source, os.path.join(holder, name))
         except FileNotFoundError:
             if os.path.isdir(holder) or attempt == SET_ASIDE_TRIES - 1:
                 with contextlib.suppress(OSError):
@@ -80,12 +109,63 @@ def holders(prefix: str) -> list[str]:
     Only names: the epilog lists them as root (a listing reads no user file and follows
     nothing but the prefix's parent path, which the prolog held to be safe) and forks a
     child only when there is something to remove, which is seldom."""
+    return _beside(prefix, holder_mark, is_holder)
+
+
+def extractions(prefix: str) -> list[str]:
+    """The names of the extraction directories beside ``prefix``; names only, listed as
+    root (:func:`holders`)."""
+    return _beside(prefix, extraction_mark, is_extraction)
+
+
+def _beside(
+    prefix: str, mark_of: Callable[[str], str], shape: Callable[[str, str], bool]
+) -> list[str]:
     parent, name = os.path.split(prefix.rstrip("/"))
-    mark = holder_mark(name)
+    mark = mark_of(name)
     try:
-        return sorted(n for n in os.listdir(parent) if is_holder(n, mark))
+        return sorted(n for n in os.listdir(parent) if shape(n, mark))
     except OSError:
         return []
+
+
+def _own_dirs(parent: str, names: Iterable[str], mine: Callable[[str], bool]) -> Iterator[str]:
+    """The paths of ``names`` in ``parent`` that pass ``mine`` (the name's shape) and are
+    directories of this process's user; a sentinel ``""`` for each other one there
+    (another user's, not a directory), for the caller to count as left."""
+    me = os.geteuid()
+    for n in names:
+        if not mine(n):
+            continue
+        path = os.path.join(parent, n)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        yield path if stat.S_ISDIR(st.st_mode) and st.st_uid == me else ""
+
+
+def retire(prefix: str, names: Iterable[str]) -> dict[str, int]:
+    """Rename the extraction directories ``names`` (from :func:`extractions`) beside
+    ``prefix`` into holders, for :func:`sweep`; run with the job user's rights, while the
+    caller holds the node's lock of the prefix (:func:`bootseer.deps.nodecache.prefix_lock`):
+    then none of them is a restore still being written, only what a killed one left.
+
+    A rename, not a delete: the lock is what the node's next restore of the prefix waits
+    for. Returns ``{"retired": renamed, "left": another user's, or not a directory}``."""
+    parent, name = os.path.split(prefix.rstrip("/"))
+    mark = extraction_mark(name)
+    retired = left = 0
+    for path in _own_dirs(parent, names, lambda n: is_extraction(n, mark)):
+        if not path:
+            left += 1
+            continue
+        try:
+            set_aside(prefix, path)
+        except FileNotFoundError:
+            continue  # gone meanwhile
+        retired += 1
+    return {"retired": retired, "left": left}
 
 
 def sweep(prefix: str, names: Iterable[str] | None = None) -> dict[str, int]:
@@ -97,17 +177,10 @@ def sweep(prefix: str, names: Iterable[str] | None = None) -> dict[str, int]:
     sweep tries again)."""
     parent, name = os.path.split(prefix.rstrip("/"))
     mark = holder_mark(name)
-    me = os.geteuid()
     removed = left = 0
-    for n in holders(prefix) if names is None else names:
-        if not is_holder(n, mark):
-            continue
-        path = os.path.join(parent, n)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != me:
+    listed = holders(prefix) if names is None else names
+    for path in _own_dirs(parent, listed, lambda n: is_holder(n, mark)):
+        if not path:
             left += 1
             continue
         # rmtree walks by file descriptors (no symlink followed); with the user's rights

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from bootseer import nodepaths
 from bootseer.config import SiteConfig, load_config
-from bootseer.deps import jobstate, oldtree
+from bootseer.deps import jobstate, oldtree, prefixuse
 from bootseer.deps.inventory import changed, inventory
 from bootseer.deps.key import hash_key_files, job_image, key_inputs, scope_dir, snapshot_key
 from bootseer.deps.prefix import unsafe_reason
@@ -125,6 +125,23 @@ def _install(command: Sequence[str], prefix: str) -> tuple[int, list[str], bool]
     return rc, names, not before
 
 
+def _other_users(prefix: str, cfg: SiteConfig | None) -> list[prefixuse.InUse]:
+    """The other jobs of this user on this node that run with ``prefix``
+    (:func:`bootseer.deps.prefixuse.mine_running`); none outside a Slurm job's node."""
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    if cfg is None or not job_id.isdigit():
+        return []
+    node = nodepaths.node_name()
+    return prefixuse.mine_running(
+        cfg.for_node(node).paths.run_dir,
+        prefix,
+        int(job_id),
+        node=node,
+        squeue=cfg.phases.squeue,
+        timeout=cfg.phases.squeue_timeout,
+    )
+
+
 def _discard(prefix: str) -> None:
     """Set aside a restored prefix that holds another command's snapshot: the install
     starts at once, and the job's epilog deletes the old tree (bootseer.deps.oldtree)."""
@@ -138,12 +155,16 @@ def run_install(command: Sequence[str], opts: RunOptions, cfg: SiteConfig | None
     cfg = cfg or load_config()
     found = _job_state(cfg)
     if found is not None:
-        return _run_in_job(command, opts, *found)
+        return _run_in_job(command, opts, *found, cfg=cfg)
     return _run_alone(command, opts, cfg)
 
 
 def _run_in_job(
-    command: Sequence[str], opts: RunOptions, state_dir: Path, state: jobstate.PrologState
+    command: Sequence[str],
+    opts: RunOptions,
+    state_dir: Path,
+    state: jobstate.PrologState,
+    cfg: SiteConfig | None = None,
 ) -> int:
     prefix = state.prefix
     if opts.prefix and opts.prefix.rstrip("/") != prefix:
@@ -169,7 +190,15 @@ def _run_in_job(
             say(f"snapshot {key} restored by the prolog; skipping the install")
             skipped_phase(f"snapshot {key} restored by the prolog")
             return 0
-        if state.restored:
+        users = _other_users(prefix, cfg) if state.restored else []
+        if users:
+            say(
+                f"the restored snapshot {state.restored} was made by another command, but "
+                f"{', '.join(u.describe() for u in users)} runs with it in {prefix}: not "
+                "setting it aside under that job; installing into it in place (not "
+                "captured; a prefix per job runs different dependencies side by side)"
+            )
+        elif state.restored:
             say(
                 f"the restored snapshot {state.restored} was made by another command; "
                 "reinstalling from scratch"

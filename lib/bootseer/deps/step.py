@@ -17,6 +17,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -108,7 +109,7 @@ def prolog(call: StepCall) -> StepResult:
         python=cfg.deps.python,
     )
     base = inputs.base()
-    state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix)
+    state = jobstate.PrologState(base=base, scope=sdir, prefix=spec.prefix, uid=ctx.uid)
     state_path = state_dir / nodepaths.DEPS_STATE
     user_copy = nodepaths.deps_job_state(cfg.paths.run_dir, ctx.job_id)
     # First: a failed restore still leaves the job what deps run needs. Root's copy is for
@@ -170,6 +171,9 @@ def prolog(call: StepCall) -> StepResult:
             )
             fetched, entries, peer_bytes, mbytes = 0, 0, 0, 0
         else:
+            if ours and stamp is not None and not _empty_dir(spec.prefix):
+                # Before the manifest: a refused restore reads none.
+                _refuse_if_in_use(call, spec.prefix, key, stamp.key)
             try:
                 found = read_manifest(store, sdir, key, **limits, keys=keys, records=records)
             except ManifestError as exc:
@@ -233,6 +237,34 @@ def prolog(call: StepCall) -> StepResult:
         store_bytes=fetched + mbytes,
         peer_bytes=peer_bytes,
         env=env,
+    )
+
+
+def _refuse_if_in_use(call: StepCall, prefix: str, key: str, in_place: str) -> None:
+    """:class:`StepError` if another running job of the user on this node uses ``prefix``,
+    which holds snapshot ``in_place``: replacing it by ``key`` would change that job's
+    dependencies under it (:mod:`bootseer.deps.prefixuse`). Called with the prefix's
+    lock held, so no other prolog replaces it between this look and the restore."""
+    from bootseer.deps import prefixuse
+
+    ctx, cfg = call.ctx, call.cfg
+    users = prefixuse.running_users(
+        cfg.paths.run_dir,
+        prefix,
+        ctx.uid,
+        ctx.job_id,
+        node=ctx.node,
+        squeue=cfg.phases.squeue,
+        timeout=max(1.0, min(cfg.phases.squeue_timeout, call.remaining() / 2)),
+    )
+    if not users:
+        return
+    jobs = ", ".join(u.describe() for u in users)
+    # Prefix and job first: the job's stderr is told the first 240 characters.
+    raise StepError(
+        f"{prefix} on {ctx.node} is in use by {jobs}: not replacing snapshot {in_place} "
+        f"in it by {key} under that job; the job installs the ordinary way (use a prefix "
+        "per job, e.g. with the job id in it, to run different dependencies side by side)"
     )
 
 
@@ -331,10 +363,14 @@ def epilog(call: StepCall) -> StepResult:
 
 # Seconds of the epilog's budget the sweep leaves to the phase rows and the other steps.
 SWEEP_MARGIN = 2.0
+# Seconds the epilog waits for the prefix's lock to retire extraction leftovers: one
+# held longer is a restore into the prefix at work; the leftovers wait for a later epilog.
+RETIRE_LOCK_WAIT = 2.0
 
 
 def _sweep_old_trees(call: StepCall) -> str:
-    """Delete the old trees beside the job's prefix, as the job's user; a note for the
+    """Delete the old trees beside the job's prefix, as the job's user, and first retire
+    into holders what killed restores left (:func:`_retire_extractions`); a note for the
     phase row ("" when there were none). Bounded by the step's deadline: a sweep cut short
     leaves the rest to the next job's epilog. Never fails the step: the job's own work is
     done, and a tree left aside is only disk space until the next sweep."""
@@ -346,25 +382,60 @@ def _sweep_old_trees(call: StepCall) -> str:
         return ""
     prefix = spec.prefix
     names = oldtree.holders(prefix)
-    if not names:
+    leftovers = oldtree.extractions(prefix)
+    if not names and not leftovers:
         return ""
     budget = call.remaining() - SWEEP_MARGIN
     if budget < 1.0:
-        return f"{len(names)} old trees beside {prefix} left for a later epilog (no time)"
+        n = len(names) + len(leftovers)
+        return f"{n} old trees beside {prefix} left for a later epilog (no time)"
+    retired = ""
+    if leftovers:
+        retired = _retire_extractions(call, prefix, leftovers, budget / 2)
+        names = oldtree.holders(prefix)
+        if not names:
+            return retired
+        budget = call.remaining() - SWEEP_MARGIN
     t0 = time.monotonic()
     try:
-        child = UserChild.start(
-            ctx.uid,
-            ctx.gid,
-            lambda _i, _o: oldtree.sweep(prefix, names),
-            groups=user_groups(ctx.user, ctx.gid),
-        )
-        got = child.result(timeout=budget)
+        got = _as_user(ctx, lambda: oldtree.sweep(prefix, names), budget)
     except (UserChildError, OSError) as exc:  # OSError: no fork, no pipe
         call.log(f"step=deps old trees beside {prefix}: {exc}")
-        return f"old trees beside {prefix} not all deleted ({exc}); a later epilog goes on"
+        return f"{retired}old trees beside {prefix} not all deleted ({exc}); a later epilog goes on"
     note = f"deleted {got['removed']} old trees beside {prefix} in {time.monotonic() - t0:.2f}s"
-    return note + (f" ({got['left']} left)" if got["left"] else "")
+    return retired + note + (f" ({got['left']} left)" if got["left"] else "")
+
+
+def _as_user(ctx: JobContext, work: Callable[[], dict[str, int]], budget: float) -> dict[str, int]:
+    """``work()``'s counts, done in a child with the job user's uid, gid and groups."""
+    child = UserChild.start(
+        ctx.uid, ctx.gid, lambda _i, _o: work(), groups=user_groups(ctx.user, ctx.gid)
+    )
+    got: dict[str, int] = child.result(timeout=max(0.5, budget))
+    return got
+
+
+def _retire_extractions(call: StepCall, prefix: str, leftovers: list[str], budget: float) -> str:
+    """Rename what killed restores left beside ``prefix`` into holders, as the job's user,
+    with the node's lock of the prefix held: no restore into it runs meanwhile, so none of
+    them is one still being written (:func:`bootseer.deps.oldtree.retire`). A note ending
+    in "; " for the phase row ("" when none was the user's)."""
+    from bootseer.deps import nodecache, oldtree
+
+    ctx = call.ctx
+    try:
+        with nodecache.prefix_lock(
+            call.cfg.paths.cache_dir, prefix, timeout=min(RETIRE_LOCK_WAIT, budget)
+        ):
+            got = _as_user(ctx, lambda: oldtree.retire(prefix, leftovers), budget)
+    except StepError:
+        return f"{len(leftovers)} extraction dirs beside {prefix} kept (a restore into it runs); "
+    except (UserChildError, OSError) as exc:
+        call.log(f"step=deps extraction dirs beside {prefix}: {exc}")
+        return f"extraction dirs beside {prefix} not retired ({exc}); "
+    if not got["retired"]:
+        return ""
+    return f"{got['retired']} extraction dirs of killed restores set aside; "
 
 
 def _capture_step(call: StepCall) -> StepResult:
