@@ -12,7 +12,10 @@ The child is forked, not exec'd: the job user may not be able to run bootseer's
 interpreter (it may live under a directory only root can enter), and a fork needs no
 second start-up. The child touches no lock another thread could hold (no logging, no
 buffered stdio, no new imports: callers import what the work needs first) and leaves
-with ``os._exit``.
+with ``os._exit``. It outlives no parent: when the process that forked it dies (a prolog
+killed at Slurm's ``PrologEpilogTimeout``), the kernel stops it as :meth:`terminate`
+does (``PR_SET_PDEATHSIG``), and it unwinds, removing what it was writing, rather than
+go on alone (an orphaned restore went on extracting into its temporary directory).
 
     >>> child = UserChild.start(os.getuid(), os.getgid(), lambda i, o: 6 * 7)
     >>> child.result(timeout=10)
@@ -22,6 +25,7 @@ with ``os._exit``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -36,6 +40,16 @@ from bootseer.errors import BootseerError, describe
 
 Work = Callable[[int | None, int | None], Any]
 MAX_RESULT = 256 << 20  # a file list of a million entries fits
+PR_SET_PDEATHSIG = 1  # prctl(2)
+_libc: ctypes.CDLL | None = None
+
+
+def _prctl() -> Callable[..., int]:
+    """libc's ``prctl``, looked up in the parent: the child may not load anything."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc.prctl  # type: ignore[no-any-return]
 
 
 class UserChildError(BootseerError):
@@ -83,6 +97,7 @@ class UserChild:
         in_r, in_w = os.pipe() if feed else (None, None)
         out_r, out_w = os.pipe() if drain else (None, None)
         res_r, res_w = os.pipe()
+        prctl, parent = _prctl(), os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
             _child(
@@ -94,6 +109,7 @@ class UserChild:
                 out_w,
                 res_w,
                 close=[fd for fd in (in_w, out_r, res_r) if fd is not None],
+                bind_to_parent=lambda: _stop_with(parent, prctl),
             )
         for fd in (in_r, out_w, res_w):
             if fd is not None:
@@ -178,6 +194,16 @@ def stop_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+def _stop_with(parent: int, prctl: Callable[..., int]) -> None:  # pragma: no cover
+    """In the child: SIGTERM when the thread that forked it ends (with it, the parent
+    process; :class:`UserChild` is waited for where it was started). Set after the uid
+    change, which clears it; a parent already gone by then is a stop now."""
+    if prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:
+        raise SystemExit("the parent ended before the work began")
+
+
 def _child(
     uid: int,
     gid: int,
@@ -187,6 +213,7 @@ def _child(
     out_fd: int | None,
     res_fd: int,
     close: list[int],
+    bind_to_parent: Callable[[], None],
 ) -> None:  # pragma: no cover
     answer: dict[str, Any]
     try:
@@ -200,6 +227,7 @@ def _child(
             os.setuid(uid)
             if os.geteuid() != uid:
                 raise PermissionError("could not drop to the job user's uid")
+        bind_to_parent()
         os.umask(0o022)
         answer = {"ok": work(in_fd, out_fd)}
     except BaseException as exc:  # the parent reports it; the child must never unwind
