@@ -207,7 +207,7 @@ def extract_snapshot(
         raise SnapshotRejected(
             f"{parent}: {vfs.f_bavail * vfs.f_frsize} bytes free, the snapshot needs {raw_bytes}"
         )
-    tmp = tempfile.mkdtemp(prefix=f".{name}.bootseer-", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=oldtree.extraction_mark(name), dir=parent)
     try:
         flt = SnapshotFilter(
             entries, link_roots=link_roots, max_bytes=max_bytes, max_files=max_files

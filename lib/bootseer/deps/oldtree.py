@@ -51,30 +51,24 @@ def holder_mark(name: str) -> str:
     return f".{name}.bootseer-old-"
 
 
-def is_holder(name: str, mark: str) -> bool:
-    """``name`` is a holder's: ``mark`` and mkdtemp's suffix, nothing more.
-
-    >>> is_holder(".venv.bootseer-old-ab_12xyz", ".venv.bootseer-old-")
-    True
-    >>> is_holder(".venv.bootseer-old-ab.bootseer-x1y2z3w4", ".venv.bootseer-old-")
-    False
-    """
-    return name.startswith(mark) and _SUFFIX.fullmatch(name, len(mark)) is not None
-
-
 def extraction_mark(name: str) -> str:
     """The start of the name of every extraction directory of a prefix named ``name``
     (what :func:`bootseer.deps.archive.extract_snapshot` gives ``mkdtemp``)."""
     return f".{name}.bootseer-"
 
 
-def is_extraction(name: str, mark: str) -> bool:
-    """``name`` is an extraction directory's: ``mark`` and mkdtemp's suffix, nothing more
-    (a holder's longer name never is one).
+def is_named(name: str, mark: str) -> bool:
+    """``name`` is ``mark`` and mkdtemp's suffix, nothing more: a holder's
+    (:func:`holder_mark`) or an extraction directory's (:func:`extraction_mark`), never
+    the other's (a holder's name is longer), nor a sibling prefix's.
 
-    >>> is_extraction(".venv.bootseer-ab_12xyz", ".venv.bootseer-")
+    >>> is_named(".venv.bootseer-old-ab_12xyz", holder_mark("venv"))
     True
-    >>> is_extraction(".venv.bootseer-old-ab_12xyz", ".venv.bootseer-")
+    >>> is_named(".venv.bootseer-old-ab.bootseer-x1y2z3w4", holder_mark("venv"))
+    False
+    >>> is_named(".venv.bootseer-ab_12xyz", extraction_mark("venv"))
+    True
+    >>> is_named(".venv.bootseer-old-ab_12xyz", extraction_mark("venv"))
     False
     """
     return name.startswith(mark) and _SUFFIX.fullmatch(name, len(mark)) is not None
@@ -103,30 +97,28 @@ def set_aside(prefix: str, tree: str | None = None) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def holders(prefix: str) -> list[str]:
-    """The names of the holders beside ``prefix`` (none: the parent is gone or unreadable).
+def beside(prefix: str) -> tuple[list[str], list[str]]:
+    """The names of the holders and of the extraction directories beside ``prefix``, in
+    one listing of its parent (none: the parent is gone or unreadable).
 
     Only names: the epilog lists them as root (a listing reads no user file and follows
     nothing but the prefix's parent path, which the prolog held to be safe) and forks a
     child only when there is something to remove, which is seldom."""
-    return _beside(prefix, holder_mark, is_holder)
-
-
-def extractions(prefix: str) -> list[str]:
-    """The names of the extraction directories beside ``prefix``; names only, listed as
-    root (:func:`holders`)."""
-    return _beside(prefix, extraction_mark, is_extraction)
-
-
-def _beside(
-    prefix: str, mark_of: Callable[[str], str], shape: Callable[[str, str], bool]
-) -> list[str]:
     parent, name = os.path.split(prefix.rstrip("/"))
-    mark = mark_of(name)
+    held, extracting = holder_mark(name), extraction_mark(name)
     try:
-        return sorted(n for n in os.listdir(parent) if shape(n, mark))
+        names = sorted(os.listdir(parent))
     except OSError:
-        return []
+        return [], []
+    return (
+        [n for n in names if is_named(n, held)],
+        [n for n in names if is_named(n, extracting)],
+    )
+
+
+def holders(prefix: str) -> list[str]:
+    """The names of the holders beside ``prefix`` (:func:`beside`)."""
+    return beside(prefix)[0]
 
 
 def _own_dirs(parent: str, names: Iterable[str], mine: Callable[[str], bool]) -> Iterator[str]:
@@ -146,7 +138,7 @@ def _own_dirs(parent: str, names: Iterable[str], mine: Callable[[str], bool]) ->
 
 
 def retire(prefix: str, names: Iterable[str]) -> dict[str, int]:
-    """Rename the extraction directories ``names`` (from :func:`extractions`) beside
+    """Rename the extraction directories ``names`` (from :func:`beside`) beside
     ``prefix`` into holders, for :func:`sweep`; run with the job user's rights, while the
     caller holds the node's lock of the prefix (:func:`bootseer.deps.nodecache.prefix_lock`):
     then none of them is a restore still being written, only what a killed one left.
@@ -156,7 +148,7 @@ def retire(prefix: str, names: Iterable[str]) -> dict[str, int]:
     parent, name = os.path.split(prefix.rstrip("/"))
     mark = extraction_mark(name)
     retired = left = 0
-    for path in _own_dirs(parent, names, lambda n: is_extraction(n, mark)):
+    for path in _own_dirs(parent, names, lambda n: is_named(n, mark)):
         if not path:
             left += 1
             continue
@@ -179,7 +171,7 @@ def sweep(prefix: str, names: Iterable[str] | None = None) -> dict[str, int]:
     mark = holder_mark(name)
     removed = left = 0
     listed = holders(prefix) if names is None else names
-    for path in _own_dirs(parent, listed, lambda n: is_holder(n, mark)):
+    for path in _own_dirs(parent, listed, lambda n: is_named(n, mark)):
         if not path:
             left += 1
             continue

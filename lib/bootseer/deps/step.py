@@ -381,8 +381,7 @@ def _sweep_old_trees(call: StepCall) -> str:
     if spec is None:
         return ""
     prefix = spec.prefix
-    names = oldtree.holders(prefix)
-    leftovers = oldtree.extractions(prefix)
+    names, leftovers = oldtree.beside(prefix)
     if not names and not leftovers:
         return ""
     budget = call.remaining() - SWEEP_MARGIN
