@@ -141,33 +141,74 @@ NOT_BOOTSEER = {"slurmd", "slurmstepd", "sleep", "sh", "bash", "srun"}
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class Proc:
+    """One process of a node's cgroup, as ``/proc/PID/stat`` and its owner tell."""
+
+    pid: int
+    ppid: int
+    uid: int
+    comm: str
+    started: int  # clock ticks after boot: with the pid, the process's identity
+    cpu_s: float  # user and system time, its own (not its children's)
+
+
+def read_proc(pid: int) -> Proc | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+    f = stat[stat.rindex(")") + 2 :].split()
+    return Proc(pid, int(f[1]), uid, comm, int(f[19]), (int(f[11]) + int(f[12])) / TICK)
+
+
+def bootseer_procs(procs: list[Proc], known: set[tuple[int, int]]) -> list[Proc]:
+    """Which of a node's processes are bootseer's: its root processes but Slurm's (agent,
+    hooks, checkpoint daemon), and every descendant of one of those whatever its owner
+    (a restore's child runs as the job's user, and its ``tar`` under it). ``known``
+    holds the (pid, start) of processes found so in earlier samples (a child's parent
+    may have exited since) and is updated."""
+    by_pid = {p.pid: p for p in procs}
+    mine: dict[int, Proc] = {}
+
+    def is_mine(p: Proc, depth: int = 0) -> bool:
+        if p.pid in mine or (p.pid, p.started) in known:
+            return True
+        if p.comm in NOT_BOOTSEER:
+            return False
+        if p.uid == 0:
+            return True
+        parent = by_pid.get(p.ppid)
+        return parent is not None and depth < 64 and is_mine(parent, depth + 1)
+
+    for p in procs:
+        if is_mine(p):
+            mine[p.pid] = p
+            known.add((p.pid, p.started))
+    return list(mine.values())
+
+
 class OwnCpu:
-    """Bootseer's own CPU seconds on the nodes (agent, prolog/epilog, checkpoint daemon):
-    the root processes of the nodes' cgroups but Slurm's, summed from ``/proc/PID/stat``
-    at every sample. Each process counts with the most CPU it was seen with, so the total
-    only grows; a process that lives less than a sampling period is missed, one that exits
-    loses at most the CPU of its last period."""
+    """Bootseer's own CPU seconds on the nodes (``bootseer_procs``: agent, hooks,
+    checkpoint daemon, and what they start, a restore's ``tar`` run as the user too),
+    summed from ``/proc/PID/stat`` at every sample. Each process counts with the most CPU
+    it was seen with, so the total only grows; a process that lives less than a sampling
+    period is missed, one that exits loses at most the CPU of its last period."""
 
     def __init__(self, cpu: CpuGroups, nodes: list[str]) -> None:
         self.cpu = cpu
         self.nodes = nodes
         self.seen: dict[tuple[int, int], float] = {}  # (pid, start time) -> CPU seconds
+        self.known: set[tuple[int, int]] = set()
 
     def total(self) -> float:
         for node in self.nodes:
-            for pid in self.cpu.pids(node):
-                try:
-                    stat = Path(f"/proc/{pid}/stat").read_text()
-                    uid = os.stat(f"/proc/{pid}").st_uid
-                except OSError:
-                    continue
-                comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-                if uid != 0 or comm in NOT_BOOTSEER:
-                    continue
-                f = stat[stat.rindex(")") + 2 :].split()
-                key = (pid, int(f[19]))
-                secs = (int(f[11]) + int(f[12])) / TICK
-                self.seen[key] = max(self.seen.get(key, 0.0), secs)
+            procs = [p for p in map(read_proc, self.cpu.pids(node)) if p is not None]
+            for p in bootseer_procs(procs, self.known):
+                key = (p.pid, p.started)
+                self.seen[key] = max(self.seen.get(key, 0.0), p.cpu_s)
         return sum(self.seen.values())
 
 

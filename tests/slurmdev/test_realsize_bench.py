@@ -100,7 +100,16 @@ def test_realsize_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path)
     assert by["ckpt_read", 1, "torch.load"]["bytes"] == 16 << 20
     assert by["ckpt_read", 2, "dcp"]["bytes"] == 8 << 20
     assert by["deps_restore", 1, None]["restored"] is True
+    # Where each cold start's CPU went: bootseer's part of the nodes', the store's, and
+    # what the start could take were bootseer's free.
+    for n in (1, 2):
+        cpu = by["startup_cold_vs_warm", n, None]["story"]["cpu"]
+        assert cpu["cores"] >= 1 and cpu["wall_s"] > 0, cpu
+        assert 0 < cpu["bootseer_cpu_s"] <= cpu["nodes_cpu_s"] + 0.5, cpu
+        assert cpu["store_cpu_s"] > 0 and cpu["warm_nodes_cpu_s"] > 0, cpu
+        assert 0 <= cpu["bound_s"] <= cpu["wall_s"] + 0.5, cpu
     assert "image_first_read" in text.read_text()
+    assert "were bootseer free" in text.read_text()
     # The bench leaves none of its per-node CPU cgroups behind, nor its node scratch.
     assert not (
         Path("/sys/fs/cgroup/cpuacct") / f"bootseer-realsize-bench-{TEST_PORT_BASE + 130}"

@@ -692,6 +692,38 @@ def store_story(boot: Point, store_bps: float) -> dict[str, Any]:
     }
 
 
+def cpu_story(boot: Point, warm: Point) -> dict[str, Any]:
+    """Where the machine's CPU went from the allocation to the last first step: the
+    nodes' cgroups (the job, Slurm and bootseer), bootseer's share of them
+    (``benchkit.OwnCpu``), the store host's, against the cores times the wall time; and
+    the warm floor's nodes over its own start. ``bound_s`` is the shortest the cold start
+    could be on these cores if bootseer cost nothing: the rest of the nodes' CPU and the
+    store's, spread evenly over every core."""
+
+    def used(pt: Point) -> tuple[float, float, float, float]:
+        assert pt.run is not None
+        s, t0 = pt.sampler, epoch(pt.run["allocated"])
+        a, z = s.at(t0), s.at(pt.ready_t)
+        nodes = sum((z.cpu[n] or 0.0) - (a.cpu[n] or 0.0) for n in pt.nodes)
+        store = (z.cpu.get("store") or 0.0) - (a.cpu.get("store") or 0.0)
+        return nodes, store, pt.sampler.own_cpu(t0, pt.ready_t), z.t - a.t
+
+    nodes, store, own, wall = used(boot)
+    warm_nodes, _, _, warm_wall = used(warm)
+    cores = len(os.sched_getaffinity(0))
+    return {
+        "cores": cores,
+        "wall_s": round(wall, 2),
+        "nodes_cpu_s": round(nodes, 2),
+        "bootseer_cpu_s": round(own, 2),
+        "store_cpu_s": round(store, 2),
+        "busy": round((nodes + store) / (cores * wall), 3) if wall > 0 else None,
+        "warm_nodes_cpu_s": round(warm_nodes, 2),
+        "warm_wall_s": round(warm_wall, 2),
+        "bound_s": round(max(nodes - own + store, 0.0) / cores, 2),
+    }
+
+
 def story_text(rows: list[dict[str, Any]]) -> str:
     """The startup records' stories as lines under the table."""
     out = []
@@ -708,6 +740,15 @@ def story_text(rows: list[dict[str, Any]]) -> str:
         out.append(
             "  store MB/s each second: " + " ".join(f"{v:.0f}" for v in st["store_egress_mb_s"])
         )
+        c = st.get("cpu")
+        if c:
+            out.append(
+                f"  CPU to the last first step: nodes {c['nodes_cpu_s']:.1f} s (bootseer "
+                f"{c['bootseer_cpu_s']:.1f}), store {c['store_cpu_s']:.1f} s, of {c['cores']} "
+                f"cores x {c['wall_s']:.1f} s ({c['busy'] or 0:.0%} busy); the warm floor's nodes "
+                f"{c['warm_nodes_cpu_s']:.1f} s in {c['warm_wall_s']:.1f} s; were bootseer "
+                f"free, the same work needs >= {c['bound_s']:.1f} s on these cores"
+            )
         for kind, v in st["kinds"].items():
             out.append(
                 f"  {kind:<24} store {v['store'] / GiB:6.2f} GiB  peer {v['peer'] / GiB:6.2f} GiB"
@@ -829,7 +870,7 @@ def records_for(
     )
     held = boot.nbytes("start") + prefix_bytes + boot.nbytes("ckpt_all")
     cpu = boot.sampler.own_cpu(boot.t0, boot.ready_t)
-    story = store_story(boot, store_bps)
+    story = {**store_story(boot, store_bps), "cpu": cpu_story(boot, warm)}
     for path, base, what in (
         (
             "startup_cold_vs_warm",

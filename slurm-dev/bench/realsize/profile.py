@@ -3,9 +3,10 @@
 
 Runs only the real-size bench's ``bootseer`` point (``bench.py``: cold nodes, agents
 restarted, caches and restored prefixes wiped) on inputs a ``bench.py`` run left in the
-store (its image, snapshot and checkpoint; ``--work`` as that run's), and samples every
-root process of the nodes' cgroups but Slurm's every 0.2 s (``/proc/PID/stat``): the
-agents, the prologs and epilogs, the checkpoint daemons. With ``--perf DIR`` it also
+store (its image, snapshot and checkpoint; ``--work`` as that run's), and samples
+bootseer's processes in the nodes' cgroups every 0.2 s (``/proc/PID/stat``): the agents,
+the prologs and epilogs, the checkpoint daemons, and what they start (a restore's child
+and ``tar``, run as the job's user). With ``--perf DIR`` it also
 records ``perf record -a`` (97 Hz) over the point, and ``py-spy record`` of each
 process it finds (``--py-spy PATH``), into DIR.
 
@@ -38,15 +39,17 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bench as B  # noqa: E402
-from benchkit import NOT_BOOTSEER, TICK, agent_metrics, dump_toml  # noqa: E402
+from benchkit import Proc, agent_metrics, bootseer_procs, dump_toml, read_proc  # noqa: E402
 
 
 class Watch:
-    """Bootseer's root processes on the nodes, their CPU seconds, and their profilers."""
+    """Bootseer's processes on the nodes (``benchkit.bootseer_procs``), their CPU seconds,
+    and their profilers."""
 
     def __init__(self, b: B.Bench, nodes: list[str], out: Path | None, py_spy: str) -> None:
         self.b, self.nodes, self.out, self.py_spy = b, nodes, out, py_spy
         self.seen: dict[tuple[int, int], dict[str, object]] = {}
+        self.known: set[tuple[int, int]] = set()
         self.spies: list[subprocess.Popen[bytes]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
@@ -54,35 +57,30 @@ class Watch:
     def run(self) -> None:
         while not self.stop.is_set():
             for node in self.nodes:
-                for pid in self.b.cpu.pids(node):
-                    self.sample(node, pid)
+                procs = [p for p in map(read_proc, self.b.cpu.pids(node)) if p is not None]
+                for proc in bootseer_procs(procs, self.known):
+                    if proc.comm not in ("perf", "py-spy"):
+                        self.sample(node, proc)
             self.stop.wait(0.2)
 
-    def sample(self, node: str, pid: int) -> None:
+    def sample(self, node: str, proc: Proc) -> None:
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            uid = os.stat(f"/proc/{pid}").st_uid
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cmd = Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             return
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        if uid != 0 or comm in NOT_BOOTSEER or comm in ("perf", "py-spy"):
-            return
-        f = stat[stat.rindex(")") + 2 :].split()
-        key = (pid, int(f[19]))
-        cpu = (int(f[11]) + int(f[12])) / TICK
+        key, cpu = (proc.pid, proc.started), proc.cpu_s
         rec = self.seen.setdefault(key, {"node": node, "cmd": cmd[:150], "cpu0": cpu, "cpu": cpu})
         rec["cpu"] = max(float(rec["cpu"]), cpu)  # type: ignore[arg-type]
         if len(rec) == 4 and self.out is not None and self.py_spy and "python" in cmd:
             rec["spy"] = True
-            out = self.out / f"{node}-{pid}-{comm}.txt"
+            out = self.out / f"{node}-{proc.pid}-{proc.comm}.txt"
             self.spies.append(
                 subprocess.Popen(
                     [
                         self.py_spy,
                         "record",
                         "-p",
-                        str(pid),
+                        str(proc.pid),
                         "-r",
                         "50",
                         "--nonblocking",
