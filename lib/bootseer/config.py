@@ -208,7 +208,8 @@ class ImageSection:
     mount_dir: Path | None = None  # FUSE mount: one <job_id>.sqsh per job (<run_dir>/images)
     cache_dir: Path | None = None  # verified blocks; survives restarts (<cache_dir>/image)
     cache_size_gib: float = 100.0  # size cap; LRU eviction of blocks no running job uses first
-    # For `bootseer image add` and first-use registration; 256 KiB measured best (docs/image.md).
+    # For `bootseer image add` and first-use registration; 256 KiB measured best behind a
+    # 100 Mbit/s store link, 1024 behind 10 Gbit/s at real sizes (docs/image.md).
     block_size_kib: int = 256
     prefetch_parallel: int = 16  # parallel block reads from the store
     background_parallel: int = 2  # of those, at most this many fill the cold rest

@@ -17,8 +17,10 @@ BLAKE3) where it always was::
 
 The default block size (256 KiB, ``[image] block_size_kib``) was chosen by measurement
 (docs/image.md): against 1 MiB it cut the bytes a PyTorch startup needs by a quarter
-and the time to first step by a tenth or more; smaller blocks cost one store request
-each, which per-request overhead and link latency make dear.
+and the time to first step by a tenth or more behind a 100 Mbit/s store link; smaller
+blocks cost one store request each, which per-request overhead and link latency make
+dear. Behind a 10 Gbit/s link at real sizes that cost turns the choice over: 1 MiB
+blocks started a job a quarter sooner there (docs/image.md, "Block size").
 """
 
 from __future__ import annotations
