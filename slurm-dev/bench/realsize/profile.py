@@ -59,8 +59,7 @@ class Watch:
             for node in self.nodes:
                 procs = [p for p in map(read_proc, self.b.cpu.pids(node)) if p is not None]
                 for proc in bootseer_procs(procs, self.known):
-                    if proc.comm not in ("perf", "py-spy"):
-                        self.sample(node, proc)
+                    self.sample(node, proc)
             self.stop.wait(0.2)
 
     def sample(self, node: str, proc: Proc) -> None:
