@@ -220,6 +220,11 @@ class ImageSection:
     # The blocks a node gets from one peer (the hot set's, the fill's) are asked of it in
     # runs of up to this many KiB, one request each (0: block by block). docs/image.md.
     prefetch_run_kib: int = 8192
+    # A trace's hot blocks are also stored in trace order as bundles of this many KiB, so a
+    # cold node reads its hot set in a few large requests, not one per block (0: no
+    # bundles; docs/image.md, "Bundles"). At most bundle_max_gib of each trace is bundled.
+    bundle_kib: int = 4096
+    bundle_max_gib: float = 8.0
     trace_window: float = 300.0  # seconds after the prolog that count as startup
     fetch_timeout: float = 30.0  # a read the store cannot serve by then fails with EIO
     register_wait: float = 60.0  # how long a node waits for another to register a path image
@@ -254,6 +259,12 @@ class ImageSection:
         if not 0 <= self.prefetch_run_kib <= 65536:
             raise ConfigError(
                 f"image.prefetch_run_kib must be 0 to 65536, not {self.prefetch_run_kib}"
+            )
+        if not 0 <= self.bundle_kib <= 65536:
+            raise ConfigError(f"image.bundle_kib must be 0 to 65536, not {self.bundle_kib}")
+        if self.bundle_max_gib < 0:
+            raise ConfigError(
+                f"image.bundle_max_gib must be 0 or more, not {self.bundle_max_gib:g}"
             )
         if not 1 <= self.max_connections_per_user <= self.max_connections:
             raise ConfigError(

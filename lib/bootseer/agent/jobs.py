@@ -43,6 +43,7 @@ from bootseer.agentapi.jobs import (
 from bootseer.config import ImageSection
 from bootseer.context import expand_nodes
 from bootseer.errors import ContextError, StoreError, describe
+from bootseer.image import bundles
 from bootseer.image.cache import BlockCache
 from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
 from bootseer.image.manifest import Manifest, load_manifest, max_path_image_bytes
@@ -126,6 +127,8 @@ class JobView:
     # (its user's; None: a uid without a name, whose jobs keep none).
     trace_owner: str | None = None
     trace_user: str | None = None
+    # The hot set's source when its traces name bundles (image.bundles): their reads.
+    bundle_source: bundles.BundleSource | None = None
 
     @property
     def inode(self) -> int:
@@ -171,6 +174,7 @@ class Jobs:
         # Name records, manifests and traces as this node last read them: each manifest
         # read once per node, and a store outage does not take what the node had.
         self.records = RecordCache(paths.records, log=log)
+        self._bundling: set[tuple[str, str]] = set()  # (image id, user): bundles being written
 
     # -- the job table ------------------------------------------------------------------
 
@@ -320,9 +324,10 @@ class Jobs:
         view.trace_runs = trace.runs if trace else 0
         hot = hot_order(owners, own)
         hot_until = min(time.monotonic() + self.icfg.hot_deadline, until - 0.5)
+        view.bundle_source = self._bundled(source, manifest, (owners, own))
         view.prefetch = prefetch_hot(
             self.fetcher,
-            source,
+            view.bundle_source or source,
             manifest,
             hot,
             hot_until,
@@ -340,9 +345,22 @@ class Jobs:
             f"job={req.job_id} prepared {ref} ({manifest.id[:12]}, {manifest.size} bytes): "
             f"trace={_trace_note(view, owners, own)} "
             f"local_before={p.local_before} fetched={p.fetched_blocks} "
-            f"failed={p.failed} complete={p.complete} secs={time.monotonic() - t0:.3f}"
+            f"failed={p.failed} complete={p.complete} "
+            f"bundled={len(view.bundle_source.places) if view.bundle_source else 0} "
+            f"secs={time.monotonic() - t0:.3f}"
         )
         return view
+
+    def _bundled(
+        self, source: BlockSource, manifest: Manifest, traces: tuple[Trace | None, ...]
+    ) -> bundles.BundleSource | None:
+        """The hot set's source when its traces name bundles: the store's blocks, the
+        bundled ones read in runs (image.bundles). Bundles are read from the store only: a
+        job's peers serve their own runs, and a path image's file is read where it is."""
+        if not self.icfg.bundle_kib or not isinstance(source, StoreSource):
+            return None
+        places = bundles.index(manifest, traces)
+        return bundles.BundleSource(source, places) if places else None
 
     def _traces(self, view: JobView) -> tuple[Trace | None, Trace | None]:
         """The image owner's trace and the job user's own (None each: none, or refresh)."""
@@ -476,10 +494,18 @@ class Jobs:
         view.recorder.stop()
         job = self.describe(view)
         try:
-            trace = self._keep_trace(view)
+            trace, kept = self._keep_trace(view)
+            if kept is not None and view.trace_user is not None:
+                self._bundle_later(view, view.trace_user, kept)
         except StoreError as exc:
             self.log(f"job={job_id} trace not saved: {exc}")
             trace = f"not saved: {exc}"
+        if view.bundle_source is not None:
+            st = view.bundle_source.stats
+            self.log(
+                f"job={job_id} bundles: {st.reads} reads, {st.blocks} blocks, {st.bytes} bytes, "
+                f"{st.refused} refused{': ' + '; '.join(st.errors) if st.errors else ''}"
+            )
         with self._lock:
             image = view.image
             image.users -= 1
@@ -492,14 +518,15 @@ class Jobs:
         self.log(f"job={job_id} released: trace {trace}")
         return ReleaseReply(released=True, trace=trace, job=job)
 
-    def _keep_trace(self, view: JobView) -> str:
-        """The job's trace, merged into its own user's (never another user's)."""
+    def _keep_trace(self, view: JobView) -> tuple[str, Trace | None]:
+        """The job's trace, merged into its own user's (never another user's): what
+        was done, and the user's trace as it is now stored."""
         order = view.recorder.order
         if not order:
-            return "none recorded"
+            return "none recorded", None
         user = view.trace_user
         if user is None:
-            return f"not kept: uid {view.uid} has no user name here"
+            return f"not kept: uid {view.uid} has no user name here", None
         m = view.image.manifest
         stored = (
             None
@@ -518,7 +545,72 @@ class Jobs:
             )
         if new is not None:
             save_trace(self.store, new, keys=self.keys(), user=user)
-        return f"{verdict} for {user}"
+        return f"{verdict} for {user}", new or stored
+
+    def _bundle_later(self, view: JobView, user: str, trace: Trace) -> None:
+        """Write the bundles ``trace`` lacks, after the epilog (a thread): by the job's
+        first node only, for an image read from the store, one writer per trace here."""
+        m = view.image.manifest
+        bundle_blocks = bundles.bundle_blocks_for(self.icfg.bundle_kib, m.block_size)
+        max_bytes = int(self.icfg.bundle_max_gib * (1 << 30))
+        swarm = view.swarm
+        if (
+            not bundle_blocks
+            or not isinstance(view.image.origin, StoreSource)
+            or not bundles.leads(swarm.nodes if swarm else None, swarm.node if swarm else "")
+            or bundles.complete(m, trace, bundle_blocks, max_bytes)
+        ):
+            return
+        with self._lock:
+            if (m.id, user) in self._bundling:
+                return
+            self._bundling.add((m.id, user))
+        threading.Thread(
+            target=self._bundle,
+            args=(m, user, trace, bundle_blocks, max_bytes),
+            name=f"bundles-{m.id[:12]}",
+            daemon=True,
+        ).start()
+
+    def _bundle(
+        self, m: Manifest, user: str, trace: Trace, bundle_blocks: int, max_bytes: int
+    ) -> None:
+        """Store ``trace``'s bundles (its blocks from this node's cache), then name them in
+        the user's trace, if it is still the one they were cut from."""
+        t0 = time.monotonic()
+        try:
+            done = bundles.write_bundles(
+                self.store,
+                m,
+                trace,
+                bundle_blocks,
+                lambda d, n: self.cache.read(d, 0, n),
+                max_bytes,
+            )
+            stored = load_trace(self.store, m, self.log, keys=self.keys(), user=user)
+            if stored is None or stored.blocks != trace.blocks:
+                verdict = "not named: the trace changed meanwhile (the next save names them)"
+            elif stored.bundle_blocks == bundle_blocks and list(stored.bundles) == done.bundles:
+                verdict = "already named"
+            else:
+                save_trace(
+                    self.store,
+                    stored.with_bundles(bundle_blocks, done.bundles),
+                    keys=self.keys(),
+                    user=user,
+                )
+                verdict = "named in the trace"
+            missing = sum(1 for p in done.bundles if p is None)
+            self.log(
+                f"image {m.id[:12]} bundles for {user}: {done.written} written "
+                f"({done.bytes} bytes), {done.kept} kept, {missing} lacking a block here; "
+                f"{verdict} ({time.monotonic() - t0:.1f}s)"
+            )
+        except StoreError as exc:
+            self.log(f"image {m.id[:12]} bundles for {user} not written: {exc}")
+        finally:
+            with self._lock:
+                self._bundling.discard((m.id, user))
 
     def describe(self, view: JobView) -> JobReply:
         fill = view.image.fill

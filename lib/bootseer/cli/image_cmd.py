@@ -205,7 +205,9 @@ def _show(args: argparse.Namespace) -> int:
         m, owner = lookup_name_record(store, args.ref, keys=None)
     # One trace per user whose jobs kept one.
     users = [
-        obj.key.rsplit("/", 1)[1].removesuffix(".json") for obj in store.list(traces_dir(m.id))
+        obj.key.rsplit("/", 1)[1].removesuffix(".json")
+        for obj in store.list(traces_dir(m.id))
+        if obj.key.endswith(".json")  # (not its bundles/)
     ]
     traces = load_traces(store, m, users, keys=None, log=lambda msg: print(msg, file=sys.stderr))
     print(json.dumps(image_doc(m, owner, traces), indent=1))
@@ -249,8 +251,9 @@ def _gc(args: argparse.Namespace) -> int:
     report = collect(store, grace=args.grace, dry_run=args.dry_run)
     verb = "would delete" if args.dry_run else "deleted"
     print(
-        f"{verb} {report.manifests} manifests, {report.traces} traces, {report.blocks} "
-        f"blocks ({units.iec(report.bytes)}); kept {report.kept_blocks} blocks"
+        f"{verb} {report.manifests} manifests, {report.traces} traces, {report.bundles} bundles "
+        f"({units.iec(report.bundle_bytes)}), {report.blocks} blocks "
+        f"({units.iec(report.bytes)}); kept {report.kept_blocks} blocks"
     )
     if report.unreadable:
         for image_id, why in report.unreadable:

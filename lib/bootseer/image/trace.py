@@ -14,9 +14,14 @@ what another user's jobs prefetch. A job prefetches its image's *owner*'s trace 
 then the blocks of its own user's trace that the owner's lacks (:func:`hot_order`).
 
 A stored trace is checked when loaded: its seal, format, image id, block count and
-size, every index inside the image, no repeats, and a checksum over all of it. A bad
-one is ignored with a log line: prefetch is an optimisation, never a reason to fail a
-job.
+size, every index inside the image, no repeats, its bundles, and a checksum over all of
+it. A bad one is ignored with a log line: prefetch is an optimisation, never a reason
+to fail a job.
+
+A trace may also name its *bundles* (:mod:`bootseer.image.bundles`): its blocks, cut in
+trace order into chunks of ``bundle_blocks``, each stored once more as one object, so a
+cold node reads the hot set in requests of several MiB rather than one per block.
+``bundles`` holds each chunk's bundle id, or None for a chunk not (yet) stored as a bundle.
 
     >>> t = Trace(image="ab" * 32, nblocks=10, block_size=65536, blocks=(3, 0, 7))
     >>> Trace.from_json(t.to_json(), t.image, 10, 65536).blocks
@@ -25,9 +30,11 @@ job.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import pwd
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +51,7 @@ from bootseer.users import check_user, is_user_name
 
 FORMAT = "bootseer-trace/1"
 MAX_TRACE_BYTES = 64 << 20  # millions of block numbers: more than any image has blocks
+BUNDLE_ID = re.compile(r"[0-9a-f]{64}")  # bootseer.image.bundles.bundle_id
 
 
 class TraceError(StoreError):
@@ -57,9 +65,11 @@ class Trace:
     block_size: int
     blocks: tuple[int, ...]
     runs: int = 1
+    bundle_blocks: int = 0  # blocks per bundle (0: no bundles)
+    bundles: tuple[str | None, ...] = ()  # each chunk's bundle id; None: not stored as one
 
     def _body(self) -> dict[str, object]:
-        return {
+        body: dict[str, object] = {
             "format": FORMAT,
             "image": self.image,
             "nblocks": self.nblocks,
@@ -67,6 +77,10 @@ class Trace:
             "blocks": list(self.blocks),
             "runs": self.runs,
         }
+        if self.bundle_blocks:  # (a trace without bundles reads as before they were)
+            body["bundle_blocks"] = self.bundle_blocks
+            body["bundles"] = list(self.bundles)
+        return body
 
     def to_json(self) -> bytes:
         body = self._body()
@@ -107,15 +121,58 @@ class Trace:
         if len(set(blocks)) != len(blocks):
             raise TraceError("trace names a block twice")
         runs = doc.get("runs", 1)
-        return cls(image, nblocks, block_size, tuple(blocks), runs if isinstance(runs, int) else 1)
+        bundle_blocks, bundles = _bundles(doc, len(blocks))
+        return cls(
+            image,
+            nblocks,
+            block_size,
+            tuple(blocks),
+            runs if isinstance(runs, int) else 1,
+            bundle_blocks,
+            bundles,
+        )
 
     def merged(self, order: Sequence[int]) -> Trace | None:
-        """This trace plus the blocks of ``order`` it lacks, or None if it lacks none."""
+        """This trace plus the blocks of ``order`` it lacks, or None if it lacks none.
+        Its bundles of whole chunks stay (the new blocks go after them); the last, partial
+        chunk's does not: that chunk now holds more."""
         have = set(self.blocks)
         new = [b for b in order if b not in have]
         if not new:
             return None
-        return Trace(self.image, self.nblocks, self.block_size, (*self.blocks, *new), self.runs + 1)
+        whole = len(self.blocks) // self.bundle_blocks if self.bundle_blocks else 0
+        return Trace(
+            self.image,
+            self.nblocks,
+            self.block_size,
+            (*self.blocks, *new),
+            self.runs + 1,
+            self.bundle_blocks if whole else 0,
+            self.bundles[:whole] if whole else (),
+        )
+
+    def chunks(self, bundle_blocks: int) -> list[tuple[int, ...]]:
+        """The trace's blocks cut, in its order, into chunks of ``bundle_blocks``."""
+        b = self.blocks
+        return [b[k : k + bundle_blocks] for k in range(0, len(b), bundle_blocks)]
+
+    def with_bundles(self, bundle_blocks: int, bundles: Sequence[str | None]) -> Trace:
+        return dataclasses.replace(self, bundle_blocks=bundle_blocks, bundles=tuple(bundles))
+
+
+def _bundles(doc: dict[str, Any], nblocks: int) -> tuple[int, tuple[str | None, ...]]:
+    """A loaded trace's ``(bundle_blocks, bundles)``, checked: (0, ()) if it names none."""
+    bundle_blocks = doc.get("bundle_blocks", 0)
+    bundles = doc.get("bundles", [])
+    if bundle_blocks == 0 and not bundles:
+        return 0, ()
+    if not isinstance(bundle_blocks, int) or isinstance(bundle_blocks, bool) or bundle_blocks < 1:
+        raise TraceError(f"trace bundle_blocks {bundle_blocks!r} is not a positive block count")
+    if not isinstance(bundles, list) or len(bundles) > -(-nblocks // bundle_blocks):
+        raise TraceError("trace bundles are not a list of one bundle id per chunk of its blocks")
+    if not all(p is None or (isinstance(p, str) and BUNDLE_ID.fullmatch(p)) for p in bundles):
+        raise TraceError("trace bundles name something that is no bundle id")
+    return bundle_blocks, tuple(bundles)
 
 
 def _checksum(body: dict[str, object]) -> str:

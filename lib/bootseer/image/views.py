@@ -31,11 +31,22 @@ ADMIN_VIEW = "root's `bootseer image show`"
 
 def trace_summary(m: Manifest, t: Trace) -> dict[str, object]:
     hot = sum(m.block_length(i) for i in t.blocks)
+    bundled = (
+        sum(
+            m.block_length(i)
+            for chunk, bid in zip(t.chunks(t.bundle_blocks), t.bundles, strict=False)
+            if bid is not None
+            for i in chunk
+        )
+        if t.bundle_blocks
+        else 0
+    )
     return {
         "blocks": len(t.blocks),
         "runs": t.runs,
         "hot_bytes": hot,
         "hot_fraction": round(hot / m.size, 4) if m.size else 0.0,
+        "bundled_bytes": bundled,  # of the hot bytes, those also stored in bundles
     }
 
 
