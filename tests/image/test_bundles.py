@@ -220,3 +220,19 @@ def test_a_cold_nodes_next_start_reads_the_hot_set_from_bundles(base: Path) -> N
     line = re.search(r"job=2 bundles: (\d+) reads, (\d+) blocks, \d+ bytes, (\d+) refused", log)
     assert line is not None, log[-3000:]
     assert [int(g) for g in line.groups()] == [len(trace.bundles), m.nblocks, 0]
+
+
+def test_bundles_are_written_only_once_the_nodes_starts_are_quiet(tmp_path: Path) -> None:
+    """The agent writes a bundle only when no job on the node fetched or read just now
+    (Fetcher.wait_quiet, the fill's rule): the upload never takes a starting job's link."""
+    store, m, data = image(tmp_path, 4)
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=1, read_quiet=0.5)
+    try:
+        fetcher.last_read = time.monotonic()  # a job read its image just now
+        t0 = time.monotonic()
+        trace = Trace(m.id, m.nblocks, BS, (0, 1, 2, 3))
+        done = write_bundles(store, m, trace, 2, cached(m, data), 1 << 30, fetcher.wait_quiet)
+        assert done.written == 2
+        assert time.monotonic() - t0 >= 0.5
+    finally:
+        fetcher.stop()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -576,8 +577,11 @@ class Jobs:
         self, m: Manifest, user: str, trace: Trace, bundle_blocks: int, max_bytes: int
     ) -> None:
         """Store ``trace``'s bundles (its blocks from this node's cache), then name them in
-        the user's trace, if it is still the one they were cut from."""
+        the user's trace, if it is still the one they were cut from. At the lowest CPU
+        priority, each bundle once the node's starts are quiet, as the fill."""
         t0 = time.monotonic()
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         try:
             done = bundles.write_bundles(
                 self.store,
@@ -586,6 +590,7 @@ class Jobs:
                 bundle_blocks,
                 lambda d, n: self.cache.read(d, 0, n),
                 max_bytes,
+                self.fetcher.wait_quiet,  # a job starting here has the link and the CPU
             )
             stored = load_trace(self.store, m, self.log, keys=self.keys(), user=user)
             if stored is None or stored.blocks != trace.blocks:

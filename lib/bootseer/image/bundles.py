@@ -212,11 +212,13 @@ def write_bundles(
     bundle_blocks: int,
     read: Callable[[str, int], bytes | None],
     max_bytes: int,
+    before_write: Callable[[], None] = lambda: None,
 ) -> Bundled:
     """Store ``trace``'s chunks of ``bundle_blocks`` as bundles, up to ``max_bytes`` of
     them (the rest: None), their blocks' bytes from ``read(digest, length)`` (None: not
     here, the chunk is not bundled). A bundle the trace already names, or the store
-    already holds, is not written again. Store errors propagate."""
+    already holds, is not written again; ``before_write`` runs before each write (the
+    agent waits there for its jobs' starts to be quiet). Store errors propagate."""
     named = set(trace.bundles) if trace.bundle_blocks == bundle_blocks else set()
     done = Bundled([])
     for chunk in trace.chunks(bundle_blocks)[
@@ -234,6 +236,7 @@ def write_bundles(
         if any(p is None for p in parts):
             done.bundles.append(None)
             continue
+        before_write()
         # In place: nothing reads a bundle before a trace names it, and a reader checks
         # every block of it anyway.
         store.write_bytes(key, b"".join(p for p in parts if p is not None), atomic=False)

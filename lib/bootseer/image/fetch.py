@@ -463,6 +463,22 @@ class Fetcher:
             return job
         return None
 
+    def wait_quiet(self) -> None:
+        """Return once the node's start is quiet by the fill's rule (no fetch for a job
+        under way or just ended, no job read just now), or the fetcher stopped: for other
+        background work that must leave a starting job the link and the CPU
+        (:mod:`bootseer.image.bundles`' writes)."""
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                if (
+                    not self._running_fg
+                    and now - self._last_fg >= self.quiet
+                    and now - self.last_read >= self.read_quiet
+                ):
+                    return
+                self._cond.wait(self.quiet)
+
     def _forsaken(self, job: _Job) -> bool:
         """Whether every background asker of ``job`` has cancelled: then it is dropped
         (under ``_cond``)."""
