@@ -10,6 +10,7 @@ import shutil
 import time
 from pathlib import Path
 
+import devcluster
 import pytest
 
 from bootseer.image.bundles import (
@@ -234,5 +235,32 @@ def test_bundles_are_written_only_once_the_nodes_starts_are_quiet(tmp_path: Path
         done = write_bundles(store, m, trace, 2, cached(m, data), 1 << 30, fetcher.wait_quiet)
         assert done.written == 2
         assert time.monotonic() - t0 >= 0.5
+    finally:
+        fetcher.stop()
+
+
+@pytest.mark.s3
+def test_bundles_in_an_s3_store_are_read_in_ranged_reads_each_block_checked(
+    tmp_path: Path, s3_store: devcluster.Cluster
+) -> None:
+    store = s3_store.open_store()
+    f = tmp_path / "img.sqsh"
+    data = os.urandom(9 * BS + 5)
+    f.write_bytes(data)
+    m = upload_file(store, str(f), BS, keys=KEYS)
+    trace = Trace(m.id, m.nblocks, BS, (9, 0, 1, 2, 7, 8))
+    done = write_bundles(store, m, trace, 3, cached(m, data), 1 << 30)
+    key = bundle_key(m.id, done.bundles[1] or "")
+    bad = bytearray(store.read_bytes(key))
+    bad[-1] ^= 1  # block 8, its last byte
+    store.write_bytes(key, bytes(bad))
+    source = BundleSource(StoreSource(store), index(m, [trace.with_bundles(3, done.bundles)]))
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=2)
+    try:
+        res = prefetch_hot(fetcher, source, m, trace.blocks, time.monotonic() + 60, 1.0, 8 << 20)
+        assert res.complete and source.stats.reads == 2
+        assert (source.stats.blocks, source.stats.refused) == (5, 1)
+        for i in trace.blocks:
+            assert fetcher.cache.read(m.blocks[i], 0, BS) == data[i * BS : (i + 1) * BS]
     finally:
         fetcher.stop()

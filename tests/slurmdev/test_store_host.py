@@ -32,6 +32,9 @@ def test_s3_store_round_trip(s3_store: devcluster.Cluster) -> None:
     store = s3_store.open_store()
     store.write_bytes("probe/a.bin", b"abc" * 1000)
     assert store.read_bytes("probe/a.bin") == b"abc" * 1000
+    assert store.read_range("probe/a.bin", 3, 6) == b"abcabc"
+    view = store.read_range_view("probe/a.bin", 2997, 10)  # pyarrow's buffer, not a copy
+    assert isinstance(view, memoryview) and view.readonly and bytes(view) == b"abc"
     assert [o.key for o in store.list("probe")] == ["probe/a.bin"]
     with pytest.raises(RuntimeError), store.writer("probe/b.bin") as out:
         out.write(b"partial")

@@ -130,7 +130,7 @@ class BundleSource:
         out: list[RunPart | None] = [None] * len(blocks)
         for start, end, members in self._stretches(peer, blocks):
             try:
-                data = memoryview(self.store.read_range(peer, start, end - start))
+                data = memoryview(self.store.read_range_view(peer, start, end - start))
             except Exception as exc:  # the blocks are read alone next: say why once
                 self.stats.refused += len(members)
                 if len(self.stats.errors) < 5:
