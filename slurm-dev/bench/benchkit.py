@@ -385,6 +385,30 @@ def bench_site_config(cluster: devcluster.Cluster, py: str, ckpt_deadline: int, 
 # -- jobs ----------------------------------------------------------------------------------
 
 
+def wait_bundles(
+    cluster: devcluster.Cluster, env: dict[str, str], image: str, user: str, timeout: float = 300
+) -> None:
+    """Wait until ``user``'s trace of ``image`` names its bundles: a recording run's first
+    node writes them after its epilog (bootseer.image.bundles), and a cold start before
+    then, or a cold() that stops the agent meanwhile, reads the hot set block by block."""
+    from bootseer.config import load_config
+
+    icfg = load_config(cluster.site_config).image
+    if not icfg.bundle_kib:
+        return
+    cap = icfg.bundle_max_gib * GiB - (icfg.bundle_kib << 10)  # whole bundles within it
+    t0 = time.monotonic()
+    while True:
+        show = json.loads(sh(["bootseer", "image", "show", image], env=env).stdout)
+        trace = show["traces"].get(user, {})
+        done, hot = trace.get("bundled_bytes", 0), trace.get("hot_bytes", 0)
+        if (done and done >= min(hot, cap)) or time.monotonic() - t0 > timeout:
+            break
+        time.sleep(1.0)
+    waited = time.monotonic() - t0
+    log(f"bundles: {done / MiB:.0f} of {hot / MiB:.0f} MiB of the trace after {waited:.0f}s")
+
+
 class ClusterJobs:
     """Jobs on the cluster as ``user``: their environment, waiting, output, report."""
 

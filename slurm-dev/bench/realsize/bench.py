@@ -83,6 +83,7 @@ from benchkit import (  # noqa: E402
     load1,
     log,
     sh,
+    wait_bundles,
 )
 from storehost import stop_http  # noqa: E402
 
@@ -372,29 +373,6 @@ class Bench(ClusterJobs):
             capture_output=True,
         )
         log(f"image registered in the store in {time.monotonic() - t0:.0f}s")
-
-    def wait_bundles(self, timeout: float = 300.0) -> None:
-        """Wait until the recording run's trace names its bundles: its first node's agent
-        writes them after the epilog (bootseer.image.bundles), and a cold start before
-        then, or a cold() that stops the agent meanwhile, reads block by block."""
-        from bootseer.config import load_config
-
-        icfg = load_config(self.c.site_config).image
-        if not icfg.bundle_kib:
-            return
-        cap = icfg.bundle_max_gib * GiB - (icfg.bundle_kib << 10)  # whole bundles within it
-        t0 = time.monotonic()
-        while True:
-            show = sh(["bootseer", "image", "show", self.image_name], env=self.env).stdout
-            trace = json.loads(show)["traces"].get(self.user, {})
-            done = trace.get("bundled_bytes", 0)
-            if (done and done >= min(trace["hot_bytes"], cap)) or time.monotonic() - t0 > timeout:
-                break
-            time.sleep(1.0)
-        log(
-            f"bundles: {done / MiB:.0f} of {trace.get('hot_bytes', 0) / MiB:.0f} MiB of the "
-            f"trace after {time.monotonic() - t0:.0f}s"
-        )
 
     def local(self, node: str) -> Path:
         return self.c.dir / "nodes" / node / "local" / LOCAL
@@ -1054,7 +1032,7 @@ def main(argv: list[str]) -> int:
             f"recording run: job {rec.job} (trace, snapshot; "
             f"checkpoint saved in {rec.secs('ckpt_save'):.1f}s)"
         )
-        b.wait_bundles()
+        wait_bundles(cluster, b.env, b.image_name, b.user)
         b.warm_nodes(nodes_all)
         pts: dict[tuple[str, int], Point] = {}
         # The warm floor first, at every N; its prefixes, cache and tar go before the

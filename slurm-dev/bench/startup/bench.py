@@ -89,6 +89,7 @@ from benchkit import (  # noqa: E402
     epoch,
     log,
     sh,
+    wait_bundles,
 )
 
 MiB = 1 << 20
@@ -456,6 +457,7 @@ def main(argv: list[str]) -> int:
             if "BENCH saved" not in out:
                 raise RuntimeError(f"the recording run {job} saved no checkpoint:\n{out[-3000:]}")
             log(f"recording run: job {job} (trace, snapshot, checkpoint)")
+            wait_bundles(cluster, b.env, b.image_name, b.user)
         for n in counts:
             for v in variants:
                 r = b.point(v, n)
