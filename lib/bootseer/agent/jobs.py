@@ -611,8 +611,8 @@ class Jobs:
                 f"({done.bytes} bytes), {done.kept} kept, {missing} lacking a block here; "
                 f"{verdict} ({time.monotonic() - t0:.1f}s)"
             )
-        except StoreError as exc:
-            self.log(f"image {m.id[:12]} bundles for {user} not written: {exc}")
+        except Exception as exc:  # a store error, or a bug: the next save tries again
+            self.log(f"image {m.id[:12]} bundles for {user} not written: {describe(exc)}")
         finally:
             with self._lock:
                 self._bundling.discard((m.id, user))

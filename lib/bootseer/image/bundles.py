@@ -29,6 +29,7 @@ Bundles live beside the image's traces (``images/traces/<image id>/bundles/<bund
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -111,6 +112,7 @@ class BundleSource:
         self.store = origin.store
         self.places = places
         self.stats = BundleStats()
+        self._lock = threading.Lock()  # the stats: the fetcher's threads read runs at once
 
     def read_block(
         self, index: int, block_digest: str, offset: int, length: int, priority: int
@@ -132,21 +134,26 @@ class BundleSource:
             try:
                 data = memoryview(self.store.read_range_view(peer, start, end - start))
             except Exception as exc:  # the blocks are read alone next: say why once
-                self.stats.refused += len(members)
-                if len(self.stats.errors) < 5:
-                    self.stats.errors.append(f"{peer}: {describe(exc)}")
+                with self._lock:
+                    self.stats.refused += len(members)
+                    if len(self.stats.errors) < 5:
+                        self.stats.errors.append(f"{peer}: {describe(exc)}")
                 continue
-            self.stats.reads += 1
+            got = refused = 0
             for k, offset in members:
                 _, d, length = blocks[k]
                 part = data[offset - start : offset - start + length]
                 crcs = checked_crcs(part, d) if len(part) == length else None
                 if crcs is None:
-                    self.stats.refused += 1
+                    refused += 1
                     continue
                 out[k] = (part, crcs)
-                self.stats.blocks += 1
-                self.stats.bytes += length
+                got += length
+            with self._lock:
+                self.stats.reads += 1
+                self.stats.blocks += len(members) - refused
+                self.stats.bytes += got
+                self.stats.refused += refused
         return out
 
     def _stretches(
