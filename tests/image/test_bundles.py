@@ -22,9 +22,9 @@ from bootseer.image.bundles import (
     write_bundles,
 )
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import Fetcher, StoreSource
+from bootseer.image.fetch import Fetcher, FetchStats, StoreSource
 from bootseer.image.manifest import Manifest, upload_file
-from bootseer.image.prefetch import prefetch_hot
+from bootseer.image.prefetch import PrefetchResult, prefetch_hot
 from bootseer.image.registry import remove_name, tag_image
 from bootseer.image.trace import Trace, TraceError, _checksum, load_trace, save_trace
 from bootseer.image.views import trace_summary
@@ -48,6 +48,21 @@ def cached(m: Manifest, data: bytes):  # type: ignore[no-untyped-def]
     """A reader of block bytes by digest, as the agent's cache gives them."""
     by_digest = {d: data[i * BS : i * BS + m.block_length(i)] for i, d in enumerate(m.blocks)}
     return lambda d, n: by_digest.get(d)
+
+
+def prefetch_checked(
+    tmp_path: Path, source: BundleSource, m: Manifest, trace: Trace, data: bytes
+) -> tuple[PrefetchResult, FetchStats]:
+    """The hot set prefetched through ``source`` into a new cache, every block of it
+    there with the image's own bytes: the prefetch's result and the fetcher's stats."""
+    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=4)
+    try:
+        res = prefetch_hot(fetcher, source, m, trace.blocks, time.monotonic() + 60, 1.0, 8 << 20)
+        for i in trace.blocks:
+            assert fetcher.cache.read(m.blocks[i], 0, BS) == data[i * BS : (i + 1) * BS]
+        return res, fetcher.stats
+    finally:
+        fetcher.stop()
 
 
 def test_a_trace_names_its_bundles_and_a_merge_keeps_those_of_whole_chunks() -> None:
@@ -97,16 +112,9 @@ def test_bundles_bring_the_hot_set_in_a_few_reads_each_block_checked(tmp_path: P
     assert write_bundles(store, m, trace, 4, cached(m, data), 1 << 30).written == 0
 
     source = BundleSource(StoreSource(store), index(m, [trace]))
-    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=4)
-    try:
-        res = prefetch_hot(fetcher, source, m, trace.blocks, time.monotonic() + 60, 1.0, 8 << 20)
-        assert res.complete and res.fetched_blocks == 7
-        assert source.stats.reads == 2 and source.stats.blocks == 7
-        assert fetcher.stats.runs == 2
-        for i in trace.blocks:
-            assert fetcher.cache.read(m.blocks[i], 0, BS) == data[i * BS : (i + 1) * BS]
-    finally:
-        fetcher.stop()
+    res, stats = prefetch_checked(tmp_path, source, m, trace, data)
+    assert res.complete and res.fetched_blocks == 7
+    assert source.stats.reads == 2 and source.stats.blocks == 7 and stats.runs == 2
 
 
 def test_a_bundle_that_lies_costs_its_blocks_a_read_each_never_a_wrong_byte(
@@ -122,15 +130,9 @@ def test_a_bundle_that_lies_costs_its_blocks_a_read_each_never_a_wrong_byte(
     store.write_bytes(key, bytes(bad))
     store.write_bytes(bundle_key(m.id, done.bundles[1] or ""), b"short")
     source = BundleSource(StoreSource(store), index(m, [trace]))
-    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=2)
-    try:
-        res = prefetch_hot(fetcher, source, m, trace.blocks, time.monotonic() + 60, 1.0, 8 << 20)
-        assert res.complete and res.failed == 0
-        assert source.stats.blocks == 2 and source.stats.refused == 4
-        for i in trace.blocks:
-            assert fetcher.cache.read(m.blocks[i], 0, BS) == data[i * BS : (i + 1) * BS]
-    finally:
-        fetcher.stop()
+    res, _ = prefetch_checked(tmp_path, source, m, trace, data)
+    assert res.complete and res.failed == 0
+    assert source.stats.blocks == 2 and source.stats.refused == 4
 
 
 def test_a_chunk_with_a_block_not_here_and_chunks_past_the_cap_are_not_bundled(
@@ -255,12 +257,6 @@ def test_bundles_in_an_s3_store_are_read_in_ranged_reads_each_block_checked(
     bad[-1] ^= 1  # block 8, its last byte
     store.write_bytes(key, bytes(bad))
     source = BundleSource(StoreSource(store), index(m, [trace.with_bundles(3, done.bundles)]))
-    fetcher = Fetcher(BlockCache(tmp_path / "c", 1 << 30), workers=2)
-    try:
-        res = prefetch_hot(fetcher, source, m, trace.blocks, time.monotonic() + 60, 1.0, 8 << 20)
-        assert res.complete and source.stats.reads == 2
-        assert (source.stats.blocks, source.stats.refused) == (5, 1)
-        for i in trace.blocks:
-            assert fetcher.cache.read(m.blocks[i], 0, BS) == data[i * BS : (i + 1) * BS]
-    finally:
-        fetcher.stop()
+    res, _ = prefetch_checked(tmp_path, source, m, trace, data)
+    assert res.complete and source.stats.reads == 2
+    assert (source.stats.blocks, source.stats.refused) == (5, 1)
