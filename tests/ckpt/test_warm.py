@@ -14,7 +14,7 @@ import pytest
 
 from bootseer.ckpt.manifest import Manifest
 from bootseer.ckpt.namespace import Namespace
-from bootseer.ckpt.warm import Warm, WarmResult
+from bootseer.ckpt.warm import Warm, WarmResult, all_of, prolog_done
 from bootseer.config import SiteConfig
 from bootseer.p2p.via import Via, agent_via
 from bootseer.sitekey import SiteKeys
@@ -203,3 +203,47 @@ def test_the_newest_files_are_warmed_first(tmp_path: Path) -> None:
     assert (res.units, res.stopped_by) == (2, "limit")
     assert asked == [ns.unit_key(newest.version, unit) for unit, _ in newest.units]
     assert read[0] == "step_3/model.pt" and "step_1/model.pt" not in read
+
+
+def test_the_warm_up_waits_for_the_prologs_end_too(tmp_path: Path) -> None:
+    """With the image settled, no unit is asked until the prolog has written the job's
+    env file (its last act, after the restore): beside the restore, the warm-up cost a
+    real-size start 4 s (docs/performance.md, "The warm-up beside the restore")."""
+    targets = []
+    for i in range(3):
+        (tmp_path / f"t{i}").mkdir()
+        targets.append(f"file://{tmp_path}/t{i}")
+    writer = _ns(targets, None)
+    with writer.open("a.pt", "wb") as f:
+        f.write(os.urandom(2 * UNIT))
+    env = tmp_path / "jobs" / "7" / "env"
+    events: list[str] = []
+
+    def via(
+        target: str, key: str, offset: int, length: int, digest: str
+    ) -> tuple[bytes | memoryview, str] | None:
+        events.append(f"unit, env {'written' if env.exists() else 'missing'}")
+        return b"x" * length, "peer"
+
+    def image(waited: float) -> bool:
+        events.append("image asked")
+        return events.count("image asked") > 1
+
+    def prolog(waited: float) -> bool:
+        events.append("prolog asked")
+        if events.count("prolog asked") == 3:  # the prolog ends now
+            env.parent.mkdir(parents=True)
+            env.write_text("#bootseer-env 2\n")
+        return prolog_done(env)(waited)
+
+    res = Warm(_ns(targets, via), limit=1 << 30, settled=all_of(image, prolog), parallel=1).run()
+    assert events == [
+        "image asked",
+        "prolog asked",
+        "image asked",  # settled now: asked no more
+        "prolog asked",
+        "prolog asked",
+        "unit, env written",
+        "unit, env written",
+    ]
+    assert res.units == 2

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     except (BootseerError, CkptError) as exc:
         log(f"cannot serve the namespace of fd {args.identity_fd}: {exc}")
         return 1
-    from bootseer.nodepaths import NodePaths
+    from bootseer.nodepaths import JOB_ENV, NodePaths
 
     stage: Stage | None = None
     try:
@@ -118,11 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     from bootseer.ckptd.metrics import CkptMetrics
 
     metrics = CkptMetrics.start(cfg, fs.counts, log)
-    from bootseer.ckpt.warm import Warm, image_settled
+    from bootseer.ckpt.warm import Warm, all_of, image_settled, prolog_done
 
-    # The units on their way once the image's hot set is here, while the restore and the
-    # container's start leave the store link room (through the agent, which keeps them).
-    settled = image_settled(NodePaths(cfg).agent_socket, ident.job_id) if ident.job_id else None
+    # The units on their way once the image's hot set is here and the prolog (its
+    # restore) has ended, while the container's start leaves the store link room (through
+    # the agent, which keeps them).
+    settled = (
+        all_of(
+            image_settled(NodePaths(cfg).agent_socket, ident.job_id),
+            prolog_done(NodePaths(cfg).job_dir(ident.job_id) / JOB_ENV),
+        )
+        if ident.job_id
+        else None
+    )
     warm = Warm(ns, cfg.ckpt.warm_mib << 20, log=log, settled=settled)
     warm.start()
     try:
