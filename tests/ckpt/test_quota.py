@@ -243,3 +243,31 @@ def test_room_borrowed_from_a_version_another_writer_replaced_is_not_kept(
     m = ns.manifest("latest.pt")
     assert m is not None and m.size == 1  # the small version stays
     assert user_bytes(ns.targets, "ada") < before  # nothing of the big one is left
+
+
+def test_a_refusal_counts_the_store_again_only_once_its_uploads_have_landed(
+    targets: list[str],
+) -> None:
+    """An upload stored while the store is listed, but landed (``landed``) after, was
+    counted twice: in the listing and as this writer's own. On a loaded node the mount
+    refused a.pt saved again at 8 of 10 units (tests/ckpt/test_quota_mount.py). A refusal
+    now waits for the uploads in flight to land before it counts."""
+    import threading
+
+    stores = _stores(targets)
+    stores[0].write_bytes("ada/ns/units/old/0", b"x" * 3 * UNIT)
+    guard = QuotaGuard(stores, [Scope("user", "ada", 10 * UNIT, ("ada",))], rescan=3600.0)
+    guard.charge(0, "count now")  # counts the 3 units of an old version
+    stores[0].delete("ada/ns/units/old/0")  # gone: the next count shows it
+    guard.charge(6 * UNIT, "ada/ns:a")  # six units in flight...
+    stores[1].write_bytes("ada/ns/units/v/0", b"x" * 6 * UNIT)  # ...stored...
+    late = threading.Timer(0.3, guard.landed, (6 * UNIT,))  # ...and landed a moment later
+    late.start()
+    try:
+        # 3 counted + 6 in flight + 4 > 10: counted again. Listed at once, the 6 stored
+        # units were counted and still in flight too: 16, refused. Counted once they
+        # landed: 6 + 4 = 10, room.
+        guard.charge(4 * UNIT, "ada/ns:b")
+    finally:
+        late.join()
+    assert guard.usage()[0].used == 10 * UNIT

@@ -18,8 +18,10 @@ A :class:`QuotaGuard` is charged before each upload (a unit, a manifest): past t
 quota the upload is refused with :class:`~bootseer.ckpt.errors.CkptQuotaExceeded`
 (``EDQUOT``) and the writer drops its new version (the previous one stays). It counts
 the store again when its count is older than ``quota_rescan`` seconds, and always
-before it refuses: its own uploads (in flight or landed) are added to the count as they
-go, deletions only show at the next count. What nodes writing at once can do:
+before it refuses (once its uploads in flight have landed, :data:`LAND_WAIT` at most:
+one landing while the store is listed would be counted twice): its own uploads (in
+flight or landed) are added to the count as they go, deletions only show at the next
+count. What nodes writing at once can do:
 docs/ckpt.md, "Quotas".
 
     >>> import tempfile
@@ -108,6 +110,12 @@ def count(targets: Sequence[Store], scopes: Sequence[Scope]) -> list[ScopeUsage]
     return out
 
 
+# Seconds a refusal waits for this writer's uploads in flight to land before it counts
+# the store again (an upload that lands during the listing is counted twice: on a loaded
+# node, a file saved again under its name was refused with half its quota free).
+LAND_WAIT = 30.0
+
+
 class QuotaGuard:
     """The quotas one writer (the mount daemon, a door's put) must keep, and its count."""
 
@@ -123,7 +131,7 @@ class QuotaGuard:
         self.rescan = rescan
         self.clock = clock
         self.scans = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()  # landed() notifies: a refusal waits for it
         self._counted: list[ScopeUsage] = []
         self._at = float("-inf")
         self._since = 0  # bytes this process uploaded since the count
@@ -158,7 +166,8 @@ class QuotaGuard:
             over = self._over(n - credit)
             if over is not None and not fresh:
                 # Our count may be stale (deletions, an old count): ask the store before
-                # refusing.
+                # refusing, once the uploads in flight have landed.
+                self._lock.wait_for(lambda: self._inflight <= 0, LAND_WAIT)
                 self._count()
                 over = self._over(n - credit)
             if over is not None:
@@ -181,6 +190,7 @@ class QuotaGuard:
             self._inflight -= n
             if stored:
                 self._since += n
+            self._lock.notify_all()
 
     def _count(self) -> None:
         # An upload that lands while the store is listed is counted twice until the next
