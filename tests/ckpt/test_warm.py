@@ -47,6 +47,17 @@ def _ns(targets: list[str], via: Via | None) -> Namespace:
     return ns
 
 
+def _saved(tmp_path: Path, units: int) -> list[str]:
+    """Three file:// targets holding a checkpoint ``a.pt`` of ``units`` units."""
+    targets = []
+    for i in range(3):
+        (tmp_path / f"t{i}").mkdir()
+        targets.append(f"file://{tmp_path}/t{i}")
+    with _ns(targets, None).open("a.pt", "wb") as f:
+        f.write(os.urandom(units * UNIT))
+    return targets
+
+
 def _sources(via: Via, log: list[tuple[str, str]]) -> Via:
     """``via``, noting where each unit came from (store, peer, cache)."""
 
@@ -137,13 +148,7 @@ def test_the_warm_up_stops_at_its_limit_and_without_the_agent(
 def test_the_warm_up_waits_until_the_image_is_settled(tmp_path: Path) -> None:
     """No unit is asked while ``settled`` says the image's hot set is still coming (the
     container's start needs it first); then every unit is, in order."""
-    targets = []
-    for i in range(3):
-        (tmp_path / f"t{i}").mkdir()
-        targets.append(f"file://{tmp_path}/t{i}")
-    writer = _ns(targets, None)
-    with writer.open("a.pt", "wb") as f:
-        f.write(os.urandom(3 * UNIT))
+    targets = _saved(tmp_path, 3)
     events: list[str] = []
 
     def via(
@@ -209,13 +214,7 @@ def test_the_warm_up_waits_for_the_prologs_end_too(tmp_path: Path) -> None:
     """With the image settled, no unit is asked until the prolog has written the job's
     env file (its last act, after the restore): beside the restore, the warm-up cost a
     real-size start 4 s (docs/performance.md, "The warm-up beside the restore")."""
-    targets = []
-    for i in range(3):
-        (tmp_path / f"t{i}").mkdir()
-        targets.append(f"file://{tmp_path}/t{i}")
-    writer = _ns(targets, None)
-    with writer.open("a.pt", "wb") as f:
-        f.write(os.urandom(2 * UNIT))
+    targets = _saved(tmp_path, 2)
     env = tmp_path / "jobs" / "7" / "env"
     events: list[str] = []
 
