@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import devcluster
@@ -44,7 +45,7 @@ def image(tmp_path: Path, nblocks: int, extra: int = 100) -> tuple[Store, Manife
     return store, upload_file(store, str(f), BS, keys=KEYS), data
 
 
-def cached(m: Manifest, data: bytes):  # type: ignore[no-untyped-def]
+def cached(m: Manifest, data: bytes) -> Callable[[str, int], bytes | None]:
     """A reader of block bytes by digest, as the agent's cache gives them."""
     by_digest = {d: data[i * BS : i * BS + m.block_length(i)] for i, d in enumerate(m.blocks)}
     return lambda d, n: by_digest.get(d)

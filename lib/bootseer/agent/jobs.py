@@ -558,7 +558,7 @@ class Jobs:
         if (
             not bundle_blocks
             or not isinstance(view.image.origin, StoreSource)
-            or not bundles.leads(swarm.nodes if swarm else None, swarm.node if swarm else "")
+            or (swarm is not None and swarm.nodes[0] != swarm.node)  # one writer: the first
             or bundles.complete(m, trace, bundle_blocks, max_bytes)
         ):
             return

@@ -6,7 +6,7 @@ so a cold node fetching the hot set block by block makes one request per block: 
 node 2.5 per GiB where GETs of 4 MiB cost 1.6 and 0.8 (docs/performance.md, "What a GET
 costs by its size"). At real sizes, behind a fast link, those requests set the start.
 
-So when a trace is saved, the node that leads the job (:func:`leads`) cuts the trace's
+So when a trace is saved, the job's first node cuts the trace's
 blocks, in trace order, into chunks of ``bundle_blocks`` and writes each chunk's bytes as
 one object, a *bundle*, then names the bundles in the trace (:meth:`Trace.with_bundles`). A
 bundle's id is the digest of its blocks' digests, so the same chunk is one bundle whoever's
@@ -58,12 +58,6 @@ def bundle_blocks_for(bundle_kib: int, block_size: int) -> int:
     """Blocks per bundle for ``[image] bundle_kib``: 0 (no bundles) when a bundle would hold one."""
     n = (bundle_kib << 10) // block_size
     return n if n >= 2 else 0
-
-
-def leads(nodes: Sequence[str] | None, node: str) -> bool:
-    """Whether this node writes the job's bundles: its first node (one writer per job,
-    not one per node); a job without peers here has only this node."""
-    return not nodes or nodes[0] == node
 
 
 @dataclass(frozen=True)

@@ -470,12 +470,7 @@ class Fetcher:
         (:mod:`bootseer.image.bundles`' writes)."""
         with self._cond:
             while not self._stopped:
-                now = time.monotonic()
-                if (
-                    not self._running_fg
-                    and now - self._last_fg >= self.quiet
-                    and now - self.last_read >= self.read_quiet
-                ):
+                if not self._starting():
                     return
                 self._cond.wait(self.quiet)
 
@@ -492,7 +487,12 @@ class Fetcher:
     def _background_waits(self) -> bool:
         """Whether background work must wait (under ``_cond``): its threads are busy, or
         a job is busy starting (leave it the link and the CPU)."""
-        if self._running_bg >= self.background_workers or self._running_fg:
+        return self._running_bg >= self.background_workers or self._starting()
+
+    def _starting(self) -> bool:
+        """Whether a job on the node is busy starting (under ``_cond``): a fetch for it
+        under way or just ended, or a read of its image just now."""
+        if self._running_fg:
             return True
         now = time.monotonic()
         return now - self._last_fg < self.quiet or now - self.last_read < self.read_quiet

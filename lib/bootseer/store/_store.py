@@ -205,8 +205,7 @@ class Store:
         checkpoint unit's bytes are the mount's pages next; the target file's pages
         would be a second copy of them on the node."""
         if not self.is_local:
-            with self._call(key, self.fs.open_input_file, self.path(key)) as f:
-                return bytes(f.read_at(length, offset))
+            return bytes(self.read_range_view(key, offset, length))
         if length <= 0:
             return b""
         lo = offset - offset % DIRECT_ALIGN  # O_DIRECT reads whole blocks from a block
