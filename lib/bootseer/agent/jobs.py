@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -46,7 +45,7 @@ from bootseer.context import expand_nodes
 from bootseer.errors import ContextError, StoreError, describe
 from bootseer.image import bundles
 from bootseer.image.cache import BlockCache
-from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource
+from bootseer.image.fetch import BlockSource, Fetcher, FileSource, StoreSource, nice_thread
 from bootseer.image.manifest import Manifest, load_manifest, max_path_image_bytes
 from bootseer.image.prefetch import BackgroundFill, PrefetchResult, prefetch_hot
 from bootseer.image.registry import (
@@ -580,8 +579,7 @@ class Jobs:
         the user's trace, if it is still the one they were cut from. At the lowest CPU
         priority, each bundle once the node's starts are quiet, as the fill."""
         t0 = time.monotonic()
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        nice_thread(19)
         try:
             done = bundles.write_bundles(
                 self.store,

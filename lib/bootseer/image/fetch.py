@@ -183,7 +183,7 @@ def _follow(future: cf.Future[Block], done: cf.Future[Block]) -> None:
         future.set_result(done.result())
 
 
-def _nice(value: int) -> None:
+def nice_thread(value: int) -> None:
     """Set this thread's CPU priority (Linux: per thread); background work runs at 19."""
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), value)
@@ -516,7 +516,7 @@ class Fetcher:
                 else:
                     self._running_fg += 1
             if background:
-                _nice(19)
+                nice_thread(19)
             try:
                 if isinstance(item, _Run):
                     try:
@@ -531,7 +531,7 @@ class Fetcher:
                 with self._cond:
                     if background:
                         self._running_bg -= 1
-                        _nice(0)
+                        nice_thread(0)
                     else:
                         self._running_fg -= 1
                         self._last_fg = time.monotonic()
