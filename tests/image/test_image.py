@@ -39,6 +39,7 @@ from bootseer.image.registry import (
     tag_image,
 )
 from bootseer.image.trace import Recorder, Trace, TraceError
+from bootseer.p2p.owner import TREES
 from bootseer.store import open_store
 from tests.sitekeys import KEYS
 from tests.waiting import wait_until
@@ -619,7 +620,8 @@ def test_a_peers_fill_request_waits_for_the_owners_own_start(tmp_path: Path) -> 
         asked = threading.Thread(
             target=lambda: got.append(
                 jobs.provide_block(
-                    PieceRequest(7, "", m.blocks[2], BACKGROUND), time.monotonic() + 60
+                    PieceRequest(7, "", m.blocks[2], BACKGROUND, trees=TREES),
+                    time.monotonic() + 60,
                 )
             )
         )
@@ -648,7 +650,7 @@ def test_a_peers_request_that_times_out_says_so(tmp_path: Path) -> None:
     )
     fetcher.last_read = time.monotonic()
     try:
-        ask = PieceRequest(7, "", m.blocks[2], BACKGROUND)
+        ask = PieceRequest(7, "", m.blocks[2], BACKGROUND, trees=TREES)
         with pytest.raises(PeerError) as got:
             jobs.provide_block(ask, time.monotonic() + 0.5)
         assert got.value.kind == "failed"
@@ -696,7 +698,8 @@ def test_a_run_is_served_only_of_the_jobs_image_held_or_fetched(tmp_path: Path) 
     data = f.read_bytes()
 
     def run(*blocks: int) -> PieceRequest:
-        return PieceRequest(7, "", run_digest([m.blocks[i] for i in blocks]), 1, blocks=blocks)
+        digest_ = run_digest([m.blocks[i] for i in blocks])
+        return PieceRequest(7, "", digest_, 1, blocks=blocks, trees=TREES)
 
     try:
         cache.put(m.blocks[1], data[BS : 2 * BS])
@@ -706,14 +709,44 @@ def test_a_run_is_served_only_of_the_jobs_image_held_or_fetched(tmp_path: Path) 
         assert jobs.held_block(run(1, 2)) is None  # block 2 not held: provided
         got = jobs.provide_block(run(1, 2), time.monotonic() + 60)
         assert got == [data[BS : 2 * BS], data[2 * BS : 3 * BS]] and src.reads == [2]
-        wrong = PieceRequest(7, "", run_digest([m.blocks[0]]), 1, blocks=(1,))
+        wrong = PieceRequest(7, "", run_digest([m.blocks[0]]), 1, blocks=(1,), trees=TREES)
         assert jobs.held_block(wrong) is None
         with pytest.raises(PeerError, match="not a run"):
             jobs.provide_block(wrong, time.monotonic() + 60)
         with pytest.raises(PeerError, match="not a run"):  # past the image's end
             jobs.provide_block(
-                PieceRequest(7, "", run_digest([m.blocks[0]]), 1, blocks=(99,)),
+                PieceRequest(7, "", run_digest([m.blocks[0]]), 1, blocks=(99,), trees=TREES),
                 time.monotonic() + 60,
             )
+    finally:
+        fetcher.stop()
+
+
+def test_an_asker_under_other_trees_is_served_only_what_is_held(tmp_path: Path) -> None:
+    """An agent of an older version finds a block's tree by its digest, this one by its
+    range (bootseer.p2p.owner): each could take the other for the node above it and
+    wait on it while it waits back. Its requests (no ``trees``) get the blocks held
+    here and nothing fetched for them: a block not held is "failed" (no node dropped;
+    the asker goes to the store), a run has the held ones and no other."""
+    from bootseer.p2p.wire import PeerError, PieceRequest, run_digest
+
+    f, m, src, cache, fetcher, jobs = one_job(
+        tmp_path, 3 * BS + 100, lambda c: Fetcher(c, workers=2, timeout=60)
+    )
+    data = f.read_bytes()
+    try:
+        cache.put(m.blocks[1], data[BS : 2 * BS])
+        old = PieceRequest(7, "", m.blocks[1], 1)
+        assert jobs.provide_block(old, time.monotonic() + 60) == data[BS : 2 * BS]
+        with pytest.raises(PeerError) as got:
+            jobs.provide_block(PieceRequest(7, "", m.blocks[2], 1), time.monotonic() + 60)
+        assert got.value.kind == "failed" and "other trees" in str(got.value)
+        run = PieceRequest(7, "", run_digest([m.blocks[1], m.blocks[2]]), 1, blocks=(1, 2))
+        assert jobs.provide_block(run, time.monotonic() + 60) == [data[BS : 2 * BS], None]
+        assert src.reads == []  # nothing fetched for it
+        # The same asked under this version's trees: fetched.
+        new = PieceRequest(7, "", m.blocks[2], 1, trees=TREES)
+        assert jobs.provide_block(new, time.monotonic() + 60) == data[2 * BS : 3 * BS]
+        assert src.reads == [2]
     finally:
         fetcher.stop()

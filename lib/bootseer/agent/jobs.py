@@ -59,6 +59,7 @@ from bootseer.image.trace import Recorder, Trace, hot_order, load_trace, save_tr
 from bootseer.nodepaths import NodePaths
 from bootseer.p2p.imagesource import PeerSource, held_run, provide_run
 from bootseer.p2p.node import PeerNode
+from bootseer.p2p.owner import TREES
 from bootseer.p2p.server import HeldPiece, RunBlocks
 from bootseer.p2p.swarm import Swarm
 from bootseer.p2p.wire import PeerError, PieceRequest
@@ -223,9 +224,13 @@ class Jobs:
             view = self._jobs.get(req.job_id)
         if view is None:
             raise PeerError("unknown", f"job {req.job_id} has no image here")
+        # An asker whose blocks' trees are not this node's (an agent of another version)
+        # gets what is held here, nothing fetched for it: fetching, this node might ask
+        # the asker, who waits on it (bootseer.p2p.owner, TREES).
+        held_only = req.trees != TREES
         if req.blocks:
-            return self._provide_run(view, req, deadline)
-        return self._provide(view, req.piece, req.priority, deadline, req.cached_only)
+            return self._provide_run(view, req, deadline, held_only)
+        return self._provide(view, req.piece, req.priority, deadline, req.cached_only, held_only)
 
     def held_block(self, req: PieceRequest) -> HeldPiece | list[HeldPiece] | None:
         """Where the cache holds a block of the job's image (a run's: each of its blocks),
@@ -244,7 +249,13 @@ class Jobs:
         return HeldPiece(where.path, where.size, where.offset)
 
     def _provide(
-        self, view: JobView, piece: str, priority: int, deadline: float, cached_only: bool
+        self,
+        view: JobView,
+        piece: str,
+        priority: int,
+        deadline: float,
+        cached_only: bool,
+        held_only: bool = False,
     ) -> bytes | memoryview:
         image = view.image
         i = image.index_of(piece)
@@ -255,6 +266,8 @@ class Jobs:
             return data
         if cached_only:
             raise PeerError("missing", f"block {i} is not held here")
+        if held_only:  # "failed", not "missing": the asker drops no node for it
+            raise PeerError("failed", f"block {i} is not held here (asked under other trees)")
         # At the asker's priority: a peer's fill waits here too until this node's own start
         # is quiet (and is paced), or it would compete with this node's startup.
         fut = self.fetcher.request(image.source, image.manifest, i, priority, ahead=True)
@@ -265,10 +278,14 @@ class Jobs:
             why = describe(exc, after=wait)
             raise PeerError("failed", f"block {i} of job {view.job_id}: {why}") from None
 
-    def _provide_run(self, view: JobView, req: PieceRequest, deadline: float) -> RunBlocks:
+    def _provide_run(
+        self, view: JobView, req: PieceRequest, deadline: float, held_only: bool
+    ) -> RunBlocks:
         image = view.image
         run_bytes = self.icfg.prefetch_run_kib << 10
-        return provide_run(self.fetcher, image.source, image.manifest, req, deadline, run_bytes)
+        return provide_run(
+            self.fetcher, image.source, image.manifest, req, deadline, run_bytes, held_only
+        )
 
     # -- prepare ------------------------------------------------------------------------
 
@@ -292,7 +309,7 @@ class Jobs:
             if time.monotonic() >= until:
                 raise AgentTimeout(f"image {ref} took longer than the prolog waits to prepare")
             if swarm is not None:
-                source = PeerSource(source, swarm)
+                source = PeerSource(source, swarm, manifest)
             image = self._use_image(manifest, source, ref)
         view = JobView(
             req.job_id,
@@ -324,10 +341,13 @@ class Jobs:
         view.trace_runs = trace.runs if trace else 0
         hot = hot_order(owners, own)
         hot_until = min(time.monotonic() + self.icfg.hot_deadline, until - 0.5)
-        view.bundle_source = self._bundled(source, manifest, (owners, own))
+        view.bundle_source = self._bundled(image.origin, manifest, (owners, own))
+        if isinstance(source, PeerSource):
+            # The blocks this node reads from the store itself: from the bundles too.
+            source.bundles = view.bundle_source
         view.prefetch = prefetch_hot(
             self.fetcher,
-            view.bundle_source or source,
+            source if isinstance(source, PeerSource) else view.bundle_source or source,
             manifest,
             hot,
             hot_until,
@@ -355,8 +375,9 @@ class Jobs:
         self, source: BlockSource, manifest: Manifest, traces: tuple[Trace | None, ...]
     ) -> bundles.BundleSource | None:
         """The hot set's source when its traces name bundles: the store's blocks, the
-        bundled ones read in runs (image.bundles). Bundles are read from the store only: a
-        job's peers serve their own runs, and a path image's file is read where it is."""
+        bundled ones read in runs (image.bundles); in a job of several nodes, those this
+        node reads from the store itself (PeerSource.bundles). Bundles are read from the
+        store only: a path image's file is read where it is."""
         if not self.icfg.bundle_kib or not isinstance(source, StoreSource):
             return None
         places = bundles.index(manifest, traces)

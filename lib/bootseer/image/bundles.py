@@ -105,6 +105,7 @@ class BundleSource:
         self.origin = origin
         self.store = origin.store
         self.places = places
+        self.keys = frozenset(p.key for p in places.values())
         self.stats = BundleStats()
         self._lock = threading.Lock()  # the stats: the fetcher's threads read runs at once
 
@@ -115,6 +116,10 @@ class BundleSource:
 
     def describe(self) -> str:
         return self.origin.describe()
+
+    def holds(self, peer: str) -> bool:
+        """Whether ``peer`` (a run's, :meth:`run_peer`'s) is one of these bundles."""
+        return peer in self.keys
 
     def run_peer(self, block_digest: str) -> str | None:
         place = self.places.get(block_digest)

@@ -44,10 +44,12 @@ def fetch_piece(
     priority: int,
     from_store: Callable[[], bytes],
     where: tuple[str, str, int, int] | None = None,
+    root: int | None = None,
 ) -> tuple[bytes, Where]:
     """``piece``'s bytes and which source gave them. ``from_store`` reads and verifies it
     from the store (raising if it cannot); the peers' bytes are verified by the swarm.
-    Raises the store's error if no source had it."""
+    ``root``: the node its tree is rooted at, where not its owner by digest
+    (:meth:`Swarm.source`). Raises the store's error if no source had it."""
 
     def store() -> bytes:
         t0 = time.monotonic()
@@ -56,7 +58,7 @@ def fetch_piece(
         return data
 
     sources: list[Source[bytes]] = []
-    if swarm.source(piece) is not None:  # its owner, or a node above this one in its tree
+    if swarm.source(piece, root) is not None:  # its owner, or a node above this one in its tree
         late = swarm.peer_late.bound() + swarm.store_late.bound()
         if priority >= BACKGROUND:
             late = float("inf")
@@ -64,7 +66,7 @@ def fetch_piece(
         sources.append(
             Source(
                 "owner",
-                lambda: swarm.fetch(piece, priority, where, on_pending=getting.set),
+                lambda: swarm.fetch(piece, priority, where, on_pending=getting.set, root=root),
                 late,
                 PEER_ASKS,
                 getting=getting,

@@ -30,7 +30,7 @@ from bootseer.image.cache import checked_crcs
 from bootseer.p2p.client import Address, ConnectionsFull, PeerClient
 from bootseer.p2p.lateness import Lateness
 from bootseer.p2p.linkrate import LinkRates
-from bootseer.p2p.owner import owner, owner_index
+from bootseer.p2p.owner import TREES, owner, owner_index
 from bootseer.p2p.tree import ancestors, cousins, label, peers
 from bootseer.p2p.wire import PeerError, PieceRequest, run_digest
 
@@ -113,8 +113,10 @@ class Swarm:
             return None
         return o
 
-    def source(self, piece: str) -> str | None:
-        """The node to ask for ``piece``: this node's parent in the piece's tree, or past
+    def source(self, piece: str, root: int | None = None) -> str | None:
+        """The node to ask for ``piece``: this node's parent in the piece's tree (rooted
+        at its owner, or at node ``root`` where the caller's rule says: an image's blocks
+        by range, :func:`bootseer.p2p.owner.range_owner_index`), or past
         dropped ones the nearest live node above it; with the owner dropped too, the
         owner's first child (label 1), which reads the store for all the owner's children
         (else each would); None when this node fetches it from the store: it owns the
@@ -127,7 +129,8 @@ class Swarm:
             return None
         n = len(self.nodes)
         now = time.monotonic()
-        root = owner_index(piece, n)
+        if root is None:
+            root = owner_index(piece, n)
         chain = ancestors(me, root, n)
         if len(chain) > 0 and label(me, root, n) > 1:
             chain.append((root + 1) % n)  # a lower label: still no cycle
@@ -166,10 +169,10 @@ class Swarm:
                 return True
             return False
 
-    def run_source(self, piece: str) -> str | None:
+    def run_source(self, piece: str, root: int | None = None) -> str | None:
         """The node to ask for ``piece`` in a run (:meth:`source`); None: ask it alone
         (this node reads the store for it, or that node does not know runs)."""
-        src = self.source(piece)
+        src = self.source(piece, root)
         return None if src is None or src in self._no_runs else src
 
     def fetch_run(
@@ -185,7 +188,12 @@ class Swarm:
             return none  # dropped since the run was queued (the fill's, long ago): alone
         names = [d for _, d, _ in blocks]
         req = PieceRequest(
-            self.job_id, "", run_digest(names), priority, blocks=tuple(i for i, _, _ in blocks)
+            self.job_id,
+            "",
+            run_digest(names),
+            priority,
+            blocks=tuple(i for i, _, _ in blocks),
+            trees=TREES,
         )
         with self._lock:
             self.stats.runs += 1
@@ -242,15 +250,17 @@ class Swarm:
         priority: int,
         where: tuple[str, str, int, int] | None = None,
         on_pending: Callable[[], None] | None = None,
+        root: int | None = None,
     ) -> bytes | None:
-        """``piece`` from the nearest live node above this one in its tree, verified;
+        """``piece`` from the nearest live node above this one in its tree (``root``: as
+        in :meth:`source`), verified;
         None: fetch it from the store yourself. ``where`` (target, store key, offset,
         length) locates a piece outside an image. A node that fails is dropped and the
         next one up asked; one that fails without being dropped (a fill held back) sends
         this node to the store. The answer times feed ``peer_late`` (bootseer.p2p.hedge);
         ``on_pending`` is called while the node asked is getting the piece itself."""
         tried: set[str] = set()
-        while (src := self.source(piece)) is not None and src not in tried:
+        while (src := self.source(piece, root)) is not None and src not in tried:
             tried.add(src)
             t0 = time.monotonic()
             data = self._ask(src, piece, priority, where, on_pending=on_pending)
@@ -288,7 +298,16 @@ class Swarm:
     ) -> bytes | None:
         target, key, offset, length = where or ("", "", 0, 0)
         req = PieceRequest(
-            self.job_id, "", piece, priority, key, offset, length, target, cached_only
+            self.job_id,
+            "",
+            piece,
+            priority,
+            key,
+            offset,
+            length,
+            target,
+            cached_only,
+            trees="" if key else TREES,
         )
         try:
             data = self.client.fetch(

@@ -84,6 +84,9 @@ class PieceRequest:
     tag: int = 0  # the request's number on its connection, repeated by its replies
     # A run: indices of blocks of the job's image, ``piece`` their run_digest; () a piece.
     blocks: tuple[int, ...] = ()
+    # The rule the asker found its image blocks' trees by (bootseer.p2p.owner.TREES);
+    # "": an older version's (by digest), or a piece outside an image.
+    trees: str = ""
 
     def encode(self) -> bytes:
         return self.frame(self.proof, self.tag)
@@ -106,6 +109,8 @@ class PieceRequest:
         }
         if self.blocks:  # a piece's request is sent as an older version sends it
             doc["blocks"] = list(self.blocks)
+        if self.trees:
+            doc["trees"] = self.trees
         return _frame(doc)
 
     @classmethod
@@ -126,6 +131,7 @@ class PieceRequest:
                 doc.get("cached_only", False) is True,
                 int(doc.get("tag", 0)),
                 tuple(_index(b) for b in blocks),
+                str(doc.get("trees", "")),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise PeerError("protocol", "malformed piece request") from None
@@ -135,6 +141,7 @@ class PieceRequest:
             or not 0 < req.job_id < 2**40
             or len(req.key) > 1024
             or len(req.target) > 1024
+            or len(req.trees) > 64
             or req.offset < 0
             or not 0 <= req.length <= MAX_PIECE
             or not 0 <= req.tag < 2**31
