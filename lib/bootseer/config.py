@@ -158,10 +158,6 @@ class CkptSection:
     # this many MiB, so that the store link's idle time in the prolog and the container's
     # start goes to the checkpoint (bootseer.ckpt.warm); 0: off.
     warm_mib: int = 4096
-    # ... and asks for a unit only while the node's CPUs were idle by at least this many
-    # cores' worth over the last quarter second (its units cost the node CPU: on a node
-    # whose container start fills it, the warm-up slowed that start); 0: whatever the CPU.
-    warm_idle_cpus: float = 1.0
     verify: bool = True  # check each unit's checksum on read
     # Where jobs' mounts go (``%n`` = node); unset or empty: ``<paths.run_dir>/ckpt``.
     mount_root: Path | None = None
@@ -193,10 +189,6 @@ class CkptSection:
     def __post_init__(self) -> None:
         if self.warm_mib < 0:
             raise ConfigError(f"ckpt.warm_mib must be 0 (off) or more, not {self.warm_mib}")
-        if not self.warm_idle_cpus >= 0:  # NaN too
-            raise ConfigError(
-                f"ckpt.warm_idle_cpus must be 0 (any load) or more, not {self.warm_idle_cpus}"
-            )
         if self.door not in DOOR_MODES:
             raise ConfigError(
                 f"ckpt.door must be one of {', '.join(DOOR_MODES)}, not {self.door!r}"

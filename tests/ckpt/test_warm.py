@@ -14,7 +14,7 @@ import pytest
 
 from bootseer.ckpt.manifest import Manifest
 from bootseer.ckpt.namespace import Namespace
-from bootseer.ckpt.warm import STALE, IdleCpus, Warm, WarmResult, all_of, prolog_done
+from bootseer.ckpt.warm import Warm, WarmResult, all_of, prolog_done
 from bootseer.config import SiteConfig
 from bootseer.p2p.via import Via, agent_via
 from bootseer.sitekey import SiteKeys
@@ -246,80 +246,3 @@ def test_the_warm_up_waits_for_the_prologs_end_too(tmp_path: Path) -> None:
         "unit, env written",
     ]
     assert res.units == 2
-
-
-def test_the_warm_up_asks_for_units_only_while_the_cpu_has_room(tmp_path: Path) -> None:
-    """Settled, the warm-up still asks for no unit while the node's CPU has no room (its
-    units cost CPU: beside a container start that filled 2 cores it slowed that start by
-    1.9-4.5 s, docs/performance.md, "The warm-up beside the restore"); the seconds it
-    waited are in its result."""
-    targets = _saved(tmp_path, 3)
-    events: list[str] = []
-
-    def via(
-        target: str, key: str, offset: int, length: int, digest: str
-    ) -> tuple[bytes | memoryview, str] | None:
-        events.append("unit")
-        return b"x" * length, "peer"
-
-    answers = iter([False, False, True, True, False, True])
-
-    def room() -> bool:
-        events.append("room asked")
-        return next(answers)
-
-    res = Warm(_ns(targets, via), limit=1 << 30, room=room, parallel=1).run()
-    assert events == [
-        "room asked",
-        "room asked",
-        "room asked",
-        "unit",
-        "room asked",
-        "unit",
-        "room asked",  # busy again: the third unit waits
-        "room asked",
-        "unit",
-    ]
-    assert res.units == 3 and res.cpu_wait_s >= 0.2  # two polls of 0.25 s at least
-
-
-class _Cpus:
-    """A node's clock and its CPUs' idle seconds, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.idle = 5000.0
-
-    def pass_(self, seconds: float, idle_cores: float) -> None:
-        self.now += seconds
-        self.idle += seconds * idle_cores
-
-
-def test_idle_cpus_measures_the_span_since_its_last_look() -> None:
-    cpus = _Cpus()
-    room = IdleCpus(need=1.0, interval=0.25, times=lambda: cpus.idle, clock=lambda: cpus.now)
-    assert not room()  # no span behind the first look
-    cpus.pass_(0.5, idle_cores=1.5)
-    assert room() and room.idle == pytest.approx(1.5)
-    cpus.pass_(0.1, idle_cores=0.0)
-    assert room()  # a tenth of a second says nothing: the last verdict stands
-    cpus.pass_(0.3, idle_cores=0.5)  # the span since the last look: 0.4 s, 0.15 s idle
-    assert not room() and room.idle == pytest.approx(0.375)
-    cpus.pass_(0.25, idle_cores=2.0)
-    assert room()
-    # A look long after the last (the prolog's seconds) measures the past: it says no
-    # and starts a new span, which the next look measures.
-    cpus.pass_(STALE * 0.25 + 1, idle_cores=2.0)
-    assert not room()
-    cpus.pass_(0.25, idle_cores=0.9)
-    assert not room() and room.idle == pytest.approx(0.9)
-
-
-def test_idle_cpus_reads_the_nodes_cpus() -> None:
-    """The real source: a span's idle cores are never negative nor above the node's."""
-    room = IdleCpus(need=0.0, interval=0.05)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not room():
-        time.sleep(0.06)
-    assert room()  # need 0: any span has room
-    assert 0.0 <= room.idle <= (os.cpu_count() or 1) + 0.5

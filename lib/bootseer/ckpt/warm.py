@@ -28,14 +28,6 @@ at real sizes on one node (2 cores) the restore then took 7.2-8.2 s against 3.5 
 the warm-up (docs/performance.md, "The warm-up beside the restore"). No start waits
 more than :data:`SETTLE_WAIT`.
 
-Then it asks for a unit only while the node has CPU to spare (:class:`IdleCpus`: at least
-``[ckpt] warm_idle_cpus`` cores' worth idle since it last looked). Its units cost CPU
-on the node (the agent's GETs, BLAKE3 and cache writes, the store's side where the
-store shares the node's cores): beside a container's start that fills the node's CPU
-(a one-node start at real sizes on 2 cores) it slowed that start by 1.9-4.5 s for 1.2 s
-off the checkpoint's load (docs/performance.md, "The warm-up beside the restore"); with
-cores to spare, or behind a slow link, it costs the start nothing.
-
 At most ``limit`` bytes are warmed (``[ckpt] warm_mib``: a checkpoint larger than the
 node's share of it should not fill the node's cache with units it never reads), and
 warming stops at the first unit the agent cannot give (the reader will go to the target
@@ -55,8 +47,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from bootseer.ckpt.namespace import Namespace
 from bootseer.errors import describe
 
@@ -68,8 +58,6 @@ PARALLEL = 2
 SETTLE_WAIT = 60.0
 NO_IMAGE_WAIT = 20.0
 POLL = 0.25
-# A look at the CPUs this many POLLs after the last measures what is past, not now.
-STALE = 8
 
 
 @dataclass
@@ -79,7 +67,6 @@ class WarmResult:
     store_bytes: int = 0  # of them: read from the targets by this node's agent
     peer_bytes: int = 0  # and from the job's other nodes
     stopped_by: str = ""  # why it ended before the namespace did ("" if it did not)
-    cpu_wait_s: float = 0.0  # seconds it waited for the node's CPU to have room
 
 
 @dataclass(frozen=True)
@@ -99,15 +86,11 @@ class Warm:
         parallel: int = PARALLEL,
         log: Callable[[str], None] = lambda _: None,
         settled: Callable[[float], bool] | None = None,
-        room: Callable[[], bool] | None = None,
     ) -> None:
         """``paths``: the files in the order the job reads them (default: the
         namespace's, the most recently committed first). ``settled(seconds waited)``: whether the
-        node's startup reads that come first are done (:func:`image_settled`). ``room()``:
-        whether the node can spare the CPU for a unit now (:class:`IdleCpus`; default:
-        always)."""
+        node's startup reads that come first are done (:func:`image_settled`)."""
         self.settled = settled
-        self.room = room
         self.ns = ns
         self.limit = limit
         self.paths = paths or (lambda: _newest_first(ns))
@@ -156,27 +139,15 @@ class Warm:
                         res.bytes += unit.length  # counted when asked: the limit holds
                     while len(inflight) >= self.parallel:
                         inflight = _wait_one(inflight)
-                    self._wait_for_room()
                     inflight.add(pool.submit(self._one, unit, lock))
             except Exception as exc:  # the listing or a manifest: the reads will say
                 res.stopped_by = f"error: {describe(exc)}"
             cf.wait(inflight)
         self.log(
             f"checkpoint warm-up: {res.units} units, {res.bytes} bytes (store {res.store_bytes}, "
-            f"peers {res.peer_bytes}), {res.cpu_wait_s:.1f}s waiting for idle CPU"
-            f"{'; ended: ' + res.stopped_by if res.stopped_by else ''}"
+            f"peers {res.peer_bytes}){'; ended: ' + res.stopped_by if res.stopped_by else ''}"
         )
         return res
-
-    def _wait_for_room(self) -> None:
-        """Until the node can spare the CPU for a unit (or the warm-up is stopped: the
-        loop then ends at its next unit)."""
-        if self.room is None:
-            return
-        t0 = time.monotonic()
-        while not self._stop.is_set() and not self.room():
-            self._stop.wait(POLL)
-        self.result.cpu_wait_s += time.monotonic() - t0
 
     def _one(self, unit: _Unit, lock: threading.Lock) -> None:
         via = self.ns.via
@@ -206,55 +177,6 @@ class Warm:
                 length = m.unit_length(i)
                 if length:
                     yield _Unit(m.target_of(i), self.ns.unit_key(m.version, unit), length, digest)
-
-
-class IdleCpus:
-    """Whether the node's CPUs were idle by at least ``need`` cores' worth since the
-    last look (``/proc/stat`` through psutil: idle and I/O wait, all CPUs). A look less
-    than ``interval`` seconds after the last keeps its verdict (too short a span says
-    nothing of the load); one more than :data:`STALE` intervals after it, and the first
-    look, say no and start a new span::
-
-        >>> room = IdleCpus(need=1.0)           # doctest: +SKIP
-        >>> room()                              # doctest: +SKIP
-        False
-    """
-
-    def __init__(
-        self,
-        need: float,
-        interval: float = POLL,
-        times: Callable[[], float] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.need = need
-        self.interval = interval
-        self._times = times or _idle_seconds
-        self._clock = clock
-        self._last = (clock(), self._times())
-        self._verdict = False
-        self.idle = 0.0  # cores' worth idle over the last span
-
-    def __call__(self) -> bool:
-        now = self._clock()
-        then, idle_then = self._last
-        if now - then < self.interval:
-            return self._verdict
-        idle_now = self._times()
-        self._last = (now, idle_now)
-        if now - then > STALE * self.interval:  # an old look says nothing of now
-            self._verdict = False
-            return False
-        self.idle = max(0.0, idle_now - idle_then) / (now - then)
-        self._verdict = self.idle >= self.need
-        return self._verdict
-
-
-def _idle_seconds() -> float:
-    """Seconds all of the node's CPUs together have spent idle (waiting for I/O
-    included) since boot."""
-    t = psutil.cpu_times()
-    return float(t.idle + getattr(t, "iowait", 0.0))
 
 
 def image_settled(socket: Path | str, job_id: int) -> Callable[[float], bool]:

@@ -118,11 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     from bootseer.ckptd.metrics import CkptMetrics
 
     metrics = CkptMetrics.start(cfg, fs.counts, log)
-    from bootseer.ckpt.warm import IdleCpus, Warm, all_of, image_settled, prolog_done
+    from bootseer.ckpt.warm import Warm, all_of, image_settled, prolog_done
 
     # The units on their way once the image's hot set is here and the prolog (its
-    # restore) has ended, while the container's start leaves the store link and the
-    # node's CPU room (through the agent, which keeps them).
+    # restore) has ended, while the container's start leaves the store link room (through
+    # the agent, which keeps them).
     settled = (
         all_of(
             image_settled(NodePaths(cfg).agent_socket, ident.job_id),
@@ -131,10 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if ident.job_id
         else None
     )
-    idle = cfg.ckpt.warm_idle_cpus
-    warm = Warm(
-        ns, cfg.ckpt.warm_mib << 20, log=log, settled=settled, room=IdleCpus(idle) if idle else None
-    )
+    warm = Warm(ns, cfg.ckpt.warm_mib << 20, log=log, settled=settled)
     warm.start()
     try:
         trio.run(serve, fs)
