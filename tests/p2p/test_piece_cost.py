@@ -192,14 +192,19 @@ def _as_dataclass(obj: object, omit: dict[str, object]) -> dict[str, object]:
         PieceRequest(JOB, "ab" * 32, "cd" * 32, 1),
         PieceRequest(JOB, "", "cd" * 32, 2, "snap/k", 4096, 512, "s3://b", True, 7),
         PieceRequest(JOB, "", "ef" * 32, 0, tag=9, blocks=(3, 4, 5)),
+        PieceRequest(JOB, "", "ef" * 32, 0, tag=9, blocks=(3, 4, 5), trees="range-4MiB"),
+        PieceRequest(JOB, "", "ab" * 32, 1, trees="range-4MiB"),
     ],
 )
 def test_a_request_framed_by_hand_is_the_dataclass_framed(req: PieceRequest) -> None:
     """Framed by hand (no ``asdict``): every field, the same JSON, in the same order,
-    ``blocks`` only for a run, as an older version sends it."""
+    ``blocks`` only for a run and ``trees`` only when said, as an older version sends
+    them."""
     frame = req.frame("12" * 32, 5)
     doc = json.loads(frame[4:])
-    want = _as_dataclass(dataclasses.replace(req, proof="12" * 32, tag=5), {"blocks": []})
+    want = _as_dataclass(
+        dataclasses.replace(req, proof="12" * 32, tag=5), {"blocks": [], "trees": ""}
+    )
     assert list(doc) == list(want) and doc == want
     assert PieceRequest.decode(doc) == dataclasses.replace(req, proof="12" * 32, tag=5)
 
