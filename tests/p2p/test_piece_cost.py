@@ -22,6 +22,7 @@ import pytest
 from bootseer.p2p import auth
 from bootseer.p2p.client import PeerClient
 from bootseer.p2p.linkrate import LinkRates
+from bootseer.p2p.owner import TREES
 from bootseer.p2p.server import PeerServer, ServedJob
 from bootseer.p2p.wire import PeerError, PieceReply, PieceRequest
 
@@ -192,8 +193,8 @@ def _as_dataclass(obj: object, omit: dict[str, object]) -> dict[str, object]:
         PieceRequest(JOB, "ab" * 32, "cd" * 32, 1),
         PieceRequest(JOB, "", "cd" * 32, 2, "snap/k", 4096, 512, "s3://b", True, 7),
         PieceRequest(JOB, "", "ef" * 32, 0, tag=9, blocks=(3, 4, 5)),
-        PieceRequest(JOB, "", "ef" * 32, 0, tag=9, blocks=(3, 4, 5), trees="range-4MiB"),
-        PieceRequest(JOB, "", "ab" * 32, 1, trees="range-4MiB"),
+        PieceRequest(JOB, "", "ef" * 32, 0, tag=9, blocks=(3, 4, 5), trees=TREES),
+        PieceRequest(JOB, "", "ab" * 32, 1, trees=TREES),
     ],
 )
 def test_a_request_framed_by_hand_is_the_dataclass_framed(req: PieceRequest) -> None:

@@ -36,7 +36,8 @@ from tests.sitekeys import KEYS
 __all__ = ["serve"]  # the fixture
 
 BS = 64 << 10
-PER_RANGE = RANGE_BYTES // BS  # 64 blocks
+PER_RANGE = RANGE_BYTES // BS  # 16 blocks
+RANGES = 8  # in the image: 128 blocks
 
 
 def test_an_images_ranges_are_spread_over_the_nodes() -> None:
@@ -53,30 +54,32 @@ def test_an_images_ranges_are_spread_over_the_nodes() -> None:
     big = [range_owner_index(image, r * PER_RANGE, BS, 10_000) for r in range(300)]
     steps = Counter((b - a) % 10_000 for a, b in itertools.pairwise(big))
     assert steps.most_common(1)[0][1] <= 3
-    # 1 MiB blocks: 4 a range.
-    assert len({range_owner_index(image, i, 1 << 20, 1000) for i in range(4)}) == 1
-    assert range_owner_index(image, 4, 1 << 20, 1000) == range_owner_index(
-        image, PER_RANGE, BS, 1000
+    # Blocks of 256 KiB: 4 a range; of 1 MiB: one each. A range is one whatever cuts it.
+    assert len({range_owner_index(image, i, 256 << 10, 1000) for i in range(4)}) == 1
+    assert range_owner_index(image, 4, 256 << 10, 1000) == range_owner_index(
+        image, 1, 1 << 20, 1000
     )
 
 
 @pytest.fixture
 def bundled_image(tmp_path: Path) -> tuple[CountingStore, Manifest, bytes, Trace]:
-    """Two ranges of blocks in the store (128 of 64 KiB), one owned by each of the job's
-    two nodes, the whole image the hot set, its trace bundled in bundles of 16 blocks."""
+    """Eight ranges of blocks in the store (128 of 64 KiB), half owned by each of the
+    job's two nodes, the whole image the hot set, its trace bundled in bundles of 32
+    blocks (two ranges: a node's stretches in a bundle are of one range or two)."""
     store = open_store(f"file://{tmp_path}/store")
-    while True:  # an image whose two ranges have two owners (half of them)
-        data = os.urandom(2 * RANGE_BYTES)
+    while True:  # an image whose ranges the two nodes own half each (27% of them)
+        data = os.urandom(RANGES * RANGE_BYTES)
         (tmp_path / "img").write_bytes(data)
         m = hash_file(str(tmp_path / "img"), BS)
-        if {range_owner_index(m.id, i, BS, 2) for i in (0, PER_RANGE)} == {0, 1}:
+        owners = [range_owner_index(m.id, r * PER_RANGE, BS, 2) for r in range(RANGES)]
+        if sum(owners) == RANGES // 2:
             break
     m = upload_file(store, str(tmp_path / "img"), BS, keys=KEYS)
     by_digest = {d: data[i * BS : (i + 1) * BS] for i, d in enumerate(m.blocks)}
     trace = Trace(m.id, m.nblocks, BS, tuple(range(m.nblocks)))
-    done = write_bundles(store, m, trace, 16, lambda d, n: by_digest.get(d), 1 << 30)
-    assert done.written == 8
-    return CountingStore(store), m, data, trace.with_bundles(16, done.bundles)
+    done = write_bundles(store, m, trace, 32, lambda d, n: by_digest.get(d), 1 << 30)
+    assert done.written == 4
+    return CountingStore(store), m, data, trace.with_bundles(32, done.bundles)
 
 
 @pytest.fixture
@@ -113,16 +116,20 @@ def test_a_node_reads_the_ranges_it_owns_from_bundles_and_the_rest_from_its_peer
         for i, d in enumerate(m.blocks):
             assert fetcher.cache.read(d, 0, BS) == data[i * BS : (i + 1) * BS]
         mine = {i for i in range(m.nblocks) if range_owner_index(m.id, i, BS, 2) == 1}
-        assert len(mine) == PER_RANGE  # one range each
-        # n2's range: from its bundles, a stretch of 8 blocks (the run's size) a read;
-        # no block read alone, none asked of n1.
+        assert len(mine) == RANGES // 2 * PER_RANGE  # half the ranges each
+        # n2's ranges: from its bundles, one read per stretch of them in a bundle (of
+        # 8 blocks at most, the run's size); no block read alone, none asked of n1.
         assert store.read == []
-        assert (bundles.stats.blocks, bundles.stats.reads) == (PER_RANGE, PER_RANGE // 8)
+        stretches = sum(
+            1 for i in sorted(mine) if i % 8 == 0 or i - 1 not in mine
+        )  # where a read starts: a run's bound, or a range after n1's
+        assert (bundles.stats.blocks, bundles.stats.reads) == (len(mine), stretches)
         asked = [i for r in n1.requests for i in r.blocks]
         assert sorted(asked) == sorted(set(range(m.nblocks)) - mine)
         assert all(r.blocks and r.trees for r in n1.requests)  # runs, under range trees
-        assert source.counts() == (PER_RANGE * BS, PER_RANGE * BS)
-        assert swarm.stats.store_bytes == PER_RANGE * BS and not swarm.stats.dropped
+        half = RANGES // 2 * PER_RANGE * BS
+        assert source.counts() == (half, half)
+        assert swarm.stats.store_bytes == half and not swarm.stats.dropped
     finally:
         fetcher.stop()
 
@@ -143,7 +150,7 @@ def test_without_bundles_a_node_reads_its_ranges_block_by_block(
         assert res.complete
         mine = [d for i, d in enumerate(m.blocks) if range_owner_index(m.id, i, BS, 2) == 1]
         assert sorted(store.read) == sorted(mine)
-        assert len([r for r in n1.requests if r.blocks]) == PER_RANGE // 8
+        assert n1.requests and all(r.blocks for r in n1.requests)  # n1's blocks in runs
     finally:
         fetcher.stop()
 
@@ -156,7 +163,7 @@ def test_a_block_the_image_holds_twice_has_the_tree_of_its_first_place(
     zero = "00" * 32
     for salt in itertools.count():  # an image whose two ranges have two owners
         middle = [f"{salt:032x}{i:032x}" for i in range(1, 2 * PER_RANGE - 1)]
-        m = Manifest(2 * RANGE_BYTES, BS, (zero, *middle, zero))
+        m = Manifest(2 * RANGE_BYTES, BS, (zero, *middle, zero))  # two ranges
         if range_owner_index(m.id, 0, BS, 2) != range_owner_index(m.id, PER_RANGE, BS, 2):
             break
     source = PeerSource(StoreSource(open_store("file:///nonexistent")), swarm_to(1), m)

@@ -11,8 +11,8 @@ from collections import Counter
 
 import pytest
 
-from bootseer.image.blocks import cut, digest
-from bootseer.p2p.owner import owner
+from bootseer.image.manifest import hash_file
+from bootseer.p2p.owner import RANGE_BYTES, range_owner_index
 from tests.conftest import DevSlurm, squash
 
 pytestmark = pytest.mark.slurm
@@ -34,15 +34,20 @@ def epilog_counts(cluster: DevSlurm, node: str, job: int) -> dict[str, int]:
 
 def test_a_peer_on_a_slow_link_is_routed_around_not_dropped(cluster: DevSlurm) -> None:
     src = cluster.dir / "straggler-src"
-    shutil.rmtree(src, ignore_errors=True)
-    src.mkdir()
-    (src / "blob").write_bytes(os.urandom(24 << 20))
-    out = cluster.dir / "images" / "straggler.sqsh"
-    out.parent.mkdir(exist_ok=True)
-    out.unlink(missing_ok=True)
-    image = squash(src, out)
-    owned = Counter(owner(digest(data), NODES) for _, data in cut(str(image), 256 << 10))
     block = 256 << 10
+    while True:  # an image of which the slow node owns two ranges at least (of six)
+        shutil.rmtree(src, ignore_errors=True)
+        src.mkdir()
+        (src / "blob").write_bytes(os.urandom(24 << 20))
+        out = cluster.dir / "images" / "straggler.sqsh"
+        out.parent.mkdir(exist_ok=True)
+        out.unlink(missing_ok=True)
+        image = squash(src, out)
+        m = hash_file(str(image), block)
+        first = {d: i for i, d in reversed(list(enumerate(m.blocks)))}
+        owned = Counter(NODES[range_owner_index(m.id, i, block, 3)] for i in first.values())
+        if owned[SLOW] >= 2 * RANGE_BYTES // block:
+            break
 
     network = cluster.cluster.s.network
     slow_mbit = max(1, network.node_mbit // 100)
@@ -57,13 +62,12 @@ def test_a_peer_on_a_slow_link_is_routed_around_not_dropped(cluster: DevSlurm) -
     took = {m[0]: int(m[1]) for m in re.findall(r"read (\w+) (\d+) ms", cluster.output(job))}
     print(f"task read times, {SLOW}'s link at {slow_mbit} Mbit/s: {took}")
     assert set(took) == set(NODES), cluster.output(job)
-    for node in ("n1", "n2"):
-        counts = epilog_counts(cluster, node, job)
-        assert counts["peer_failures"] == 0, counts  # late, never dead
-        # Its own blocks from the store, and at least a quarter of the straggler's too
-        # (late from it: asked of the store as well). Main: its own share only.
-        assert counts["store_bytes"] >= (owned[node] + owned[SLOW] // 4) * block * 0.95, (
-            node,
-            counts,
-            owned,
-        )
+    counts = {node: epilog_counts(cluster, node, job) for node in ("n1", "n2")}
+    for node, c in counts.items():
+        assert c["peer_failures"] == 0, (node, c)  # late, never dead
+    # Their own blocks from the store, and at least a quarter of the straggler's too
+    # (late from it: asked of the store as well; main before issue 24: their own share
+    # only). One of them may have had some of the straggler's from the other, asked in
+    # the slow node's place (Swarm.source), so the two count together.
+    fast = sum(c["store_bytes"] for c in counts.values())
+    assert fast >= (owned["n1"] + owned["n2"] + owned[SLOW] // 4) * block * 0.95, (counts, owned)
