@@ -331,6 +331,19 @@ def squash(src: Path, dest: Path) -> Path:
     return dest
 
 
+def random_image(cluster: DevSlurm, name: str, size: int) -> tuple[Path, Path]:
+    """A squashfs ``<name>.sqsh`` under the cluster's images, of one file of ``size``
+    random bytes (fresh blocks: no cache has them), and that file."""
+    src = cluster.dir / f"{name}-src"
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir()
+    (src / "blob").write_bytes(os.urandom(size))
+    out = cluster.dir / "images" / f"{name}.sqsh"
+    out.parent.mkdir(exist_ok=True)
+    out.unlink(missing_ok=True)
+    return squash(src, out), src / "blob"
+
+
 @pytest.fixture
 def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A small real squashfs image, readable by every user (pytest's own temporary

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DevSlurm, devcluster, squash
+from tests.conftest import DevSlurm, devcluster, random_image
 
 pytestmark = pytest.mark.slurm
 
@@ -27,15 +27,8 @@ rmdir "$mnt"
 
 @pytest.fixture
 def blob_image(cluster: DevSlurm) -> tuple[Path, Path]:
-    """A squashfs whose start reads 6 MiB of random bytes (fresh blocks: no cache has them)."""
-    src = cluster.dir / "p2p-src"
-    shutil.rmtree(src, ignore_errors=True)
-    src.mkdir()
-    (src / "blob").write_bytes(os.urandom(6 << 20))
-    out = cluster.dir / "images" / "p2p.sqsh"
-    out.parent.mkdir(exist_ok=True)
-    out.unlink(missing_ok=True)
-    return squash(src, out), src / "blob"
+    """A squashfs whose start reads 6 MiB of random bytes."""
+    return random_image(cluster, "p2p", 6 << 20)
 
 
 def _counts(cluster: DevSlurm, node: str, job: int, hook: str) -> dict[str, int]:

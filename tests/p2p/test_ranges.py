@@ -99,60 +99,62 @@ def n1_serving(
         fetcher.stop()
 
 
-def test_a_node_reads_the_ranges_it_owns_from_bundles_and_the_rest_from_its_peer(
-    tmp_path: Path,
-    bundled_image: tuple[CountingStore, Manifest, bytes, Trace],
-    n1_serving: tuple[Node1, PeerServer],
-) -> None:
-    store, m, data, trace = bundled_image
-    n1, server = n1_serving
+@pytest.fixture
+def n2_fetcher(tmp_path: Path) -> Iterator[Fetcher]:
     fetcher = Fetcher(BlockCache(tmp_path / "n2", 1 << 30), workers=4, timeout=TIMEOUT)
     try:
-        swarm = swarm_to(server.port, timeout=TIMEOUT)
-        bundles = BundleSource(store, index(m, [trace]))
-        source = PeerSource(store, swarm, m, bundles)
-        res = prefetch_hot(fetcher, source, m, trace.blocks, time.monotonic() + TIMEOUT, 1.0, RUN)
-        assert res.complete and res.fetched_blocks == m.nblocks
-        for i, d in enumerate(m.blocks):
-            assert fetcher.cache.read(d, 0, BS) == data[i * BS : (i + 1) * BS]
-        mine = {i for i in range(m.nblocks) if range_owner_index(m.id, i, BS, 2) == 1}
-        assert len(mine) == RANGES // 2 * PER_RANGE  # half the ranges each
-        # n2's ranges: from its bundles, one read per stretch of them in a bundle (of
-        # 8 blocks at most, the run's size); no block read alone, none asked of n1.
-        assert store.read == []
-        stretches = sum(
-            1 for i in sorted(mine) if i % 8 == 0 or i - 1 not in mine
-        )  # where a read starts: a run's bound, or a range after n1's
-        assert (bundles.stats.blocks, bundles.stats.reads) == (len(mine), stretches)
-        asked = [i for r in n1.requests for i in r.blocks]
-        assert sorted(asked) == sorted(set(range(m.nblocks)) - mine)
-        assert all(r.blocks and r.trees for r in n1.requests)  # runs, under range trees
-        half = RANGES // 2 * PER_RANGE * BS
-        assert source.counts() == (half, half)
-        assert swarm.stats.store_bytes == half and not swarm.stats.dropped
+        yield fetcher
     finally:
         fetcher.stop()
 
 
-def test_without_bundles_a_node_reads_its_ranges_block_by_block(
-    tmp_path: Path,
+def test_a_node_reads_the_ranges_it_owns_from_bundles_and_the_rest_from_its_peer(
     bundled_image: tuple[CountingStore, Manifest, bytes, Trace],
     n1_serving: tuple[Node1, PeerServer],
+    n2_fetcher: Fetcher,
+) -> None:
+    store, m, data, trace = bundled_image
+    n1, server = n1_serving
+    swarm = swarm_to(server.port, timeout=TIMEOUT)
+    bundles = BundleSource(store, index(m, [trace]))
+    source = PeerSource(store, swarm, m, bundles)
+    deadline = time.monotonic() + TIMEOUT
+    res = prefetch_hot(n2_fetcher, source, m, trace.blocks, deadline, 1.0, RUN)
+    assert res.complete and res.fetched_blocks == m.nblocks
+    for i, d in enumerate(m.blocks):
+        assert n2_fetcher.cache.read(d, 0, BS) == data[i * BS : (i + 1) * BS]
+    mine = {i for i in range(m.nblocks) if range_owner_index(m.id, i, BS, 2) == 1}
+    assert len(mine) == RANGES // 2 * PER_RANGE  # half the ranges each
+    # n2's ranges: from its bundles, one read per stretch of them in a bundle (of 8
+    # blocks at most, the run's size); no block read alone, none asked of n1.
+    assert store.read == []
+    stretches = sum(
+        1 for i in sorted(mine) if i % 8 == 0 or i - 1 not in mine
+    )  # where a read starts: a run's bound, or a range after n1's
+    assert (bundles.stats.blocks, bundles.stats.reads) == (len(mine), stretches)
+    asked = [i for r in n1.requests for i in r.blocks]
+    assert sorted(asked) == sorted(set(range(m.nblocks)) - mine)
+    assert all(r.blocks and r.trees for r in n1.requests)  # runs, under range trees
+    half = RANGES // 2 * PER_RANGE * BS
+    assert source.counts() == (half, half)
+    assert swarm.stats.store_bytes == half and not swarm.stats.dropped
+
+
+def test_without_bundles_a_node_reads_its_ranges_block_by_block(
+    bundled_image: tuple[CountingStore, Manifest, bytes, Trace],
+    n1_serving: tuple[Node1, PeerServer],
+    n2_fetcher: Fetcher,
 ) -> None:
     """The same trees without bundles (none named, or ``bundle_kib = 0``): n2's range
     from the store a block at a time, n1's from n1 in runs."""
     store, m, _, trace = bundled_image
     n1, server = n1_serving
-    fetcher = Fetcher(BlockCache(tmp_path / "n2", 1 << 30), workers=4, timeout=TIMEOUT)
-    try:
-        source = PeerSource(store, swarm_to(server.port, timeout=TIMEOUT), m)
-        res = prefetch_hot(fetcher, source, m, trace.blocks, time.monotonic() + TIMEOUT, 1.0, RUN)
-        assert res.complete
-        mine = [d for i, d in enumerate(m.blocks) if range_owner_index(m.id, i, BS, 2) == 1]
-        assert sorted(store.read) == sorted(mine)
-        assert n1.requests and all(r.blocks for r in n1.requests)  # n1's blocks in runs
-    finally:
-        fetcher.stop()
+    source = PeerSource(store, swarm_to(server.port, timeout=TIMEOUT), m)
+    deadline = time.monotonic() + TIMEOUT
+    assert prefetch_hot(n2_fetcher, source, m, trace.blocks, deadline, 1.0, RUN).complete
+    mine = [d for i, d in enumerate(m.blocks) if range_owner_index(m.id, i, BS, 2) == 1]
+    assert sorted(store.read) == sorted(mine)
+    assert n1.requests and all(r.blocks for r in n1.requests)  # n1's blocks in runs
 
 
 def test_a_block_the_image_holds_twice_has_the_tree_of_its_first_place(

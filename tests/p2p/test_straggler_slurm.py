@@ -4,16 +4,14 @@ from it, and nobody is dropped for being slow."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections import Counter
 
 import pytest
 
 from bootseer.image.manifest import hash_file
 from bootseer.p2p.owner import RANGE_BYTES, range_owner_index
-from tests.conftest import DevSlurm, squash
+from tests.conftest import DevSlurm, random_image
 
 pytestmark = pytest.mark.slurm
 
@@ -33,16 +31,9 @@ def epilog_counts(cluster: DevSlurm, node: str, job: int) -> dict[str, int]:
 
 
 def test_a_peer_on_a_slow_link_is_routed_around_not_dropped(cluster: DevSlurm) -> None:
-    src = cluster.dir / "straggler-src"
     block = 256 << 10
-    while True:  # an image of which the slow node owns two ranges at least (of six)
-        shutil.rmtree(src, ignore_errors=True)
-        src.mkdir()
-        (src / "blob").write_bytes(os.urandom(24 << 20))
-        out = cluster.dir / "images" / "straggler.sqsh"
-        out.parent.mkdir(exist_ok=True)
-        out.unlink(missing_ok=True)
-        image = squash(src, out)
+    while True:  # an image of which the slow node owns two ranges at least (of 24)
+        image, _ = random_image(cluster, "straggler", 24 << 20)
         m = hash_file(str(image), block)
         first = {d: i for i, d in reversed(list(enumerate(m.blocks)))}
         owned = Counter(NODES[range_owner_index(m.id, i, block, 3)] for i in first.values())
