@@ -127,12 +127,12 @@ class PeerSource:
         self, peer: str, blocks: Sequence[RunBlock], priority: int
     ) -> list[RunPart | None]:
         if self.bundles is not None and self.bundles.holds(peer):
-            got = self.bundles.read_run(peer, blocks, priority)
-            nbytes = sum(len(b[0]) for b in got if b is not None)
+            bundled = self.bundles.read_run(peer, blocks, priority)
+            nbytes = sum(len(b[0]) for b in bundled if b is not None)
             self.swarm.count_store(nbytes)
             with self._lock:
                 self.store_bytes += nbytes
-            return got
+            return bundled
         got = self.swarm.fetch_run(peer, blocks, priority)
         with self._lock:
             self.peer_bytes += sum(len(b[0]) for b in got if b is not None)
