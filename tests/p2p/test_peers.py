@@ -325,6 +325,40 @@ def test_a_peer_killed_mid_transfer_is_dropped_at_once() -> None:
         half_dead.close()
 
 
+def test_requests_cut_short_by_closing_this_nodes_client_drop_no_peer() -> None:
+    """The agent stopping (a restart, an upgrade) closes its client with requests in
+    flight: they fail, and the peers they were asking are not dropped for it (a 16-node
+    bench's agents, stopped between runs, logged two such drops as faults of peers)."""
+    d, _ = piece_owned_by("n1", ("n1", "n2"))
+    holding = socket.create_server(("127.0.0.1", 0))
+    asked = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        conn, _ = holding.accept()
+        conn.sendall(Hello(os.urandom(16).hex()).encode())
+        read_message(conn)
+        asked.set()
+        release.wait(TIMEOUT)
+        conn.close()
+
+    threading.Thread(target=hold, daemon=True).start()
+    got: list[bytes | None] = []
+    try:
+        swarm = swarm_to(holding.getsockname()[1], timeout=TIMEOUT)
+        asker = threading.Thread(target=lambda: got.append(swarm.fetch(d, 1)))
+        asker.start()
+        assert asked.wait(TIMEOUT)
+        swarm.client.close()
+        asker.join(TIMEOUT)
+        assert got == [None]
+        assert swarm.stats.dropped == {} and swarm.stats.peer_failures == 0
+        assert swarm.owner(d) == "n1"  # not dead
+    finally:
+        release.set()
+        holding.close()
+
+
 @contextmanager
 def trickling_peer(data: bytes, every: float) -> Iterator[int]:
     """A peer on a link far too slow: it answers the first request with ``data``, a byte

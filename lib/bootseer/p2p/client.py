@@ -302,6 +302,7 @@ class PeerClient:
         self._lock = threading.Lock()
         self._freed = threading.Condition(self._lock)
         self._open = 0  # connections open or being set up: at most max_open
+        self.closed = False  # close() was called: its requests failed, no peer's fault
         self.connects = 0  # connections set up and authenticated (a hello read) so far
         self.most_open = 0  # the most open at once
         # Runs are received into these (page-aligned, used again once nothing holds a
@@ -510,6 +511,7 @@ class PeerClient:
 
     def close(self) -> None:
         with self._lock:
+            self.closed = True
             links = list(self._links.values())
             for link in links:
                 self._forget_locked(link)

@@ -350,6 +350,10 @@ class Swarm:
             self.stats.store_bytes += nbytes
 
     def _drop(self, node: str, why: str) -> None:
+        if self.client.closed:
+            # This node's own client was closed (its agent stopping, for a restart or an
+            # upgrade): the requests it cut short say nothing of the peer.
+            return
         with self._lock:
             self.stats.peer_failures += 1
             self.stats.dropped[node] = why
