@@ -86,7 +86,6 @@ class PreparedImage:
     ref: str
     users: int = 0
     fill: BackgroundFill | None = None
-    _index: dict[str, int] | None = None
 
     @property
     def id(self) -> str:
@@ -96,11 +95,6 @@ class PreparedImage:
     def origin(self) -> BlockSource:
         """Where the image's bytes really are: the store or the image file."""
         return self.source.origin if isinstance(self.source, PeerSource) else self.source
-
-    def index_of(self, block_digest: str) -> int | None:
-        if self._index is None:
-            self._index = {d: i for i, d in reversed(list(enumerate(self.manifest.blocks)))}
-        return self._index.get(block_digest)
 
 
 @dataclass(eq=False)
@@ -242,7 +236,7 @@ class Jobs:
             return None
         if req.blocks:
             return held_run(self.cache, view.image.manifest, req)
-        i = view.image.index_of(req.piece)
+        i = view.image.manifest.index_of(req.piece)
         where = self.cache.locate(req.piece) if i is not None else None
         if i is None or where is None or where.size != view.image.manifest.block_length(i):
             return None
@@ -255,10 +249,10 @@ class Jobs:
         priority: int,
         deadline: float,
         cached_only: bool,
-        held_only: bool = False,
+        held_only: bool,
     ) -> bytes | memoryview:
         image = view.image
-        i = image.index_of(piece)
+        i = image.manifest.index_of(piece)
         if i is None:
             raise PeerError("missing", f"{piece[:12]} is no block of job {view.job_id}'s image")
         data = self.cache.read(piece, 0, image.manifest.block_length(i))
@@ -342,12 +336,15 @@ class Jobs:
         hot = hot_order(owners, own)
         hot_until = min(time.monotonic() + self.icfg.hot_deadline, until - 0.5)
         view.bundle_source = self._bundled(image.origin, manifest, (owners, own))
+        hot_source = source
         if isinstance(source, PeerSource):
             # The blocks this node reads from the store itself: from the bundles too.
             source.bundles = view.bundle_source
+        elif view.bundle_source is not None:
+            hot_source = view.bundle_source
         view.prefetch = prefetch_hot(
             self.fetcher,
-            source if isinstance(source, PeerSource) else view.bundle_source or source,
+            hot_source,
             manifest,
             hot,
             hot_until,

@@ -73,6 +73,15 @@ class Manifest:
     def nblocks(self) -> int:
         return len(self.blocks)
 
+    def index_of(self, block_digest: str) -> int | None:
+        """The block's first place in the image (a block the image holds twice, zeros,
+        is one block); None: no block of this image."""
+        return self._first_places.get(block_digest)
+
+    @functools.cached_property
+    def _first_places(self) -> dict[str, int]:  # built once, on the first ask
+        return {d: i for i, d in reversed(list(enumerate(self.blocks)))}
+
     def block_length(self, index: int) -> int:
         return min(self.block_size, self.size - index * self.block_size)
 

@@ -58,7 +58,6 @@ class PeerSource:
         self.swarm = swarm
         self.manifest = manifest
         self.bundles = bundles
-        self._first: dict[str, int] | None = None  # a block's first index, by digest
         # This image's blocks only (the swarm's stats also count the job's other pieces,
         # snapshot frames): from the origin, and from peers.
         self.store_bytes = 0
@@ -102,12 +101,8 @@ class PeerSource:
         has one tree); None for a digest that is no block of the image (its owner by
         digest then)."""
         m = self.manifest
-        if m is None:
-            return None
-        if self._first is None:
-            self._first = {d: i for i, d in reversed(list(enumerate(m.blocks)))}
-        i = self._first.get(block_digest)
-        if i is None:
+        i = m.index_of(block_digest) if m is not None else None
+        if m is None or i is None:
             return None
         return range_owner_index(m.id, i, m.block_size, len(self.swarm.nodes))
 
