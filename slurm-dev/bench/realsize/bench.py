@@ -929,6 +929,19 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def vacuum(cluster: devcluster.Cluster) -> None:
+    """The store's deleted and overwritten objects off the disk (``StoreHost.vacuum``):
+    every run stores the image, the snapshot and the checkpoint anew."""
+    if not cluster.s.s3:
+        return
+    t0 = time.monotonic()
+    before, after = cluster.vacuum()
+    log(
+        f"store vacuumed in {time.monotonic() - t0:.0f}s: {before / GiB:.1f} -> "
+        f"{after / GiB:.1f} GiB on disk"
+    )
+
+
 def check_disk(size: Size, work: Path, cluster_dir: Path) -> None:
     """Fail early unless the run's peak fits: what it needs less what is cached already."""
     cached = du(work)
@@ -997,6 +1010,7 @@ def main(argv: list[str]) -> int:
         )
     args.work.mkdir(parents=True, exist_ok=True)
     args.work.chmod(0o755)
+    vacuum(cluster)  # what earlier runs deleted from the store, before the disk is checked
     check_disk(size, work, cluster.dir)
     b = Bench(cluster, size, work, args.user)
     log(
@@ -1075,6 +1089,8 @@ def main(argv: list[str]) -> int:
         b.cpu.release()
         for node in nodes_all:  # and the warm floor's prefix, uv cache, tar
             shutil.rmtree(b.local(node), ignore_errors=True)
+        with contextlib.suppress(Exception):
+            vacuum(cluster)  # the image, snapshot and checkpoint this run stored anew
     rows.sort(key=lambda r: (PATHS.index(r["path"]), r["nodes"], r.get("variant", "")))
     save()
     text = (
