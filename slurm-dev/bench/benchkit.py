@@ -190,26 +190,78 @@ def bootseer_procs(procs: list[Proc], known: set[tuple[int, int]]) -> list[Proc]
     return list(mine.values())
 
 
+# What each of bootseer's processes is, by its own command line or its nearest
+# ancestor's: the node agent, a checkpoint mount's daemon, or the prolog and epilog
+# (with what they start: a restore's child and its ``tar``, run as the job's user).
+ROLES = ("agent", "ckptd", "hooks")
+
+
+def role_of(cmdline: list[str]) -> str | None:
+    """``agent``, ``ckptd`` or ``hooks`` for one of bootseer's own command lines."""
+    if "bootseer.ckptd" in cmdline:
+        return "ckptd"
+    if "bootseer.hooks" in cmdline:
+        return "hooks"
+    for i, arg in enumerate(cmdline[:2]):  # bootseer's entry point, or Python running it
+        if os.path.basename(arg) == "bootseer":
+            return "agent" if cmdline[i + 1 : i + 2] == ["agent"] else None
+    return None
+
+
+def read_cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
 class OwnCpu:
     """Bootseer's own CPU seconds on the nodes (``bootseer_procs``: agent, hooks,
     checkpoint daemon, and what they start, a restore's ``tar`` run as the user too),
-    summed from ``/proc/PID/stat`` at every sample. Each process counts with the most CPU
-    it was seen with, so the total only grows; a process that lives less than a sampling
-    period is missed, one that exits loses at most the CPU of its last period."""
+    summed from ``/proc/PID/stat`` at every sample, in all and by :data:`ROLES`. Each
+    process counts with the most CPU it was seen with, so the total only grows; a process
+    that lives less than a sampling period is missed, one that exits loses at most the
+    CPU of its last period."""
 
     def __init__(self, cpu: CpuGroups, nodes: list[str]) -> None:
         self.cpu = cpu
         self.nodes = nodes
         self.seen: dict[tuple[int, int], float] = {}  # (pid, start time) -> CPU seconds
+        self.roles: dict[tuple[int, int], str] = {}  # (pid, start time) -> its role
         self.known: set[tuple[int, int]] = set()
 
     def total(self) -> float:
+        return sum(self.sample().values())
+
+    def sample(self) -> dict[str, float]:
+        """CPU seconds so far by role (``other``: a process no role's line names)."""
         for node in self.nodes:
             procs = [p for p in map(read_proc, self.cpu.pids(node)) if p is not None]
+            by_pid = {p.pid: p for p in procs}
             for p in bootseer_procs(procs, self.known):
                 key = (p.pid, p.started)
                 self.seen[key] = max(self.seen.get(key, 0.0), p.cpu_s)
-        return sum(self.seen.values())
+                if key not in self.roles:
+                    self.roles[key] = self._role(p, by_pid)
+        out = dict.fromkeys((*ROLES, "other"), 0.0)
+        for key, cpu in self.seen.items():
+            out[self.roles.get(key, "other")] += cpu
+        return out
+
+    def _role(self, p: Proc, by_pid: dict[int, Proc]) -> str:
+        q: Proc | None = p
+        for _ in range(64):
+            if q is None:
+                break
+            role = role_of(read_cmdline(q.pid))
+            if role is not None:
+                return role
+            key = (q.ppid, by_pid[q.ppid].started) if q.ppid in by_pid else None
+            if key is not None and key in self.roles:
+                return self.roles[key]
+            q = by_pid.get(q.ppid)
+        return "other"
 
 
 # -- sampling: link counters, CPU per node, load ------------------------------------------
@@ -225,6 +277,7 @@ class Sample:
     own_cpu: float = 0.0
     # each node's agent metrics (``metrics``' names and labels -> value), read once a second
     agent: dict[str, dict[str, float]] = field(default_factory=dict)
+    own_roles: dict[str, float] = field(default_factory=dict)  # own_cpu by OwnCpu's role
 
 
 def agent_metrics(path: Path) -> dict[str, float]:
@@ -273,14 +326,16 @@ class Sampler:
         if self.agent_files and now - self._agent_t >= 1.0:
             self._agent = {n: agent_metrics(f) for n, f in self.agent_files.items()}
             self._agent_t = now
+        roles = self.own.sample() if self.own else {}
         return Sample(
             now,
             self.net.store_egress_bytes(),
             {n: self.net.node_rx_bytes(n) for n in self.nodes},
             {n: self.cpu.usage(n) for n in [*self.nodes, "store"]},
             load1(),
-            self.own.total() if self.own else 0.0,
+            sum(roles.values()),
             self._agent,
+            roles,
         )
 
     def _run(self) -> None:
@@ -310,6 +365,12 @@ class Sampler:
         before = [s for s in self.samples if s.t <= t0]
         start = before[-1] if before else self.samples[0]
         return max(0.0, self.at(t1).own_cpu - start.own_cpu)
+
+    def own_roles(self, t0: float, t1: float) -> dict[str, float]:
+        """:meth:`own_cpu` by role (:data:`ROLES`, and ``other``)."""
+        before = [s for s in self.samples if s.t <= t0]
+        a, z = (before[-1] if before else self.samples[0]), self.at(t1)
+        return {r: round(max(0.0, v - a.own_roles.get(r, 0.0)), 2) for r, v in z.own_roles.items()}
 
 
 # -- the site config ---------------------------------------------------------------------

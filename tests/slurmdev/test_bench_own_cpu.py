@@ -13,7 +13,7 @@ from tests.conftest import TOP
 
 sys.path.insert(0, str(TOP / "slurm-dev" / "bench"))
 
-from benchkit import Proc, bootseer_procs, read_proc
+from benchkit import OwnCpu, Proc, bootseer_procs, read_proc, role_of
 
 ALICE = 1001
 
@@ -65,3 +65,39 @@ def test_read_proc_reads_a_real_process() -> None:
     finally:
         child.communicate(b"")
     assert read_proc(child.pid) is None
+
+
+def test_each_of_bootseers_command_lines_has_its_role() -> None:
+    venv = "/opt/bootseer/venv/bin"
+    assert role_of([f"{venv}/python3.11", f"{venv}/bootseer", "agent", "--node", "n1"]) == "agent"
+    assert role_of([f"{venv}/python3", "-m", "bootseer.ckptd", "--identity-fd", "5"]) == "ckptd"
+    assert role_of([f"{venv}/python3", "-m", "bootseer.hooks", "prolog"]) == "hooks"
+    assert role_of(["tar", "-x", "--no-same-owner"]) is None
+    assert role_of([f"{venv}/bootseer", "image", "show", "agent"]) is None  # a user's command
+
+
+def test_a_process_under_the_prolog_counts_as_the_hooks() -> None:
+    """A restore's child and its tar have command lines of their own: their role is
+    their nearest ancestor's that has one (real processes, read from /proc)."""
+    code = (
+        "import subprocess, sys; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], "
+        "stdin=subprocess.PIPE); print(c.pid, flush=True); sys.stdin.read(); "
+        "c.communicate(b'')"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code, "-m", "bootseer.hooks", "prolog"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert parent.stdout is not None
+        child_pid = int(parent.stdout.readline())
+        procs = [p for p in (read_proc(parent.pid), read_proc(child_pid)) if p is not None]
+        own = OwnCpu.__new__(OwnCpu)
+        own.roles = {}
+        by_pid = {p.pid: p for p in procs}
+        assert own._role(by_pid[child_pid], by_pid) == "hooks"
+        assert own._role(Proc(os.getpid(), os.getppid(), 0, "python", 1, 0.0), by_pid) == "other"
+    finally:
+        parent.communicate(b"")

@@ -697,7 +697,9 @@ def cpu_story(boot: Point, warm: Point) -> dict[str, Any]:
     """Where the machine's CPU went from the allocation to the last first step: the
     nodes' cgroups (the job, Slurm and bootseer), bootseer's share of them
     (``benchkit.OwnCpu``), the store host's, against the cores times the wall time; and
-    the warm floor's nodes over its own start. ``bound_s`` is the shortest the cold start
+    the warm floor's nodes over its own start. ``bootseer_by_role`` splits bootseer's
+    share by process: the agent, the checkpoint daemon, the hooks (the prolog, its
+    restore and the restore's ``tar``). ``bound_s`` is the shortest the cold start
     could be on these cores if bootseer cost nothing: the rest of the nodes' CPU and the
     store's, spread evenly over every core."""
 
@@ -712,11 +714,14 @@ def cpu_story(boot: Point, warm: Point) -> dict[str, Any]:
     nodes, store, own, wall = used(boot)
     warm_nodes, _, _, warm_wall = used(warm)
     cores = len(os.sched_getaffinity(0))
+    assert boot.run is not None
     return {
         "cores": cores,
         "wall_s": round(wall, 2),
         "nodes_cpu_s": round(nodes, 2),
         "bootseer_cpu_s": round(own, 2),
+        # of it: the agent, the checkpoint daemon, the hooks (the restore's tar included)
+        "bootseer_by_role": boot.sampler.own_roles(epoch(boot.run["allocated"]), boot.ready_t),
         "store_cpu_s": round(store, 2),
         "busy": round((nodes + store) / (cores * wall), 3) if wall > 0 else None,
         "warm_nodes_cpu_s": round(warm_nodes, 2),
@@ -750,6 +755,12 @@ def story_text(rows: list[dict[str, Any]]) -> str:
                 f"{c['warm_nodes_cpu_s']:.1f} s in {c['warm_wall_s']:.1f} s; were bootseer "
                 f"free, the same work needs >= {c['bound_s']:.1f} s on these cores"
             )
+            roles = c.get("bootseer_by_role")
+            if roles:
+                out.append(
+                    "  bootseer's CPU by process: "
+                    + ", ".join(f"{k} {v:.1f} s" for k, v in roles.items() if v or k != "other")
+                )
         for kind, v in st["kinds"].items():
             out.append(
                 f"  {kind:<24} store {v['store'] / GiB:6.2f} GiB  peer {v['peer'] / GiB:6.2f} GiB"
