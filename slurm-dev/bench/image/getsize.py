@@ -7,7 +7,10 @@ each with ``Store.read_bytes``: pyarrow sends a ``HEAD`` then a ``GET``. This wr
 scratch object to a running slurm-dev cluster's S3 store, then, from inside node n1's
 network namespace (a fresh process, as the agent reads), reads it in pieces of each
 ``--sizes`` KiB with ``Store.read_range`` and opens it ``--opens`` times without reading
-(the ``HEAD`` alone), sizes alternating over ``--reps`` rounds; it reports per size the
+(the ``HEAD`` alone), sizes alternating over ``--reps`` rounds. ``--ways`` compares how a
+piece's bytes are kept: ``copy`` (``Store.read_range``: the bytes pyarrow gives, copied
+into a fresh object), ``view`` (``Store.read_range_view``: those bytes, uncopied) and
+``buffer`` (pyarrow's own buffer from its memory pool). It reports per size and way the
 reader's CPU seconds per GiB, the store host's (SeaweedFS, its process's
 ``/proc/PID/stat``), and MB/s. The scratch object is deleted at the end, even on failure.
 
@@ -42,7 +45,7 @@ READER = """
     sys.path.insert(0, sys.argv[1])
     from bootseer.credentials import read_secrets_file
     from bootseer.store import open_store
-    uri, secrets, key, piece, size, weed = sys.argv[2:8]
+    uri, secrets, key, piece, size, weed, opens, way = sys.argv[2:10]
     piece, size, weed = int(piece), int(size), int(weed)
     creds = read_secrets_file(secrets)
     store = open_store(uri, creds.access_key, creds.secret_key, create=False, look=False)
@@ -57,11 +60,17 @@ READER = """
 
     store.read_range(key, 0, 4096)  # the connection up
     t, c, w, got = time.perf_counter(), own(), weed_cpu(), 0
+    def read_buffer(key, off, n):  # pyarrow's own buffer, from its memory pool
+        with store.fs.open_input_file(store.path(key)) as f:
+            f.seek(off)
+            return memoryview(f.read_buffer(n))
+
+    read = {"view": store.read_range_view, "buffer": read_buffer}.get(way, store.read_range)
     if piece:
         for off in range(0, size - piece + 1, piece):
-            got += len(store.read_range(key, off, piece))
+            got += len(read(key, off, piece))
     else:  # opens only: the HEAD each read pays
-        for _ in range(int(sys.argv[8])):
+        for _ in range(int(opens)):
             with store.fs.open_input_file(store.path(key)) as f:
                 got += 1
     print(json.dumps({"s": time.perf_counter() - t, "cpu": own() - c,
@@ -80,6 +89,13 @@ def main() -> int:
     p.add_argument("--sizes", default="256,1024,4096,8192", help="GET sizes, KiB")
     p.add_argument("--opens", type=int, default=1000, help="HEADs alone (0: none)")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument(
+        "--ways",
+        default="copy",
+        help="copy (Store.read_range: the bytes pyarrow gives, copied), view "
+        "(Store.read_range_view: a view of them), buffer (a view of pyarrow's own buffer, "
+        "``read_buffer``: no bytes object), comma-separated (alternated)",
+    )
     p.add_argument("--json", type=Path, help="write the records here")
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -95,9 +111,11 @@ def main() -> int:
     store.write_bytes(KEY, os.urandom(size), atomic=False)
     rows: list[dict[str, Any]] = []
     try:
-        sizes = [int(k) << 10 for k in args.sizes.split(",")] + ([0] if args.opens else [])
+        ways = args.ways.split(",")
+        sizes = [(int(k) << 10, w) for k in args.sizes.split(",") for w in ways]
+        sizes += [(0, "copy")] if args.opens else []
         for rep in range(args.reps):
-            for piece in sizes:
+            for piece, way in sizes:
                 out = subprocess.run(
                     [
                         *cluster.s.network.enter(cluster.s.node_names[0]),
@@ -112,15 +130,16 @@ def main() -> int:
                         str(size),
                         str(weed),
                         str(args.opens),
+                        way,
                     ],
                     capture_output=True,
                     text=True,
                     check=True,
                 ).stdout
                 r = json.loads(out)
-                r.update(piece=piece, rep=rep, load1=load1())
+                r.update(piece=piece, way=way, rep=rep, load1=load1())
                 rows.append(r)
-                log(f"round {rep + 1}: {piece >> 10 or 'HEAD'} KiB: {r['s']:.2f}s")
+                log(f"round {rep + 1}: {piece >> 10 or 'HEAD'} KiB ({way}): {r['s']:.2f}s")
     finally:
         store.delete(KEY)
     print(table(rows))
@@ -131,21 +150,21 @@ def main() -> int:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Medians per GET size: MB/s and CPU seconds per GiB; for HEADs, per request."""
-    lines = [f"{'GET':>9}{'MB/s':>8}{'client CPU-s/GiB':>18}{'store CPU-s/GiB':>17}  load1"]
-    for piece in dict.fromkeys(r["piece"] for r in rows):
-        rs = [r for r in rows if r["piece"] == piece]
+    lines = [f"{'GET':>14}{'MB/s':>8}{'client CPU-s/GiB':>18}{'store CPU-s/GiB':>17}  load1"]
+    for piece, way in dict.fromkeys((r["piece"], r.get("way", "copy")) for r in rows):
+        rs = [r for r in rows if r["piece"] == piece and r.get("way", "copy") == way]
         s, cpu, store = (statistics.median(r[k] for r in rs) for k in ("s", "cpu", "store_cpu"))
         loads = f"{min(r['load1'] for r in rs)}-{max(r['load1'] for r in rs)}"
         got = rs[0]["got"]
         if piece:
             gib = got / (1 << 30)
             lines.append(
-                f"{piece >> 10:>6} KiB{got / s / 1e6:>8.0f}{cpu / gib:>18.2f}"
+                f"{piece >> 10:>6} KiB {way:>4}{got / s / 1e6:>8.0f}{cpu / gib:>18.2f}"
                 f"{store / gib:>17.2f}  {loads}"
             )
         else:
             lines.append(
-                f"{'HEAD':>9}{'':>8}{cpu / got * 1e3:>15.3f} ms{store / got * 1e3:>14.3f} ms"
+                f"{'HEAD':>14}{'':>8}{cpu / got * 1e3:>15.3f} ms{store / got * 1e3:>14.3f} ms"
                 f"  {loads}  (each)"
             )
     return "\n".join(lines)
