@@ -144,6 +144,13 @@ def main(argv: list[str]) -> int:
         help="each node's link rate cap (default: 10x --store-mbit)",
     )
     p.add_argument(
+        "--node-fs-gib",
+        type=int,
+        default=0,
+        help="give each node's local directory a journaled ext4 of this size (a loop "
+        "device), as a node's local disk; default: a directory of the state dir",
+    )
+    p.add_argument(
         "--install-over-ssh",
         action="store_true",
         help="give each node an sshd and install bootseer on them with `bootseer install`",
@@ -178,6 +185,7 @@ def main(argv: list[str]) -> int:
         args.store_delay_ms,
         node_mbit=args.node_mbit,
         ssh_install=args.install_over_ssh,
+        node_fs_gib=args.node_fs_gib,
     )
     if (state / "cluster.json").exists():
         old = Cluster.load(state)

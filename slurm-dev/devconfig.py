@@ -51,6 +51,10 @@ class Settings:
     # The nodes get bootseer from `bootseer install` over SSH (an sshd per node, sshd.py)
     # into NODE_ROOT, as a real cluster's do, instead of running this checkout's venv.
     ssh_install: bool = False
+    # Each node's NODE_LOCAL a journaled ext4 of this many GiB of its own (a sparse file
+    # on a loop device), as a node's local disk is; 0: a directory of the state dir's
+    # file system (this machine's: ext4 without a journal, daemons.mount_node_fs).
+    node_fs_gib: int = 0
 
     @property
     def network(self) -> Network:
