@@ -209,7 +209,8 @@ def mount_node_fs(local: Path, gib: int) -> None:
     """Mount a journaled ext4 of its own on a node's local directory (unless one is):
     ``local.ext4`` beside it, a sparse file of ``gib`` GiB made once and kept with the
     state (``down`` unmounts it with everything below the state dir; ``discard`` gives
-    the blocks of deleted files back to the host's disk).
+    the blocks of deleted files back to the host's disk), on a loop device with direct
+    I/O where the kernel allows it.
 
     A node's local disk has a journal; this machine's root file system has none, and
     ext4 without a journal skips every inode freed in the last 60 s (360 s while its
@@ -225,6 +226,13 @@ def mount_node_fs(local: Path, gib: int) -> None:
         lazy = "lazy_itable_init=1,lazy_journal_init=1"
         run_checked(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", lazy, str(image)])
     run_checked(["mount", "-o", "loop,discard", str(image), str(local)])
+    # Past the host's page cache, as a disk is: buffered, the loop device kept every
+    # block it read a second time in the host's cache of local.ext4.
+    device = subprocess.run(
+        ["findmnt", "-n", "-o", "SOURCE", str(local)], capture_output=True, text=True
+    ).stdout.strip()
+    if device.startswith("/dev/loop"):
+        subprocess.run(["losetup", "--direct-io=on", device], capture_output=True)
     local.chmod(0o1777)  # open to every user, like a node's /tmp
 
 

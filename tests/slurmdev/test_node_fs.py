@@ -32,6 +32,11 @@ def test_a_nodes_local_directory_gets_a_journaled_file_system_of_its_own(tmp_pat
         ).stdout
         assert "has_journal" in head
         assert image.stat().st_blocks * 512 < 256 << 20  # sparse: 1 GiB on no more disk
+        device = subprocess.run(
+            ["findmnt", "-n", "-o", "SOURCE", str(local)], capture_output=True, text=True
+        ).stdout.strip()
+        dio = Path(f"/sys/block/{Path(device).name}/loop/dio")
+        assert dio.read_text().strip() == "1"  # past the host's page cache, as a disk
         (local / "kept").write_text("a node's file")
         mount_node_fs(local, 1)  # mounted already: nothing more
         assert mounted_at(local) == 1
