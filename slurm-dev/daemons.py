@@ -216,7 +216,7 @@ def mount_node_fs(local: Path, gib: int) -> None:
     ext4 without a journal skips every inode freed in the last 60 s (360 s while its
     inode table block is dirty) when it allocates one: a 16,000-file restore into a
     node's directory took 3-8 s against 1.3-6.7 for `tar` by what other runs and
-    sessions had deleted (docs/performance.md, "A copy that cost a microbenchmark")."""
+    sessions had deleted (docs/performance.md, "Nodes with a journaled local disk")."""
     if os.path.ismount(local):
         return
     image = local.parent / "local.ext4"

@@ -53,12 +53,15 @@ class StoreHost(Daemons):
             "import sys, urllib.request as u; "
             "u.urlopen(sys.argv[1], timeout=float(sys.argv[2])).read()"
         )
-        subprocess.run(
+        r = subprocess.run(
             [*self.s.network.enter_store(), sys.executable, "-c", get, url, str(timeout)],
-            check=True,
             timeout=timeout + 30,
             capture_output=True,
+            text=True,
         )
+        if r.returncode != 0:
+            lines = r.stderr.strip().splitlines()
+            raise RuntimeError(f"vacuuming the store at {url}: {lines[-1] if lines else r}")
         return before, _du(data)
 
     def serve_http(self, root: Path, port: int) -> subprocess.Popen[bytes]:
