@@ -216,6 +216,23 @@ def read_cmdline(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
+def role_in_tree(p: Proc, by_pid: dict[int, Proc], known: dict[tuple[int, int], str]) -> str:
+    """``p``'s role: its command line's (:func:`role_of`), else its nearest ancestor's
+    among ``by_pid`` (or in ``known``, by pid and start time); ``other`` if none has one."""
+    q: Proc | None = p
+    for _ in range(64):  # a parent chain this long is no process tree of ours
+        if q is None:
+            break
+        role = role_of(read_cmdline(q.pid))
+        if role is not None:
+            return role
+        parent = by_pid.get(q.ppid)
+        if parent is not None and (parent.pid, parent.started) in known:
+            return known[parent.pid, parent.started]
+        q = parent
+    return "other"
+
+
 class OwnCpu:
     """Bootseer's own CPU seconds on the nodes (``bootseer_procs``: agent, hooks,
     checkpoint daemon, and what they start, a restore's ``tar`` run as the user too),
@@ -231,9 +248,6 @@ class OwnCpu:
         self.roles: dict[tuple[int, int], str] = {}  # (pid, start time) -> its role
         self.known: set[tuple[int, int]] = set()
 
-    def total(self) -> float:
-        return sum(self.sample().values())
-
     def sample(self) -> dict[str, float]:
         """CPU seconds so far by role (``other``: a process no role's line names)."""
         for node in self.nodes:
@@ -243,25 +257,11 @@ class OwnCpu:
                 key = (p.pid, p.started)
                 self.seen[key] = max(self.seen.get(key, 0.0), p.cpu_s)
                 if key not in self.roles:
-                    self.roles[key] = self._role(p, by_pid)
+                    self.roles[key] = role_in_tree(p, by_pid, self.roles)
         out = dict.fromkeys((*ROLES, "other"), 0.0)
         for key, cpu in self.seen.items():
             out[self.roles.get(key, "other")] += cpu
         return out
-
-    def _role(self, p: Proc, by_pid: dict[int, Proc]) -> str:
-        q: Proc | None = p
-        for _ in range(64):
-            if q is None:
-                break
-            role = role_of(read_cmdline(q.pid))
-            if role is not None:
-                return role
-            key = (q.ppid, by_pid[q.ppid].started) if q.ppid in by_pid else None
-            if key is not None and key in self.roles:
-                return self.roles[key]
-            q = by_pid.get(q.ppid)
-        return "other"
 
 
 # -- sampling: link counters, CPU per node, load ------------------------------------------
@@ -360,16 +360,18 @@ class Sampler:
                 return s
         return self.samples[-1]
 
+    def since(self, t0: float) -> Sample:
+        """The last sample at or before wall time ``t0`` (the first if none is)."""
+        before = [s for s in self.samples if s.t <= t0]
+        return before[-1] if before else self.samples[0]
+
     def own_cpu(self, t0: float, t1: float) -> float:
         """Bootseer's own CPU seconds between wall times ``t0`` and ``t1``."""
-        before = [s for s in self.samples if s.t <= t0]
-        start = before[-1] if before else self.samples[0]
-        return max(0.0, self.at(t1).own_cpu - start.own_cpu)
+        return max(0.0, self.at(t1).own_cpu - self.since(t0).own_cpu)
 
     def own_roles(self, t0: float, t1: float) -> dict[str, float]:
         """:meth:`own_cpu` by role (:data:`ROLES`, and ``other``)."""
-        before = [s for s in self.samples if s.t <= t0]
-        a, z = (before[-1] if before else self.samples[0]), self.at(t1)
+        a, z = self.since(t0), self.at(t1)
         return {r: round(max(0.0, v - a.own_roles.get(r, 0.0)), 2) for r, v in z.own_roles.items()}
 
 

@@ -13,7 +13,7 @@ from tests.conftest import TOP
 
 sys.path.insert(0, str(TOP / "slurm-dev" / "bench"))
 
-from benchkit import OwnCpu, Proc, bootseer_procs, read_proc, role_of
+from benchkit import Proc, bootseer_procs, read_proc, role_in_tree, role_of
 
 ALICE = 1001
 
@@ -94,10 +94,16 @@ def test_a_process_under_the_prolog_counts_as_the_hooks() -> None:
         assert parent.stdout is not None
         child_pid = int(parent.stdout.readline())
         procs = [p for p in (read_proc(parent.pid), read_proc(child_pid)) if p is not None]
-        own = OwnCpu.__new__(OwnCpu)
-        own.roles = {}
         by_pid = {p.pid: p for p in procs}
-        assert own._role(by_pid[child_pid], by_pid) == "hooks"
-        assert own._role(Proc(os.getpid(), os.getppid(), 0, "python", 1, 0.0), by_pid) == "other"
+        assert role_in_tree(by_pid[child_pid], by_pid, {}) == "hooks"
+        me = Proc(os.getpid(), os.getppid(), 0, "python", 1, 0.0)
+        assert role_in_tree(me, by_pid, {}) == "other"
+        # A parent seen before, its role known (pids past pid_max: no /proc entry, no
+        # command line of their own to read).
+        daemon = Proc(1 << 23, 1, 0, "python3", 50, 1.0)
+        child = Proc((1 << 23) + 1, daemon.pid, 0, "python3", 51, 0.1)
+        known = {(daemon.pid, daemon.started): "ckptd"}
+        assert role_in_tree(child, {daemon.pid: daemon}, known) == "ckptd"
+        assert role_in_tree(child, {daemon.pid: daemon}, {}) == "other"
     finally:
         parent.communicate(b"")
