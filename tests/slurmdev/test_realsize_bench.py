@@ -77,6 +77,10 @@ def test_realsize_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path)
     # The job again on the nodes it left: its start and its (skipped) restore.
     again = {(row["path"], row["nodes"]) for row in rows if row.get("variant") == "again"}
     assert again == {(p, n) for p in ("startup_cold_vs_warm", "deps_restore") for n in (1, 2)}
+    # The restore by a job that asked for nothing else, on cold nodes: the path alone.
+    alone = [row for row in rows if row.get("variant") == "alone"]
+    assert {(row["path"], row["nodes"]) for row in alone} == {("deps_restore", n) for n in (1, 2)}
+    assert all(row["restored"] is True for row in alone), alone
     for row in rows:
         assert set(row) >= FIELDS, row
         assert row["bytes"] > 0, row

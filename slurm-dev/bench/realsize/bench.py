@@ -492,14 +492,17 @@ class Bench(ClusterJobs):
     def job(self, variant: str, nodes: list[str]) -> int:
         if variant == "again":  # the bootseer job again, on the nodes it left warm
             variant = "bootseer"
+        deps = f"--bootseer-deps={JOB_LOCAL}/boot-env,key={self.work}/requirements.txt"
         if variant in ("record", "bootseer"):
             mode = "refresh" if variant == "record" else "on"
             opts = [
                 f"--bootseer={mode}",
                 f"--bootseer-image={self.image_name}",
-                f"--bootseer-deps={JOB_LOCAL}/boot-env,key={self.work}/requirements.txt",
+                deps,
                 f"--bootseer-ckpt={CKPT_NS}",
             ]
+        elif variant == "restore_alone":
+            opts = ["--bootseer=on", deps]
         elif variant == "warm_setup":
             opts = []
         else:
@@ -537,7 +540,7 @@ class Bench(ClusterJobs):
 
     def point(self, variant: str, nodes: list[str]) -> Point:
         self.room(variant, len(nodes))
-        if variant in ("record", "bootseer", "fullcopy"):
+        if variant in ("record", "bootseer", "fullcopy", "restore_alone"):
             self.cold(nodes)
         self.settle(self.c.s.node_names)
         self.quiet()
@@ -592,9 +595,7 @@ def again_records(n: int, warm: Point, again: Point, prefix_bytes: int) -> list[
     held = again.nbytes("start") + prefix_bytes + again.nbytes("ckpt_all")
     load = again.sampler.at(again.ready_t).load1
     cpu = again.sampler.own_cpu(again.t0, again.ready_t)
-    steps = again.phase("deps_restore") or again.phase("deps_install")
-    deps_s = max((p["seconds"] for p in steps), default=0.0)
-    t0, t1 = (min(p["t0"] for p in steps), max(p["t1"] for p in steps)) if steps else (0, 0)
+    deps_s, t0, t1, restored = deps_step(again)
     return [
         record(
             "startup_cold_vs_warm",
@@ -618,10 +619,47 @@ def again_records(n: int, warm: Point, again: Point, prefix_bytes: int) -> list[
             n,
             load,
             variant="again",
-            restored=bool(again.phase("deps_restore")),
+            restored=restored,
             floor="uv pip install --offline from a warm local cache",
         ),
     ]
+
+
+def deps_step(pt: Point) -> tuple[float, float, float, bool]:
+    """The dependency step of a point's job: its slowest node's seconds, the window
+    from the first node's start to the last one's end, and whether it was a restore
+    (else an install)."""
+    steps = pt.phase("deps_restore")
+    restored = bool(steps)
+    steps = steps or pt.phase("deps_install")
+    if not steps:
+        return 0.0, 0.0, 0.0, restored
+    return (
+        max(p["seconds"] for p in steps),
+        min(p["t0"] for p in steps),
+        max(p["t1"] for p in steps),
+        restored,
+    )
+
+
+def alone_record(n: int, warm: Point, alone: Point, prefix_bytes: int) -> dict[str, Any]:
+    """The restore on cold nodes by a job that asked for nothing else (variant
+    ``restore_alone``): the path against ``tar`` with no image prefetch, checkpoint
+    mount or container beside it, where the start's own restore shares the node."""
+    secs, t0, t1, restored = deps_step(alone)
+    return record(
+        "deps_restore",
+        prefix_bytes,
+        secs,
+        warm.secs("tar"),
+        alone.sampler.own_cpu(t0, t1),
+        prefix_bytes * n,
+        n,
+        alone.sampler.at(t1).load1,
+        variant="alone",
+        restored=restored,
+        floor="tar -I zstd -xf of the same tree (archive's page cache dropped)",
+    )
 
 
 # The agent's counters the story of a start reads (``bootseer_`` dropped from the names).
@@ -859,12 +897,7 @@ def records_for(
                 floor="the same files on local disk (page cache dropped)",
             )
         )
-    restore = boot.phase("deps_restore")
-    restored = bool(restore)
-    if not restore:
-        restore = boot.phase("deps_install")
-    rs = max(p["seconds"] for p in restore) if restore else 0.0
-    t0, t1 = (min(p["t0"] for p in restore), max(p["t1"] for p in restore)) if restore else (0, 0)
+    rs, t0, t1, restored = deps_step(boot)
     out.append(
         record(
             "deps_restore",
@@ -1065,7 +1098,11 @@ def main(argv: list[str]) -> int:
         order = [("warm", n) for n in counts]
         # "again": the bootseer job once more on the nodes it just ran on (its node cache,
         # prefix and agents kept): a restart on the same nodes.
-        order += [(v, n) for n in counts for v in ("fullcopy", "bootseer", "again")]
+        # "restore_alone": the restore on cold nodes with nothing else of bootseer's
+        # beside it (the job asks only for --bootseer-deps).
+        order += [
+            (v, n) for n in counts for v in ("fullcopy", "bootseer", "again", "restore_alone")
+        ]
         for v, n in order:
             if v == "fullcopy" and not any(k[0] == "fullcopy" for k in pts):
                 b.unwarm(nodes_all)
@@ -1076,6 +1113,9 @@ def main(argv: list[str]) -> int:
             )
             if v == "again":
                 rows += again_records(n, pts["warm", n], p, b.prefix_bytes)
+                save()
+            if v == "restore_alone":
+                rows.append(alone_record(n, pts["warm", n], p, b.prefix_bytes))
                 save()
             if v != "bootseer":
                 continue

@@ -17,6 +17,9 @@ checkpoint, the floors). Every timing is a ``BENCH {json}`` line on stdout.
   before each first read).
 - ``fullcopy``: the image and checkpoint copied whole from the store host, a fresh install.
 - ``bootseer``: ``$BOOTSEER_IMAGE``, ``bootseer deps run``, ``$BOOTSEER_CKPT``.
+- ``restore_alone``: only ``--bootseer-deps`` on a cold node: the prolog's restore with
+  nothing beside it (no image prefetch, no checkpoint mount); the job's first step is
+  empty.
 
 ``BENCH_TRAIN_S`` (``profile.py --train``): that many seconds of "training" after the
 first step, reading nothing, before the rest (the agent's background fill runs then).
@@ -221,6 +224,10 @@ def main() -> None:
     LOCAL.mkdir(parents=True, exist_ok=True)
     if VARIANT == "warm_setup":
         warm_setup()
+        return
+    if VARIANT == "restore_alone":  # the prolog's restore is the measure; the job is empty
+        mark("start", "first_step")
+        mark("end", "first_step")
         return
     full = LOCAL / "full"
     if VARIANT == "warm":
