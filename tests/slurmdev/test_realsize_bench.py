@@ -80,7 +80,7 @@ def test_realsize_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path)
     # The restore by a job that asked for nothing else, on cold nodes: the path alone.
     alone = [row for row in rows if row.get("variant") == "alone"]
     assert {(row["path"], row["nodes"]) for row in alone} == {("deps_restore", n) for n in (1, 2)}
-    assert all(row["restored"] is True for row in alone), alone
+    assert all(row["restored"] is True and row["fetched"] > 0 for row in alone), alone
     for row in rows:
         assert set(row) >= FIELDS, row
         assert row["bytes"] > 0, row

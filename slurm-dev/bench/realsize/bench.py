@@ -501,7 +501,7 @@ class Bench(ClusterJobs):
                 deps,
                 f"--bootseer-ckpt={CKPT_NS}",
             ]
-        elif variant == "restore_alone":
+        elif variant in ("deps_record", "restore_alone"):
             opts = ["--bootseer=on", deps]
         elif variant == "warm_setup":
             opts = []
@@ -540,7 +540,7 @@ class Bench(ClusterJobs):
 
     def point(self, variant: str, nodes: list[str]) -> Point:
         self.room(variant, len(nodes))
-        if variant in ("record", "bootseer", "fullcopy", "restore_alone"):
+        if variant in ("record", "bootseer", "fullcopy", "deps_record", "restore_alone"):
             self.cold(nodes)
         self.settle(self.c.s.node_names)
         self.quiet()
@@ -647,6 +647,7 @@ def alone_record(n: int, warm: Point, alone: Point, prefix_bytes: int) -> dict[s
     ``restore_alone``): the path against ``tar`` with no image prefetch, checkpoint
     mount or container beside it, where the start's own restore shares the node."""
     secs, t0, t1, restored = deps_step(alone)
+    steps = alone.phase("deps_restore")
     return record(
         "deps_restore",
         prefix_bytes,
@@ -657,7 +658,8 @@ def alone_record(n: int, warm: Point, alone: Point, prefix_bytes: int) -> dict[s
         n,
         alone.sampler.at(t1).load1,
         variant="alone",
-        restored=restored,
+        restored=restored and all(p["outcome"] == "ok" for p in steps),
+        fetched=sum(p.get("store_bytes", 0) + p.get("peer_bytes", 0) for p in steps),
         floor="tar -I zstd -xf of the same tree (archive's page cache dropped)",
     )
 
@@ -1091,6 +1093,9 @@ def main(argv: list[str]) -> int:
             f"checkpoint saved in {rec.secs('ckpt_save'):.1f}s)"
         )
         wait_bundles(cluster, b.env, b.image_name, b.user)
+        # The snapshot of a job that asks only for deps (no image: a base key of its own),
+        # for the restore alone (below); restored here if an earlier run captured it.
+        b.point("deps_record", nodes_all[:1])
         b.warm_nodes(nodes_all)
         pts: dict[tuple[str, int], Point] = {}
         # The warm floor first, at every N; its prefixes, cache and tar go before the

@@ -17,9 +17,10 @@ checkpoint, the floors). Every timing is a ``BENCH {json}`` line on stdout.
   before each first read).
 - ``fullcopy``: the image and checkpoint copied whole from the store host, a fresh install.
 - ``bootseer``: ``$BOOTSEER_IMAGE``, ``bootseer deps run``, ``$BOOTSEER_CKPT``.
-- ``restore_alone``: only ``--bootseer-deps`` on a cold node: the prolog's restore with
-  nothing beside it (no image prefetch, no checkpoint mount); the job's first step is
-  empty.
+- ``deps_record``: only ``--bootseer-deps`` (no image: a base key of its own), the
+  install through ``bootseer deps run``: the snapshot ``restore_alone`` restores.
+- ``restore_alone``: the same options on a cold node: the prolog's restore with nothing
+  beside it (no image prefetch, no checkpoint mount); the job's first step is empty.
 
 ``BENCH_TRAIN_S`` (``profile.py --train``): that many seconds of "training" after the
 first step, reading nothing, before the rest (the agent's background fill runs then).
@@ -225,7 +226,12 @@ def main() -> None:
     if VARIANT == "warm_setup":
         warm_setup()
         return
-    if VARIANT == "restore_alone":  # the prolog's restore is the measure; the job is empty
+    if VARIANT in ("deps_record", "restore_alone"):  # the deps step is the measure
+        if VARIANT == "deps_record":
+            prefix = LOCAL / "boot-env"
+            subprocess.run(
+                ["bootseer", "deps", "run", "--", "sh", "-c", install_cmd(prefix)], check=True
+            )
         mark("start", "first_step")
         mark("end", "first_step")
         return
