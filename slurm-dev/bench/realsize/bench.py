@@ -24,11 +24,14 @@ The workload (full size; ``--smoke`` scales every part down):
 
 Jobs (each node runs ``node.py``; the jobs run as ``--user``, default slurm-dev's alice):
 a recording run (``--bootseer=refresh``, N = 1: the image's trace, the dependency
-snapshot, the checkpoint saved through the mount), a setup job that puts the warm node's
-floor on local disk, then for each N three points: ``warm`` (image, prefix and checkpoint
-on local disk: the warm-node floor), ``fullcopy`` (copy the image and checkpoint whole from
-the store host, install, then start) and ``bootseer`` (a cold node: agent restarted, its
-caches and the restored prefix wiped).
+snapshot, the checkpoint saved through the mount), a ``deps_record`` job (only
+``--bootseer-deps``: a snapshot of a base key without the image), a setup job that puts
+the warm node's floor on local disk, then for each N the points: ``warm`` (image, prefix
+and checkpoint on local disk: the warm-node floor; ``tar`` three times in a row),
+``fullcopy`` (copy the image and checkpoint whole from the store host, install, then
+start), ``bootseer`` (a cold node: agent restarted, its caches and the restored prefix
+wiped), ``again`` (the same job on the nodes it left) and ``restore_alone`` (cold nodes,
+only ``--bootseer-deps``: the restore with nothing beside it).
 
 Records (``--json``: a list, one per path and size): ``path``, ``bytes`` (per node),
 ``bootseer_s`` and ``floor_s`` (the slowest node's), ``ratio`` = bootseer_s / floor_s,
