@@ -30,8 +30,9 @@ the warm node's floor on local disk, then for each N the points: ``warm`` (image
 and checkpoint on local disk: the warm-node floor; ``tar`` three times in a row),
 ``fullcopy`` (copy the image and checkpoint whole from the store host, install, then
 start), ``bootseer`` (a cold node: agent restarted, its caches and the restored prefix
-wiped), ``again`` (the same job on the nodes it left) and ``restore_alone`` (cold nodes,
-only ``--bootseer-deps``: the restore with nothing beside it).
+wiped), ``again`` (the same job on the nodes it left), ``restore_alone`` and
+``image_alone`` (cold nodes, only ``--bootseer-deps`` or ``--bootseer-image``: the
+restore, or the container's first start through the mount, with nothing beside it).
 
 Records (``--json``: a list, one per path and size): ``path``, ``bytes`` (per node),
 ``bootseer_s`` and ``floor_s`` (the slowest node's), ``ratio`` = bootseer_s / floor_s,
@@ -169,6 +170,8 @@ SMOKE = Size(
     1.5,
 )
 
+# The points that start on cold nodes (agents restarted, caches and prefixes wiped).
+COLD = ("record", "bootseer", "fullcopy", "deps_record", "restore_alone", "image_alone")
 PATHS = (
     "image_first_read",
     "image_reread",
@@ -518,6 +521,8 @@ class Bench(ClusterJobs):
             ]
         elif variant in ("deps_record", "restore_alone"):
             opts = ["--bootseer=on", deps]
+        elif variant == "image_alone":
+            opts = ["--bootseer=on", f"--bootseer-image={self.image_name}"]
         elif variant == "warm_setup":
             opts = []
         else:
@@ -555,7 +560,7 @@ class Bench(ClusterJobs):
 
     def point(self, variant: str, nodes: list[str]) -> Point:
         self.room(variant, len(nodes))
-        if variant in ("record", "bootseer", "fullcopy", "deps_record", "restore_alone"):
+        if variant in COLD:
             self.cold(nodes)
         self.settle(self.c.s.node_names)
         self.quiet()
@@ -677,6 +682,25 @@ def alone_record(n: int, warm: Point, alone: Point, prefix_bytes: int) -> dict[s
         fetched=sum(p.get("store_bytes", 0) + p.get("peer_bytes", 0) for p in steps),
         floor="tar -I zstd -xf of the same tree (archive's page cache dropped; median of 3)",
         floor_runs_s=warm.runs("tar"),
+    )
+
+
+def image_alone_record(n: int, warm: Point, alone: Point) -> dict[str, Any]:
+    """The container's first start on cold nodes by a job that asked only for its image
+    (variant ``image_alone``): the mount after the prolog's prefetch, with no restore or
+    checkpoint warm-up beside it, against the same start from local disk."""
+    return record(
+        "image_first_read",
+        alone.nbytes("start"),
+        alone.secs("start"),
+        warm.secs("start"),
+        alone.own_cpu("start"),
+        alone.total_bytes("start"),
+        n,
+        alone.sampler.at(alone.window("start")[1]).load1,
+        variant="alone",
+        floor="the same start from the image on local disk (page cache dropped)",
+        agent_reads=[r.get("agent_reads") for r in alone.of("start")],
     )
 
 
@@ -1120,11 +1144,10 @@ def main(argv: list[str]) -> int:
         order = [("warm", n) for n in counts]
         # "again": the bootseer job once more on the nodes it just ran on (its node cache,
         # prefix and agents kept): a restart on the same nodes.
-        # "restore_alone": the restore on cold nodes with nothing else of bootseer's
-        # beside it (the job asks only for --bootseer-deps).
-        order += [
-            (v, n) for n in counts for v in ("fullcopy", "bootseer", "again", "restore_alone")
-        ]
+        # "restore_alone", "image_alone": a path on cold nodes with nothing else of
+        # bootseer's beside it (the job asks only for --bootseer-deps, --bootseer-image).
+        alone = ("restore_alone", "image_alone")
+        order += [(v, n) for n in counts for v in ("fullcopy", "bootseer", "again", *alone)]
         for v, n in order:
             if v == "fullcopy" and not any(k[0] == "fullcopy" for k in pts):
                 b.unwarm(nodes_all)
@@ -1138,6 +1161,9 @@ def main(argv: list[str]) -> int:
                 save()
             if v == "restore_alone":
                 rows.append(alone_record(n, pts["warm", n], p, b.prefix_bytes))
+                save()
+            if v == "image_alone":
+                rows.append(image_alone_record(n, pts["warm", n], p))
                 save()
             if v != "bootseer":
                 continue

@@ -21,6 +21,9 @@ checkpoint, the floors). Every timing is a ``BENCH {json}`` line on stdout.
   install through ``bootseer deps run``: the snapshot ``restore_alone`` restores.
 - ``restore_alone``: the same options on a cold node: the prolog's restore with nothing
   beside it (no image prefetch, no checkpoint mount); the job's first step is empty.
+- ``image_alone``: only ``--bootseer-image`` on a cold node: the container's start
+  through the mount after the prolog's prefetch, with no restore or checkpoint warm-up
+  beside it.
 
 ``BENCH_TRAIN_S`` (``profile.py --train``): that many seconds of "training" after the
 first step, reading nothing, before the rest (the agent's background fill runs then).
@@ -233,6 +236,13 @@ def main() -> None:
             subprocess.run(
                 ["bootseer", "deps", "run", "--", "sh", "-c", install_cmd(prefix)], check=True
             )
+        mark("start", "first_step")
+        mark("end", "first_step")
+        return
+    if VARIANT == "image_alone":
+        mark("start", "container_start")
+        container(Path(E["BOOTSEER_IMAGE"]), "start")
+        mark("end", "container_start")
         mark("start", "first_step")
         mark("end", "first_step")
         return
