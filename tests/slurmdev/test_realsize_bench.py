@@ -116,6 +116,11 @@ def test_realsize_bench_smoke(bench_cluster: devcluster.Cluster, tmp_path: Path)
         runs = row["floor_runs_s"]
         assert len(runs) == 3, row
         assert math.isclose(row["floor_s"], sorted(runs)[1], abs_tol=1e-3), row
+    # The warm floor: the median of three warm jobs by their start.
+    for n in (1, 2):
+        row = by["startup_cold_vs_warm", n, None]
+        runs = row["floor_runs_s"]
+        assert len(runs) == 3 and math.isclose(row["floor_s"], sorted(runs)[1], abs_tol=1e-3), row
     # Where each cold start's CPU went: bootseer's part of the nodes', the store's, and
     # what the start could take were bootseer's free.
     for n in (1, 2):
