@@ -700,15 +700,12 @@ def image_alone_record(n: int, warm: Point, alone: Point) -> dict[str, Any]:
     """The container's first start on cold nodes by a job that asked only for its image
     (variant ``image_alone``): the mount after the prolog's prefetch, with no restore or
     checkpoint warm-up beside it, against the same start from local disk."""
-    return record(
+    return keyed_record(
         "image_first_read",
-        alone.nbytes("start"),
-        alone.secs("start"),
-        warm.secs("start"),
-        alone.own_cpu("start"),
-        alone.total_bytes("start"),
+        alone,
+        warm,
+        "start",
         n,
-        alone.sampler.at(alone.window("start")[1]).load1,
         variant="alone",
         floor="the same start from the image on local disk (page cache dropped)",
         agent_reads=[r.get("agent_reads") for r in alone.of("start")],
@@ -1001,16 +998,31 @@ def records_for(
     return out
 
 
-def write_record(rec: Point, warm1: Point) -> dict[str, Any]:
+def keyed_record(
+    path: str, pt: Point, base: Point, key: str, n: int, **extra: Any
+) -> dict[str, Any]:
+    """The record of what ``pt``'s nodes timed as ``key`` against the floor ``base``'s,
+    the load at its end."""
     return record(
+        path,
+        pt.nbytes(key),
+        pt.secs(key),
+        base.secs(key),
+        pt.own_cpu(key),
+        pt.total_bytes(key),
+        n,
+        pt.sampler.at(pt.window(key)[1]).load1,
+        **extra,
+    )
+
+
+def write_record(rec: Point, warm1: Point) -> dict[str, Any]:
+    return keyed_record(
         "ckpt_write",
-        rec.nbytes("ckpt_save"),
-        rec.secs("ckpt_save"),
-        warm1.secs("ckpt_save"),
-        rec.own_cpu("ckpt_save"),
-        rec.total_bytes("ckpt_save"),
+        rec,
+        warm1,
+        "ckpt_save",
         1,
-        rec.sampler.at(rec.window("ckpt_save")[1]).load1,
         floor="torch.save + fsync of the same tensors to local disk",
     )
 
