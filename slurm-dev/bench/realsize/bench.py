@@ -659,9 +659,10 @@ def again_records(n: int, warm: Point, again: Point, prefix_bytes: int) -> list[
 def deps_step(pt: Point) -> tuple[float, float, float, bool]:
     """The dependency step of a point's job: its slowest node's seconds, the window
     from the first node's start to the last one's end, and whether it was a restore
-    (else an install)."""
+    (else an install) that ended well on every node (a prefix a job left counts: its
+    stamp is a restore's; a step "skipped" for want of a snapshot does not)."""
     steps = pt.phase("deps_restore")
-    restored = bool(steps)
+    restored = bool(steps) and all(p["outcome"] == "ok" for p in steps)
     steps = steps or pt.phase("deps_install")
     if not steps:
         return 0.0, 0.0, 0.0, restored
@@ -678,7 +679,6 @@ def alone_record(n: int, warm: Point, alone: Point, prefix_bytes: int) -> dict[s
     ``restore_alone``): the path against ``tar`` with no image prefetch, checkpoint
     mount or container beside it, where the start's own restore shares the node."""
     secs, t0, t1, restored = deps_step(alone)
-    steps = alone.phase("deps_restore")
     return record(
         "deps_restore",
         prefix_bytes,
@@ -689,8 +689,8 @@ def alone_record(n: int, warm: Point, alone: Point, prefix_bytes: int) -> dict[s
         n,
         alone.sampler.at(t1).load1,
         variant="alone",
-        restored=restored and all(p["outcome"] == "ok" for p in steps),
-        fetched=sum(p.get("store_bytes", 0) + p.get("peer_bytes", 0) for p in steps),
+        restored=restored,
+        fetched=sum(p["store_bytes"] + p["peer_bytes"] for p in alone.phase("deps_restore")),
         floor="tar -I zstd -xf of the same tree (archive's page cache dropped; median of 3)",
         floor_runs_s=warm.runs("tar"),
     )
