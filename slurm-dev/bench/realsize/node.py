@@ -48,7 +48,7 @@ NODE = E.get("SLURMD_NODENAME", os.uname().nodename)
 RANK = int(E.get("SLURM_NODEID", "0"))
 NNODES = int(E.get("SLURM_JOB_NUM_NODES", "1"))
 SHARDS = [f"shard{i:02d}.pt" for i in range(int(E["BENCH_SHARDS"]))]
-TAR_REPS = 3
+TAR_REPS = int(E["BENCH_TAR_REPS"])
 
 
 def emit(key: str, t0: float, t1: float, nbytes: int, **more: object) -> None:
