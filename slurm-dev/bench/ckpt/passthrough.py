@@ -50,7 +50,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parents[2] / "lib"))
+
+from measure import drop_pages, proc_cpu  # noqa: E402
 
 from benchrun import add_state_and_out, in_fresh_state, write_results  # noqa: E402
 from bootseer.mounts import set_read_ahead  # noqa: E402
@@ -260,19 +263,6 @@ READER = """
 """
 
 
-def proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def drop(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def served(
     state: Path, backing: Path, variant: str
@@ -324,7 +314,7 @@ def read_once(python: str, path: Path, how: str) -> tuple[float, float, int]:
 
 def one(state: Path, backing: Path, variant: str, how: str, warm: bool) -> dict[str, float]:
     size = backing.stat().st_size
-    drop(backing)
+    drop_pages(backing)
     if warm:  # as units the node just fetched and wrote: the backing file's pages cached
         read_once(sys.executable, backing, "seq")
     if variant == "local":

@@ -44,7 +44,9 @@ TOP = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(TOP))
 sys.path.insert(0, str(TOP / "slurm-dev"))
 sys.path.insert(0, str(TOP / "lib"))
+sys.path.insert(0, str(TOP / "slurm-dev" / "bench"))
 
+from measure import drop_pages  # noqa: E402
 from tests.imagekit import AgentProc, running_agent  # noqa: E402
 
 MIB = 1 << 20
@@ -53,20 +55,11 @@ CHUNK = 1 << 20
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def drop(path: Path) -> None:
-    """Drop ``path``'s clean pages from the page cache (this file only)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def drop_tree(root: Path) -> None:
     for dirpath, _, names in os.walk(root):
         for n in names:
             with contextlib.suppress(FileNotFoundError):
-                drop(Path(dirpath) / n)
+                drop_pages(Path(dirpath) / n)
 
 
 def cpu_s(pid: int) -> float:
@@ -253,7 +246,7 @@ def run(base: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
                     res["re"].append(t)
                     res["re_cpu"].append(c)
                 else:
-                    drop(img)
+                    drop_pages(img)
                     r0 = own_cpu_s()
                     res["first_floor"].append(timed(read_all, img)[1])
                     res["floor_cpu"].append(own_cpu_s() - r0)
@@ -268,7 +261,7 @@ def run(base: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
                         res["sq"].append(t)
                         res["sq_cpu"].append(c)
                     else:
-                        drop(img)
+                        drop_pages(img)
                         res["sq_floor"].append(timed(read_tree, mnt)[1])
             agent.release(job - 1)
             agent.release(job)

@@ -49,7 +49,9 @@ TOP = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(TOP))
 sys.path.insert(0, str(TOP / "slurm-dev"))
 sys.path.insert(0, str(TOP / "lib"))
+sys.path.insert(0, str(TOP / "slurm-dev" / "bench"))
 
+from measure import drop_pages  # noqa: E402
 from tests.imagekit import AgentProc, running_agent  # noqa: E402
 
 MIB = 1 << 20
@@ -116,14 +118,6 @@ def build_image(work: Path) -> Path:
 
 
 # -- measuring --------------------------------------------------------------------------------
-
-
-def drop(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def cached_pages(path: Path) -> tuple[int, int]:
@@ -296,10 +290,10 @@ def run(base: Path, img: Path, args: argparse.Namespace) -> dict[str, Any]:
             for side in sides:
                 path = job if side == "fuse" else img
                 if side == "local":
-                    drop(img)
+                    drop_pages(img)
                 else:  # as a cold node's packs (written past the page cache): from disk
                     for pack in (agent.cache / "packs").glob("*.pack"):
-                        drop(pack)
+                        drop_pages(pack)
                 reqs: dict[str, int] = {}
                 c0 = cpu_s(agent_pid)
                 with ev.count(reqs):

@@ -41,7 +41,9 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # slurm-dev/
+sys.path.insert(0, str(HERE.parent))  # slurm-dev/bench/
 
+from measure import proc_cpu  # noqa: E402
 from network import Network  # noqa: E402
 
 WORK = Path(os.environ.get("BOOTSEER_BENCH_DIR", "/var/tmp/bootseer-p2p-spike"))
@@ -96,12 +98,6 @@ def make_torrent(hotset: Path, piece: int, root_cert: str | None = None) -> Path
     lt.set_piece_hashes(ct, str(hotset.parent))
     out.write_bytes(lt.bencode(ct.generate()))
     return out
-
-
-def cpu_of(pid: int) -> float:
-    """User + system CPU seconds of a live process (all threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy() -> tuple[float, float]:
@@ -184,7 +180,7 @@ def one_run(
         time.sleep(1.0)  # let the setup's CPU settle out of the load figures
         egress0 = net.store_egress_bytes()
         rx0 = sum(net.node_rx_bytes(n) for n in net.nodes)
-        store_cpu0 = cpu_of(store_pid)
+        store_cpu0 = proc_cpu(store_pid)
         busy0, total0 = machine_busy()
         load0 = os.getloadavg()[0]
         t0 = time.monotonic()
@@ -198,7 +194,7 @@ def one_run(
         load1 = os.getloadavg()[0]
         egress = net.store_egress_bytes() - egress0
         rx = sum(net.node_rx_bytes(n) for n in net.nodes) - rx0
-        store_cpu = cpu_of(store_pid) - store_cpu0
+        store_cpu = proc_cpu(store_pid) - store_cpu0
         for p in procs.values():
             assert p.stdin is not None
             p.stdin.write("stop\n")

@@ -40,7 +40,9 @@ from typing import Any
 TOP = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(TOP))
 sys.path.insert(0, str(TOP / "lib"))
+sys.path.insert(0, str(TOP / "slurm-dev" / "bench"))
 
+from measure import proc_cpu  # noqa: E402
 from tests.imagekit import running_agent, site_config  # noqa: E402
 
 from bootseer.config import SiteConfig  # noqa: E402
@@ -48,17 +50,11 @@ from bootseer.p2p.via import agent_via  # noqa: E402
 
 MIB = 1 << 20
 GIB = 1 << 30
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
 
 
 class ThreadsCreated:

@@ -40,6 +40,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # slurm-dev/bench/
+
+from measure import drop_pages
+
 E = os.environ
 VARIANT = E["BENCH_VARIANT"]
 LOCAL = Path(E["BENCH_LOCAL"])
@@ -58,15 +62,6 @@ def emit(key: str, t0: float, t1: float, nbytes: int, **more: object) -> None:
 
 def mark(*args: str) -> None:
     subprocess.run(["bootseer", "phase", *args], check=True, stdout=subprocess.DEVNULL)
-
-
-def drop(path: Path) -> None:
-    """The file's pages out of the page cache (a cold first read)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def discard(path: Path) -> None:
@@ -175,7 +170,7 @@ def load(dir_: Path, names: list[str], key: str, cold: bool, fetch: str = "") ->
         if fetch:
             subprocess.run(["curl", "-sSf", "-o", str(dir_ / name), f"{fetch}/{name}"], check=True)
         elif cold:
-            drop(dir_ / name)
+            drop_pages(dir_ / name)
         state = torch.load(dir_ / name, weights_only=True)
         n += sum(t.numel() * t.element_size() for t in state.values())
         del state
@@ -245,7 +240,7 @@ def main() -> None:
     if VARIANT == "warm":
         # The bench's own copies: on this node's local disk, as the warm node's would be.
         image, prefix, ckpt = WORK / "image.sqsh", LOCAL / "env", WORK / "ckpt"
-        drop(image)
+        drop_pages(image)
     elif VARIANT == "fullcopy":
         discard(full)
         (full / "ckpt").mkdir(parents=True)
@@ -306,7 +301,7 @@ def main() -> None:
             archive = LOCAL / "prefix.tar.zst"
             for rep in range(TAR_REPS):  # the restore's floor, steadier as a median
                 scratch.mkdir(exist_ok=True)
-                drop(archive)
+                drop_pages(archive)
                 t0 = time.time()
                 subprocess.run(
                     ["tar", "-I", "zstd", "-xf", str(archive), "-C", str(scratch)], check=True
