@@ -1,7 +1,8 @@
 """The FUSE passthrough probe (slurm-dev/bench/ckpt/passthrough.py) at a small size: every
 variant reads the whole file; through passthrough the kernel reads the backing file
 itself (no read request reaches the daemon), through the served mounts every byte is a
-request; nothing is left mounted or on disk. No speed is asserted here."""
+request; a file opened one way opens the other way once that open is closed; nothing
+is left mounted or on disk. No speed is asserted here."""
 
 from __future__ import annotations
 
@@ -42,5 +43,7 @@ def test_passthrough_probe_smoke(tmp_path: Path) -> None:
         assert by["passthrough"]["read_requests"] == 0  # the kernel read the backing file
         assert by["served"]["read_requests"] > 0 and by["pyfuse3"]["read_requests"] > 0
         assert len(res["runs"][how]["passthrough"]) == 2
+    for name in ("passthrough_after_served", "served_after_passthrough"):
+        assert res["io_modes"][name]["after_close"] == "ok", res["io_modes"]
     assert not state.exists()
     assert str(state) not in Path("/proc/self/mounts").read_text()

@@ -20,6 +20,10 @@ mount with the backing file's page cache dropped first:
   + ``writev``; the checkpoint mount's 4 MiB read-ahead, so 1 MiB requests);
 - ``passthrough``: the mount, the open file passed through to the backing file.
 
+Then, on a mount of its own, the kernel's rule for one file opened both ways: a passthrough
+open while a served one is open, and the reverse (``io_modes``: what the second opener
+got, and what the same open gets once the first is closed).
+
 Readers (each in a fresh process): ``seq``, 1 MiB ``readinto`` from start to end; ``mmap``,
 the file mapped and every page touched. Reported per variant: MiB/s, the reader's and
 the daemon's CPU seconds per GiB, the read requests the daemon answered, load1.
@@ -38,6 +42,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import json
 import os
 import statistics
 import struct
@@ -87,11 +92,15 @@ READ_AHEAD_KIB = 4096  # the checkpoint mount's (``[ckpt] kernel_read_ahead_kb``
 
 
 class Daemon:
-    """A FUSE file system of one read-only file, ``data``, backed by ``backing``: served
-    by this process (``passthrough=False``) or by the kernel from the backing file."""
+    """A FUSE file system of one read-only file, ``data``, backed by ``backing``: each
+    open served by this process (``s``) or passed through to the backing file (``p``),
+    in the order ``plan`` gives (its last answer for every open after)."""
 
-    def __init__(self, dev: int, backing: str, passthrough: bool) -> None:
-        self.dev, self.passthrough = dev, passthrough
+    def __init__(self, dev: int, backing: str, plan: str) -> None:
+        if not plan or set(plan) - {"s", "p"}:
+            raise ValueError(f"plan {plan!r}: a string of s (served) and p (passthrough)")
+        self.dev, self.plan, self.opens = dev, plan, 0
+        self.passthrough = "p" in plan
         self.backing = os.open(backing, os.O_RDONLY)
         self.size = os.fstat(self.backing).st_size
         self.backing_id = -1
@@ -146,7 +155,9 @@ class Daemon:
         elif op == GETATTR:
             self.reply(unique, ATTR_OUT.pack(3600, 0, 0), self.attr(node))
         elif op == OPEN:
-            if not self.passthrough:
+            answer = self.plan[min(self.opens, len(self.plan) - 1)]
+            self.opens += 1
+            if answer == "s":
                 self.reply(unique, OPEN_OUT.pack(0, 0, 0))
                 return
             if self.backing_id < 0:  # once: the connection allows it only after INIT
@@ -235,7 +246,7 @@ SERVE = """
     from passthrough import Daemon, mount_fuse
     from pathlib import Path
     dev = mount_fuse(Path(sys.argv[2]))
-    d = Daemon(dev, sys.argv[3], sys.argv[4] == "passthrough")
+    d = Daemon(dev, sys.argv[3], sys.argv[4])
     print("mounted", flush=True)
     d.serve()
     print(d.reads, flush=True)
@@ -263,12 +274,17 @@ READER = """
 """
 
 
+# The bench's own daemon: how it answers opens, in order (Daemon's plan).
+PLANS = {"served": "s", "passthrough": "p"}
+
+
 @contextlib.contextmanager
 def served(
-    state: Path, backing: Path, variant: str
+    state: Path, backing: Path, variant: str, plan: str = ""
 ) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
-    """A fresh mount of ``backing`` by a daemon in its own process; unmounted (and the
-    daemon stopped) on the way out, whatever happened."""
+    """A fresh mount of ``backing`` by a daemon in its own process (pyfuse3's, or the
+    bench's own answering opens by ``plan``, by default the variant's); unmounted (and
+    the daemon stopped) on the way out, whatever happened."""
     mnt = state / f"mnt-{variant}"
     mnt.mkdir(exist_ok=True)
     if variant == "pyfuse3":
@@ -281,7 +297,7 @@ def served(
             str(HERE),
             str(mnt),
             str(backing),
-            variant,
+            plan or PLANS[variant],
         ]
     daemon = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
@@ -340,6 +356,41 @@ def one(state: Path, backing: Path, variant: str, how: str, warm: bool) -> dict[
     }
 
 
+MODES = """
+    import errno, json, os, sys
+    def tried(f):
+        try:
+            with open(f, "rb") as g:
+                g.read(4096)
+        except OSError as exc:
+            return errno.errorcode.get(exc.errno, str(exc.errno))
+        return "ok"
+    path = sys.argv[1]
+    first = open(path, "rb")
+    first.read(4096)
+    second = tried(path)
+    first.close()
+    print(json.dumps({"while_open": second, "after_close": tried(path)}))
+"""
+
+
+def io_modes(state: Path, backing: Path) -> dict[str, dict[str, str]]:
+    """What the kernel does with an open answered the other way than one still open
+    (served, then passthrough; and the reverse), and with the same open after that
+    first one is closed: "ok" or the error the opener got."""
+    out = {}
+    for plan, name in (("sp", "passthrough_after_served"), ("ps", "served_after_passthrough")):
+        with served(state, backing, "mixed", plan) as (mnt, _daemon):
+            r = subprocess.run(
+                [sys.executable, "-c", textwrap.dedent(MODES), str(mnt / NAME.decode())],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+        if r.returncode != 0:
+            raise SystemExit(f"io modes ({plan}): {r.stderr.strip()[-400:]}")
+        out[name] = json.loads(r.stdout)
+    return out
+
+
 def make_backing(path: Path, size: int) -> None:
     block = os.urandom(64 * MiB)
     with open(path, "wb") as f:
@@ -366,6 +417,11 @@ def table(results: dict) -> str:
                 f"{m['reader_cpu_s_per_gib']:17.2f} {m['daemon_cpu_s_per_gib']:17.2f} "
                 f"{m['read_requests']:7.0f} {m['load1']:6.1f}"
             )
+    for name, got in results["io_modes"].items():
+        lines.append(
+            f"{name.replace('_', ' ')}: {got['while_open']} while the first is open, "
+            f"{got['after_close']} after it closed"
+        )
     return "\n".join(lines)
 
 
@@ -440,6 +496,7 @@ def measure(args: argparse.Namespace, state: Path, backing: Path, readers: list[
             for how, by in runs.items()
         },
         "runs": runs,
+        "io_modes": io_modes(state, backing),
     }
     write_results(args.out, results, table(results))
     return 0
