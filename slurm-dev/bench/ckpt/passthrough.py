@@ -11,7 +11,8 @@ libfuse 3.14 and pyfuse3 do not speak that part of the protocol. This bench does
 a small daemon of its own (``Daemon``: INIT with ``FUSE_PASSTHROUGH``, the backing file
 registered by ``FUSE_DEV_IOC_BACKING_OPEN``, its id in the open reply), so the gain can be
 measured before the mounts are built on it. Variants, alternated per rep, each on a fresh
-mount with the backing file's page cache dropped first:
+mount with the backing file's page cache dropped first (``--cache warm``: then read once,
+as units a node just fetched and wrote; ``--busy N``: N processes spin through the run):
 
 - ``local``: the backing file itself, read directly;
 - ``pyfuse3``: the same file served by a pyfuse3 daemon (the library both mounts use, the
