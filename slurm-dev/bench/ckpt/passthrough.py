@@ -318,9 +318,10 @@ def served(
             daemon.wait()
 
 
-def read_once(python: str, path: Path, how: str) -> tuple[float, float, int]:
+def read_once(path: Path, how: str) -> tuple[float, float, int]:
+    """One read of ``path`` by ``how`` in a fresh process: seconds, its CPU, bytes."""
     r = subprocess.run(
-        [python, "-c", textwrap.dedent(READER), str(path), how],
+        [sys.executable, "-c", textwrap.dedent(READER), str(path), how],
         capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
     if r.returncode != 0:
@@ -333,14 +334,14 @@ def one(state: Path, backing: Path, variant: str, how: str, warm: bool) -> dict[
     size = backing.stat().st_size
     drop_pages(backing)
     if warm:  # as units the node just fetched and wrote: the backing file's pages cached
-        read_once(sys.executable, backing, "seq")
+        read_once(backing, "seq")
     if variant == "local":
-        secs, cpu, total = read_once(sys.executable, backing, how)
+        secs, cpu, total = read_once(backing, how)
         daemon_cpu, reads = 0.0, 0
     else:
         with served(state, backing, variant) as (mnt, daemon):
             c0 = proc_cpu(daemon.pid)
-            secs, cpu, total = read_once(sys.executable, mnt / NAME.decode(), how)
+            secs, cpu, total = read_once(mnt / NAME.decode(), how)
             daemon_cpu = proc_cpu(daemon.pid) - c0
         assert daemon.stdout is not None
         reads = int(daemon.stdout.read().strip() or -1)
