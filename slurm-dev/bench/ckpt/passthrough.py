@@ -53,6 +53,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -403,7 +404,7 @@ def make_backing(path: Path, size: int) -> None:
         os.fsync(f.fileno())
 
 
-def table(results: dict) -> str:
+def table(results: dict[str, Any]) -> str:
     lines = [
         f"FUSE passthrough ({results['date']}, {results['size_mib']} MiB, backing file "
         f"{results['cache']}, {results['busy']} spinning, {results['reps']} reps alternated, "
